@@ -1,0 +1,443 @@
+"""Processors: turn the files of one task into InputExamples.
+
+Every processor reads by column name where the file has a header, so the GLUE
+layouts, the original MRPC files and Kaggle's Jigsaw CSVs are all read by what
+their columns are called rather than where they happen to sit.
+"""
+
+import csv
+import logging
+import math
+import os
+
+from data.errors import DataError
+from data.table import delimiter_for, read_table
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "dev", "test")
+
+
+class InputExample(object):
+  """One row of input.
+
+  guid: the id written next to its prediction (the file's id column, else the row number).
+  label: a label string, a float for regression, or None for an unlabelled row.
+  extras: other columns carried through to the outputs (e.g. Jigsaw identity columns).
+  """
+
+  def __init__(self, guid, text_a, text_b=None, label=None, extras=None, line=None):
+    self.guid = guid
+    self.text_a = text_a
+    self.text_b = text_b
+    self.label = label
+    self.extras = extras or {}
+    self.line = line
+
+  def __repr__(self):
+    return "InputExample(guid=%r, text_a=%r, text_b=%r, label=%r)" % (
+        self.guid, self.text_a[:40], (self.text_b or "")[:40] or None, self.label)
+
+
+class Columns(object):
+  """Which columns of a table make up an example. Each is an index or None."""
+
+  def __init__(self, text_a, text_b=None, label=None, guid=None, extras=()):
+    self.text_a = text_a
+    self.text_b = text_b
+    self.label = label
+    self.guid = guid
+    self.extras = extras  # (name, index) pairs
+
+
+class DataProcessor(object):
+  """Base class. Subclasses set `name`, `labels`, `split_files` and implement `columns`."""
+
+  name = None
+  labels = None  # list of label strings; None for regression
+  is_regression = False
+  delimiter = "\t"
+  quoting = csv.QUOTE_NONE  # GLUE files are unquoted TSV: a quote is just a character.
+  has_header = True
+  split_files = {}
+
+  def __init__(self, data_dir=None, files=None, skip_malformed_rows=False):
+    self.data_dir = data_dir
+    self.files = dict(files or {})
+    self.skip_malformed_rows = skip_malformed_rows
+    self.skipped = {}  # split -> number of malformed rows skipped at the user's request
+
+  # -- files ---------------------------------------------------------------
+  def file_for(self, split):
+    """The path of a split's file: an explicit one, else the first known name in data_dir."""
+    if self.files.get(split):
+      return self.files[split]
+    candidates = self.split_files.get(split, ())
+    if not self.data_dir:
+      raise DataError("<%s %s file>" % (self.name, split), "no file was given for the %s split" % split,
+                      "pass --data_dir, or --%s_file" % _flag_for_split(split))
+    for name in candidates:
+      path = os.path.join(self.data_dir, name)
+      if os.path.exists(path) or "://" in path:
+        return path
+    raise DataError(self.data_dir, "no %s file for task %s (looked for %s)"
+                    % (split, self.name, ", ".join(candidates) or "nothing"),
+                    "put one of those files in --data_dir, or pass --%s_file" % _flag_for_split(split))
+
+  # -- examples ------------------------------------------------------------
+  def get_examples(self, split):
+    path = self.file_for(split)
+    table = read_table(path, self.delimiter_of(path), self.has_header_of(path), self.quoting)
+    columns = self.columns(table, split)
+    examples = self._rows_to_examples(table, columns, split)
+    if table.blank_lines:
+      log.warning("%s: %d empty lines held no record and were passed over", path, table.blank_lines)
+    log.info("%s: read %d %s examples", path, len(examples), split)
+    return examples
+
+  def delimiter_of(self, path):
+    return self.delimiter
+
+  def has_header_of(self, path):
+    return self.has_header
+
+  def columns(self, table, split):
+    raise NotImplementedError
+
+  def parse_label(self, raw, path, line, column):
+    """Checks a raw label against the label list. Returns the label, or None when unlabelled."""
+    value = raw.strip()
+    if value in self.labels:
+      return value
+    raise DataError(path, "unknown label %r; task %s has labels %s"
+                    % (value, self.name, ", ".join(self.labels)),
+                    "correct the row, or pick the right --task_name / --label_column",
+                    line=line, column=column)
+
+  def _rows_to_examples(self, table, columns, split):
+    needed = max(i for i in (columns.text_a, columns.text_b, columns.label, columns.guid)
+                 if i is not None)
+    examples = []
+    skipped = 0
+    for row_number, (line, fields) in enumerate(table.rows):
+      if len(fields) <= needed:
+        if self.skip_malformed_rows:
+          skipped += 1
+          continue
+        raise DataError(table.path, "the row has %d fields but column %d is needed"
+                        % (len(fields), needed),
+                        "fix the row (a stray delimiter or quote?), or pass "
+                        "--skip_malformed_rows to skip and count such rows", line=line)
+      label = None
+      if columns.label is not None:
+        label = self.parse_label(fields[columns.label], table.path, line,
+                                 _column_name(table, columns.label))
+      guid = fields[columns.guid] if columns.guid is not None else str(row_number)
+      extras = {name: fields[i] for name, i in columns.extras if i < len(fields)}
+      text_b = fields[columns.text_b] if columns.text_b is not None else None
+      examples.append(InputExample(guid, fields[columns.text_a], text_b, label, extras, line))
+    if skipped:
+      log.warning("%s: skipped %d malformed rows (--skip_malformed_rows)", table.path, skipped)
+    self.skipped[split] = skipped
+    return examples
+
+
+def _flag_for_split(split):
+  return {"train": "train", "dev": "eval", "test": "predict"}[split]
+
+
+def _column_name(table, index):
+  return table.header[index] if table.header else index
+
+
+def _optional(table, name):
+  """Index of a column that only some files of a task have (e.g. labels in a test file)."""
+  return table.header.index(name) if table.header and name in table.header else None
+
+
+def _label_column(table, name, split, flag_hint):
+  """A label column is required in train and dev files, optional in test files."""
+  if split == "test":
+    return _optional(table, name)
+  return table.column_index(name, flag_hint)
+
+
+# --- GLUE ---------------------------------------------------------------------
+
+
+class Sst2Processor(DataProcessor):
+  name = "sst-2"
+  labels = ["0", "1"]
+  split_files = {"train": ("train.tsv",), "dev": ("dev.tsv",), "test": ("test.tsv",)}
+
+  def columns(self, table, split):
+    return Columns(text_a=table.column_index("sentence", "the sentence column"),
+                   label=_label_column(table, "label", split, "the label column"),
+                   guid=_optional(table, "index"))
+
+
+class ColaProcessor(DataProcessor):
+  """CoLA: GLUE's 4-column headerless train/dev, a 2-column `sentence<TAB>label`
+  copy, or the test file with an `index<TAB>sentence` header."""
+  name = "cola"
+  labels = ["0", "1"]
+  has_header = False
+  split_files = {"train": ("train.tsv",), "dev": ("dev.tsv",), "test": ("test.tsv",)}
+
+  def columns(self, table, split):
+    first = table.rows[0][1]
+    if [f.strip() for f in first[:2]] == ["index", "sentence"]:
+      table.header = [f.strip() for f in first]
+      table.rows = table.rows[1:]
+      return Columns(text_a=1, guid=0)
+    if len(first) >= 4:
+      return Columns(text_a=3, label=1)
+    if len(first) == 2:
+      return Columns(text_a=0, label=1)
+    raise DataError(table.path, "CoLA rows have 2 or 4 columns but this one has %d" % len(first),
+                    "give GLUE's CoLA files", line=table.rows[0][0])
+
+
+class MrpcProcessor(DataProcessor):
+  """MRPC: GLUE's train/dev/test.tsv or Microsoft's original msr_paraphrase_*.txt."""
+  name = "mrpc"
+  labels = ["0", "1"]
+  split_files = {"train": ("train.tsv", "msr_paraphrase_train.txt"),
+                 "dev": ("dev.tsv", "msr_paraphrase_test.txt"),
+                 "test": ("test.tsv", "msr_paraphrase_test.txt")}
+
+  def columns(self, table, split):
+    return Columns(text_a=table.column_index("#1 String", "the #1 String column"),
+                   text_b=table.column_index("#2 String", "the #2 String column"),
+                   label=_label_column(table, "Quality", split, "the Quality column"),
+                   guid=_optional(table, "index"))
+
+
+class RteProcessor(DataProcessor):
+  """RTE with text labels, or 0/1 labels (0 = entailment); -1 marks an unlabelled row."""
+  name = "rte"
+  labels = ["entailment", "not_entailment"]
+  split_files = {"train": ("train.tsv",), "dev": ("dev.tsv",), "test": ("test.tsv",)}
+
+  def columns(self, table, split):
+    guid = _optional(table, "index")
+    return Columns(text_a=table.column_index("sentence1", "the sentence1 column"),
+                   text_b=table.column_index("sentence2", "the sentence2 column"),
+                   label=_label_column(table, "label", split, "the label column"),
+                   guid=guid if guid is not None else _optional(table, "idx"))
+
+  def parse_label(self, raw, path, line, column):
+    value = raw.strip()
+    if value == "-1":
+      return None
+    if value in ("0", "1"):
+      return self.labels[int(value)]
+    return DataProcessor.parse_label(self, raw, path, line, column)
+
+
+class MnliProcessor(DataProcessor):
+  name = "mnli"
+  labels = ["contradiction", "entailment", "neutral"]
+  split_files = {"train": ("train.tsv",), "dev": ("dev_matched.tsv",),
+                 "test": ("test_matched.tsv",)}
+
+  def columns(self, table, split):
+    return Columns(text_a=table.column_index("sentence1", "the sentence1 column"),
+                   text_b=table.column_index("sentence2", "the sentence2 column"),
+                   label=_label_column(table, "gold_label", split, "the gold_label column"),
+                   guid=_optional(table, "index"))
+
+
+class MnliMismatchedProcessor(MnliProcessor):
+  name = "mnli-mm"
+  split_files = {"train": ("train.tsv",), "dev": ("dev_mismatched.tsv",),
+                 "test": ("test_mismatched.tsv",)}
+
+
+class QqpProcessor(DataProcessor):
+  name = "qqp"
+  labels = ["0", "1"]
+  split_files = {"train": ("train.tsv",), "dev": ("dev.tsv",), "test": ("test.tsv",)}
+
+  def columns(self, table, split):
+    return Columns(text_a=table.column_index("question1", "the question1 column"),
+                   text_b=table.column_index("question2", "the question2 column"),
+                   label=_label_column(table, "is_duplicate", split, "the is_duplicate column"),
+                   guid=_optional(table, "id"))
+
+
+class StsbProcessor(DataProcessor):
+  """STS-B: a similarity score in [0, 5], learnt by regression."""
+  name = "sts-b"
+  labels = None
+  is_regression = True
+  split_files = {"train": ("train.tsv",), "dev": ("dev.tsv",), "test": ("test.tsv",)}
+
+  def columns(self, table, split):
+    return Columns(text_a=table.column_index("sentence1", "the sentence1 column"),
+                   text_b=table.column_index("sentence2", "the sentence2 column"),
+                   label=_label_column(table, "score", split, "the score column"),
+                   guid=_optional(table, "index"))
+
+  def parse_label(self, raw, path, line, column):
+    return _parse_float(raw, path, line, column, "a score between 0 and 5")
+
+
+def _parse_float(raw, path, line, column, what):
+  try:
+    value = float(raw)
+  except ValueError:
+    raise DataError(path, "%r is not a number" % raw, "give %s" % what, line=line, column=column)
+  if math.isnan(value):
+    raise DataError(path, "the value is NaN (empty or 'nan')",
+                    "fill in %s, or remove the row" % what, line=line, column=column)
+  return value
+
+
+# --- Jigsaw -------------------------------------------------------------------
+
+JIGSAW_TOXIC_LABEL_COLUMNS = ("toxic", "severe_toxic", "obscene", "threat", "insult",
+                              "identity_hate")
+JIGSAW_IDENTITY_COLUMNS = (
+    "male", "female", "transgender", "other_gender", "heterosexual",
+    "homosexual_gay_or_lesbian", "bisexual", "other_sexual_orientation", "christian",
+    "jewish", "muslim", "hindu", "buddhist", "atheist", "other_religion", "black", "white",
+    "asian", "latino", "other_race_or_ethnicity", "physical_disability",
+    "intellectual_or_learning_disability", "psychiatric_or_mental_illness",
+    "other_disability")
+
+
+class JigsawProcessor(DataProcessor):
+  delimiter = ","
+  quoting = csv.QUOTE_MINIMAL  # Kaggle CSVs quote comments that hold commas and newlines.
+  split_files = {"train": ("train.csv",), "dev": ("valid.csv", "dev.csv"),
+                 "test": ("test.csv",)}
+
+
+class JigsawToxicProcessor(JigsawProcessor):
+  """Kaggle Toxic Comment Classification: one of the six 0/1 label columns."""
+  name = "jigsaw_toxic"
+  labels = ["0", "1"]
+
+  def __init__(self, label_column="toxic", **kwargs):
+    super(JigsawToxicProcessor, self).__init__(**kwargs)
+    self.label_column = label_column
+
+  def columns(self, table, split):
+    return Columns(text_a=table.column_index("comment_text", "the comment_text column"),
+                   label=_label_column(table, self.label_column, split, "--label_column"),
+                   guid=_optional(table, "id"))
+
+
+class JigsawBiasProcessor(JigsawProcessor):
+  """Kaggle Unintended Bias: label is target >= 0.5; identity columns are carried through."""
+  name = "jigsaw_bias"
+  labels = ["0", "1"]
+
+  def columns(self, table, split):
+    extras = tuple((name, table.header.index(name)) for name in JIGSAW_IDENTITY_COLUMNS
+                   if name in table.header)
+    return Columns(text_a=table.column_index("comment_text", "the comment_text column"),
+                   label=_label_column(table, "target", split, "the target column"),
+                   guid=_optional(table, "id"), extras=extras)
+
+  def parse_label(self, raw, path, line, column):
+    target = _parse_float(raw, path, line, column, "a target in [0, 1]")
+    if not 0.0 <= target <= 1.0:
+      raise DataError(path, "target %r is outside [0, 1]" % raw,
+                      "give the toxicity fraction in [0, 1]", line=line, column=column)
+    return "1" if target >= 0.5 else "0"
+
+
+# --- Any CSV/TSV --------------------------------------------------------------
+
+
+class CsvProcessor(DataProcessor):
+  """Any CSV or TSV: columns by name (with a header) or by 0-based position."""
+  name = "csv"
+  quoting = csv.QUOTE_MINIMAL
+  split_files = {"train": ("train.csv", "train.tsv"),
+                 "dev": ("dev.csv", "dev.tsv", "valid.csv", "valid.tsv"),
+                 "test": ("test.csv", "test.tsv")}
+
+  def __init__(self, text_column, label_column, text_b_column=None, id_column=None,
+               has_header=True, delimiter=None, labels=None, **kwargs):
+    super(CsvProcessor, self).__init__(**kwargs)
+    self.text_column = text_column
+    self.text_b_column = text_b_column
+    self.label_column = label_column
+    self.id_column = id_column
+    self.has_header = has_header
+    self.explicit_delimiter = delimiter
+    self._labels = list(labels) if labels else None
+
+  def delimiter_of(self, path):
+    return delimiter_for(path, self.explicit_delimiter)
+
+  @property
+  def labels(self):
+    if self._labels is None:
+      self._labels = self._labels_from_train_file()
+    return self._labels
+
+  def _labels_from_train_file(self):
+    """The sorted distinct labels of the train file (numerically when they are numbers)."""
+    path = self.file_for("train")
+    table = read_table(path, self.delimiter_of(path), self.has_header, self.quoting)
+    index = table.column_index(self.label_column, "--label_column")
+    values = set(fields[index].strip() for _, fields in table.rows if len(fields) > index)
+    try:
+      found = sorted(values, key=float)
+    except ValueError:
+      found = sorted(values)
+    log.info("labels found in %s: %s (pass --labels to fix the list and its order)",
+             path, ", ".join(found))
+    return found
+
+  def _test_file_has_labels(self, table):
+    """A test file may leave out the label column; a train or dev file may not."""
+    column = str(self.label_column)
+    if column.isdigit():
+      return len(table.rows[0][1]) > int(column)
+    return bool(table.header) and column in table.header
+
+  def columns(self, table, split):
+    label = None
+    if self.label_column is not None and (split != "test" or
+                                          self._test_file_has_labels(table)):
+      label = table.column_index(self.label_column, "--label_column")
+    return Columns(
+        text_a=table.column_index(self.text_column, "--text_column"),
+        text_b=(table.column_index(self.text_b_column, "--text_b_column")
+                if self.text_b_column is not None else None),
+        label=label,
+        guid=(table.column_index(self.id_column, "--id_column")
+              if self.id_column is not None else None))
+
+
+GLUE_PROCESSORS = {
+    "sst-2": Sst2Processor, "cola": ColaProcessor, "mrpc": MrpcProcessor,
+    "rte": RteProcessor, "mnli": MnliProcessor, "mnli-mm": MnliMismatchedProcessor,
+    "qqp": QqpProcessor, "sts-b": StsbProcessor,
+}
+TASK_NAMES = tuple(sorted(GLUE_PROCESSORS)) + ("jigsaw_toxic", "jigsaw_bias", "csv")
+
+
+def get_processor(task_name, data_dir=None, files=None, skip_malformed_rows=False,
+                  text_column=None, text_b_column=None, label_column=None, id_column=None,
+                  has_header=True, delimiter=None, labels=None):
+  """Builds the processor for a task name (case-insensitive; 'sst2' and 'stsb' also accepted)."""
+  name = task_name.lower()
+  name = {"sst2": "sst-2", "stsb": "sts-b", "mnli_mm": "mnli-mm"}.get(name, name)
+  common = dict(data_dir=data_dir, files=files, skip_malformed_rows=skip_malformed_rows)
+  if name in GLUE_PROCESSORS:
+    return GLUE_PROCESSORS[name](**common)
+  if name == "jigsaw_toxic":
+    return JigsawToxicProcessor(label_column=label_column or "toxic", **common)
+  if name == "jigsaw_bias":
+    return JigsawBiasProcessor(**common)
+  if name == "csv":
+    return CsvProcessor(text_column=text_column, text_b_column=text_b_column,
+                        label_column=label_column, id_column=id_column, has_header=has_header,
+                        delimiter=delimiter, labels=labels, **common)
+  raise ValueError("unknown task %r; known tasks: %s" % (task_name, ", ".join(TASK_NAMES)))

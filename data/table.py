@@ -1,0 +1,111 @@
+"""Reads CSV/TSV files into rows that remember their line numbers, with clear errors."""
+
+import csv
+import io
+import sys
+
+import tensorflow.compat.v1 as tf
+
+from data.errors import DataError
+
+# Jigsaw comments can be long; Python's default field limit of 128 KiB is not enough.
+csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+
+
+class Table(object):
+  """The rows of one delimited file.
+
+  header: the list of column names, or None for a file without a header.
+  rows: list of (line_number, fields), line_number being where the record starts.
+  """
+
+  def __init__(self, path, header, rows):
+    self.path = path
+    self.header = header
+    self.rows = rows
+    self.blank_lines = 0
+
+  def column_index(self, column, flag_hint):
+    """Resolves a column given by name or by 0-based position to an index."""
+    if isinstance(column, int) or (isinstance(column, str) and column.isdigit()):
+      index = int(column)
+      width = len(self.header) if self.header else (len(self.rows[0][1]) if self.rows else 0)
+      if index >= width:
+        raise DataError(self.path, "there is no column number %d: rows have %d columns"
+                        % (index, width), "pass %s with a position below %d" % (flag_hint, width),
+                        line=1, column=column)
+      return index
+    if self.header is None:
+      raise DataError(self.path, "column %r was asked for by name but the file has no header"
+                      % column, "give %s as a 0-based position, or add a header row" % flag_hint,
+                      line=1)
+    if column not in self.header:
+      raise DataError(self.path, "there is no column %r; the header has: %s"
+                      % (column, ", ".join(self.header)),
+                      "pass %s=<one of those names>, or fix the header" % flag_hint,
+                      line=1, column=column)
+    return self.header.index(column)
+
+
+def decode_utf8(path, raw):
+  """Decodes bytes as UTF-8 (a BOM is allowed), naming the line and column of a bad byte."""
+  try:
+    return raw.decode("utf-8-sig")
+  except UnicodeDecodeError as e:
+    line = raw.count(b"\n", 0, e.start) + 1
+    line_start = raw.rfind(b"\n", 0, e.start) + 1
+    raise DataError(
+        path, "invalid UTF-8 (byte 0x%02x at byte %d of the line)" % (raw[e.start], e.start - line_start + 1),
+        "re-save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 in.csv > out.csv`",
+        line=line)
+
+
+def read_table(path, delimiter, has_header, quoting=csv.QUOTE_MINIMAL):
+  """Reads a whole delimited file. Raises DataError when it is empty or not UTF-8."""
+  if not tf.io.gfile.exists(path):
+    raise DataError(path, "the file does not exist",
+                    "check --data_dir and the file name (see the README for each task's files)")
+  with tf.io.gfile.GFile(path, "rb") as f:
+    raw = f.read()
+  text = decode_utf8(path, raw)
+  if not text.strip():
+    raise DataError(path, "the file is empty", "give a file with rows, or point at the right file")
+  kwargs = {"delimiter": delimiter}
+  if quoting == csv.QUOTE_NONE:
+    kwargs.update(quoting=csv.QUOTE_NONE, quotechar=None)
+  reader = csv.reader(io.StringIO(text, newline=""), **kwargs)
+  rows = []
+  blank_lines = 0
+  next_line = 1
+  try:
+    for fields in reader:
+      start, next_line = next_line, reader.line_num + 1
+      if not fields:
+        blank_lines += 1  # An empty line holds no record; counted and reported.
+        continue
+      rows.append((start, fields))
+  except csv.Error as e:
+    raise DataError(path, "the file cannot be parsed as %s: %s" % (_kind(delimiter), e),
+                    "check the quoting around line %d" % next_line, line=next_line)
+  header = None
+  if has_header:
+    header = [h.strip() for h in rows[0][1]]
+    rows = rows[1:]
+  if not rows:
+    raise DataError(path, "the file has a header but no data rows",
+                    "give a file with rows, or point at the right file", line=1)
+  table = Table(path, header, rows)
+  table.blank_lines = blank_lines
+  return table
+
+
+def _kind(delimiter):
+  return "TSV" if delimiter == "\t" else "CSV"
+
+
+def delimiter_for(path, explicit=None):
+  """The field delimiter: an explicit one, else tab for .tsv/.txt files and comma otherwise."""
+  if explicit:
+    return "\t" if explicit in ("\\t", "tab") else explicit
+  lowered = path.lower()
+  return "\t" if lowered.endswith(".tsv") or lowered.endswith(".txt") else ","

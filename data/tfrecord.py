@@ -1,0 +1,114 @@
+"""The one TFRecord schema (writer and parser share it) and the feature cache.
+
+Each record file has a metadata JSON beside it. A later run whose inputs have the
+same fingerprint (source files, vocabulary, lengths, labels, padding) reuses the
+records; any change rebuilds them.
+"""
+
+import hashlib
+import json
+import logging
+
+import tensorflow.compat.v1 as tf
+
+from data.features import convert_examples, num_padding_rows, padding_features
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+SEQUENCE_FIELDS = ("input_ids", "input_mask", "segment_ids")
+SCALAR_INT_FIELDS = ("is_real_example", "example_id")
+LABEL_FIELD = "label_ids"
+
+
+def parsing_spec(max_seq_length, is_regression):
+  """{name: FixedLenFeature} for tf.io.parse_single_example; the writer emits exactly these."""
+  spec = {name: tf.io.FixedLenFeature([max_seq_length], tf.int64) for name in SEQUENCE_FIELDS}
+  for name in SCALAR_INT_FIELDS:
+    spec[name] = tf.io.FixedLenFeature([], tf.int64)
+  spec[LABEL_FIELD] = tf.io.FixedLenFeature([], tf.float32 if is_regression else tf.int64)
+  return spec
+
+
+def to_tf_example(features, is_regression):
+  """Serialises InputFeatures with the fields of parsing_spec."""
+  def ints(values):
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+  fields = {name: ints(getattr(features, name)) for name in SEQUENCE_FIELDS}
+  fields["is_real_example"] = ints([int(features.is_real_example)])
+  fields["example_id"] = ints([features.example_id])
+  if is_regression:
+    fields[LABEL_FIELD] = tf.train.Feature(float_list=tf.train.FloatList(value=[features.label_id]))
+  else:
+    fields[LABEL_FIELD] = ints([features.label_id])
+  return tf.train.Example(features=tf.train.Features(feature=fields)).SerializeToString()
+
+
+def file_sha256(path):
+  digest = hashlib.sha256()
+  with tf.io.gfile.GFile(path, "rb") as f:
+    while True:
+      block = f.read(1 << 20)
+      if not block:
+        break
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def fingerprint(settings):
+  """A short stable hash of everything that determines the records' content."""
+  blob = json.dumps(dict(settings, schema_version=SCHEMA_VERSION), sort_keys=True)
+  return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
+def metadata_path(record_path):
+  return record_path + ".meta.json"
+
+
+def read_metadata(record_path):
+  path = metadata_path(record_path)
+  if not (tf.io.gfile.exists(path) and tf.io.gfile.exists(record_path)):
+    return None
+  with tf.io.gfile.GFile(path, "r") as f:
+    try:
+      return json.load(f)
+    except ValueError:
+      return None
+
+
+def build_records(examples, record_path, settings, tokenizer, pad_to_multiple=0):
+  """Writes (or reuses) the records of one split. Returns the metadata dict.
+
+  settings must hold everything that shapes the features: labels, is_regression,
+  max_seq_length, vocab and casing, source file hashes. pad_to_multiple > 0 appends
+  padding rows (is_real_example=0) so the file holds whole batches.
+  """
+  settings = dict(settings, pad_to_multiple=pad_to_multiple, num_examples=len(examples))
+  key = fingerprint(settings)
+  existing = read_metadata(record_path)
+  if existing is not None and existing.get("fingerprint") == key:
+    log.info("reusing cached features %s (%d examples + %d padding)", record_path,
+             existing["num_examples"], existing["num_padding"])
+    return existing
+  if existing is not None:
+    log.info("cached features %s are stale (inputs changed): rebuilding", record_path)
+
+  is_regression = settings["is_regression"]
+  max_seq_length = settings["max_seq_length"]
+  num_padding = num_padding_rows(len(examples), pad_to_multiple)
+  tf.io.gfile.makedirs(record_path.rsplit("/", 1)[0])
+  tmp_path = record_path + ".tmp"
+  with tf.io.TFRecordWriter(tmp_path) as writer:
+    for features in convert_examples(examples, settings["labels"], max_seq_length, tokenizer):
+      writer.write(to_tf_example(features, is_regression))
+    for _ in range(num_padding):
+      writer.write(to_tf_example(padding_features(max_seq_length, is_regression), is_regression))
+  tf.io.gfile.rename(tmp_path, record_path, overwrite=True)
+
+  metadata = dict(settings, fingerprint=key, schema_version=SCHEMA_VERSION,
+                  num_padding=num_padding, num_records=len(examples) + num_padding)
+  with tf.io.gfile.GFile(metadata_path(record_path), "w") as f:
+    json.dump(metadata, f, indent=2, sort_keys=True)
+  log.info("wrote %s: %d examples + %d padding rows", record_path, len(examples), num_padding)
+  return metadata

@@ -1,0 +1,240 @@
+"""WordPiece tokenization, id-for-id compatible with Google's BERT FullTokenizer.
+
+The algorithm is Google's (clean text, split CJK characters, lower-case and strip
+accents when asked, split on punctuation, then greedy longest-match-first
+WordPiece). Two things make this one faster on real text: character classes are
+memoised, and the WordPiece split of each distinct word is cached.
+"""
+
+import hashlib
+import io
+import re
+import unicodedata
+
+from data.errors import DataError
+
+UNK_TOKEN = "[UNK]"
+CLS_TOKEN = "[CLS]"
+SEP_TOKEN = "[SEP]"
+MAX_CHARS_PER_WORD = 200
+
+# Checkpoint directory names as Google published them, and the casing each implies.
+_KNOWN_UNCASED = ("uncased_L-24_H-1024_A-16", "uncased_L-12_H-768_A-12",
+                  "multilingual_L-12_H-768_A-12", "chinese_L-12_H-768_A-12")
+_KNOWN_CASED = ("cased_L-12_H-768_A-12", "cased_L-24_H-1024_A-16",
+                "multi_cased_L-12_H-768_A-12")
+
+
+def load_vocab(vocab_file):
+  """Reads a one-token-per-line vocabulary. Returns {token: id}."""
+  vocab = {}
+  with io.open(vocab_file, "r", encoding="utf-8") as reader:
+    for line in reader:
+      token = line.strip()
+      if token not in vocab:
+        vocab[token] = len(vocab)
+  if not vocab:
+    raise DataError(vocab_file, "the vocabulary file is empty",
+                    "pass the vocab.txt that belongs to the checkpoint")
+  return vocab
+
+
+def vocab_fingerprint(vocab_file):
+  """sha256 of the vocabulary file, recorded in feature-cache metadata."""
+  with open(vocab_file, "rb") as f:
+    return hashlib.sha256(f.read()).hexdigest()
+
+
+def check_vocab_matches_config(vocab_file, vocab_size, config_file):
+  """Raises DataError when the vocabulary and bert_config.json disagree on size."""
+  size = len(load_vocab(vocab_file))
+  if size != vocab_size:
+    raise DataError(
+        vocab_file,
+        "the vocabulary has %d tokens but %s says vocab_size=%d" %
+        (size, config_file, vocab_size),
+        "use the vocab.txt shipped with the same checkpoint as the config "
+        "(a cased and an uncased vocabulary, or two model families, are easy to mix up)")
+  return size
+
+
+def casing_mismatch_warning(do_lower_case, init_checkpoint):
+  """Returns a warning string when do_lower_case contradicts a known checkpoint name, else None."""
+  if not init_checkpoint:
+    return None
+  match = re.match(r"^.*?([A-Za-z0-9_-]+)/bert_model\.ckpt", init_checkpoint)
+  if match is None:
+    return None
+  name = match.group(1)
+  if name in _KNOWN_UNCASED and not do_lower_case:
+    implied, flag = "uncased", "--do_lower_case=True"
+  elif name in _KNOWN_CASED and do_lower_case:
+    implied, flag = "cased", "--do_lower_case=False"
+  else:
+    return None
+  return ("--do_lower_case=%s contradicts the checkpoint %s, which is %s. "
+          "Pass %s, or the text will not match what the model was trained on." %
+          (do_lower_case, name, implied, flag))
+
+
+class FullTokenizer(object):
+  """Basic tokenization followed by WordPiece, and id conversion."""
+
+  def __init__(self, vocab_file, do_lower_case=True):
+    self.vocab = load_vocab(vocab_file)
+    self.inv_vocab = {i: t for t, i in self.vocab.items()}
+    self.do_lower_case = do_lower_case
+    self._basic = BasicTokenizer(do_lower_case)
+    self._wordpiece = WordpieceTokenizer(self.vocab)
+
+  def tokenize(self, text):
+    pieces = []
+    for word in self._basic.tokenize(text):
+      pieces.extend(self._wordpiece.tokenize_word(word))
+    return pieces
+
+  def convert_tokens_to_ids(self, tokens):
+    return [self.vocab[t] for t in tokens]
+
+  def convert_ids_to_tokens(self, ids):
+    return [self.inv_vocab[i] for i in ids]
+
+
+def _char_class(char):
+  """One of 'drop', 'space', 'punct', 'cjk' or 'other', as Google's helpers decide."""
+  cp = ord(char)
+  if char in (" ", "\t", "\n", "\r"):
+    return "space"
+  if cp == 0 or cp == 0xFFFD:
+    return "drop"
+  cat = unicodedata.category(char)
+  if cat in ("Cc", "Cf"):
+    return "drop"
+  if cat == "Zs":
+    return "space"
+  if (33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126 or
+      cat.startswith("P")):
+    return "punct"
+  if _is_cjk(cp):
+    return "cjk"
+  return "other"
+
+
+def _is_cjk(cp):
+  return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or
+          0x20000 <= cp <= 0x2A6DF or 0x2A700 <= cp <= 0x2B73F or
+          0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF or
+          0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
+
+
+def _is_punctuation(char):
+  cp = ord(char)
+  return (33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126 or
+          unicodedata.category(char).startswith("P"))
+
+
+class BasicTokenizer(object):
+  """Cleans text and splits it on whitespace, punctuation and CJK characters."""
+
+  def __init__(self, do_lower_case=True):
+    self.do_lower_case = do_lower_case
+    self._classes = {}
+
+  def _class_of(self, char):
+    cls = self._classes.get(char)
+    if cls is None:
+      cls = self._classes[char] = _char_class(char)
+    return cls
+
+  def _clean(self, text):
+    """Drops invalid and control characters, maps whitespace to ' ', pads CJK with spaces."""
+    out = []
+    for char in text:
+      cls = self._class_of(char)
+      if cls == "drop":
+        continue
+      if cls == "space":
+        out.append(" ")
+      elif cls == "cjk":
+        out.append(" %s " % char)
+      else:
+        out.append(char)
+    return "".join(out)
+
+  def tokenize(self, text):
+    if isinstance(text, bytes):
+      text = text.decode("utf-8", "ignore")
+    words = []
+    for token in self._clean(text).split():
+      if self.do_lower_case:
+        token = _strip_accents(token.lower())
+      words.extend(_split_on_punctuation(token))
+    # Lower-casing and accent stripping can leave empty or whitespace pieces.
+    return " ".join(words).split()
+
+
+def _strip_accents(text):
+  if text.isascii() if hasattr(text, "isascii") else all(ord(c) < 128 for c in text):
+    return text
+  return "".join(c for c in unicodedata.normalize("NFD", text)
+                 if unicodedata.category(c) != "Mn")
+
+
+def _split_on_punctuation(text):
+  pieces = []
+  current = []
+  for char in text:
+    if _is_punctuation(char):
+      if current:
+        pieces.append("".join(current))
+        current = []
+      pieces.append(char)
+    else:
+      current.append(char)
+  if current:
+    pieces.append("".join(current))
+  return pieces
+
+
+class WordpieceTokenizer(object):
+  """Greedy longest-match-first WordPiece over one vocabulary, with a per-word cache."""
+
+  def __init__(self, vocab, unk_token=UNK_TOKEN, max_chars_per_word=MAX_CHARS_PER_WORD):
+    self.vocab = vocab
+    self.unk_token = unk_token
+    self.max_chars_per_word = max_chars_per_word
+    self._cache = {}
+
+  def tokenize(self, text):
+    pieces = []
+    for word in text.split():
+      pieces.extend(self.tokenize_word(word))
+    return pieces
+
+  def tokenize_word(self, word):
+    cached = self._cache.get(word)
+    if cached is None:
+      cached = self._split_word(word)
+      if len(self._cache) < 1000000:
+        self._cache[word] = cached
+    return cached
+
+  def _split_word(self, word):
+    if len(word) > self.max_chars_per_word:
+      return [self.unk_token]
+    pieces = []
+    start = 0
+    while start < len(word):
+      end = len(word)
+      piece = None
+      while start < end:
+        candidate = word[start:end] if start == 0 else "##" + word[start:end]
+        if candidate in self.vocab:
+          piece = candidate
+          break
+        end -= 1
+      if piece is None:
+        return [self.unk_token]
+      pieces.append(piece)
+      start = end
+    return pieces

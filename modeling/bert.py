@@ -1,0 +1,284 @@
+"""The BERT encoder, with exactly the variable names and shapes of Google's checkpoints.
+
+All tensors here are plain graph tensors; nothing knows about Estimators, labels or
+optimizers. Layers are built on tf.get_variable (not Keras), which behaves the same
+on TF 1.15 and TF 2.15 and gives the names `.../kernel`, `.../bias`,
+`.../LayerNorm/gamma` and `.../LayerNorm/beta` that the checkpoints use.
+"""
+
+import copy
+import json
+import math
+
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+from modeling.compat import static_shape
+
+
+class BertConfig(object):
+  """The hyper-parameters of a BERT model, as in Google's bert_config.json."""
+
+  FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+            "intermediate_size", "hidden_act", "hidden_dropout_prob",
+            "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
+            "initializer_range")
+
+  def __init__(self, vocab_size, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+               intermediate_size=3072, hidden_act="gelu", hidden_dropout_prob=0.1,
+               attention_probs_dropout_prob=0.1, max_position_embeddings=512,
+               type_vocab_size=2, initializer_range=0.02):
+    self.vocab_size = vocab_size
+    self.hidden_size = hidden_size
+    self.num_hidden_layers = num_hidden_layers
+    self.num_attention_heads = num_attention_heads
+    self.intermediate_size = intermediate_size
+    self.hidden_act = hidden_act
+    self.hidden_dropout_prob = hidden_dropout_prob
+    self.attention_probs_dropout_prob = attention_probs_dropout_prob
+    self.max_position_embeddings = max_position_embeddings
+    self.type_vocab_size = type_vocab_size
+    self.initializer_range = initializer_range
+    self.validate()
+
+  def validate(self):
+    if self.hidden_size % self.num_attention_heads:
+      raise ValueError("hidden_size %d is not a multiple of num_attention_heads %d" %
+                       (self.hidden_size, self.num_attention_heads))
+    if self.hidden_act not in ACTIVATIONS:
+      raise ValueError("unknown hidden_act %r; known: %s" %
+                       (self.hidden_act, ", ".join(sorted(ACTIVATIONS))))
+
+  @classmethod
+  def from_dict(cls, values):
+    missing = [f for f in ("vocab_size",) if f not in values]
+    if missing:
+      raise ValueError("bert config lacks %s" % ", ".join(missing))
+    return cls(**{k: v for k, v in values.items() if k in cls.FIELDS})
+
+  @classmethod
+  def from_json_file(cls, path):
+    with tf.io.gfile.GFile(path, "r") as f:
+      try:
+        values = json.load(f)
+      except ValueError as e:
+        raise ValueError("%s is not valid JSON: %s" % (path, e))
+    try:
+      return cls.from_dict(values)
+    except (TypeError, ValueError) as e:
+      raise ValueError("%s: %s" % (path, e))
+
+  def to_dict(self):
+    return {f: getattr(self, f) for f in self.FIELDS}
+
+  def to_json_string(self):
+    return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+  def without_dropout(self):
+    config = copy.deepcopy(self)
+    config.hidden_dropout_prob = 0.0
+    config.attention_probs_dropout_prob = 0.0
+    return config
+
+
+def gelu_tanh(x):
+  """GELU with the tanh approximation, as Google's BERT computes it ("gelu")."""
+  cdf = 0.5 * (1.0 + tf.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * tf.pow(x, 3))))
+  return x * cdf
+
+
+def gelu_exact(x):
+  """GELU with the error function, as Hugging Face's "gelu" is defined."""
+  return 0.5 * x * (1.0 + tf.math.erf(x / math.sqrt(2.0)))
+
+
+ACTIVATIONS = {"gelu": gelu_tanh, "gelu_exact": gelu_exact, "relu": tf.nn.relu,
+               "tanh": tf.tanh, "linear": None}
+
+
+def initializer(config):
+  return tf.truncated_normal_initializer(stddev=config.initializer_range)
+
+
+def dense(x, units, name, kernel_initializer, activation=None):
+  """x [..., in] -> [..., units], with variables `name/kernel` [in, units] and `name/bias`."""
+  in_units = static_shape(x)[-1]
+  with tf.variable_scope(name):
+    kernel = tf.get_variable("kernel", [in_units, units], initializer=kernel_initializer)
+    bias = tf.get_variable("bias", [units], initializer=tf.zeros_initializer())
+  y = tf.nn.bias_add(tf.tensordot(x, kernel, [[x.shape.ndims - 1], [0]])
+                     if x.shape.ndims > 2 else tf.matmul(x, kernel), bias)
+  return activation(y) if activation is not None else y
+
+
+def layer_norm(x, name="LayerNorm", epsilon=1e-12):
+  """Layer normalisation over the last axis with `LayerNorm/beta` and `LayerNorm/gamma`."""
+  units = static_shape(x)[-1]
+  with tf.variable_scope(name):
+    beta = tf.get_variable("beta", [units], initializer=tf.zeros_initializer())
+    gamma = tf.get_variable("gamma", [units], initializer=tf.ones_initializer())
+  mean, variance = tf.nn.moments(x, [-1], keep_dims=True)
+  return (x - mean) * tf.rsqrt(variance + epsilon) * gamma + beta
+
+
+def dropout(x, rate):
+  if not rate:
+    return x
+  return tf.nn.dropout(x, rate=rate)
+
+
+class BertModel(object):
+  """The BERT encoder.
+
+  Inputs are int32 [batch, seq] tensors. Outputs:
+    sequence_output [batch, seq, hidden]: the last layer,
+    pooled_output [batch, hidden]: tanh(dense(first token)),
+    all_layers: list of [batch, seq, hidden], one per layer,
+    embedding_table [vocab, hidden].
+  """
+
+  def __init__(self, config, is_training, input_ids, input_mask=None, token_type_ids=None,
+               use_one_hot_embeddings=False, scope="bert"):
+    if not is_training:
+      config = config.without_dropout()
+    batch_size, seq_length = _check_inputs(input_ids, config)
+    if input_mask is None:
+      input_mask = tf.ones_like(input_ids)
+    if token_type_ids is None:
+      token_type_ids = tf.zeros_like(input_ids)
+    init = initializer(config)
+
+    with tf.variable_scope(scope):
+      with tf.variable_scope("embeddings"):
+        self.embedding_output, self.embedding_table = _embeddings(
+            config, input_ids, token_type_ids, seq_length, use_one_hot_embeddings, init)
+      with tf.variable_scope("encoder"):
+        attention_bias = _attention_bias(input_mask)
+        self.all_layers = _transformer(config, self.embedding_output, attention_bias, init)
+        self.sequence_output = self.all_layers[-1]
+      with tf.variable_scope("pooler"):
+        first_token = self.sequence_output[:, 0, :]
+        self.pooled_output = dense(first_token, config.hidden_size, "dense", init,
+                                   activation=tf.tanh)
+    self.batch_size = batch_size
+    self.seq_length = seq_length
+
+  def get_pooled_output(self):
+    return self.pooled_output
+
+  def get_sequence_output(self):
+    return self.sequence_output
+
+
+def _check_inputs(input_ids, config):
+  shape = static_shape(input_ids)
+  if len(shape) != 2:
+    raise ValueError("input_ids must be [batch, seq_length], got shape %s" % shape)
+  if shape[1] is None:  # Hub modules take any length; it is known only at run time.
+    return shape[0], tf.shape(input_ids)[1]
+  if shape[1] > config.max_position_embeddings:
+    raise ValueError("sequence length %d exceeds max_position_embeddings %d" %
+                     (shape[1], config.max_position_embeddings))
+  return shape[0], shape[1]
+
+
+def _embeddings(config, input_ids, token_type_ids, seq_length, use_one_hot, init):
+  """Word + token-type + position embeddings, normalised and dropped out."""
+  word_table = tf.get_variable("word_embeddings", [config.vocab_size, config.hidden_size],
+                               initializer=init)
+  if use_one_hot:
+    # TPUs gather slowly and cannot compile the sparse gradient of a gather.
+    words = tf.matmul(tf.one_hot(tf.reshape(input_ids, [-1]), config.vocab_size), word_table)
+    words = tf.reshape(words, [-1, seq_length, config.hidden_size])
+  else:
+    words = tf.gather(word_table, input_ids)
+
+  type_table = tf.get_variable("token_type_embeddings",
+                               [config.type_vocab_size, config.hidden_size], initializer=init)
+  # The type vocabulary is tiny, so a one-hot matmul is the fast path on every device.
+  types = tf.matmul(tf.one_hot(tf.reshape(token_type_ids, [-1]), config.type_vocab_size),
+                    type_table)
+  types = tf.reshape(types, [-1, seq_length, config.hidden_size])
+
+  position_table = tf.get_variable("position_embeddings",
+                                   [config.max_position_embeddings, config.hidden_size],
+                                   initializer=init)
+  positions = tf.expand_dims(position_table[:seq_length], 0)
+
+  output = layer_norm(words + types + positions)
+  return dropout(output, config.hidden_dropout_prob), word_table
+
+
+def _attention_bias(input_mask):
+  """[batch, seq] mask of 1s and 0s -> [batch, 1, 1, seq] additive bias (0 or -10000)."""
+  mask = tf.cast(input_mask, tf.float32)[:, tf.newaxis, tf.newaxis, :]
+  return (1.0 - mask) * -10000.0
+
+
+def _transformer(config, x, attention_bias, init):
+  activation = ACTIVATIONS[config.hidden_act]
+  layers = []
+  for index in range(config.num_hidden_layers):
+    with tf.variable_scope("layer_%d" % index):
+      with tf.variable_scope("attention"):
+        with tf.variable_scope("self"):
+          context = _self_attention(config, x, attention_bias, init)
+        with tf.variable_scope("output"):
+          attended = dense(context, config.hidden_size, "dense", init)
+          attended = layer_norm(dropout(attended, config.hidden_dropout_prob) + x)
+      with tf.variable_scope("intermediate"):
+        hidden = dense(attended, config.intermediate_size, "dense", init, activation=activation)
+      with tf.variable_scope("output"):
+        out = dense(hidden, config.hidden_size, "dense", init)
+        x = layer_norm(dropout(out, config.hidden_dropout_prob) + attended)
+    layers.append(x)
+  return layers
+
+
+def _self_attention(config, x, attention_bias, init):
+  """Multi-head scaled dot-product self-attention. x [B, S, H] -> context [B, S, H]."""
+  heads = config.num_attention_heads
+  head_size = config.hidden_size // heads
+  seq_length = static_shape(x)[1] or tf.shape(x)[1]
+
+  def split_heads(t):  # [B, S, H] -> [B, heads, S, head_size]
+    return tf.transpose(tf.reshape(t, [-1, seq_length, heads, head_size]), [0, 2, 1, 3])
+
+  query = split_heads(dense(x, config.hidden_size, "query", init))
+  key = split_heads(dense(x, config.hidden_size, "key", init))
+  value = split_heads(dense(x, config.hidden_size, "value", init))
+
+  scores = tf.matmul(query, key, transpose_b=True) * (1.0 / math.sqrt(float(head_size)))
+  probs = dropout(tf.nn.softmax(scores + attention_bias), config.attention_probs_dropout_prob)
+  context = tf.transpose(tf.matmul(probs, value), [0, 2, 1, 3])
+  return tf.reshape(context, [-1, seq_length, config.hidden_size])
+
+
+def encoder_variable_shapes(config):
+  """{name: shape} of every encoder variable, computed without building a graph."""
+  h, i = config.hidden_size, config.intermediate_size
+  shapes = {
+      "bert/embeddings/word_embeddings": [config.vocab_size, h],
+      "bert/embeddings/token_type_embeddings": [config.type_vocab_size, h],
+      "bert/embeddings/position_embeddings": [config.max_position_embeddings, h],
+      "bert/embeddings/LayerNorm/beta": [h], "bert/embeddings/LayerNorm/gamma": [h],
+      "bert/pooler/dense/kernel": [h, h], "bert/pooler/dense/bias": [h],
+  }
+  for n in range(config.num_hidden_layers):
+    p = "bert/encoder/layer_%d/" % n
+    for name in ("attention/self/query", "attention/self/key", "attention/self/value",
+                 "attention/output/dense"):
+      shapes[p + name + "/kernel"] = [h, h]
+      shapes[p + name + "/bias"] = [h]
+    shapes[p + "intermediate/dense/kernel"] = [h, i]
+    shapes[p + "intermediate/dense/bias"] = [i]
+    shapes[p + "output/dense/kernel"] = [i, h]
+    shapes[p + "output/dense/bias"] = [h]
+    for name in ("attention/output/LayerNorm", "output/LayerNorm"):
+      shapes[p + name + "/beta"] = [h]
+      shapes[p + name + "/gamma"] = [h]
+  return shapes
+
+
+def num_parameters(config):
+  return int(sum(np.prod(s) for s in encoder_variable_shapes(config).values()))

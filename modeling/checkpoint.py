@@ -1,0 +1,59 @@
+"""Initialising a graph's variables from a BERT checkpoint by name."""
+
+import logging
+
+import tensorflow.compat.v1 as tf
+
+from modeling.optimization import variable_name
+
+log = logging.getLogger(__name__)
+
+
+def assignment_map(variables, init_checkpoint):
+  """Maps every variable whose name is in the checkpoint to itself.
+
+  Returns (assignment_map, initialised_names, missing_names). A name present with
+  another shape raises ValueError naming both shapes, since that means the config
+  and the checkpoint do not belong together.
+  """
+  in_checkpoint = dict(tf.train.list_variables(init_checkpoint))
+  mapping, initialised, missing = {}, [], []
+  for var in variables:
+    name = variable_name(var.name)
+    if name not in in_checkpoint:
+      missing.append(name)
+      continue
+    shape = var.shape.as_list()
+    if list(in_checkpoint[name]) != shape:
+      raise ValueError(
+          "variable %s has shape %s in the graph but %s in %s: the bert_config.json does not "
+          "belong to this checkpoint" % (name, shape, list(in_checkpoint[name]), init_checkpoint))
+    mapping[name] = name
+    initialised.append(name)
+  return mapping, initialised, missing
+
+
+def init_from_checkpoint(init_checkpoint, variables, use_tpu):
+  """Sets up initialisation from init_checkpoint. Returns the scaffold_fn for TPUEstimatorSpec.
+
+  On TPU the initialisation must happen inside the scaffold function, which
+  TPUEstimator runs on the host; elsewhere it happens right away.
+  """
+  if not init_checkpoint:
+    log.info("no init_checkpoint: all %d variables start from random values", len(variables))
+    return None
+  mapping, initialised, missing = assignment_map(variables, init_checkpoint)
+  log.info("initialising %d of %d variables from %s", len(initialised), len(variables),
+           init_checkpoint)
+  for name in initialised:
+    log.debug("  from checkpoint: %s", name)
+  if missing:
+    log.info("  %d variables start from random values: %s", len(missing), ", ".join(missing))
+
+  if use_tpu:
+    def scaffold_fn():
+      tf.train.init_from_checkpoint(init_checkpoint, mapping)
+      return tf.train.Scaffold()
+    return scaffold_fn
+  tf.train.init_from_checkpoint(init_checkpoint, mapping)
+  return None

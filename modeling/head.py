@@ -1,0 +1,43 @@
+"""The classification/regression head on BERT's pooled output, and its losses.
+
+Variable names (`output_weights` [num_outputs, hidden], `output_bias`) are those of
+Google's run_classifier, so its fine-tuned checkpoints load here too.
+"""
+
+import tensorflow.compat.v1 as tf
+
+from modeling.compat import static_shape
+
+HEAD_DROPOUT = 0.1
+
+
+def head_logits(pooled_output, num_outputs, is_training, initializer_range=0.02):
+  """pooled_output [batch, hidden] -> logits [batch, num_outputs]."""
+  hidden = static_shape(pooled_output)[-1]
+  weights = tf.get_variable("output_weights", [num_outputs, hidden],
+                            initializer=tf.truncated_normal_initializer(stddev=initializer_range))
+  bias = tf.get_variable("output_bias", [num_outputs], initializer=tf.zeros_initializer())
+  if is_training:
+    pooled_output = tf.nn.dropout(pooled_output, rate=HEAD_DROPOUT)
+  return tf.nn.bias_add(tf.matmul(pooled_output, weights, transpose_b=True), bias)
+
+
+def classification_loss(logits, label_ids):
+  """Softmax cross-entropy. Returns (per_example_loss [batch], probabilities [batch, labels])."""
+  num_labels = static_shape(logits)[-1]
+  log_probs = tf.nn.log_softmax(logits, axis=-1)
+  one_hot = tf.one_hot(label_ids, depth=num_labels, dtype=tf.float32)
+  per_example_loss = -tf.reduce_sum(one_hot * log_probs, axis=-1)
+  return per_example_loss, tf.nn.softmax(logits, axis=-1)
+
+
+def regression_loss(logits, targets):
+  """Squared error on one output. Returns (per_example_loss [batch], predictions [batch])."""
+  predictions = tf.squeeze(logits, axis=-1)
+  return tf.square(predictions - tf.cast(targets, tf.float32)), predictions
+
+
+def mean_over_real(per_example_loss, is_real_example):
+  """The mean loss over real rows only; padding rows added to fill a batch do not count."""
+  weights = tf.cast(is_real_example, tf.float32)
+  return tf.reduce_sum(per_example_loss * weights) / tf.maximum(tf.reduce_sum(weights), 1.0)

@@ -1,0 +1,71 @@
+"""model_fn for TPUEstimator: encoder + head + loss + optimizer + metrics, in all three modes."""
+
+import tensorflow.compat.v1 as tf
+
+from modeling import head
+from modeling.bert import BertModel
+from modeling.checkpoint import init_from_checkpoint
+from modeling.metrics import classification_metrics, regression_metrics
+from modeling.optimization import create_train_op
+
+TRAIN_LOSS_NAME = "train_loss"
+
+
+def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate, num_train_steps,
+                     num_warmup_steps, use_tpu, use_one_hot_embeddings=None, is_regression=False,
+                     hub_module_handle=None):
+  """Returns a model_fn(features, labels, mode, params) for TPUEstimator.
+
+  num_labels is the number of classes (ignored for regression, which has one output).
+  With hub_module_handle the encoder comes from a TF1 hub module instead of
+  BertModel; init_checkpoint still initialises any variable it names (e.g. the head).
+  """
+  if use_one_hot_embeddings is None:
+    use_one_hot_embeddings = use_tpu
+  num_outputs = 1 if is_regression else num_labels
+
+  def model_fn(features, labels, mode, params):
+    del labels, params  # Labels travel inside `features`; batch size is the input_fn's business.
+    is_training = mode == tf.estimator.ModeKeys.TRAIN
+    pooled = encode(bert_config, features, is_training, use_one_hot_embeddings,
+                    hub_module_handle)
+    logits = head.head_logits(pooled, num_outputs, is_training, bert_config.initializer_range)
+    label_ids = features["label_ids"]
+    if is_regression:
+      per_example_loss, outputs = head.regression_loss(logits, label_ids)
+    else:
+      per_example_loss, outputs = head.classification_loss(logits, label_ids)
+    is_real = features["is_real_example"]
+
+    scaffold_fn = init_from_checkpoint(init_checkpoint, tf.trainable_variables(), use_tpu)
+    spec = tf.estimator.tpu.TPUEstimatorSpec
+    if mode == tf.estimator.ModeKeys.TRAIN:
+      loss = tf.identity(tf.reduce_mean(per_example_loss), name=TRAIN_LOSS_NAME)
+      train_op = create_train_op(loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu)
+      return spec(mode=mode, loss=loss, train_op=train_op, scaffold_fn=scaffold_fn)
+
+    if mode == tf.estimator.ModeKeys.EVAL:
+      metric_fn = regression_metrics if is_regression else classification_metrics
+      tensors = {"per_example_loss": per_example_loss, "is_real_example": is_real}
+      if is_regression:
+        tensors.update(targets=label_ids, predictions=outputs)
+      else:
+        tensors.update(label_ids=label_ids, logits=logits)
+      return spec(mode=mode, loss=head.mean_over_real(per_example_loss, is_real),
+                  eval_metrics=(metric_fn, tensors), scaffold_fn=scaffold_fn)
+
+    predictions = {"example_id": features["example_id"], "is_real_example": is_real}
+    predictions["predictions" if is_regression else "probabilities"] = outputs
+    return spec(mode=mode, predictions=predictions, scaffold_fn=scaffold_fn)
+
+  return model_fn
+
+
+def encode(bert_config, features, is_training, use_one_hot_embeddings, hub_module_handle=None):
+  """The pooled output [batch, hidden] of BertModel or of a TF1 BERT hub module."""
+  if hub_module_handle:
+    from modeling.hub_module import hub_pooled_output  # Only hub users need tensorflow_hub.
+    return hub_pooled_output(hub_module_handle, features, is_training)
+  model = BertModel(bert_config, is_training, features["input_ids"], features["input_mask"],
+                    features["segment_ids"], use_one_hot_embeddings=use_one_hot_embeddings)
+  return model.get_pooled_output()

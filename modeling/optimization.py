@@ -1,0 +1,95 @@
+"""AdamWeightDecay with linear warm-up and linear decay, as BERT was fine-tuned."""
+
+import re
+
+import tensorflow.compat.v1 as tf
+
+WEIGHT_DECAY_RATE = 0.01
+NO_DECAY_PATTERNS = ("LayerNorm", "layer_norm", "bias")
+CLIP_NORM = 1.0
+
+
+def learning_rate_schedule(init_lr, num_train_steps, num_warmup_steps, global_step):
+  """Linear warm-up to init_lr over num_warmup_steps, then linear decay to 0 at num_train_steps.
+
+  Warm-up uses (step + 1) so that the very first step already learns; the decay
+  part is Google's polynomial decay with power 1.
+  """
+  step = tf.cast(global_step, tf.float32)
+  total = float(max(num_train_steps, 1))
+  decayed = init_lr * (1.0 - tf.minimum(step, total) / total)
+  if not num_warmup_steps:
+    return decayed
+  warmup = init_lr * (step + 1.0) / float(num_warmup_steps)
+  return tf.where(step < float(num_warmup_steps), warmup, decayed)
+
+
+class AdamWeightDecayOptimizer(tf.train.Optimizer):
+  """Adam with decoupled weight decay and no bias correction (BERT's optimizer).
+
+  Its slots are variables named `<param>/adam_m` and `<param>/adam_v`, as in
+  Google's checkpoints. It does not increment the global step.
+  """
+
+  def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9, beta_2=0.999,
+               epsilon=1e-6, exclude_from_weight_decay=None, name="AdamWeightDecayOptimizer"):
+    super(AdamWeightDecayOptimizer, self).__init__(False, name)
+    self.learning_rate = learning_rate
+    self.weight_decay_rate = weight_decay_rate
+    self.beta_1 = beta_1
+    self.beta_2 = beta_2
+    self.epsilon = epsilon
+    self.exclude_from_weight_decay = exclude_from_weight_decay or ()
+
+  def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+    updates = []
+    for grad, param in grads_and_vars:
+      if grad is None or param is None:
+        continue
+      if isinstance(grad, tf.IndexedSlices):
+        grad = tf.convert_to_tensor(grad)
+      param_name = variable_name(param.name)
+      m = tf.get_variable(param_name + "/adam_m", shape=param.shape.as_list(), dtype=tf.float32,
+                          trainable=False, initializer=tf.zeros_initializer())
+      v = tf.get_variable(param_name + "/adam_v", shape=param.shape.as_list(), dtype=tf.float32,
+                          trainable=False, initializer=tf.zeros_initializer())
+      next_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
+      next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
+      update = next_m / (tf.sqrt(next_v) + self.epsilon)
+      if self.uses_weight_decay(param_name):
+        update += self.weight_decay_rate * param
+      updates.extend([param.assign(param - self.learning_rate * update),
+                      m.assign(next_m), v.assign(next_v)])
+    return tf.group(*updates, name=name)
+
+  def uses_weight_decay(self, param_name):
+    if not self.weight_decay_rate:
+      return False
+    return not any(re.search(p, param_name) for p in self.exclude_from_weight_decay)
+
+
+def variable_name(name):
+  """'bert/x/kernel:0' -> 'bert/x/kernel'."""
+  match = re.match("^(.*):\\d+$", name)
+  return match.group(1) if match else name
+
+
+def create_train_op(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu):
+  """Builds the train op: clipped gradients, AdamWeightDecay, and a global-step increment.
+
+  On TPU the optimizer is wrapped in CrossShardOptimizer, which scales the loss by
+  1/num_shards and sums gradients across cores. Clipping happens per core before
+  that sum, as in Google's run_classifier.
+  """
+  global_step = tf.train.get_or_create_global_step()
+  learning_rate = learning_rate_schedule(init_lr, num_train_steps, num_warmup_steps, global_step)
+  optimizer = AdamWeightDecayOptimizer(learning_rate, weight_decay_rate=WEIGHT_DECAY_RATE,
+                                       exclude_from_weight_decay=NO_DECAY_PATTERNS)
+  if use_tpu:
+    optimizer = tf.tpu.CrossShardOptimizer(optimizer)
+  tvars = tf.trainable_variables()
+  grads_and_vars = optimizer.compute_gradients(loss, tvars)
+  grads, _ = tf.clip_by_global_norm([g for g, _ in grads_and_vars], clip_norm=CLIP_NORM)
+  apply_op = optimizer.apply_gradients(zip(grads, tvars), global_step=global_step)
+  with tf.control_dependencies([apply_op]):
+    return tf.group(apply_op, global_step.assign_add(1))

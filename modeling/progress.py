@@ -1,0 +1,81 @@
+"""A training hook that reports step, loss, examples/sec and time left, on any device."""
+
+import logging
+import time
+
+import tensorflow.compat.v1 as tf
+
+log = logging.getLogger(__name__)
+
+
+def format_seconds(seconds):
+  seconds = int(round(seconds))
+  if seconds >= 3600:
+    return "%dh%02dm" % (seconds // 3600, seconds % 3600 // 60)
+  if seconds >= 60:
+    return "%dm%02ds" % (seconds // 60, seconds % 60)
+  return "%ds" % seconds
+
+
+class ProgressHook(tf.train.SessionRunHook):
+  """Logs progress every `every_steps` steps.
+
+  The loss is read from the tensor named loss_tensor_name when fetch_loss is set
+  (not on TPU, where the loss lives on the device and TPUEstimator reports it).
+  Rates are measured from the end of the first step, so graph building and the
+  first step's compilation are not counted as training time.
+  """
+
+  def __init__(self, total_steps, batch_size, every_steps=10, loss_tensor_name=None,
+               fetch_loss=True, report=None):
+    self.total_steps = total_steps
+    self.batch_size = batch_size
+    self.every_steps = max(1, every_steps)
+    self.loss_tensor_name = loss_tensor_name
+    self.fetch_loss = fetch_loss
+    self.report = report or log.info
+    self.history = []  # (step, loss, examples_per_sec) at each report
+
+  def begin(self):
+    self._global_step = tf.train.get_global_step()
+    self._loss = None
+    if self.fetch_loss and self.loss_tensor_name:
+      try:
+        self._loss = tf.get_default_graph().get_tensor_by_name(self.loss_tensor_name + ":0")
+      except KeyError:
+        self._loss = None
+    self._window_losses = []
+    self._window_start = None
+    self._first_step = None
+
+  def before_run(self, run_context):
+    fetches = {"step": self._global_step}
+    if self._loss is not None:
+      fetches["loss"] = self._loss
+    return tf.train.SessionRunArgs(fetches)
+
+  def after_run(self, run_context, run_values):
+    step = int(run_values.results["step"]) + 1  # The value read before this step's increment.
+    now = time.time()
+    if "loss" in run_values.results:
+      self._window_losses.append(float(run_values.results["loss"]))
+    if self._first_step is None:
+      self._first_step, self._start_time = step, now
+      self._window_start = (step, now)
+      self._window_losses = []
+      return
+    if step - self._window_start[0] >= self.every_steps or step >= self.total_steps:
+      self._log(step, now)
+
+  def _log(self, step, now):
+    window_steps = step - self._window_start[0]
+    rate = window_steps * self.batch_size / max(now - self._window_start[1], 1e-9)
+    overall = (step - self._first_step) / max(now - self._start_time, 1e-9)
+    eta = (self.total_steps - step) / overall if overall > 0 else 0.0
+    loss = (sum(self._window_losses) / len(self._window_losses)) if self._window_losses else None
+    self.history.append((step, loss, rate))
+    self.report("step %d/%d  loss %s  %.1f examples/sec  ETA %s" % (
+        step, self.total_steps, "%.4f" % loss if loss is not None else "n/a (on TPU)", rate,
+        format_seconds(eta)))
+    self._window_start = (step, now)
+    self._window_losses = []

@@ -1,0 +1,422 @@
+"""Fine-tune BERT for text classification or regression with (TPU)Estimator.
+
+The same graph runs on CPU, GPU and TPU: --use_tpu switches TPUEstimator between a
+Cloud TPU and the local device. This file reads the flags, validates them once,
+and wires data/ to modeling/. Nothing else reads flags.
+
+  python run_classifier.py --task_name=jigsaw_toxic --data_dir=... \
+      --bert_config_file=.../bert_config.json --vocab_file=.../vocab.txt \
+      --init_checkpoint=.../bert_model.ckpt --do_train --do_eval --do_predict \
+      --output_dir=/tmp/out
+"""
+
+import collections
+import json
+import logging
+import math
+import os
+import random
+import sys
+import time
+
+from absl import app
+from absl import flags
+
+import tensorflow.compat.v1 as tf
+
+from data import tokenization
+from data.errors import DataError
+from data.input_fn import input_fn_builder
+from data.processors import TASK_NAMES, get_processor
+from data.tfrecord import build_records, file_sha256
+from modeling.bert import BertConfig
+from modeling.compat import setup_tensorflow
+from modeling.model_fn import TRAIN_LOSS_NAME, model_fn_builder
+from modeling.progress import ProgressHook, format_seconds
+
+log = logging.getLogger("run_classifier")
+FLAGS = flags.FLAGS
+
+# --- Flags (names shared with Google's run_classifier mean the same thing) ------------
+
+flags.DEFINE_string("task_name", None, "One of: %s." % ", ".join(TASK_NAMES))
+flags.DEFINE_string("data_dir", None, "Folder with the task's files (see the README per task).")
+flags.DEFINE_string("train_file", None, "Train file; overrides the one found in --data_dir.")
+flags.DEFINE_string("eval_file", None, "Eval file; overrides the one found in --data_dir.")
+flags.DEFINE_string("predict_file", None, "Predict file; overrides the one found in --data_dir.")
+flags.DEFINE_string("bert_config_file", None, "bert_config.json of the pre-trained model.")
+flags.DEFINE_string("vocab_file", None, "vocab.txt of the pre-trained model.")
+flags.DEFINE_string("init_checkpoint", None, "Checkpoint to start from (e.g. .../bert_model.ckpt).")
+flags.DEFINE_string("bert_hub_module_handle", None,
+                    "A TF1-format BERT hub module (path or URL) to use instead of "
+                    "--bert_config_file/--init_checkpoint.")
+flags.DEFINE_string("output_dir", None, "Where checkpoints, features and results go.")
+flags.DEFINE_string("cache_dir", None, "Where featurised TFRecords are cached. "
+                    "Default: <output_dir>/features.")
+flags.DEFINE_bool("do_lower_case", True, "Lower-case the text (True for uncased models).")
+flags.DEFINE_integer("max_seq_length", 128, "Tokens per example after WordPiece, with "
+                     "[CLS]/[SEP]. Longer texts are truncated, shorter ones padded.")
+flags.DEFINE_bool("do_train", False, "Fine-tune on the train split.")
+flags.DEFINE_bool("do_eval", False, "Evaluate on the dev split.")
+flags.DEFINE_bool("do_predict", False, "Predict the test split into test_results.tsv.")
+flags.DEFINE_integer("train_batch_size", 32, "Global training batch size.")
+flags.DEFINE_integer("eval_batch_size", 8, "Global eval batch size.")
+flags.DEFINE_integer("predict_batch_size", 8, "Global predict batch size.")
+flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate of AdamWeightDecay.")
+flags.DEFINE_float("num_train_epochs", 3.0, "Epochs over the (fraction of the) train split.")
+flags.DEFINE_integer("num_train_steps", 0, "If > 0, train exactly this many steps instead of "
+                     "--num_train_epochs.")
+flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of the steps with linear warm-up.")
+flags.DEFINE_float("train_fraction", 1.0, "Train on this fraction (0, 1] of the train split, "
+                   "a seeded random subset.")
+flags.DEFINE_integer("save_checkpoints_steps", 1000, "Steps between checkpoints.")
+flags.DEFINE_integer("iterations_per_loop", 1000, "Steps per TPU loop (host round trip).")
+flags.DEFINE_integer("log_every_steps", 10, "Steps between progress lines in training.")
+flags.DEFINE_integer("seed", 12345, "Seed for initialisation, dropout, shuffling and "
+                     "--train_fraction.")
+flags.DEFINE_bool("use_tpu", False, "Run on a Cloud TPU instead of the local CPU/GPU.")
+flags.DEFINE_string("tpu_name", None, "Cloud TPU name or grpc:// address.")
+flags.DEFINE_string("tpu_zone", None, "GCE zone of the TPU (found from metadata if unset).")
+flags.DEFINE_string("gcp_project", None, "GCP project of the TPU (found from metadata if unset).")
+flags.DEFINE_string("master", None, "TensorFlow master URL (alternative to --tpu_name).")
+flags.DEFINE_integer("num_tpu_cores", 8, "TPU cores to use, with --use_tpu.")
+flags.DEFINE_string("label_column", None, "Label column: name or 0-based position "
+                    "(jigsaw_toxic: one of the six labels, default toxic; csv: required).")
+flags.DEFINE_string("text_column", None, "csv task: text column (name or 0-based position).")
+flags.DEFINE_string("text_b_column", None, "csv task: optional second text for pairs.")
+flags.DEFINE_string("id_column", None, "csv task: optional id column for the outputs.")
+flags.DEFINE_bool("has_header", True, "csv task: the first row is a header.")
+flags.DEFINE_string("delimiter", None, "csv task: field delimiter (default: tab for .tsv/.txt, "
+                    "else comma).")
+flags.DEFINE_list("labels", None, "csv task: the label values in order (default: sorted "
+                  "distinct values of the train file).")
+flags.DEFINE_bool("skip_malformed_rows", False, "Skip rows with too few fields, count them and "
+                  "report the count, instead of stopping with an error.")
+
+
+class FlagError(ValueError):
+  """A flag value that cannot work, with the fix."""
+
+
+# --- Validation (once, before any work) -----------------------------------------------
+
+def validate_flags(f):
+  """Checks flag combinations. Returns the BertConfig (None with a hub module without config)."""
+  if not (f.do_train or f.do_eval or f.do_predict):
+    raise FlagError("nothing to do: pass at least one of --do_train, --do_eval, --do_predict")
+  for name in ("task_name", "output_dir"):
+    if not getattr(f, name):
+      raise FlagError("--%s is required" % name)
+  if f.task_name.lower() not in [t.lower() for t in TASK_NAMES] + ["sst2", "stsb"]:
+    raise FlagError("--task_name=%s is unknown; use one of: %s" %
+                    (f.task_name, ", ".join(TASK_NAMES)))
+  if f.task_name.lower() == "csv":
+    for name in ("text_column", "label_column"):
+      if getattr(f, name) is None:
+        raise FlagError("--task_name=csv needs --%s (a column name, or a 0-based position "
+                        "with --nohas_header)" % name)
+  _check_positive(f, ("train_batch_size", "eval_batch_size", "predict_batch_size",
+                      "save_checkpoints_steps", "iterations_per_loop", "log_every_steps"))
+  if f.learning_rate <= 0:
+    raise FlagError("--learning_rate=%g must be > 0 (BERT fine-tuning uses 2e-5 to 5e-5)" %
+                    f.learning_rate)
+  if not 0.0 < f.train_fraction <= 1.0:
+    raise FlagError("--train_fraction=%g must be in (0, 1]; e.g. 0.1 trains on 10%% of the rows"
+                    % f.train_fraction)
+  if not 0.0 <= f.warmup_proportion < 1.0:
+    raise FlagError("--warmup_proportion=%g must be in [0, 1)" % f.warmup_proportion)
+  if f.do_train and f.num_train_steps <= 0 and f.num_train_epochs <= 0:
+    raise FlagError("--num_train_epochs=%g must be > 0, or give --num_train_steps" %
+                    f.num_train_epochs)
+  if f.use_tpu:
+    _validate_tpu_flags(f)
+  if f.init_checkpoint and not tf.io.gfile.exists(f.init_checkpoint + ".index"):
+    raise FlagError("--init_checkpoint=%s: no file %s.index. Give the checkpoint prefix, e.g. "
+                    ".../bert_model.ckpt (not the .index or .data file)" %
+                    (f.init_checkpoint, f.init_checkpoint))
+  if not f.bert_hub_module_handle:
+    for name in ("bert_config_file", "vocab_file"):
+      if not getattr(f, name):
+        raise FlagError("--%s is required (or give --bert_hub_module_handle)" % name)
+  config = None
+  if f.bert_config_file:
+    if not tf.io.gfile.exists(f.bert_config_file):
+      raise FlagError("--bert_config_file=%s does not exist" % f.bert_config_file)
+    config = BertConfig.from_json_file(f.bert_config_file)
+    if f.max_seq_length > config.max_position_embeddings:
+      raise FlagError("--max_seq_length=%d exceeds max_position_embeddings=%d in %s. Pass "
+                      "--max_seq_length=%d or less" % (f.max_seq_length,
+                                                       config.max_position_embeddings,
+                                                       f.bert_config_file,
+                                                       config.max_position_embeddings))
+  if f.max_seq_length < 3:
+    raise FlagError("--max_seq_length=%d is too short: [CLS] text [SEP] needs at least 3"
+                    % f.max_seq_length)
+  if f.vocab_file and config is not None:
+    tokenization.check_vocab_matches_config(f.vocab_file, config.vocab_size, f.bert_config_file)
+  return config
+
+
+def _check_positive(f, names):
+  for name in names:
+    if getattr(f, name) <= 0:
+      raise FlagError("--%s=%d must be a positive integer" % (name, getattr(f, name)))
+
+
+def _validate_tpu_flags(f):
+  if not (f.tpu_name or f.master):
+    raise FlagError("--use_tpu needs --tpu_name (or --master)")
+  if not f.output_dir.startswith("gs://"):
+    raise FlagError("--use_tpu needs --output_dir on Cloud Storage (gs://bucket/path): the TPU "
+                    "cannot write to this machine's disk")
+  for name in ("train_batch_size", "eval_batch_size", "predict_batch_size"):
+    if getattr(f, name) % f.num_tpu_cores:
+      raise FlagError("--%s=%d must be a multiple of --num_tpu_cores=%d (each core gets an "
+                      "equal share)" % (name, getattr(f, name), f.num_tpu_cores))
+
+
+# --- Wiring -----------------------------------------------------------------------------
+
+def make_processor(f):
+  files = {"train": f.train_file, "dev": f.eval_file, "test": f.predict_file}
+  return get_processor(f.task_name, data_dir=f.data_dir, files=files,
+                       skip_malformed_rows=f.skip_malformed_rows, text_column=f.text_column,
+                       text_b_column=f.text_b_column, label_column=f.label_column,
+                       id_column=f.id_column, has_header=f.has_header, delimiter=f.delimiter,
+                       labels=f.labels)
+
+
+def make_tokenizer(f):
+  """The tokenizer, with the vocabulary of --vocab_file or of the hub module."""
+  vocab_file, do_lower_case = f.vocab_file, f.do_lower_case
+  if not vocab_file:
+    from modeling.hub_module import tokenization_info
+    vocab_file, do_lower_case = tokenization_info(f.bert_hub_module_handle)
+    log.info("vocabulary from the hub module: %s (do_lower_case=%s)", vocab_file, do_lower_case)
+  warning = tokenization.casing_mismatch_warning(do_lower_case, f.init_checkpoint)
+  if warning:
+    log.warning(warning)
+  return tokenization.FullTokenizer(vocab_file, do_lower_case), vocab_file
+
+
+def make_estimator(f, model_fn):
+  resolver = None
+  if f.use_tpu and f.tpu_name:
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+        f.tpu_name, zone=f.tpu_zone, project=f.gcp_project)
+  run_config = tf.estimator.tpu.RunConfig(
+      cluster=resolver, master=f.master, model_dir=f.output_dir,
+      save_checkpoints_steps=f.save_checkpoints_steps, tf_random_seed=f.seed,
+      log_step_count_steps=f.log_every_steps * 10,
+      tpu_config=tf.estimator.tpu.TPUConfig(
+          iterations_per_loop=f.iterations_per_loop, num_shards=f.num_tpu_cores,
+          per_host_input_for_training=tf.estimator.tpu.InputPipelineConfig.PER_HOST_V2))
+  return tf.estimator.tpu.TPUEstimator(
+      use_tpu=f.use_tpu, model_fn=model_fn, config=run_config,
+      train_batch_size=f.train_batch_size, eval_batch_size=f.eval_batch_size,
+      predict_batch_size=f.predict_batch_size)
+
+
+def take_fraction(examples, fraction, seed):
+  """A seeded random subset of round(fraction * n) examples (at least one), in file order."""
+  if fraction >= 1.0:
+    return examples
+  keep = max(1, int(round(len(examples) * fraction)))
+  chosen = sorted(random.Random(seed).sample(range(len(examples)), keep))
+  return [examples[i] for i in chosen]
+
+
+def featurise(f, processor, split, examples, tokenizer, vocab_file, pad_to_multiple):
+  """Writes (or reuses) the split's TFRecords. Returns (record_path, metadata)."""
+  cache_dir = f.cache_dir or os.path.join(f.output_dir, "features")
+  record_path = os.path.join(cache_dir, "%s.tf_record" % split)
+  source = processor.file_for(split)
+  settings = {
+      "task": processor.name, "split": split, "source_file": source,
+      "source_sha256": file_sha256(source), "labels": processor.labels,
+      "is_regression": processor.is_regression, "max_seq_length": f.max_seq_length,
+      "vocab_sha256": tokenization.vocab_fingerprint(vocab_file),
+      "do_lower_case": tokenizer.do_lower_case,
+      "columns": [f.text_column, f.text_b_column, f.label_column, f.id_column, f.has_header,
+                  f.delimiter, f.skip_malformed_rows],
+  }
+  if split == "train":
+    settings.update(train_fraction=f.train_fraction, seed=f.seed)
+  metadata = build_records(examples, record_path, settings, tokenizer, pad_to_multiple)
+  return record_path, metadata
+
+
+def num_train_steps_for(f, num_examples):
+  if f.num_train_steps > 0:
+    return f.num_train_steps
+  return max(1, int(math.ceil(num_examples * f.num_train_epochs / f.train_batch_size)))
+
+
+# --- The three modes --------------------------------------------------------------------
+
+def run_train(f, estimator, processor, tokenizer, vocab_file, num_train_steps, examples):
+  record_path, _ = featurise(f, processor, "train", examples, tokenizer, vocab_file, 0)
+  log.info("training: %d examples, batch %d, %d steps", len(examples), f.train_batch_size,
+           num_train_steps)
+  hook = ProgressHook(num_train_steps, f.train_batch_size, f.log_every_steps,
+                      loss_tensor_name=TRAIN_LOSS_NAME, fetch_loss=not f.use_tpu,
+                      report=log.info)
+  input_fn = input_fn_builder(record_path, f.max_seq_length, is_training=True,
+                              is_regression=processor.is_regression, seed=f.seed)
+  start = time.time()
+  estimator.train(input_fn=input_fn, max_steps=num_train_steps, hooks=[hook])
+  log.info("training done in %s", format_seconds(time.time() - start))
+  return hook
+
+
+def run_eval(f, estimator, processor, tokenizer, vocab_file):
+  examples = processor.get_examples("dev")
+  record_path, meta = featurise(f, processor, "dev", examples, tokenizer, vocab_file,
+                                f.eval_batch_size)
+  steps = meta["num_records"] // f.eval_batch_size
+  input_fn = input_fn_builder(record_path, f.max_seq_length, is_training=False,
+                              is_regression=processor.is_regression)
+  log.info("evaluating %d examples (+%d padding) in %d batches", len(examples),
+           meta["num_padding"], steps)
+  raw = estimator.evaluate(input_fn=input_fn, steps=steps)
+  results = {k: _plain(v) for k, v in raw.items()}
+  # Estimator's own "loss" averages per-batch means, so a part-padded last batch would
+  # weigh too much; eval_loss is the exact mean over real examples.
+  results["loss"] = results.pop("eval_loss")
+  results["num_examples"] = int(round(results["num_examples"]))
+  if results["num_examples"] != len(examples):
+    raise RuntimeError("eval counted %d examples but the dev file has %d" %
+                       (results["num_examples"], len(examples)))
+  if not processor.is_regression:
+    results["majority_baseline_accuracy"] = majority_accuracy(examples)
+  write_eval_results(f.output_dir, results)
+  return results
+
+
+def majority_accuracy(examples):
+  counts = collections.Counter(e.label for e in examples if e.label is not None)
+  return counts.most_common(1)[0][1] / float(sum(counts.values())) if counts else 0.0
+
+
+def _plain(value):
+  return value.item() if hasattr(value, "item") else value
+
+
+def write_eval_results(output_dir, results):
+  with tf.io.gfile.GFile(os.path.join(output_dir, "eval_results.txt"), "w") as out:
+    for key in sorted(results):
+      out.write("%s = %s\n" % (key, results[key]))
+  with tf.io.gfile.GFile(os.path.join(output_dir, "eval_results.json"), "w") as out:
+    json.dump(results, out, indent=2, sort_keys=True)
+  for key in sorted(results):
+    log.info("  eval %s = %s", key, results[key])
+
+
+def run_predict(f, estimator, processor, tokenizer, vocab_file):
+  examples = processor.get_examples("test")
+  record_path, meta = featurise(f, processor, "test", examples, tokenizer, vocab_file,
+                                f.predict_batch_size)
+  input_fn = input_fn_builder(record_path, f.max_seq_length, is_training=False,
+                              is_regression=processor.is_regression)
+  log.info("predicting %d examples (+%d padding)", len(examples), meta["num_padding"])
+  rows = {}
+  for prediction in estimator.predict(input_fn=input_fn, yield_single_examples=True):
+    if not prediction["is_real_example"]:
+      continue
+    example_id = int(prediction["example_id"])
+    if example_id in rows:
+      raise RuntimeError("example %d was predicted twice" % example_id)
+    rows[example_id] = prediction
+  if sorted(rows) != list(range(len(examples))):
+    raise RuntimeError("predicted %d rows for %d examples: rows were lost" %
+                       (len(rows), len(examples)))
+  path = os.path.join(f.output_dir, "test_results.tsv")
+  write_predictions(path, examples, rows, processor)
+  log.info("wrote %d predictions to %s", len(examples), path)
+  return path
+
+
+def write_predictions(path, examples, rows, processor):
+  """One line per input row, in input order: id, per-class probabilities, predicted label."""
+  extras = sorted(set(k for e in examples for k in e.extras))
+  if processor.is_regression:
+    header = ["id", "prediction"]
+  else:
+    header = ["id"] + ["probability_%s" % label for label in processor.labels] + ["prediction"]
+  with tf.io.gfile.GFile(path, "w") as out:
+    out.write("\t".join(header + extras) + "\n")
+    for i, example in enumerate(examples):
+      prediction = rows[i]
+      if processor.is_regression:
+        values = ["%.6f" % prediction["predictions"]]
+      else:
+        probabilities = prediction["probabilities"]
+        best = max(range(len(probabilities)), key=lambda k: probabilities[k])
+        values = ["%.6f" % p for p in probabilities] + [processor.labels[best]]
+      line = [_one_line(example.guid)] + values + [_one_line(example.extras.get(k, ""))
+                                                    for k in extras]
+      out.write("\t".join(line) + "\n")
+
+
+def _one_line(text):
+  return str(text).replace("\t", " ").replace("\n", " ")
+
+
+# --- main --------------------------------------------------------------------------------
+
+def run(f):
+  """Runs the requested modes. Returns a dict of what was produced (for callers and tests)."""
+  bert_config = validate_flags(f)
+  setup_tensorflow()
+  tf.io.gfile.makedirs(f.output_dir)
+  processor = make_processor(f)
+  tokenizer, vocab_file = make_tokenizer(f)
+  labels = processor.labels
+  log.info("task %s: %s", processor.name,
+           "regression" if processor.is_regression else "labels %s" % ", ".join(labels))
+
+  train_examples, num_train_steps = None, 0
+  if f.do_train:
+    all_train = processor.get_examples("train")
+    train_examples = take_fraction(all_train, f.train_fraction, f.seed)
+    if len(train_examples) != len(all_train):
+      log.info("--train_fraction=%g: training on %d of %d rows", f.train_fraction,
+               len(train_examples), len(all_train))
+    num_train_steps = num_train_steps_for(f, len(train_examples))
+
+  model_fn = model_fn_builder(
+      bert_config=bert_config or BertConfig(vocab_size=len(tokenizer.vocab)),
+      num_labels=len(labels) if labels else 1, init_checkpoint=f.init_checkpoint,
+      learning_rate=f.learning_rate, num_train_steps=num_train_steps,
+      num_warmup_steps=int(num_train_steps * f.warmup_proportion), use_tpu=f.use_tpu,
+      is_regression=processor.is_regression, hub_module_handle=f.bert_hub_module_handle)
+  estimator = make_estimator(f, model_fn)
+
+  outcome = {}
+  if f.do_train:
+    outcome["train_progress"] = run_train(f, estimator, processor, tokenizer, vocab_file,
+                                          num_train_steps, train_examples).history
+  if f.do_eval:
+    outcome["eval"] = run_eval(f, estimator, processor, tokenizer, vocab_file)
+  if f.do_predict:
+    outcome["predictions"] = run_predict(f, estimator, processor, tokenizer, vocab_file)
+  return outcome
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError("unexpected arguments: %s" % " ".join(argv[1:]))
+  logging.getLogger().setLevel(logging.INFO)
+  tf.logging.set_verbosity(tf.logging.INFO)
+  try:
+    run(FLAGS)
+  except FlagError as e:
+    sys.stderr.write("run_classifier: flag error: %s\n" % e)
+    sys.exit(2)
+  except DataError as e:
+    sys.stderr.write("run_classifier: data error: %s\n" % e)
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+  app.run(main)

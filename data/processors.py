@@ -284,6 +284,8 @@ class StsbProcessor(DataProcessor):
 
 
 def _parse_float(raw, path, line, column, what):
+  if not raw.strip():
+    raw = "nan"  # An empty cell is a missing value, as pandas reads it.
   try:
     value = float(raw)
   except ValueError:

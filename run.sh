@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The project's one entry script.
+#   ./run.sh setup   create both Python environments from requirements.txt
+#   ./run.sh test    run the test suite on TF 1.15 (Python 3.7) and TF 2.15 (Python 3.9-3.11)
+#   ./run.sh shell tf1|tf2 -- CMD...   run a command inside one environment
+set -euo pipefail
+cd "$(dirname "$0")"
+ROOT=$(pwd)
+VENVS="$ROOT/.venvs"
+
+say() { printf '\n==> %s\n' "$*"; }
+die() { printf 'run.sh: %s\n' "$*" >&2; exit 1; }
+
+# The interpreter for a runtime: $PYTHON37 / $PYTHON311, then PATH, then pyenv.
+find_python() {
+  local runtime=$1 candidates=()
+  if [ "$runtime" = tf1 ]; then
+    candidates=("${PYTHON37:-}" python3.7 "$HOME"/.pyenv/versions/3.7*/bin/python3.7)
+  else
+    candidates=("${PYTHON311:-}" python3.11 python3.10 python3.9
+                "$HOME"/.pyenv/versions/3.11*/bin/python3.11 "$HOME"/.pyenv/versions/3.10*/bin/python3.10
+                "$HOME"/.pyenv/versions/3.9*/bin/python3.9)
+  fi
+  local c
+  for c in "${candidates[@]}"; do
+    [ -n "$c" ] || continue
+    if command -v "$c" >/dev/null 2>&1; then command -v "$c"; return 0; fi
+  done
+  return 1
+}
+
+# Creates (or reuses, when requirements.txt is unchanged) .venvs/<runtime>.
+setup_env() {
+  local runtime=$1 python venv="$VENVS/$1" stamp
+  python=$(find_python "$runtime") || return 1
+  stamp=$( (cat requirements.txt; "$python" --version 2>&1) | sha256sum | cut -c1-16)
+  if [ -f "$venv/.stamp" ] && [ "$(cat "$venv/.stamp")" = "$stamp" ]; then
+    return 0
+  fi
+  say "creating $runtime environment with $("$python" --version 2>&1) in $venv"
+  rm -rf "$venv"
+  "$python" -m venv "$venv"
+  if [ "$runtime" = tf1 ]; then
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade "pip<24.1"
+  else
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
+  fi
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r requirements.txt
+  echo "$stamp" > "$venv/.stamp"
+}
+
+# The runtimes whose interpreter exists here. In CI both must exist.
+available_runtimes() {
+  local r
+  for r in tf1 tf2; do
+    if find_python "$r" >/dev/null; then echo "$r"
+    elif [ "${CI:-}" = true ]; then die "CI needs both runtimes, but no Python for $r was found"
+    else
+      case $r in
+        tf1) echo "run.sh: no Python 3.7 found: the TF 1.15 runtime is skipped (set PYTHON37=/path/to/python3.7)" >&2 ;;
+        tf2) echo "run.sh: no Python 3.9-3.11 found: the TF 2.15 runtime is skipped (set PYTHON311=...)" >&2 ;;
+      esac
+    fi
+  done
+}
+
+cmd_setup() {
+  local r runtimes
+  runtimes=$(available_runtimes)
+  [ -n "$runtimes" ] || die "neither Python 3.7 nor Python 3.9-3.11 was found"
+  for r in $runtimes; do setup_env "$r"; done
+}
+
+cmd_test() {
+  local r runtimes failed=() status
+  runtimes=$(available_runtimes)
+  [ -n "$runtimes" ] || die "neither Python 3.7 nor Python 3.9-3.11 was found"
+  for r in $runtimes; do setup_env "$r"; done
+  for r in $runtimes; do
+    say "tests on $r: $("$VENVS/$r/bin/python" -c 'import sys, tensorflow as t; print("Python %s, TensorFlow %s" % (sys.version.split()[0], t.__version__))' 2>/dev/null)"
+    set +e
+    "$VENVS/$r/bin/python" -m pytest tests "$@"
+    status=$?
+    set -e
+    [ "$status" -eq 0 ] || failed+=("$r (pytest exit $status)")
+  done
+  if [ "${#failed[@]}" -gt 0 ]; then
+    die "tests failed on: ${failed[*]}"
+  fi
+  say "all tests passed on: $(echo $runtimes)"
+}
+
+cmd_shell() {
+  local runtime=${1:-}; shift || true
+  [ "${1:-}" = "--" ] && shift
+  [ -x "$VENVS/$runtime/bin/python" ] || setup_env "$runtime" || die "no environment $runtime"
+  PATH="$VENVS/$runtime/bin:$PATH" "$@"
+}
+
+case "${1:-}" in
+  setup) shift; cmd_setup "$@" ;;
+  test) shift; cmd_test "$@" ;;
+  shell) shift; cmd_shell "$@" ;;
+  *) sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac

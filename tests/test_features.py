@@ -1,0 +1,175 @@
+"""InputFeatures conversion, the shared TFRecord schema, the cache, and input_fn."""
+
+import collections
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+from conftest import google_bert, shared_path
+from data import tokenization
+from data.features import convert_example, convert_examples, num_padding_rows, truncate_pair
+from data.input_fn import input_fn_builder
+from data.processors import InputExample, get_processor
+from data.tfrecord import build_records, metadata_path
+
+
+def test_truncate_pair_takes_from_the_longer_side():
+  a, b = list("abcdefg"), list("xyz")
+  truncate_pair(a, b, 6)
+  assert (a, b) == (list("abc"), list("xyz"))
+  a, b = list("abcd"), list("wxyz")
+  truncate_pair(a, b, 5)
+  assert (a, b) == (list("abc"), list("wx"))
+
+
+def test_pair_features_exact_ids(tiny_vocab):
+  tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
+  example = InputExample("g", "Hello world, hello world!", "Goodbye.", label="1")
+  f = convert_example(example, 7, {"0": 0, "1": 1}, 10, tokenizer)
+  # 7 slots for 6 + 2 tokens: the longer text a loses its "!".
+  # [CLS] hello world , hello world [SEP] goodbye . [SEP]
+  assert f.input_ids == [101, 7592, 2088, 1010, 7592, 2088, 102, 9119, 1012, 102]
+  assert f.segment_ids == [0] * 7 + [1] * 3
+  assert f.input_mask == [1] * 10
+  padded = convert_example(InputExample("g", "Hello!", "Bye"), 0, {"0": 0}, 8, tokenizer)
+  assert padded.input_ids == [101, 7592, 999, 102, 9061, 102, 0, 0]
+  assert padded.segment_ids == [0, 0, 0, 0, 1, 1, 0, 0]
+  assert padded.input_mask == [1] * 6 + [0, 0]
+  assert (f.label_id, f.is_real_example, f.example_id) == (1, True, 7)
+
+
+def test_features_equal_googles_convert_single_example(tiny_vocab):
+  """Same ids, mask, segments and label as bert-tensorflow's run_classifier, on real pairs."""
+  run_classifier = google_bert("run_classifier")  # Imports bert.modeling: TF 1.15 only.
+  google_tokenizer = google_bert("tokenization").FullTokenizer(tiny_vocab, True)
+  tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
+  processor = get_processor("mrpc", data_dir=shared_path("datasets", "glue", "MRPC"))
+  examples = processor.get_examples("dev")[:300]
+  label_map = {"0": 0, "1": 1}
+  for max_len in (16, 48):
+    for i, example in enumerate(examples):
+      ours = convert_example(example, i, label_map, max_len, tokenizer)
+      theirs = run_classifier.convert_single_example(
+          i, run_classifier.InputExample(example.guid, example.text_a, example.text_b,
+                                         example.label),
+          ["0", "1"], max_len, google_tokenizer)
+      assert ours.input_ids == theirs.input_ids
+      assert ours.input_mask == theirs.input_mask
+      assert ours.segment_ids == theirs.segment_ids
+      assert ours.label_id == theirs.label_id
+
+
+def test_unlabelled_and_regression_labels(tiny_vocab):
+  tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
+  assert convert_example(InputExample("a", "x"), 0, {"0": 0}, 8, tokenizer).label_id == 0
+  assert convert_example(InputExample("a", "x", label=2.5), 0, None, 8, tokenizer).label_id == 2.5
+  empty = convert_example(InputExample("a", "   "), 0, {"0": 0}, 8, tokenizer)
+  assert empty.input_ids == [101, 102, 0, 0, 0, 0, 0, 0]
+
+
+def test_padding_rows():
+  assert [num_padding_rows(n, 8) for n in (0, 1, 8, 25, 33)] == [0, 7, 0, 7, 7]
+  assert num_padding_rows(25, 0) == 0
+
+
+def _settings(tiny_vocab, **overrides):
+  settings = {"labels": ["0", "1"], "is_regression": False, "max_seq_length": 16,
+              "vocab_sha256": tokenization.vocab_fingerprint(tiny_vocab), "source_sha256": "x"}
+  settings.update(overrides)
+  return settings
+
+
+def _examples(n):
+  return [InputExample(str(i), "example number %d is here" % i, label=str(i % 2))
+          for i in range(n)]
+
+
+def _read_all(input_fn, batch_size):
+  with tf.Graph().as_default():
+    batch = tf.data.make_one_shot_iterator(input_fn({"batch_size": batch_size})).get_next()
+    rows = []
+    with tf.Session() as session:
+      while True:
+        try:
+          rows.append(session.run(batch))
+        except tf.errors.OutOfRangeError:
+          return batch, rows
+
+
+def test_records_round_trip_with_padding_and_metadata(tmp_path, tiny_vocab):
+  tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
+  examples = _examples(13)
+  path = str(tmp_path / "dev.tf_record")
+  meta = build_records(examples, path, _settings(tiny_vocab), tokenizer, pad_to_multiple=4)
+  assert (meta["num_examples"], meta["num_padding"], meta["num_records"]) == (13, 3, 16)
+  with open(metadata_path(path)) as f:
+    on_disk = json.load(f)
+  assert on_disk["labels"] == ["0", "1"] and on_disk["max_seq_length"] == 16
+  assert on_disk["vocab_sha256"] == tokenization.vocab_fingerprint(tiny_vocab)
+
+  batch, rows = _read_all(input_fn_builder(path, 16, False, False), 4)
+  assert len(rows) == 4
+  assert {k: v.dtype for k, v in batch.items()} == {
+      "input_ids": tf.int32, "input_mask": tf.int32, "segment_ids": tf.int32,
+      "label_ids": tf.int32, "is_real_example": tf.int32, "example_id": tf.int32}
+  ids = np.concatenate([r["example_id"] for r in rows])
+  real = np.concatenate([r["is_real_example"] for r in rows])
+  assert ids[real == 1].tolist() == list(range(13))  # every real example once, in order
+  assert ids[real == 0].tolist() == [-1, -1, -1]
+  expected = list(convert_examples(examples, ["0", "1"], 16, tokenizer))
+  input_ids = np.concatenate([r["input_ids"] for r in rows])
+  for i, features in enumerate(expected):
+    assert input_ids[i].tolist() == features.input_ids
+  assert np.concatenate([r["label_ids"] for r in rows])[:13].tolist() == [i % 2 for i in range(13)]
+
+
+def test_regression_records_carry_float_labels(tmp_path, tiny_vocab):
+  tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
+  examples = [InputExample(str(i), "pair", "text", label=i * 0.5) for i in range(3)]
+  path = str(tmp_path / "r.tf_record")
+  build_records(examples, path, _settings(tiny_vocab, labels=None, is_regression=True),
+                tokenizer, pad_to_multiple=3)
+  batch, rows = _read_all(input_fn_builder(path, 16, False, True), 3)
+  assert batch["label_ids"].dtype == tf.float32
+  assert rows[0]["label_ids"].tolist() == [0.0, 0.5, 1.0]
+
+
+def test_cache_is_reused_and_stale_cache_rebuilt(tmp_path, tiny_vocab, caplog):
+  tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
+  path = str(tmp_path / "train.tf_record")
+  caplog.set_level("INFO")
+  first = build_records(_examples(5), path, _settings(tiny_vocab), tokenizer)
+  mtime = os.path.getmtime(path)
+  again = build_records(_examples(5), path, _settings(tiny_vocab), tokenizer)
+  assert again == first and os.path.getmtime(path) == mtime
+  assert "reusing cached features" in caplog.text
+  for change in ({"max_seq_length": 24}, {"source_sha256": "changed"}, {"labels": ["1", "0"]}):
+    rebuilt = build_records(_examples(5), path, _settings(tiny_vocab, **change), tokenizer)
+    assert rebuilt["fingerprint"] != first["fingerprint"]
+    assert "are stale (inputs changed): rebuilding" in caplog.text
+  rebuilt = build_records(_examples(6), path, _settings(tiny_vocab), tokenizer)
+  assert rebuilt["num_examples"] == 6
+
+
+def test_training_input_shuffles_with_seed_and_repeats(tmp_path, tiny_vocab):
+  tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
+  path = str(tmp_path / "train.tf_record")
+  build_records(_examples(10), path, _settings(tiny_vocab), tokenizer)
+
+  def first_batches(seed, count):
+    with tf.Graph().as_default():
+      fn = input_fn_builder(path, 16, True, False, seed=seed)
+      batch = tf.data.make_one_shot_iterator(fn({"batch_size": 4})).get_next()
+      with tf.Session() as session:
+        return [session.run(batch["example_id"]).tolist() for _ in range(count)]
+
+  batches = first_batches(1, 5)  # 20 rows from 10 examples: repeats, every batch full
+  assert all(len(b) == 4 for b in batches)
+  seen = collections.Counter(i for b in batches for i in b)
+  assert sorted(seen) == list(range(10)) and set(seen.values()) == {2}
+  assert batches[0] != [0, 1, 2, 3]  # shuffled
+  assert first_batches(1, 5) == batches  # seeded
+  assert first_batches(2, 5) != batches

@@ -1,0 +1,102 @@
+"""AdamWeightDecay, the learning-rate schedule, and one full training step."""
+
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+from conftest import small_config
+from modeling.model_fn import model_fn_builder
+from modeling.optimization import (AdamWeightDecayOptimizer, NO_DECAY_PATTERNS,
+                                   create_train_op, learning_rate_schedule)
+
+
+def test_learning_rate_warms_up_then_decays_linearly():
+  with tf.Graph().as_default():
+    step = tf.placeholder(tf.int64, [])
+    lr = learning_rate_schedule(1.0, 100, 10, step)
+    with tf.Session() as session:
+      values = [session.run(lr, {step: s}) for s in (0, 4, 9, 10, 55, 100, 150)]
+  np.testing.assert_allclose(values, [0.1, 0.5, 1.0, 0.9, 0.45, 0.0, 0.0], atol=1e-6)
+
+
+def _adam_reference(param, grad, lr, decay, steps=1, b1=0.9, b2=0.999, eps=1e-6):
+  m = np.zeros_like(param)
+  v = np.zeros_like(param)
+  for _ in range(steps):
+    m = b1 * m + (1 - b1) * grad
+    v = b2 * v + (1 - b2) * grad * grad
+    param = param - lr * (m / (np.sqrt(v) + eps) + decay * param)
+  return param
+
+
+def test_adam_weight_decay_matches_numpy_and_skips_layernorm_and_bias():
+  rng = np.random.RandomState(0)
+  values = {name: rng.randn(3, 2).astype(np.float32)
+            for name in ("layer/kernel", "layer/bias", "layer/LayerNorm/gamma")}
+  grads = {name: rng.randn(3, 2).astype(np.float32) for name in values}
+  with tf.Graph().as_default():
+    variables = {}
+    for name, value in values.items():
+      with tf.variable_scope(name.rsplit("/", 1)[0]):
+        variables[name] = tf.get_variable(name.rsplit("/", 1)[1], initializer=value)
+    optimizer = AdamWeightDecayOptimizer(0.1, weight_decay_rate=0.01,
+                                         exclude_from_weight_decay=NO_DECAY_PATTERNS)
+    train = optimizer.apply_gradients([(tf.constant(grads[n]), variables[n]) for n in values])
+    with tf.Session() as session:
+      session.run(tf.global_variables_initializer())
+      session.run(train)
+      session.run(train)
+      after = session.run(variables)
+      slots = sorted(v.name for v in tf.global_variables() if "adam" in v.name)
+  assert slots == sorted("%s/adam_%s:0" % (n, s) for n in values for s in "mv")
+  for name in values:
+    decay = 0.0 if ("bias" in name or "LayerNorm" in name) else 0.01
+    expected = _adam_reference(values[name], grads[name], 0.1, decay, steps=2)
+    np.testing.assert_allclose(after[name], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_gradients_are_clipped_to_global_norm_one():
+  with tf.Graph().as_default():
+    w = tf.get_variable("w", initializer=np.zeros(4, np.float32))
+    loss = tf.reduce_sum(w * tf.constant([300.0, 400.0, 0.0, 0.0]))  # gradient norm 500
+    train = create_train_op(loss, 1.0, 10, 0, use_tpu=False)
+    with tf.Session() as session:
+      session.run(tf.global_variables_initializer())
+      session.run(train)
+      (adam_m,) = [v for v in tf.global_variables() if v.name == "w/adam_m:0"]
+      step, m = session.run([tf.train.get_global_step(), adam_m])
+  assert step == 1
+  np.testing.assert_allclose(m, [0.1 * 0.6, 0.1 * 0.8, 0, 0], atol=1e-6)  # (1-b1) * clipped
+
+
+def _features(config, batch=4, seq=12, seed=3):
+  """A batch of random features as the input_fn would yield them (int32)."""
+  rng = np.random.RandomState(seed)
+  arrays = {
+      "input_ids": rng.randint(0, config.vocab_size, (batch, seq)),
+      "input_mask": np.ones((batch, seq)),
+      "segment_ids": np.tile([0] * (seq // 2) + [1] * (seq - seq // 2), (batch, 1)),
+      "label_ids": np.arange(batch) % 3,
+      "is_real_example": np.ones(batch),
+      "example_id": np.arange(batch),
+  }
+  return {k: tf.constant(v, tf.int32) for k, v in arrays.items()}
+
+
+def test_one_training_step_changes_every_trainable_variable():
+  config = small_config()
+  with tf.Graph().as_default():
+    features = _features(config)
+    model_fn = model_fn_builder(config, 3, None, 1e-3, num_train_steps=10, num_warmup_steps=5,
+                                use_tpu=False)
+    spec = model_fn(features, None, tf.estimator.ModeKeys.TRAIN, {})
+    trainable = tf.trainable_variables()
+    with tf.Session() as session:
+      session.run(tf.global_variables_initializer())
+      before = session.run(trainable)
+      session.run(spec.train_op)
+      after = session.run(trainable)
+  names = [v.name for v in trainable]
+  assert "output_weights:0" in names and "bert/pooler/dense/kernel:0" in names
+  assert len(names) == 2 + 5 + 2 + config.num_hidden_layers * 16
+  unchanged = [n for n, b, a in zip(names, before, after) if np.array_equal(b, a)]
+  assert unchanged == []

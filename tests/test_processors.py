@@ -1,0 +1,185 @@
+"""Each processor reads the real files with the documented row counts and labels."""
+
+import collections
+import csv
+import io
+import os
+
+import pytest
+
+from conftest import shared_path
+from data.processors import InputExample, get_processor
+
+
+def label_counts(examples):
+  return dict(collections.Counter(e.label for e in examples))
+
+
+GLUE_CASES = [
+    # task, folder, split, rows, label counts
+    ("sst-2", "SST-2", "train", 60614, {"1": 33828, "0": 26786}),
+    ("sst-2", "SST-2", "dev", 6735, {"1": 3741, "0": 2994}),
+    ("sst-2", "SST-2", "test", 872, {"1": 444, "0": 428}),
+    ("cola", "CoLA", "train", 8551, {"1": 6023, "0": 2528}),
+    ("cola", "CoLA", "dev", 516, {"1": 354, "0": 162}),
+    ("mrpc", "MRPC", "train", 4076, {"1": 2753, "0": 1323}),
+    ("mrpc", "MRPC", "dev", 1725, {"1": 1147, "0": 578}),
+    ("rte", "RTE", "train", 2490, {"entailment": 1249, "not_entailment": 1241}),
+    ("rte", "RTE", "dev", 277, {"entailment": 146, "not_entailment": 131}),
+    ("rte", "RTE", "test", 3000, {None: 3000}),
+]
+
+
+@pytest.mark.parametrize("task,folder,split,rows,labels", GLUE_CASES)
+def test_glue_real_files(task, folder, split, rows, labels):
+  processor = get_processor(task, data_dir=shared_path("datasets", "glue", folder))
+  examples = processor.get_examples(split)
+  assert len(examples) == rows
+  assert label_counts(examples) == labels
+
+
+def test_mrpc_reads_bom_file_and_pairs():
+  processor = get_processor("mrpc", data_dir=shared_path("datasets", "glue", "MRPC"))
+  first = processor.get_examples("train")[0]
+  assert first.label == "1"
+  assert first.text_a.startswith("Amrozi accused his brother, whom he called \"the witness\"")
+  assert first.text_b.startswith("Referring to him as only \"the witness\", Amrozi")
+
+
+def test_jigsaw_toxic_sample_all_splits_and_label_columns():
+  data_dir = shared_path("datasets", "jigsaw_toxic_sample")
+  processor = get_processor("jigsaw_toxic", data_dir=data_dir)
+  train = processor.get_examples("train")
+  assert len(train) == 267 and label_counts(train) == {"0": 241, "1": 26}
+  assert train[0].guid == "0000997932d777bf"
+  assert train[0].text_a.startswith("Explanation\nWhy the edits made")  # newline kept
+  assert len(processor.get_examples("dev")) == 25
+  test = processor.get_examples("test")
+  assert len(test) == 33 and label_counts(test) == {None: 33}
+  with io.open(os.path.join(data_dir, "train.csv"), encoding="utf-8", newline="") as f:
+    rows = list(csv.DictReader(f))
+  for column in ("toxic", "severe_toxic", "obscene", "threat", "insult", "identity_hate"):
+    examples = get_processor("jigsaw_toxic", data_dir=data_dir,
+                             label_column=column).get_examples("train")
+    assert [e.label for e in examples] == [r[column] for r in rows]
+
+
+def test_jigsaw_bias_on_fractional_scores(tmp_path):
+  """The Unintended Bias layout, built from the real Davidson tweets' fractional scores."""
+  source = shared_path("datasets", "davidson_hate_offensive", "labeled_data.csv")
+  with io.open(source, encoding="utf-8", newline="") as f:
+    rows = list(csv.DictReader(f))
+  path = tmp_path / "train.csv"
+  with io.open(str(path), "w", encoding="utf-8", newline="") as f:
+    writer = csv.writer(f)
+    writer.writerow(["id", "comment_text", "target", "male", "female"])
+    for r in rows:
+      target = (int(r["hate_speech"]) + int(r["offensive_language"])) / float(r["count"])
+      writer.writerow([r[""], r["tweet"], repr(target), "0.0", ""])
+  examples = get_processor("jigsaw_bias", data_dir=str(tmp_path)).get_examples("train")
+  assert len(examples) == 24783
+  toxic = sum(1 for r in rows if (int(r["hate_speech"]) + int(r["offensive_language"])) * 2 >=
+              int(r["count"]))
+  assert label_counts(examples) == {"1": toxic, "0": 24783 - toxic}
+  assert examples[3].extras == {"male": "0.0", "female": ""}
+  assert examples[3].text_a == rows[3]["tweet"]
+
+
+def test_generic_csv_without_header_by_position():
+  path = shared_path("datasets", "jigsaw_toxic_balanced", "comments.csv")
+  processor = get_processor("csv", files={"train": path}, text_column="0", label_column="1",
+                            has_header=False)
+  examples = processor.get_examples("train")
+  assert len(examples) == 12180
+  assert processor.labels == ["0", "1"]
+  assert label_counts(examples) == {"0": 6090, "1": 6090}
+  assert examples[0].guid == "0"
+
+
+def test_generic_tsv_with_header_pairs_and_ids(tmp_path):
+  path = tmp_path / "pairs.tsv"
+  path.write_text(u"qid\tleft\tright\ty\nA\tone\tuno\tsame\nB\ttwo\tdos\tdiff\n")
+  processor = get_processor("csv", files={"train": str(path), "test": str(path)},
+                            text_column="left", text_b_column="right", label_column="y",
+                            id_column="qid")
+  examples = processor.get_examples("train")
+  assert [(e.guid, e.text_a, e.text_b, e.label) for e in examples] == [
+      ("A", "one", "uno", "same"), ("B", "two", "dos", "diff")]
+  assert processor.labels == ["diff", "same"]
+
+
+def test_generic_test_file_may_lack_labels(tmp_path):
+  (tmp_path / "train.csv").write_text(u"text,label\na,x\nb,y\n")
+  (tmp_path / "test.csv").write_text(u"text\nc\n\"d, e\"\n")
+  processor = get_processor("csv", data_dir=str(tmp_path), text_column="text",
+                            label_column="label")
+  test = processor.get_examples("test")
+  assert [(e.text_a, e.label) for e in test] == [("c", None), ("d, e", None)]
+
+
+def _write_tsv(path, header, rows):
+  with io.open(str(path), "w", encoding="utf-8") as f:
+    f.write("\t".join(header) + "\n")
+    for row in rows:
+      f.write("\t".join(row) + "\n")
+
+
+MNLI_HEADER = ["index", "promptID", "pairID", "genre", "sentence1_binary_parse",
+               "sentence2_binary_parse", "sentence1_parse", "sentence2_parse", "sentence1",
+               "sentence2", "label1", "gold_label"]
+
+
+def test_mnli_matched_and_mismatched_dev(tmp_path):
+  def row(i, label):
+    return [str(i), "p", "q", "fiction", "(", "(", "(", "(", "premise %d" % i, "hyp %d" % i,
+            label, label]
+  _write_tsv(tmp_path / "train.tsv", MNLI_HEADER, [row(0, "neutral"), row(1, "entailment")])
+  _write_tsv(tmp_path / "dev_matched.tsv", MNLI_HEADER, [row(2, "contradiction")])
+  _write_tsv(tmp_path / "dev_mismatched.tsv", MNLI_HEADER,
+             [row(3, "entailment"), row(4, "neutral")])
+  _write_tsv(tmp_path / "test_matched.tsv", MNLI_HEADER[:10], [row(5, "x")[:10]])
+  matched = get_processor("mnli", data_dir=str(tmp_path))
+  assert matched.labels == ["contradiction", "entailment", "neutral"]
+  assert [(e.guid, e.text_a, e.text_b, e.label) for e in matched.get_examples("dev")] == [
+      ("2", "premise 2", "hyp 2", "contradiction")]
+  assert [e.label for e in matched.get_examples("test")] == [None]
+  mismatched = get_processor("mnli-mm", data_dir=str(tmp_path))
+  assert [e.label for e in mismatched.get_examples("dev")] == ["entailment", "neutral"]
+  assert len(mismatched.get_examples("train")) == 2
+
+
+def test_qqp_layout(tmp_path):
+  _write_tsv(tmp_path / "train.tsv", ["id", "qid1", "qid2", "question1", "question2",
+                                      "is_duplicate"],
+             [["7", "1", "2", "How old?", "What age?", "1"], ["8", "3", "4", "Why?", "How?", "0"]])
+  examples = get_processor("qqp", data_dir=str(tmp_path)).get_examples("train")
+  assert [(e.guid, e.text_a, e.text_b, e.label) for e in examples] == [
+      ("7", "How old?", "What age?", "1"), ("8", "Why?", "How?", "0")]
+
+
+def test_stsb_is_regression(tmp_path):
+  header = ["index", "genre", "filename", "year", "old_index", "source1", "source2",
+            "sentence1", "sentence2", "score"]
+  _write_tsv(tmp_path / "dev.tsv", header,
+             [["0", "main", "f", "2012", "1", "s", "s", "A man.", "A person.", "3.800"]])
+  processor = get_processor("sts-b", data_dir=str(tmp_path))
+  assert processor.is_regression and processor.labels is None
+  (example,) = processor.get_examples("dev")
+  assert (example.text_a, example.text_b, example.label) == ("A man.", "A person.", 3.8)
+
+
+def test_cola_glue_four_column_and_test_layouts(tmp_path):
+  (tmp_path / "train.tsv").write_text(u"gj04\t1\t\tThe sailors rode the breeze.\n"
+                                      u"gj04\t0\t*\tThe breeze rode.\n")
+  (tmp_path / "test.tsv").write_text(u"index\tsentence\n0\tBill whistled.\n")
+  processor = get_processor("cola", data_dir=str(tmp_path))
+  assert [(e.text_a, e.label) for e in processor.get_examples("train")] == [
+      ("The sailors rode the breeze.", "1"), ("The breeze rode.", "0")]
+  assert [(e.guid, e.text_a, e.label) for e in processor.get_examples("test")] == [
+      ("0", "Bill whistled.", None)]
+
+
+def test_unknown_task_lists_the_known_ones():
+  with pytest.raises(ValueError) as error:
+    get_processor("sst3")
+  assert "sst-2" in str(error.value) and "jigsaw_toxic" in str(error.value)

@@ -1,0 +1,129 @@
+"""The tokenizer gives the ids of Google's FullTokenizer, on every text in ../shared/datasets."""
+
+import csv
+import io
+import os
+import sys
+
+import pytest
+
+from conftest import DATASETS, google_bert, shared_path
+from data import tokenization
+from data.errors import DataError
+
+csv.field_size_limit(2**31 - 1)
+
+
+def _texts_of_delimited(path, delimiter, columns, skip_header, quoting=csv.QUOTE_MINIMAL):
+  kwargs = {"delimiter": delimiter}
+  if quoting == csv.QUOTE_NONE:
+    kwargs.update(quoting=csv.QUOTE_NONE, quotechar=None)
+  with io.open(path, encoding="utf-8-sig", newline="") as f:
+    rows = list(csv.reader(f, **kwargs))
+  if skip_header:
+    rows = rows[1:]
+  return [row[c] for row in rows for c in columns if c < len(row)]
+
+
+def _lines(path):
+  with io.open(path, encoding="utf-8") as f:
+    return f.read().rstrip("\n").split("\n")
+
+
+def all_shared_texts():
+  """Every text field of every data set in ../shared/datasets, by file."""
+  d = DATASETS
+  tsv = csv.QUOTE_NONE
+  return {
+      "jigsaw_toxic_sample/train.csv": _texts_of_delimited(
+          os.path.join(d, "jigsaw_toxic_sample/train.csv"), ",", [1], True),
+      "jigsaw_toxic_sample/valid.csv": _texts_of_delimited(
+          os.path.join(d, "jigsaw_toxic_sample/valid.csv"), ",", [1], True),
+      "jigsaw_toxic_sample/test.csv": _texts_of_delimited(
+          os.path.join(d, "jigsaw_toxic_sample/test.csv"), ",", [1], True),
+      "jigsaw_toxic_balanced/comments.csv": _texts_of_delimited(
+          os.path.join(d, "jigsaw_toxic_balanced/comments.csv"), ",", [0], False),
+      "davidson_hate_offensive/labeled_data.csv": _texts_of_delimited(
+          os.path.join(d, "davidson_hate_offensive/labeled_data.csv"), ",", [6], True),
+      "tweeteval_offensive": sum((_lines(os.path.join(d, "tweeteval_offensive", name))
+                                  for name in ("train_text.txt", "val_text.txt",
+                                               "test_text.txt")), []),
+      "glue/SST-2": sum((_texts_of_delimited(os.path.join(d, "glue/SST-2", name), "\t", [0],
+                                             True, tsv)
+                         for name in ("train.tsv", "dev.tsv", "test.tsv")), []),
+      "glue/CoLA": sum((_texts_of_delimited(os.path.join(d, "glue/CoLA", name), "\t", [0],
+                                            False, tsv)
+                        for name in ("train.tsv", "dev.tsv")), []),
+      "glue/MRPC": sum((_texts_of_delimited(os.path.join(d, "glue/MRPC", name), "\t", [3, 4],
+                                            True, tsv)
+                        for name in ("msr_paraphrase_train.txt", "msr_paraphrase_test.txt")),
+                       []),
+      "glue/RTE": sum((_texts_of_delimited(os.path.join(d, "glue/RTE", name), "\t", [0, 1],
+                                           True, tsv)
+                       for name in ("train.tsv", "dev.tsv", "test.tsv")), []),
+  }
+
+
+EXPECTED_TEXTS = {
+    "jigsaw_toxic_sample/train.csv": 267, "jigsaw_toxic_sample/valid.csv": 25,
+    "jigsaw_toxic_sample/test.csv": 33, "jigsaw_toxic_balanced/comments.csv": 12180,
+    "davidson_hate_offensive/labeled_data.csv": 24783,
+    "tweeteval_offensive": 11916 + 1324 + 860, "glue/SST-2": 60614 + 6735 + 872,
+    "glue/CoLA": 8551 + 516, "glue/MRPC": 2 * (4076 + 1725), "glue/RTE": 2 * (2490 + 277 + 3000),
+}
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_ids_match_google_full_tokenizer_on_all_shared_data(tiny_vocab, do_lower_case):
+  shared_path("datasets")
+  google = google_bert("tokenization").FullTokenizer(tiny_vocab, do_lower_case=do_lower_case)
+  ours = tokenization.FullTokenizer(tiny_vocab, do_lower_case=do_lower_case)
+  texts_by_file = all_shared_texts()
+  # Every data set is read in full: row counts from ../shared/datasets/README.md.
+  assert {name: len(texts) for name, texts in texts_by_file.items()} == EXPECTED_TEXTS
+  for name, texts in sorted(texts_by_file.items()):
+    for text in texts:
+      expected = google.convert_tokens_to_ids(google.tokenize(text))
+      actual = ours.convert_tokens_to_ids(ours.tokenize(text))
+      assert actual == expected, "%s: %r" % (name, text[:200])
+
+
+def test_exact_pieces_and_ids(tiny_vocab):
+  tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
+  tokens = tokenizer.tokenize(u"Héllo,  WORLD!\tunaffable \u4e2d\u6587 \x00\ufffd")
+  assert tokens == ["hello", ",", "world", "!", "una", "##ffa", "##ble", u"\u4e2d", u"\u6587"]
+  assert tokenizer.convert_tokens_to_ids(tokens) == [7592, 1010, 2088, 999, 14477, 20961, 3468,
+                                                    1746, 1861]
+
+
+def test_cased_keeps_accents_and_case(tmp_path):
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text(u"[UNK]\n[CLS]\n[SEP]\nH\n##é\n##llo\nhello\n")
+  tokenizer = tokenization.FullTokenizer(str(vocab), do_lower_case=False)
+  assert tokenizer.tokenize(u"Héllo hello HELLO") == ["H", "##é", "##llo", "hello", "[UNK]"]
+
+
+def test_overlong_word_is_unknown(tiny_vocab):
+  tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
+  assert tokenizer.tokenize("a" * 201) == ["[UNK]"]
+  assert tokenizer.tokenize("") == [] and tokenizer.tokenize(" \t\n ") == []
+
+
+def test_casing_warning_names_the_checkpoint_and_the_fix():
+  message = tokenization.casing_mismatch_warning(
+      False, "/models/uncased_L-12_H-768_A-12/bert_model.ckpt")
+  assert "uncased_L-12_H-768_A-12" in message and "--do_lower_case=True" in message
+  message = tokenization.casing_mismatch_warning(True, "gs://b/cased_L-12_H-768_A-12/bert_model.ckpt")
+  assert "--do_lower_case=False" in message
+  assert tokenization.casing_mismatch_warning(True, "/m/uncased_L-12_H-768_A-12/bert_model.ckpt") is None
+  assert tokenization.casing_mismatch_warning(False, "/m/my_model/bert_model.ckpt") is None
+
+
+def test_vocab_size_mismatch_with_config(tmp_path, tiny_vocab):
+  with pytest.raises(DataError) as error:
+    tokenization.check_vocab_matches_config(tiny_vocab, 28996, "cfg/bert_config.json")
+  message = str(error.value)
+  assert tiny_vocab in message
+  assert "30522 tokens" in message and "vocab_size=28996" in message
+  assert "Fix: use the vocab.txt shipped with the same checkpoint" in message
+  assert tokenization.check_vocab_matches_config(tiny_vocab, 30522, "c") == 30522

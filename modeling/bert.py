@@ -118,7 +118,11 @@ def layer_norm(x, name="LayerNorm", epsilon=1e-12):
     beta = tf.get_variable("beta", [units], initializer=tf.zeros_initializer())
     gamma = tf.get_variable("gamma", [units], initializer=tf.ones_initializer())
   mean, variance = tf.nn.moments(x, [-1], keep_dims=True)
-  return (x - mean) * tf.rsqrt(variance + epsilon) * gamma + beta
+  # batch_normalization is what Google's layer norm computes. The spelled-out
+  # (x - mean) * rsqrt(var + eps) * gamma + beta is matched by TF 2.15's oneDNN
+  # layer-norm fusion, which crashes the process when the sequence length is unknown.
+  return tf.nn.batch_normalization(x, mean, variance, offset=beta, scale=gamma,
+                                   variance_epsilon=epsilon)
 
 
 def dropout(x, rate):

@@ -31,8 +31,8 @@ def google_bert(module):
   from absl import flags
   if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()  # bert.tokenization reads a flag at call time.
-  if module == "modeling" and not IS_TF1:
-    pytest.skip("bert-tensorflow's modeling needs tf.contrib, which only TF 1.15 has")
+  if module in ("modeling", "run_classifier") and not IS_TF1:
+    pytest.skip("bert-tensorflow's %s needs tf.contrib, which only TF 1.15 has" % module)
   return __import__("bert." + module, fromlist=[module])
 
 

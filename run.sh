@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's one entry script.
-#   ./run.sh setup   create both Python environments from requirements.txt
+#   ./run.sh demo    set up, then fine-tune a real pre-trained BERT on real data, evaluate, predict
 #   ./run.sh test    run the test suite on TF 1.15 (Python 3.7) and TF 2.15 (Python 3.9-3.11)
+#   ./run.sh setup   create both Python environments from requirements.txt
 #   ./run.sh shell tf1|tf2 -- CMD...   run a command inside one environment
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -97,7 +98,20 @@ cmd_shell() {
   PATH="$VENVS/$runtime/bin:$PATH" "$@"
 }
 
+# The demo runs on TF 2.15 (faster on modern CPUs), or on TF 1.15 when only Python 3.7 exists.
+cmd_demo() {
+  local r runtime=""
+  for r in tf2 tf1; do
+    if find_python "$r" >/dev/null; then runtime=$r; break; fi
+  done
+  [ -n "$runtime" ] || die "the demo needs Python 3.9-3.11 (TF 2.15) or Python 3.7 (TF 1.15)"
+  setup_env "$runtime"
+  say "demo on $runtime"
+  TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runtime/bin/python" -m tools.demo "$@"
+}
+
 case "${1:-}" in
+  demo) shift; cmd_demo "$@" ;;
   setup) shift; cmd_setup "$@" ;;
   test) shift; cmd_test "$@" ;;
   shell) shift; cmd_shell "$@" ;;

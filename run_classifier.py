@@ -90,6 +90,9 @@ flags.DEFINE_string("delimiter", None, "csv task: field delimiter (default: tab 
                     "else comma).")
 flags.DEFINE_list("labels", None, "csv task: the label values in order (default: sorted "
                   "distinct values of the train file).")
+flags.DEFINE_enum("tf_log_level", "ERROR", ["DEBUG", "INFO", "WARNING", "ERROR"],
+                  "How much of TensorFlow's own logging to show. This program's progress "
+                  "lines are always shown.")
 flags.DEFINE_bool("skip_malformed_rows", False, "Skip rows with too few fields, count them and "
                   "report the count, instead of stopping with an error.")
 
@@ -407,7 +410,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError("unexpected arguments: %s" % " ".join(argv[1:]))
   logging.getLogger().setLevel(logging.INFO)
-  tf.logging.set_verbosity(tf.logging.INFO)
+  tf.get_logger().setLevel(getattr(logging, FLAGS.tf_log_level))
   try:
     run(FLAGS)
   except FlagError as e:

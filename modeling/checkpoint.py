@@ -33,22 +33,24 @@ def assignment_map(variables, init_checkpoint):
   return mapping, initialised, missing
 
 
-def init_from_checkpoint(init_checkpoint, variables, use_tpu):
+def init_from_checkpoint(init_checkpoint, variables, use_tpu, report=True):
   """Sets up initialisation from init_checkpoint. Returns the scaffold_fn for TPUEstimatorSpec.
 
   On TPU the initialisation must happen inside the scaffold function, which
-  TPUEstimator runs on the host; elsewhere it happens right away.
+  TPUEstimator runs on the host; elsewhere it happens right away. report=False
+  keeps quiet (eval and predict normally restore the fine-tuned checkpoint instead).
   """
+  info = log.info if report else log.debug
   if not init_checkpoint:
-    log.info("no init_checkpoint: all %d variables start from random values", len(variables))
+    info("no init_checkpoint: all %d variables start from random values", len(variables))
     return None
   mapping, initialised, missing = assignment_map(variables, init_checkpoint)
-  log.info("initialising %d of %d variables from %s", len(initialised), len(variables),
+  info("initialising %d of %d variables from %s", len(initialised), len(variables),
            init_checkpoint)
   for name in initialised:
     log.debug("  from checkpoint: %s", name)
   if missing:
-    log.info("  %d variables start from random values: %s", len(missing), ", ".join(missing))
+    info("  %d variables start from random values: %s", len(missing), ", ".join(missing))
 
   if use_tpu:
     def scaffold_fn():

@@ -37,7 +37,8 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate, nu
       per_example_loss, outputs = head.classification_loss(logits, label_ids)
     is_real = features["is_real_example"]
 
-    scaffold_fn = init_from_checkpoint(init_checkpoint, tf.trainable_variables(), use_tpu)
+    scaffold_fn = init_from_checkpoint(init_checkpoint, tf.trainable_variables(), use_tpu,
+                                       report=is_training)
     spec = tf.estimator.tpu.TPUEstimatorSpec
     if mode == tf.estimator.ModeKeys.TRAIN:
       loss = tf.identity(tf.reduce_mean(per_example_loss), name=TRAIN_LOSS_NAME)

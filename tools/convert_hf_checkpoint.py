@@ -1,0 +1,33 @@
+"""Convert a Hugging Face BERT folder (safetensors) to Google's checkpoint layout.
+
+  python -m tools.convert_hf_checkpoint HF_DIR OUTPUT_DIR
+
+HF_DIR holds config.json, model.safetensors and vocab.txt. OUTPUT_DIR receives
+bert_config.json, bert_model.ckpt.* and vocab.txt, ready for run_classifier.py's
+--bert_config_file, --init_checkpoint and --vocab_file.
+"""
+
+import argparse
+import sys
+
+from modeling.convert_hf import ConversionError, convert
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[1])
+  parser.add_argument("hf_dir", help="folder with config.json, model.safetensors, vocab.txt")
+  parser.add_argument("output_dir", help="where to write the Google-layout checkpoint")
+  args = parser.parse_args(argv)
+  try:
+    config, prefix = convert(args.hf_dir, args.output_dir)
+  except ConversionError as e:
+    sys.stderr.write("convert_hf_checkpoint: %s\n" % e)
+    return 1
+  print("wrote %s (%d layers, hidden %d, vocab %d, hidden_act %s)" % (
+      prefix, config.num_hidden_layers, config.hidden_size, config.vocab_size,
+      config.hidden_act))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

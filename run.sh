@@ -4,28 +4,35 @@
 #   ./run.sh test    run the test suite on TF 1.15 (Python 3.7) and TF 2.15 (Python 3.9-3.11)
 #   ./run.sh setup   create both Python environments from requirements.txt
 #   ./run.sh shell tf1|tf2 -- CMD...   run a command inside one environment
-set -euo pipefail
+set -Eeuo pipefail
 cd "$(dirname "$0")"
 ROOT=$(pwd)
 VENVS="$ROOT/.venvs"
 
+trap 'echo "run.sh: a command failed (line $LINENO); see the output above" >&2' ERR
+
 say() { printf '\n==> %s\n' "$*"; }
 die() { printf 'run.sh: %s\n' "$*" >&2; exit 1; }
 
-# The interpreter for a runtime: $PYTHON37 / $PYTHON311, then PATH, then pyenv.
+# The interpreter for a runtime: $PYTHON37 / $PYTHON311, then pyenv's versions, then PATH.
+# Each candidate must run and report the right version (a pyenv shim may exist yet not run).
 find_python() {
-  local runtime=$1 candidates=()
+  local runtime=$1 candidates=() versions
   if [ "$runtime" = tf1 ]; then
-    candidates=("${PYTHON37:-}" python3.7 "$HOME"/.pyenv/versions/3.7*/bin/python3.7)
+    versions="(3, 7)"
+    candidates=("${PYTHON37:-}" "$HOME"/.pyenv/versions/3.7*/bin/python3.7 python3.7)
   else
-    candidates=("${PYTHON311:-}" python3.11 python3.10 python3.9
-                "$HOME"/.pyenv/versions/3.11*/bin/python3.11 "$HOME"/.pyenv/versions/3.10*/bin/python3.10
-                "$HOME"/.pyenv/versions/3.9*/bin/python3.9)
+    versions="(3, 9) (3, 10) (3, 11)"
+    candidates=("${PYTHON311:-}" "$HOME"/.pyenv/versions/3.11*/bin/python3.11 python3.11
+                "$HOME"/.pyenv/versions/3.10*/bin/python3.10 python3.10
+                "$HOME"/.pyenv/versions/3.9*/bin/python3.9 python3.9 python3)
   fi
-  local c
+  local c path version
   for c in "${candidates[@]}"; do
     [ -n "$c" ] || continue
-    if command -v "$c" >/dev/null 2>&1; then command -v "$c"; return 0; fi
+    path=$(command -v "$c" 2>/dev/null) || continue
+    version=$("$path" -c 'import sys; print(tuple(sys.version_info[:2]))' 2>/dev/null) || continue
+    case " $versions " in *" $version "*) echo "$path"; return 0 ;; esac
   done
   return 1
 }

@@ -24,13 +24,14 @@ from absl import flags
 
 import tensorflow.compat.v1 as tf
 
-from data import tokenization
+from data import fast_tokenization, tokenization
 from data.errors import DataError
 from data.input_fn import input_fn_builder
 from data.processors import TASK_NAMES, get_processor
 from data.tfrecord import build_records, file_sha256
 from modeling.bert import BertConfig
 from modeling.compat import setup_tensorflow
+from modeling.estimator import build_estimator
 from modeling.model_fn import TRAIN_LOSS_NAME, model_fn_builder
 from modeling.progress import ProgressHook, format_seconds
 
@@ -53,6 +54,10 @@ flags.DEFINE_string("bert_hub_module_handle", None,
 flags.DEFINE_string("output_dir", None, "Where checkpoints, features and results go.")
 flags.DEFINE_string("cache_dir", None, "Where featurised TFRecords are cached. "
                     "Default: <output_dir>/features.")
+flags.DEFINE_enum("tokenizer", "auto", ["auto", "fast", "python"],
+                  "WordPiece implementation for featurisation: 'fast' (Hugging Face tokenizers, "
+                  "Rust, all cores), 'python' (this project's), or 'auto' (fast when installed). "
+                  "Both give Google's FullTokenizer ids.")
 flags.DEFINE_bool("do_lower_case", True, "Lower-case the text (True for uncased models).")
 flags.DEFINE_integer("max_seq_length", 128, "Tokens per example after WordPiece, with "
                      "[CLS]/[SEP]. Longer texts are truncated, shorter ones padded.")
@@ -74,6 +79,9 @@ flags.DEFINE_integer("iterations_per_loop", 1000, "Steps per TPU loop (host roun
 flags.DEFINE_integer("log_every_steps", 10, "Steps between progress lines in training.")
 flags.DEFINE_integer("seed", 12345, "Seed for initialisation, dropout, shuffling and "
                      "--train_fraction.")
+flags.DEFINE_bool("dynamic_padding", False, "CPU/GPU: compute each batch only as long as its "
+                  "longest example, and group training examples into length buckets. Faster "
+                  "when texts are shorter than --max_seq_length; not with --use_tpu.")
 flags.DEFINE_bool("use_tpu", False, "Run on a Cloud TPU instead of the local CPU/GPU.")
 flags.DEFINE_string("tpu_name", None, "Cloud TPU name or grpc:// address.")
 flags.DEFINE_string("tpu_zone", None, "GCE zone of the TPU (found from metadata if unset).")
@@ -133,6 +141,9 @@ def validate_flags(f):
                     f.num_train_epochs)
   if f.use_tpu:
     _validate_tpu_flags(f)
+    if f.dynamic_padding:
+      raise FlagError("--dynamic_padding cannot be used with --use_tpu: a TPU compiles one "
+                      "static shape, so batches stay padded to --max_seq_length there")
   if f.init_checkpoint and not tf.io.gfile.exists(f.init_checkpoint + ".index"):
     raise FlagError("--init_checkpoint=%s: no file %s.index. Give the checkpoint prefix, e.g. "
                     ".../bert_model.ckpt (not the .index or .data file)" %
@@ -199,25 +210,21 @@ def make_tokenizer(f):
   warning = tokenization.casing_mismatch_warning(do_lower_case, f.init_checkpoint)
   if warning:
     log.warning(warning)
-  return tokenization.FullTokenizer(vocab_file, do_lower_case), vocab_file
+  use_fast = f.tokenizer == "fast" or (f.tokenizer == "auto" and fast_tokenization.available())
+  if f.tokenizer == "fast" and not fast_tokenization.available():
+    raise FlagError("--tokenizer=fast needs the `tokenizers` package: pip install -r "
+                    "requirements.txt (or pass --tokenizer=python)")
+  tokenizer_class = fast_tokenization.FastTokenizer if use_fast else tokenization.FullTokenizer
+  return tokenizer_class(vocab_file, do_lower_case), vocab_file
 
 
 def make_estimator(f, model_fn):
-  resolver = None
-  if f.use_tpu and f.tpu_name:
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
-        f.tpu_name, zone=f.tpu_zone, project=f.gcp_project)
-  run_config = tf.estimator.tpu.RunConfig(
-      cluster=resolver, master=f.master, model_dir=f.output_dir,
-      save_checkpoints_steps=f.save_checkpoints_steps, tf_random_seed=f.seed,
-      log_step_count_steps=f.log_every_steps * 10,
-      tpu_config=tf.estimator.tpu.TPUConfig(
-          iterations_per_loop=f.iterations_per_loop, num_shards=f.num_tpu_cores,
-          per_host_input_for_training=tf.estimator.tpu.InputPipelineConfig.PER_HOST_V2))
-  return tf.estimator.tpu.TPUEstimator(
-      use_tpu=f.use_tpu, model_fn=model_fn, config=run_config,
-      train_batch_size=f.train_batch_size, eval_batch_size=f.eval_batch_size,
-      predict_batch_size=f.predict_batch_size)
+  return build_estimator(
+      model_fn, f.output_dir, f.use_tpu, f.train_batch_size, f.eval_batch_size,
+      f.predict_batch_size, save_checkpoints_steps=f.save_checkpoints_steps,
+      iterations_per_loop=f.iterations_per_loop, num_tpu_cores=f.num_tpu_cores, seed=f.seed,
+      log_step_count_steps=f.log_every_steps * 10, tpu_name=f.tpu_name, tpu_zone=f.tpu_zone,
+      gcp_project=f.gcp_project, master=f.master)
 
 
 def take_fraction(examples, fraction, seed):
@@ -265,7 +272,8 @@ def run_train(f, estimator, processor, tokenizer, vocab_file, num_train_steps, e
                       loss_tensor_name=TRAIN_LOSS_NAME, fetch_loss=not f.use_tpu,
                       report=log.info)
   input_fn = input_fn_builder(record_path, f.max_seq_length, is_training=True,
-                              is_regression=processor.is_regression, seed=f.seed)
+                              is_regression=processor.is_regression, seed=f.seed,
+                              dynamic_padding=f.dynamic_padding)
   start = time.time()
   estimator.train(input_fn=input_fn, max_steps=num_train_steps, hooks=[hook])
   log.info("training done in %s", format_seconds(time.time() - start))
@@ -278,7 +286,8 @@ def run_eval(f, estimator, processor, tokenizer, vocab_file):
                                 f.eval_batch_size)
   steps = meta["num_records"] // f.eval_batch_size
   input_fn = input_fn_builder(record_path, f.max_seq_length, is_training=False,
-                              is_regression=processor.is_regression)
+                              is_regression=processor.is_regression,
+                              dynamic_padding=f.dynamic_padding)
   log.info("evaluating %d examples (+%d padding) in %d batches", len(examples),
            meta["num_padding"], steps)
   raw = estimator.evaluate(input_fn=input_fn, steps=steps)
@@ -320,7 +329,8 @@ def run_predict(f, estimator, processor, tokenizer, vocab_file):
   record_path, meta = featurise(f, processor, "test", examples, tokenizer, vocab_file,
                                 f.predict_batch_size)
   input_fn = input_fn_builder(record_path, f.max_seq_length, is_training=False,
-                              is_regression=processor.is_regression)
+                              is_regression=processor.is_regression,
+                              dynamic_padding=f.dynamic_padding)
   log.info("predicting %d examples (+%d padding)", len(examples), meta["num_padding"])
   rows = {}
   for prediction in estimator.predict(input_fn=input_fn, yield_single_examples=True):

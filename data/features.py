@@ -46,36 +46,43 @@ def label_map_for(labels):
   return {label: i for i, label in enumerate(labels)} if labels else None
 
 
-def convert_example(example, example_id, label_map, max_seq_length, tokenizer):
-  """Builds the InputFeatures of one example.
+def label_id_for(label, label_map):
+  """The class index (or float target when label_map is None) of a label.
 
-  label_map is None for regression (the label is a float). An unlabelled example
-  (label None) gets label 0: only predict reads it, and predict ignores labels.
+  An unlabelled example (label None) gets 0: only predict reads it, and predict
+  ignores labels.
   """
-  tokens_a = tokenizer.tokenize(example.text_a)
-  tokens_b = tokenizer.tokenize(example.text_b) if example.text_b is not None else None
-  if tokens_b is not None:
-    truncate_pair(tokens_a, tokens_b, max_seq_length - 3)  # [CLS] a [SEP] b [SEP]
-  else:
-    del tokens_a[max_seq_length - 2:]  # [CLS] a [SEP]
+  if label is None:
+    return 0.0 if label_map is None else 0
+  if label_map is None:
+    return float(label)
+  return label_map[label]
 
-  tokens = [CLS_TOKEN] + tokens_a + [SEP_TOKEN]
-  segment_ids = [0] * len(tokens)
-  if tokens_b is not None:
-    tokens += tokens_b + [SEP_TOKEN]
-    segment_ids += [1] * (len(tokens_b) + 1)
-  input_ids = tokenizer.convert_tokens_to_ids(tokens)
-  input_mask = [1] * len(input_ids)
+
+def features_from_ids(ids_a, ids_b, label_id, example_id, max_seq_length, cls_id, sep_id):
+  """[CLS] a [SEP] (b [SEP]), truncated to max_seq_length as Google does, then zero-padded."""
+  ids_a = list(ids_a)
+  if ids_b is not None:
+    ids_b = list(ids_b)
+    truncate_pair(ids_a, ids_b, max_seq_length - 3)
+  else:
+    del ids_a[max_seq_length - 2:]
+  input_ids = [cls_id] + ids_a + [sep_id]
+  segment_ids = [0] * len(input_ids)
+  if ids_b is not None:
+    input_ids += ids_b + [sep_id]
+    segment_ids += [1] * (len(ids_b) + 1)
   padding = [0] * (max_seq_length - len(input_ids))
+  return InputFeatures(input_ids + padding, [1] * len(input_ids) + padding,
+                       segment_ids + padding, label_id, True, example_id)
 
-  if example.label is None:
-    label_id = 0.0 if label_map is None else 0
-  elif label_map is None:
-    label_id = float(example.label)
-  else:
-    label_id = label_map[example.label]
-  return InputFeatures(input_ids + padding, input_mask + padding, segment_ids + padding,
-                       label_id, True, example_id)
+
+def convert_example(example, example_id, label_map, max_seq_length, tokenizer):
+  """Builds the InputFeatures of one example. label_map is None for regression."""
+  ids_b = tokenizer.encode(example.text_b) if example.text_b is not None else None
+  return features_from_ids(tokenizer.encode(example.text_a), ids_b,
+                           label_id_for(example.label, label_map), example_id, max_seq_length,
+                           tokenizer.vocab[CLS_TOKEN], tokenizer.vocab[SEP_TOKEN])
 
 
 def padding_features(max_seq_length, is_regression):
@@ -90,13 +97,28 @@ def num_padding_rows(num_examples, multiple):
   return (-num_examples) % multiple if multiple else 0
 
 
-def convert_examples(examples, labels, max_seq_length, tokenizer, report_every=5000):
-  """Yields InputFeatures for each example in order, logging progress on long inputs."""
+def convert_examples(examples, labels, max_seq_length, tokenizer, chunk_size=2048,
+                     report_every=20000):
+  """Yields InputFeatures for each example in order, logging progress on long inputs.
+
+  Texts are encoded a chunk at a time with tokenizer.encode_batch, which the
+  Rust tokenizer runs on all cores.
+  """
   label_map = label_map_for(labels)
+  cls_id, sep_id = tokenizer.vocab[CLS_TOKEN], tokenizer.vocab[SEP_TOKEN]
   start = time.time()
-  for i, example in enumerate(examples):
-    if i and i % report_every == 0:
-      rate = i / max(time.time() - start, 1e-9)
-      log.info("featurised %d/%d examples (%.0f/s, about %.0f s left)", i, len(examples), rate,
-               (len(examples) - i) / rate)
-    yield convert_example(example, i, label_map, max_seq_length, tokenizer)
+  next_report = report_every
+  for first in range(0, len(examples), chunk_size):
+    chunk = examples[first:first + chunk_size]
+    ids_a = tokenizer.encode_batch([e.text_a for e in chunk])
+    pairs = [i for i, e in enumerate(chunk) if e.text_b is not None]
+    ids_b = dict(zip(pairs, tokenizer.encode_batch([chunk[i].text_b for i in pairs])))
+    for i, example in enumerate(chunk):
+      yield features_from_ids(ids_a[i], ids_b.get(i), label_id_for(example.label, label_map),
+                              first + i, max_seq_length, cls_id, sep_id)
+    done = first + len(chunk)
+    if done >= next_report and done < len(examples):
+      next_report += report_every
+      rate = done / max(time.time() - start, 1e-9)
+      log.info("featurised %d/%d examples (%.0f/s, about %.0f s left)", done, len(examples),
+               rate, (len(examples) - done) / rate)

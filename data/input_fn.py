@@ -2,10 +2,12 @@
 
 import tensorflow.compat.v1 as tf
 
-from data.tfrecord import parsing_spec
+from data.tfrecord import SEQUENCE_FIELDS, parsing_spec
 
 # Large enough to mix examples from across a typical fine-tuning file.
 SHUFFLE_BUFFER = 10000
+# Width of a length bucket when training with dynamic padding.
+BUCKET_WIDTH = 16
 
 
 def _decode(record, spec):
@@ -15,24 +17,60 @@ def _decode(record, spec):
           for name, t in example.items()}
 
 
-def input_fn_builder(input_file, max_seq_length, is_training, is_regression, seed=None):
+def _length(example):
+  return tf.reduce_sum(example["input_mask"], axis=-1)
+
+
+def _unpad(example):
+  """Cuts an example's sequences to its real length (at least 1)."""
+  length = tf.maximum(_length(example), 1)
+  return {k: t[:length] if k in SEQUENCE_FIELDS else t for k, t in example.items()}
+
+
+def _trim_batch(batch):
+  """Cuts a batch's sequences to its longest real example, keeping row order."""
+  length = tf.maximum(tf.reduce_max(_length(batch)), 1)
+  return {k: t[:, :length] if k in SEQUENCE_FIELDS else t for k, t in batch.items()}
+
+
+def bucket_boundaries(max_seq_length, width=BUCKET_WIDTH):
+  return list(range(width + 1, max_seq_length + 1, width))
+
+
+def input_fn_builder(input_file, max_seq_length, is_training, is_regression, seed=None,
+                     dynamic_padding=False):
   """Returns input_fn(params) reading batches of params['batch_size'] records.
 
   Training shuffles (seeded) and repeats. Every mode drops the remainder so that
-  shapes are static as a TPU needs; eval and predict files are padded to whole
-  batches when they are written, so no real example is dropped.
+  batch shapes are static as a TPU needs; eval and predict files are padded to
+  whole batches when they are written, so no real example is dropped.
+
+  dynamic_padding (CPU/GPU only: a TPU needs one static shape) computes each
+  batch only as long as its longest example. In training, examples are also
+  grouped into buckets of similar length (BUCKET_WIDTH tokens), so a batch
+  holds little padding; eval and predict keep the file's order and only trim.
   """
   spec = parsing_spec(max_seq_length, is_regression)
+  files = input_file if isinstance(input_file, (list, tuple)) else [input_file]
 
   def input_fn(params):
     batch_size = params["batch_size"]
-    dataset = tf.data.TFRecordDataset(input_file)
+    dataset = tf.data.Dataset.from_tensor_slices(tf.constant(files))
+    dataset = dataset.flat_map(tf.data.TFRecordDataset)  # shards in order
     if is_training:
       dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True)
       dataset = dataset.repeat()
     dataset = dataset.map(lambda r: _decode(r, spec),
                           num_parallel_calls=tf.data.experimental.AUTOTUNE)
-    dataset = dataset.batch(batch_size, drop_remainder=True)
+    if dynamic_padding and is_training:
+      boundaries = bucket_boundaries(max_seq_length)
+      dataset = dataset.map(_unpad, num_parallel_calls=tf.data.experimental.AUTOTUNE)
+      dataset = dataset.apply(tf.data.experimental.bucket_by_sequence_length(
+          _length, boundaries, [batch_size] * (len(boundaries) + 1), drop_remainder=True))
+    else:
+      dataset = dataset.batch(batch_size, drop_remainder=True)
+      if dynamic_padding:
+        dataset = dataset.map(_trim_batch)
     return dataset.prefetch(tf.data.experimental.AUTOTUNE)
 
   return input_fn

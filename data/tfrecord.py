@@ -30,8 +30,8 @@ def parsing_spec(max_seq_length, is_regression):
   return spec
 
 
-def to_tf_example(features, is_regression):
-  """Serialises InputFeatures with the fields of parsing_spec."""
+def to_tf_example_proto(features, is_regression):
+  """The tf.train.Example of InputFeatures, with the fields of parsing_spec."""
   def ints(values):
     return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
 
@@ -42,7 +42,64 @@ def to_tf_example(features, is_regression):
     fields[LABEL_FIELD] = tf.train.Feature(float_list=tf.train.FloatList(value=[features.label_id]))
   else:
     fields[LABEL_FIELD] = ints([features.label_id])
-  return tf.train.Example(features=tf.train.Features(feature=fields)).SerializeToString()
+  return tf.train.Example(features=tf.train.Features(feature=fields))
+
+
+class ExampleSerializer(object):
+  """Serialises InputFeatures to the bytes of to_tf_example_proto(...).SerializeToString(
+  deterministic=True), several times faster.
+
+  Each Feature is still serialised by protobuf; the mask and segment features,
+  which depend only on the text lengths, are cached; and the Example and map-entry
+  framing around them is written directly (keys in sorted order, as deterministic
+  serialisation orders them).
+  """
+
+  def __init__(self, is_regression):
+    self.is_regression = is_regression
+    self._cache = {}
+
+  def _ints(self, values):
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=values)).SerializeToString()
+
+  def _cached_ints(self, values):
+    key = tuple(values)
+    found = self._cache.get(key)
+    if found is None:
+      found = self._cache[key] = self._ints(values)
+    return found
+
+  def __call__(self, features):
+    if self.is_regression:
+      label = tf.train.Feature(float_list=tf.train.FloatList(
+          value=[features.label_id])).SerializeToString()
+    else:
+      label = self._cached_ints([features.label_id])
+    fields = {
+        "example_id": self._ints([features.example_id]),
+        "input_ids": self._ints(features.input_ids),
+        "input_mask": self._cached_ints(features.input_mask),
+        "is_real_example": self._cached_ints([int(features.is_real_example)]),
+        LABEL_FIELD: label,
+        "segment_ids": self._cached_ints(features.segment_ids),
+    }
+    entries = b"".join(_length_delimited(1, _length_delimited(1, key.encode("ascii")) +
+                                         _length_delimited(2, value))
+                       for key, value in sorted(fields.items()))
+    return _length_delimited(1, entries)
+
+
+def _varint(value):
+  out = bytearray()
+  while value > 0x7F:
+    out.append((value & 0x7F) | 0x80)
+    value >>= 7
+  out.append(value)
+  return bytes(out)
+
+
+def _length_delimited(field_number, payload):
+  return _varint(field_number << 3 | 2) + _varint(len(payload)) + payload
 
 
 def file_sha256(path):
@@ -99,11 +156,12 @@ def build_records(examples, record_path, settings, tokenizer, pad_to_multiple=0)
   num_padding = num_padding_rows(len(examples), pad_to_multiple)
   tf.io.gfile.makedirs(record_path.rsplit("/", 1)[0])
   tmp_path = record_path + ".tmp"
+  serialize = ExampleSerializer(is_regression)
   with tf.io.TFRecordWriter(tmp_path) as writer:
     for features in convert_examples(examples, settings["labels"], max_seq_length, tokenizer):
-      writer.write(to_tf_example(features, is_regression))
+      writer.write(serialize(features))
     for _ in range(num_padding):
-      writer.write(to_tf_example(padding_features(max_seq_length, is_regression), is_regression))
+      writer.write(serialize(padding_features(max_seq_length, is_regression)))
   tf.io.gfile.rename(tmp_path, record_path, overwrite=True)
 
   metadata = dict(settings, fingerprint=key, schema_version=SCHEMA_VERSION,

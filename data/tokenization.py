@@ -96,6 +96,13 @@ class FullTokenizer(object):
   def convert_tokens_to_ids(self, tokens):
     return [self.vocab[t] for t in tokens]
 
+  def encode(self, text):
+    """Token ids of a text, without [CLS]/[SEP]."""
+    return [self.vocab[t] for t in self.tokenize(text)]
+
+  def encode_batch(self, texts):
+    return [self.encode(text) for text in texts]
+
   def convert_ids_to_tokens(self, ids):
     return [self.inv_vocab[i] for i in ids]
 

@@ -9,6 +9,7 @@ from modeling.metrics import classification_metrics, regression_metrics
 from modeling.optimization import create_train_op
 
 TRAIN_LOSS_NAME = "train_loss"
+SEQ_LENGTH_NAME = "batch_seq_length"
 
 
 def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate, num_train_steps,
@@ -27,6 +28,8 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate, nu
   def model_fn(features, labels, mode, params):
     del labels, params  # Labels travel inside `features`; batch size is the input_fn's business.
     is_training = mode == tf.estimator.ModeKeys.TRAIN
+    # Named so that hooks and benchmarks can see how long (dynamically padded) batches are.
+    tf.identity(tf.shape(features["input_ids"])[1], name=SEQ_LENGTH_NAME)
     pooled = encode(bert_config, features, is_training, use_one_hot_embeddings,
                     hub_module_handle)
     logits = head.head_logits(pooled, num_outputs, is_training, bert_config.initializer_range)

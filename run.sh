@@ -2,6 +2,7 @@
 # The project's one entry script.
 #   ./run.sh demo    set up, then fine-tune a real pre-trained BERT on real data, evaluate, predict
 #   ./run.sh test    run the test suite on TF 1.15 (Python 3.7) and TF 2.15 (Python 3.9-3.11)
+#   ./run.sh benchmark [ARGS]   fine-tuning speed against Google's run_classifier (tools/benchmark.py)
 #   ./run.sh setup   create both Python environments from requirements.txt
 #   ./run.sh shell tf1|tf2 -- CMD...   run a command inside one environment
 set -Eeuo pipefail
@@ -117,10 +118,18 @@ cmd_demo() {
   TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runtime/bin/python" -m tools.demo "$@"
 }
 
+cmd_benchmark() {
+  cmd_setup
+  local runner=tf2
+  [ -x "$VENVS/tf2/bin/python" ] || runner=tf1
+  TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runner/bin/python" -m tools.benchmark "$@"
+}
+
 case "${1:-}" in
+  benchmark) shift; cmd_benchmark "$@" ;;
   demo) shift; cmd_demo "$@" ;;
   setup) shift; cmd_setup "$@" ;;
   test) shift; cmd_test "$@" ;;
   shell) shift; cmd_shell "$@" ;;
-  *) sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -31,7 +31,7 @@ from data.processors import TASK_NAMES, get_processor
 from data.tfrecord import build_records, file_sha256
 from modeling.bert import BertConfig
 from modeling.compat import setup_tensorflow
-from modeling.estimator import build_estimator
+from modeling.estimator import build_estimator, xla_session_config
 from modeling.model_fn import TRAIN_LOSS_NAME, model_fn_builder
 from modeling.progress import ProgressHook, format_seconds
 
@@ -71,6 +71,9 @@ flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate of AdamWeightDecay
 flags.DEFINE_float("num_train_epochs", 3.0, "Epochs over the (fraction of the) train split.")
 flags.DEFINE_integer("num_train_steps", 0, "If > 0, train exactly this many steps instead of "
                      "--num_train_epochs.")
+flags.DEFINE_integer("gradient_accumulation_steps", 1, "Apply the mean gradient of this many "
+                     "batches per update: an effective batch of train_batch_size times this, in "
+                     "the memory of one batch. Not with --use_tpu.")
 flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of the steps with linear warm-up.")
 flags.DEFINE_float("train_fraction", 1.0, "Train on this fraction (0, 1] of the train split, "
                    "a seeded random subset.")
@@ -82,6 +85,11 @@ flags.DEFINE_integer("seed", 12345, "Seed for initialisation, dropout, shuffling
 flags.DEFINE_bool("dynamic_padding", False, "CPU/GPU: compute each batch only as long as its "
                   "longest example, and group training examples into length buckets. Faster "
                   "when texts are shorter than --max_seq_length; not with --use_tpu.")
+flags.DEFINE_bool("use_fp16", False, "GPU: run the encoder in float16 (float32 master "
+                  "weights, dynamic loss scaling). Not with --use_tpu (use --use_bf16 there).")
+flags.DEFINE_bool("use_bf16", False, "TPU: run the encoder in bfloat16 (float32 master weights).")
+flags.DEFINE_bool("use_xla", False, "Compile the graph with XLA JIT (CPU/GPU). Measure it with "
+                  "./run.sh benchmark before relying on it: compilation takes seconds.")
 flags.DEFINE_bool("use_tpu", False, "Run on a Cloud TPU instead of the local CPU/GPU.")
 flags.DEFINE_string("tpu_name", None, "Cloud TPU name or grpc:// address.")
 flags.DEFINE_string("tpu_zone", None, "GCE zone of the TPU (found from metadata if unset).")
@@ -127,7 +135,8 @@ def validate_flags(f):
         raise FlagError("--task_name=csv needs --%s (a column name, or a 0-based position "
                         "with --nohas_header)" % name)
   _check_positive(f, ("train_batch_size", "eval_batch_size", "predict_batch_size",
-                      "save_checkpoints_steps", "iterations_per_loop", "log_every_steps"))
+                      "save_checkpoints_steps", "iterations_per_loop", "log_every_steps",
+                      "gradient_accumulation_steps"))
   if f.learning_rate <= 0:
     raise FlagError("--learning_rate=%g must be > 0 (BERT fine-tuning uses 2e-5 to 5e-5)" %
                     f.learning_rate)
@@ -139,8 +148,20 @@ def validate_flags(f):
   if f.do_train and f.num_train_steps <= 0 and f.num_train_epochs <= 0:
     raise FlagError("--num_train_epochs=%g must be > 0, or give --num_train_steps" %
                     f.num_train_epochs)
+  if f.use_fp16 and f.use_bf16:
+    raise FlagError("pass one of --use_fp16 (GPU) and --use_bf16 (TPU), not both")
+  if f.use_fp16 and f.gradient_accumulation_steps > 1:
+    raise FlagError("--use_fp16 cannot be combined with --gradient_accumulation_steps yet: "
+                    "drop one of them")
   if f.use_tpu:
     _validate_tpu_flags(f)
+    if f.use_fp16:
+      raise FlagError("--use_fp16 is for GPUs; on a TPU pass --use_bf16")
+    if f.use_xla:
+      raise FlagError("--use_xla is implied on a TPU (everything there is XLA); drop it")
+    if f.gradient_accumulation_steps > 1:
+      raise FlagError("--gradient_accumulation_steps cannot be used with --use_tpu: use a "
+                      "larger --train_batch_size spread over the TPU cores instead")
     if f.dynamic_padding:
       raise FlagError("--dynamic_padding cannot be used with --use_tpu: a TPU compiles one "
                       "static shape, so batches stay padded to --max_seq_length there")
@@ -219,12 +240,13 @@ def make_tokenizer(f):
 
 
 def make_estimator(f, model_fn):
+  session_config = xla_session_config() if f.use_xla else None
   return build_estimator(
       model_fn, f.output_dir, f.use_tpu, f.train_batch_size, f.eval_batch_size,
       f.predict_batch_size, save_checkpoints_steps=f.save_checkpoints_steps,
       iterations_per_loop=f.iterations_per_loop, num_tpu_cores=f.num_tpu_cores, seed=f.seed,
       log_step_count_steps=f.log_every_steps * 10, tpu_name=f.tpu_name, tpu_zone=f.tpu_zone,
-      gcp_project=f.gcp_project, master=f.master)
+      gcp_project=f.gcp_project, master=f.master, session_config=session_config)
 
 
 def take_fraction(examples, fraction, seed):
@@ -257,18 +279,21 @@ def featurise(f, processor, split, examples, tokenizer, vocab_file, pad_to_multi
 
 
 def num_train_steps_for(f, num_examples):
+  """Optimizer updates: each takes train_batch_size * gradient_accumulation_steps examples."""
   if f.num_train_steps > 0:
     return f.num_train_steps
-  return max(1, int(math.ceil(num_examples * f.num_train_epochs / f.train_batch_size)))
+  per_update = f.train_batch_size * f.gradient_accumulation_steps
+  return max(1, int(math.ceil(num_examples * f.num_train_epochs / per_update)))
 
 
 # --- The three modes --------------------------------------------------------------------
 
 def run_train(f, estimator, processor, tokenizer, vocab_file, num_train_steps, examples):
   record_path, _ = featurise(f, processor, "train", examples, tokenizer, vocab_file, 0)
-  log.info("training: %d examples, batch %d, %d steps", len(examples), f.train_batch_size,
+  per_update = f.train_batch_size * f.gradient_accumulation_steps
+  log.info("training: %d examples, batch %d, %d steps", len(examples), per_update,
            num_train_steps)
-  hook = ProgressHook(num_train_steps, f.train_batch_size, f.log_every_steps,
+  hook = ProgressHook(num_train_steps, per_update, f.log_every_steps,
                       loss_tensor_name=TRAIN_LOSS_NAME, fetch_loss=not f.use_tpu,
                       report=log.info)
   input_fn = input_fn_builder(record_path, f.max_seq_length, is_training=True,
@@ -402,7 +427,10 @@ def run(f):
       num_labels=len(labels) if labels else 1, init_checkpoint=f.init_checkpoint,
       learning_rate=f.learning_rate, num_train_steps=num_train_steps,
       num_warmup_steps=int(num_train_steps * f.warmup_proportion), use_tpu=f.use_tpu,
-      is_regression=processor.is_regression, hub_module_handle=f.bert_hub_module_handle)
+      is_regression=processor.is_regression, hub_module_handle=f.bert_hub_module_handle,
+      gradient_accumulation_steps=f.gradient_accumulation_steps,
+      precision="float16" if f.use_fp16 else "bfloat16" if f.use_bf16 else "float32",
+      xla_global_step_fix=f.use_xla)
   estimator = make_estimator(f, model_fn)
 
   outcome = {}

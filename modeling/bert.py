@@ -104,15 +104,22 @@ def dense(x, units, name, kernel_initializer, activation=None):
   """x [..., in] -> [..., units], with variables `name/kernel` [in, units] and `name/bias`."""
   in_units = static_shape(x)[-1]
   with tf.variable_scope(name):
-    kernel = tf.get_variable("kernel", [in_units, units], initializer=kernel_initializer)
-    bias = tf.get_variable("bias", [units], initializer=tf.zeros_initializer())
+    kernel = tf.get_variable("kernel", [in_units, units], dtype=x.dtype,
+                             initializer=kernel_initializer)
+    bias = tf.get_variable("bias", [units], dtype=x.dtype, initializer=tf.zeros_initializer())
   y = tf.nn.bias_add(tf.tensordot(x, kernel, [[x.shape.ndims - 1], [0]])
                      if x.shape.ndims > 2 else tf.matmul(x, kernel), bias)
   return activation(y) if activation is not None else y
 
 
 def layer_norm(x, name="LayerNorm", epsilon=1e-12):
-  """Layer normalisation over the last axis with `LayerNorm/beta` and `LayerNorm/gamma`."""
+  """Layer normalisation over the last axis with `LayerNorm/beta` and `LayerNorm/gamma`.
+
+  Always computed in float32 (an epsilon of 1e-12 and a variance need it); the
+  result is cast back to the input's dtype.
+  """
+  if x.dtype != tf.float32:
+    return tf.cast(layer_norm(tf.cast(x, tf.float32), name, epsilon), x.dtype)
   units = static_shape(x)[-1]
   with tf.variable_scope(name):
     beta = tf.get_variable("beta", [units], initializer=tf.zeros_initializer())
@@ -139,10 +146,14 @@ class BertModel(object):
     pooled_output [batch, hidden]: tanh(dense(first token)),
     all_layers: list of [batch, seq, hidden], one per layer,
     embedding_table [vocab, hidden].
+
+  compute_dtype tf.float16 (GPU) or tf.bfloat16 (TPU) runs the transformer in that
+  precision. The variables stay float32 with the same names (a custom getter
+  casts them when read); LayerNorm and softmax run in float32; outputs are float32.
   """
 
   def __init__(self, config, is_training, input_ids, input_mask=None, token_type_ids=None,
-               use_one_hot_embeddings=False, scope="bert"):
+               use_one_hot_embeddings=False, scope="bert", compute_dtype=tf.float32):
     if not is_training:
       config = config.without_dropout()
     batch_size, seq_length = _check_inputs(input_ids, config)
@@ -152,18 +163,21 @@ class BertModel(object):
       token_type_ids = tf.zeros_like(input_ids)
     init = initializer(config)
 
-    with tf.variable_scope(scope):
+    getter = float32_storage_getter if compute_dtype != tf.float32 else None
+    with tf.variable_scope(scope, custom_getter=getter):
       with tf.variable_scope("embeddings"):
         self.embedding_output, self.embedding_table = _embeddings(
             config, input_ids, token_type_ids, seq_length, use_one_hot_embeddings, init)
       with tf.variable_scope("encoder"):
-        attention_bias = _attention_bias(input_mask)
-        self.all_layers = _transformer(config, self.embedding_output, attention_bias, init)
+        hidden = tf.cast(self.embedding_output, compute_dtype)
+        attention_bias = tf.cast(_attention_bias(input_mask), compute_dtype)
+        layers = _transformer(config, hidden, attention_bias, init)
+        self.all_layers = [tf.cast(layer, tf.float32) for layer in layers]
         self.sequence_output = self.all_layers[-1]
       with tf.variable_scope("pooler"):
-        first_token = self.sequence_output[:, 0, :]
-        self.pooled_output = dense(first_token, config.hidden_size, "dense", init,
-                                   activation=tf.tanh)
+        first_token = layers[-1][:, 0, :]
+        self.pooled_output = tf.cast(dense(first_token, config.hidden_size, "dense", init,
+                                           activation=tf.tanh), tf.float32)
     self.batch_size = batch_size
     self.seq_length = seq_length
 
@@ -172,6 +186,15 @@ class BertModel(object):
 
   def get_sequence_output(self):
     return self.sequence_output
+
+
+def float32_storage_getter(getter, name, *args, **kwargs):
+  """Keeps trainable variables in float32 and returns them cast to the requested dtype."""
+  requested = kwargs.get("dtype") or tf.float32
+  if kwargs.get("trainable", True) and requested != tf.float32:
+    kwargs["dtype"] = tf.float32
+    return tf.cast(getter(name, *args, **kwargs), requested)
+  return getter(name, *args, **kwargs)
 
 
 def _check_inputs(input_ids, config):
@@ -253,7 +276,8 @@ def _self_attention(config, x, attention_bias, init):
   value = split_heads(dense(x, config.hidden_size, "value", init))
 
   scores = tf.matmul(query, key, transpose_b=True) * (1.0 / math.sqrt(float(head_size)))
-  probs = dropout(tf.nn.softmax(scores + attention_bias), config.attention_probs_dropout_prob)
+  probs = tf.nn.softmax(tf.cast(scores + attention_bias, tf.float32))  # float32 for range
+  probs = dropout(tf.cast(probs, x.dtype), config.attention_probs_dropout_prob)
   context = tf.transpose(tf.matmul(probs, value), [0, 2, 1, 3])
   return tf.reshape(context, [-1, seq_length, config.hidden_size])
 

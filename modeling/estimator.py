@@ -1,6 +1,39 @@
 """Building the TPUEstimator: one construction for Cloud TPU and for the local CPU/GPU."""
 
+import os
+
 import tensorflow.compat.v1 as tf
+
+# On CPU, a global JIT level alone compiles nothing: auto-clustering must be switched
+# on for the CPU device too. TensorFlow reads this before its first session.
+XLA_CPU_FLAGS = "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"
+# The collection in which the Estimator caches its global-step read (training_util's name,
+# the same on TF 1.15 and 2.15; it is not part of the public API).
+GLOBAL_STEP_READ_KEY = "global_step_read_op_cache"
+
+
+def xla_session_config():
+  """A session config that JIT-compiles clusters of the graph with XLA, on CPU and GPU."""
+  flags = os.environ.get("TF_XLA_FLAGS", "")
+  if XLA_CPU_FLAGS not in flags:
+    os.environ["TF_XLA_FLAGS"] = (flags + " " + XLA_CPU_FLAGS).strip()
+  config = tf.ConfigProto()
+  config.graph_options.optimizer_options.global_jit_level = tf.OptimizerOptions.ON_1
+  return config
+
+
+def plain_global_step_read():
+  """Re-registers the Estimator's global-step read as read_value() + 0.
+
+  On TF 1.15 the Estimator's own read (initialized_value() + 0) stays 0 when XLA
+  clusters it, so StopAtStepHook never stops training. A plain read does not.
+  """
+  graph = tf.get_default_graph()
+  global_step = tf.train.get_global_step()
+  if global_step is None:
+    return
+  graph.clear_collection(GLOBAL_STEP_READ_KEY)
+  graph.add_to_collection(GLOBAL_STEP_READ_KEY, global_step.read_value() + 0)
 
 
 def build_estimator(model_fn, output_dir, use_tpu, train_batch_size, eval_batch_size,

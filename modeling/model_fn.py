@@ -5,6 +5,8 @@ import tensorflow.compat.v1 as tf
 from modeling import head
 from modeling.bert import BertModel
 from modeling.checkpoint import init_from_checkpoint
+from modeling.estimator import plain_global_step_read
+from modeling.loss_scale import DynamicLossScale
 from modeling.metrics import classification_metrics, regression_metrics
 from modeling.optimization import create_train_op
 
@@ -14,12 +16,16 @@ SEQ_LENGTH_NAME = "batch_seq_length"
 
 def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate, num_train_steps,
                      num_warmup_steps, use_tpu, use_one_hot_embeddings=None, is_regression=False,
-                     hub_module_handle=None):
+                     hub_module_handle=None, gradient_accumulation_steps=1,
+                     precision="float32", xla_global_step_fix=False):
   """Returns a model_fn(features, labels, mode, params) for TPUEstimator.
 
   num_labels is the number of classes (ignored for regression, which has one output).
   With hub_module_handle the encoder comes from a TF1 hub module instead of
   BertModel; init_checkpoint still initialises any variable it names (e.g. the head).
+  gradient_accumulation_steps > 1 applies the mean gradient of that many batches
+  (num_train_steps then counts updates, not batches). precision "float16" (GPU,
+  with dynamic loss scaling) or "bfloat16" (TPU) runs the encoder in that precision.
   """
   if use_one_hot_embeddings is None:
     use_one_hot_embeddings = use_tpu
@@ -28,10 +34,12 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate, nu
   def model_fn(features, labels, mode, params):
     del labels, params  # Labels travel inside `features`; batch size is the input_fn's business.
     is_training = mode == tf.estimator.ModeKeys.TRAIN
+    if xla_global_step_fix and is_training:
+      plain_global_step_read()
     # Named so that hooks and benchmarks can see how long (dynamically padded) batches are.
     tf.identity(tf.shape(features["input_ids"])[1], name=SEQ_LENGTH_NAME)
     pooled = encode(bert_config, features, is_training, use_one_hot_embeddings,
-                    hub_module_handle)
+                    hub_module_handle, compute_dtype=tf.as_dtype(precision))
     logits = head.head_logits(pooled, num_outputs, is_training, bert_config.initializer_range)
     label_ids = features["label_ids"]
     if is_regression:
@@ -45,7 +53,10 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate, nu
     spec = tf.estimator.tpu.TPUEstimatorSpec
     if mode == tf.estimator.ModeKeys.TRAIN:
       loss = tf.identity(tf.reduce_mean(per_example_loss), name=TRAIN_LOSS_NAME)
-      train_op = create_train_op(loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu)
+      loss_scale = DynamicLossScale() if precision == "float16" else None
+      train_op = create_train_op(loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu,
+                                 accumulation_steps=gradient_accumulation_steps,
+                                 loss_scale=loss_scale)
       return spec(mode=mode, loss=loss, train_op=train_op, scaffold_fn=scaffold_fn)
 
     if mode == tf.estimator.ModeKeys.EVAL:
@@ -65,11 +76,13 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate, nu
   return model_fn
 
 
-def encode(bert_config, features, is_training, use_one_hot_embeddings, hub_module_handle=None):
+def encode(bert_config, features, is_training, use_one_hot_embeddings, hub_module_handle=None,
+           compute_dtype=tf.float32):
   """The pooled output [batch, hidden] of BertModel or of a TF1 BERT hub module."""
   if hub_module_handle:
     from modeling.hub_module import hub_pooled_output  # Only hub users need tensorflow_hub.
     return hub_pooled_output(hub_module_handle, features, is_training)
   model = BertModel(bert_config, is_training, features["input_ids"], features["input_mask"],
-                    features["segment_ids"], use_one_hot_embeddings=use_one_hot_embeddings)
+                    features["segment_ids"], use_one_hot_embeddings=use_one_hot_embeddings,
+                    compute_dtype=compute_dtype)
   return model.get_pooled_output()

@@ -41,6 +41,15 @@ class AdamWeightDecayOptimizer(tf.train.Optimizer):
     self.epsilon = epsilon
     self.exclude_from_weight_decay = exclude_from_weight_decay or ()
 
+  def slots(self, param):
+    """The (adam_m, adam_v) variables of a parameter, created on first use."""
+    param_name = variable_name(param.name)
+    with tf.variable_scope(tf.get_variable_scope(), reuse=tf.AUTO_REUSE):
+      return tuple(tf.get_variable(param_name + suffix, shape=param.shape.as_list(),
+                                   dtype=tf.float32, trainable=False,
+                                   initializer=tf.zeros_initializer())
+                   for suffix in ("/adam_m", "/adam_v"))
+
   def apply_gradients(self, grads_and_vars, global_step=None, name=None):
     updates = []
     for grad, param in grads_and_vars:
@@ -49,10 +58,7 @@ class AdamWeightDecayOptimizer(tf.train.Optimizer):
       if isinstance(grad, tf.IndexedSlices):
         grad = tf.convert_to_tensor(grad)
       param_name = variable_name(param.name)
-      m = tf.get_variable(param_name + "/adam_m", shape=param.shape.as_list(), dtype=tf.float32,
-                          trainable=False, initializer=tf.zeros_initializer())
-      v = tf.get_variable(param_name + "/adam_v", shape=param.shape.as_list(), dtype=tf.float32,
-                          trainable=False, initializer=tf.zeros_initializer())
+      m, v = self.slots(param)
       next_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
       next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
       update = next_m / (tf.sqrt(next_v) + self.epsilon)
@@ -74,22 +80,73 @@ def variable_name(name):
   return match.group(1) if match else name
 
 
-def create_train_op(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu):
+def create_train_op(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
+                    accumulation_steps=1, loss_scale=None):
   """Builds the train op: clipped gradients, AdamWeightDecay, and a global-step increment.
 
   On TPU the optimizer is wrapped in CrossShardOptimizer, which scales the loss by
   1/num_shards and sums gradients across cores. Clipping happens per core before
   that sum, as in Google's run_classifier.
+
+  With accumulation_steps = k > 1 (not on TPU), each run of the op adds one
+  batch's gradients to an accumulator, and every k-th run applies their mean:
+  the update of one batch k times larger. The global step counts updates.
+
+  With a loss_scale (a DynamicLossScale, for float16), the loss is scaled before
+  differentiation and a step whose gradients are not finite is skipped (the
+  global step still advances, so training always ends).
   """
   global_step = tf.train.get_or_create_global_step()
   learning_rate = learning_rate_schedule(init_lr, num_train_steps, num_warmup_steps, global_step)
   optimizer = AdamWeightDecayOptimizer(learning_rate, weight_decay_rate=WEIGHT_DECAY_RATE,
                                        exclude_from_weight_decay=NO_DECAY_PATTERNS)
   if use_tpu:
+    if accumulation_steps > 1:
+      raise ValueError("gradient accumulation is not supported on TPU")
     optimizer = tf.tpu.CrossShardOptimizer(optimizer)
   tvars = tf.trainable_variables()
-  grads_and_vars = optimizer.compute_gradients(loss, tvars)
-  grads, _ = tf.clip_by_global_norm([g for g, _ in grads_and_vars], clip_norm=CLIP_NORM)
-  apply_op = optimizer.apply_gradients(zip(grads, tvars), global_step=global_step)
-  with tf.control_dependencies([apply_op]):
-    return tf.group(apply_op, global_step.assign_add(1))
+  if loss_scale is not None and accumulation_steps > 1:
+    raise ValueError("float16 loss scaling and gradient accumulation cannot be combined")
+  scaled = loss_scale.scale_loss(loss) if loss_scale is not None else loss
+  grads = [g for g, _ in optimizer.compute_gradients(scaled, tvars)]
+
+  def apply(gradients):
+    clipped, _ = tf.clip_by_global_norm(gradients, clip_norm=CLIP_NORM)
+    apply_op = optimizer.apply_gradients(zip(clipped, tvars), global_step=global_step)
+    with tf.control_dependencies([apply_op]):
+      return tf.group(apply_op, global_step.assign_add(1))
+
+  if loss_scale is not None:
+    return _loss_scaled_train_op(grads, tvars, optimizer, apply, loss_scale, global_step)
+  if accumulation_steps <= 1:
+    return apply(grads)
+  return _accumulating_train_op(grads, tvars, optimizer, apply, accumulation_steps)
+
+
+def _loss_scaled_train_op(grads, tvars, optimizer, apply, loss_scale, global_step):
+  for param in tvars:
+    optimizer.slots(param)  # created outside the cond below: TF1 cannot initialise them inside
+  grads, finite = loss_scale.unscale(grads)
+  step = tf.cond(finite, lambda: apply(grads), lambda: tf.group(global_step.assign_add(1)))
+  with tf.control_dependencies([step]):
+    return tf.group(step, loss_scale.update(finite))
+
+
+def _accumulating_train_op(grads, tvars, optimizer, apply, steps):
+  for param in tvars:
+    optimizer.slots(param)  # created outside the cond below: TF1 cannot initialise them inside
+  accumulators = [tf.get_variable(variable_name(v.name) + "/grad_accum", v.shape.as_list(),
+                                  tf.float32, tf.zeros_initializer(), trainable=False)
+                  for v in tvars]
+  micro_step = tf.get_variable("grad_accum_step", [], tf.int64, tf.zeros_initializer(),
+                               trainable=False)
+  added = [a.assign_add(tf.convert_to_tensor(g)) for a, g in zip(accumulators, grads)]
+  with tf.control_dependencies(added):
+    count = micro_step.assign_add(1)
+
+  def apply_mean():
+    update = apply([a.read_value() / float(steps) for a in accumulators])
+    with tf.control_dependencies([update]):
+      return tf.group(*[a.assign(tf.zeros_like(a)) for a in accumulators])
+
+  return tf.cond(tf.equal(count % steps, 0), apply_mean, tf.no_op)

@@ -142,3 +142,45 @@ def test_bad_data_stops_with_the_row(tmp_path, tiny_checkpoint):
   out = _flag_error(tmp_path, tiny_checkpoint, "--do_train", "--data_dir=%s" % data)
   assert ("data error: %s, line 3, column 'toxic': unknown label '7'" % (data / "train.csv")
           ) in out
+
+
+def test_speed_flags_end_to_end(tmp_path, tiny_checkpoint):
+  """Dynamic padding, gradient accumulation and the Rust tokenizer lose no rows either."""
+  folder, checkpoint = tiny_checkpoint
+  output_dir = str(tmp_path / "fast")
+  result = run_cli(*common_flags(folder, checkpoint, output_dir) + [
+      "--do_train", "--do_eval", "--do_predict", "--num_train_steps=6", "--dynamic_padding",
+      "--gradient_accumulation_steps=2", "--tokenizer=fast"])
+  log = result.stdout
+  assert result.returncode == 0, log[-3000:]
+  assert "training: 267 examples, batch 16, 6 steps" in log  # 8 x 2 per update
+  assert "step 6/6  loss" in log
+  with open(os.path.join(output_dir, "eval_results.json")) as f:
+    results = json.load(f)
+  assert results["num_examples"] == 25 and results["global_step"] == 6
+  with open(os.path.join(output_dir, "test_results.tsv")) as f:
+    assert len(f.read().splitlines()) == 1 + 33
+
+
+def test_xla_training_terminates(tmp_path, tiny_checkpoint):
+  folder, checkpoint = tiny_checkpoint
+  output_dir = str(tmp_path / "xla")
+  result = run_cli(*common_flags(folder, checkpoint, output_dir) + [
+      "--do_train", "--num_train_steps=3", "--use_xla"])
+  assert result.returncode == 0, result.stdout[-3000:]
+  assert "step 3/3  loss" in result.stdout
+  assert any(name.startswith("model.ckpt-3") for name in os.listdir(output_dir))
+
+
+def test_speed_flag_conflicts(tmp_path, tiny_checkpoint):
+  out = _flag_error(tmp_path, tiny_checkpoint, "--do_train", "--use_tpu", "--tpu_name=t",
+                    "--output_dir=gs://b/o", "--dynamic_padding")
+  assert "--dynamic_padding cannot be used with --use_tpu" in out
+  out = _flag_error(tmp_path, tiny_checkpoint, "--do_train", "--use_tpu", "--tpu_name=t",
+                    "--output_dir=gs://b/o", "--gradient_accumulation_steps=4")
+  assert "--gradient_accumulation_steps cannot be used with --use_tpu" in out
+  out = _flag_error(tmp_path, tiny_checkpoint, "--do_train", "--use_tpu", "--tpu_name=t",
+                    "--output_dir=gs://b/o", "--use_fp16")
+  assert "--use_fp16 is for GPUs; on a TPU pass --use_bf16" in out
+  out = _flag_error(tmp_path, tiny_checkpoint, "--do_train", "--use_fp16", "--use_bf16")
+  assert "pass one of --use_fp16 (GPU) and --use_bf16 (TPU), not both" in out

@@ -1,6 +1,7 @@
 """AdamWeightDecay, the learning-rate schedule, and one full training step."""
 
 import numpy as np
+import pytest
 import tensorflow.compat.v1 as tf
 
 from conftest import small_config
@@ -100,3 +101,42 @@ def test_one_training_step_changes_every_trainable_variable():
   assert len(names) == 2 + 5 + 2 + config.num_hidden_layers * 16
   unchanged = [n for n, b, a in zip(names, before, after) if np.array_equal(b, a)]
   assert unchanged == []
+
+
+def _quadratic_training(batches, accumulation_steps, runs):
+  """Trains w on mean((x . w - y)^2) and returns w after `runs` runs of the train op."""
+  with tf.Graph().as_default():
+    x = tf.placeholder(tf.float32, [None, 3])
+    y = tf.placeholder(tf.float32, [None])
+    w = tf.get_variable("w", initializer=np.array([0.5, -0.2, 0.1], np.float32))
+    loss = tf.reduce_mean(tf.square(tf.reduce_sum(x * w, axis=1) - y))
+    train = create_train_op(loss, 0.05, 100, 0, use_tpu=False,
+                            accumulation_steps=accumulation_steps)
+    with tf.Session() as session:
+      session.run(tf.global_variables_initializer())
+      for i in range(runs):
+        bx, by = batches[i % len(batches)]
+        session.run(train, {x: bx, y: by})
+      return session.run([w, tf.train.get_global_step()])
+
+
+def test_gradient_accumulation_equals_one_larger_batch():
+  rng = np.random.RandomState(0)
+  small = [(rng.randn(4, 3).astype(np.float32), rng.randn(4).astype(np.float32))
+           for _ in range(3)]
+  large = [(np.concatenate([b[0] for b in small]), np.concatenate([b[1] for b in small]))]
+  w_accumulated, steps_accumulated = _quadratic_training(small, 3, runs=6)
+  w_large, steps_large = _quadratic_training(large, 1, runs=2)
+  assert steps_accumulated == steps_large == 2
+  np.testing.assert_allclose(w_accumulated, w_large, rtol=1e-5, atol=1e-6)
+  w_partial, steps_partial = _quadratic_training(small, 3, runs=4)  # one update + one pending
+  assert steps_partial == 1
+  w_one, _ = _quadratic_training(large, 1, runs=1)
+  np.testing.assert_allclose(w_partial, w_one, rtol=1e-5, atol=1e-6)
+
+
+def test_gradient_accumulation_is_refused_on_tpu():
+  with tf.Graph().as_default():
+    w = tf.get_variable("w", [2])
+    with pytest.raises(ValueError, match="not supported on TPU"):
+      create_train_op(tf.reduce_sum(w), 0.1, 10, 0, use_tpu=True, accumulation_steps=2)

@@ -1,0 +1,217 @@
+"""Fine-tuning speed: this project against Google's original run_classifier, side by side.
+
+  ./run.sh benchmark [--models tiny,minilm --seq_lengths 128,220 --steps 20 ...]
+
+For every model shape and sequence length it fine-tunes for a fixed number of
+examples of a real Jigsaw-style CSV (default: ../shared/datasets/
+jigsaw_toxic_balanced/comments.csv; any `text,label` CSV without a header works)
+with:
+  google         Google's bert-tensorflow code path (modeling, optimization,
+                 run_classifier's model_fn_builder and input pipeline), padded to
+                 --seq as Google does, under TPUEstimator(use_tpu=False), on TF 1.15;
+  ours           this project, same model shape and batch size, on each runtime,
+                 with --dynamic_padding (and, with --variants, also without).
+Each run is a separate process. Per run it reports the wall time of the measured
+steps, examples/sec and ms/step (start-up and warm-up steps are excluded and
+reported apart), training FLOPs per example, achieved GFLOP/s, and that as a
+fraction of the float32 matrix-multiply peak measured on the same machine and
+runtime; and featurisation rows/sec of each path. It writes results.md, results.csv
+and results.png to --out_dir and prints the speed-up over Google's path.
+"""
+
+import argparse
+import csv
+import json
+import os
+import platform
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_DATA = os.path.join(os.path.dirname(ROOT), "shared", "datasets",
+                            "jigsaw_toxic_balanced", "comments.csv")
+VARIANTS = {  # name -> (impl, dynamic padding, runtimes it runs on)
+    "google": ("google", False, ("tf1",)),
+    "ours_fixed": ("ours", False, ("tf1", "tf2")),
+    "ours": ("ours", True, ("tf1", "tf2")),
+}
+LABELS = {"google": "Google run_classifier", "ours_fixed": "this project, fixed padding",
+          "ours": "this project, dynamic padding"}
+
+
+def parse_args(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--data", default=DEFAULT_DATA, help="CSV rows text,label, no header")
+  parser.add_argument("--vocab", help="uncased BERT vocab.txt (default: all-MiniLM-L6-v2's)")
+  parser.add_argument("--models", default="tiny,minilm", help="from tiny, minilm, base")
+  parser.add_argument("--seq_lengths", default="128,220")
+  parser.add_argument("--batch_size", type=int, default=32)
+  parser.add_argument("--steps", type=int, default=20, help="measured steps per run")
+  parser.add_argument("--warmup_steps", type=int, default=3)
+  parser.add_argument("--variants", default="google,ours", help="from %s" % ",".join(VARIANTS))
+  parser.add_argument("--runtimes", default="tf1,tf2")
+  parser.add_argument("--out_dir", default=os.path.join(ROOT, "output", "benchmark"))
+  return parser.parse_args(argv)
+
+
+def python_of(runtime):
+  return os.path.join(ROOT, ".venvs", runtime, "bin", "python")
+
+
+def machine_description():
+  cpu = platform.processor() or "unknown CPU"
+  try:
+    with open("/proc/cpuinfo") as f:
+      names = [l.split(":", 1)[1].strip() for l in f if l.startswith("model name")]
+    cpu = "%s x%d" % (names[0], len(names)) if names else cpu
+  except OSError:
+    pass
+  return "%s, %s, %d cores" % (platform.system(), cpu, os.cpu_count() or 0)
+
+
+def run_worker(runtime, args, out_path):
+  command = [python_of(runtime), "-m", "tools.bench_worker", "--out", out_path] + args
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  result = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, universal_newlines=True)
+  if result.returncode != 0:
+    raise RuntimeError("benchmark run failed: %s\n%s" % (" ".join(command),
+                                                         result.stdout[-3000:]))
+  with open(out_path) as f:
+    return json.load(f)
+
+
+def environment_label(row):
+  return "TF %s / Python %s / CPU" % (row["tensorflow"], row["python"])
+
+
+def write_outputs(rows, peaks, args, machine):
+  os.makedirs(args.out_dir, exist_ok=True)
+  fields = ["variant", "environment", "model", "seq", "batch", "steps", "wall_seconds",
+            "examples_per_sec", "ms_per_step", "startup_seconds", "warmup_seconds",
+            "mean_seq_length", "train_gflops_per_example", "gflops_per_sec",
+            "matmul_peak_gflops", "fraction_of_peak", "speedup_vs_google",
+            "featurise_rows_per_sec", "tokenizer", "load_before", "load_after"]
+  with open(os.path.join(args.out_dir, "results.csv"), "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+
+  lines = ["# Fine-tuning speed", "",
+           "Machine: %s. Data: `%s`, %d rows. Batch %d; %d measured steps after %d warm-up "
+           "steps, from random weights." % (machine, os.path.basename(args.data),
+                                             rows[0]["featurise_rows"], args.batch_size,
+                                             args.steps, args.warmup_steps), "",
+           "| environment / device | code | model | seq | wall time (s) | examples/sec | "
+           "ms/step | start-up (s) | GFLOP/s | % of matmul peak | vs Google |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+  for r in rows:
+    lines.append("| %s | %s | %s | %d | %.1f | %.1f | %.0f | %.1f | %.1f | %.1f%% | %s |" % (
+        r["environment"], LABELS[r["variant"]], r["model"], r["seq"], r["wall_seconds"],
+        r["examples_per_sec"], r["ms_per_step"], r["startup_seconds"], r["gflops_per_sec"],
+        100 * r["fraction_of_peak"],
+        "%.2fx" % r["speedup_vs_google"] if r["speedup_vs_google"] else "-"))
+  lines += ["", "Wall time covers the measured steps only; start-up (graph build, session, "
+            "initialisation) and warm-up steps are excluded and start-up is shown apart. "
+            "FLOPs count matrix multiplies (forward + backward = 3x forward) at the sequence "
+            "lengths actually computed, so dynamic padding does fewer FLOPs per example.", "",
+            "Matrix-multiply peak (float32, 2048x2048, best of 5): " +
+            ", ".join("%s %.1f GFLOP/s" % (k, v) for k, v in sorted(peaks.items())), "",
+            "| featurisation | rows/sec | tokenizer |", "|---|---|---|"]
+  seen = set()
+  for r in rows:
+    key = (r["variant"], r["environment"], r["tokenizer"])
+    if key not in seen:
+      seen.add(key)
+      lines.append("| %s, %s | %.0f | `%s` |" % (LABELS[r["variant"]], r["environment"],
+                                                r["featurise_rows_per_sec"], r["tokenizer"]))
+  with open(os.path.join(args.out_dir, "results.md"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+  plot(rows, os.path.join(args.out_dir, "results.png"), machine)
+  return "\n".join(lines)
+
+
+def plot(rows, path, machine):
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  groups = sorted(set((r["model"], r["seq"]) for r in rows), key=lambda g: (g[0], g[1]))
+  series = sorted(set((r["variant"], r["environment"]) for r in rows))
+  width = 0.8 / max(len(series), 1)
+  fig, ax = plt.subplots(figsize=(2.2 + 1.8 * len(groups), 4.5))
+  for k, (variant, environment) in enumerate(series):
+    values = []
+    for model, seq in groups:
+      match = [r for r in rows if (r["variant"], r["environment"], r["model"], r["seq"]) ==
+               (variant, environment, model, seq)]
+      values.append(match[0]["examples_per_sec"] if match else 0)
+    ax.bar([i + k * width for i in range(len(groups))], values, width,
+           label="%s (%s)" % (LABELS[variant], environment.split(" / CPU")[0]))
+  ax.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(groups))])
+  ax.set_xticklabels(["%s, seq %d" % g for g in groups])
+  ax.set_ylabel("training examples / sec")
+  ax.set_title("BERT fine-tuning on Jigsaw comments\n%s" % machine, fontsize=9)
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  sys.path.insert(0, ROOT)
+  if not os.path.isfile(args.data):
+    sys.exit("benchmark: no data file %s; pass --data=a CSV of text,label rows" % args.data)
+  if not args.vocab:
+    from tools import assets
+    args.vocab = os.path.join(assets.minilm_hf_dir(), "vocab.txt")
+  runtimes = [r for r in args.runtimes.split(",") if os.path.exists(python_of(r))]
+  if not runtimes:
+    sys.exit("benchmark: no environment in .venvs; run ./run.sh setup first")
+  machine = machine_description()
+  work = os.path.join(args.out_dir, "work")
+  os.makedirs(work, exist_ok=True)
+  peaks = {}
+  for runtime in runtimes:
+    peak = run_worker(runtime, ["--measure_peak"], os.path.join(work, "peak_%s.json" % runtime))
+    peaks[environment_label(peak)] = peak["matmul_peak_gflops"]
+    print("matmul peak on %s: %.1f GFLOP/s" % (environment_label(peak), peak["matmul_peak_gflops"]))
+
+  rows = []
+  for model in args.models.split(","):
+    for seq in [int(s) for s in args.seq_lengths.split(",")]:
+      google_rate = None
+      for variant in args.variants.split(","):
+        impl, dynamic, allowed = VARIANTS[variant]
+        for runtime in [r for r in runtimes if r in allowed]:
+          tag = "%s_%s_%s_%d" % (variant, runtime, model, seq)
+          worker_args = ["--impl", impl, "--model", model, "--seq", str(seq), "--batch",
+                         str(args.batch_size), "--steps", str(args.steps), "--warmup",
+                         str(args.warmup_steps), "--data", args.data, "--vocab", args.vocab,
+                         "--workdir", os.path.join(work, tag)]
+          if dynamic:
+            worker_args.append("--dynamic_padding")
+          print("running %s ..." % tag)
+          sys.stdout.flush()
+          r = run_worker(runtime, worker_args, os.path.join(work, tag + ".json"))
+          r["variant"] = variant
+          r["environment"] = environment_label(r)
+          r["wall_seconds"] = r["measured_seconds"]
+          r["train_gflops_per_example"] = r["train_flops_per_example"] / 1e9
+          r["matmul_peak_gflops"] = peaks[r["environment"]]
+          r["fraction_of_peak"] = r["gflops_per_sec"] / peaks[r["environment"]]
+          if variant == "google":
+            google_rate = r["examples_per_sec"]
+          r["speedup_vs_google"] = (r["examples_per_sec"] / google_rate
+                                    if google_rate and variant != "google" else None)
+          rows.append(r)
+          print("  %.1f examples/sec, %.0f ms/step, %.1f GFLOP/s (%.1f%% of peak)%s" % (
+              r["examples_per_sec"], r["ms_per_step"], r["gflops_per_sec"],
+              100 * r["fraction_of_peak"],
+              ", %.2fx Google's" % r["speedup_vs_google"] if r["speedup_vs_google"] else ""))
+  print()
+  print(write_outputs(rows, peaks, args, machine))
+  print("\nwrote results.md, results.csv, results.png to %s" % args.out_dir)
+
+
+if __name__ == "__main__":
+  main()

@@ -58,6 +58,10 @@ flags.DEFINE_enum("tokenizer", "auto", ["auto", "fast", "python"],
                   "WordPiece implementation for featurisation: 'fast' (Hugging Face tokenizers, "
                   "Rust, all cores), 'python' (this project's), or 'auto' (fast when installed). "
                   "Both give Google's FullTokenizer ids.")
+flags.DEFINE_integer("num_record_shards", 1, "Split each split's TFRecords into this many "
+                     "files (helps parallel reads on TPU hosts and parallel writing).")
+flags.DEFINE_integer("featurize_workers", 1, "Processes that featurise shards in parallel "
+                     "(at most --num_record_shards).")
 flags.DEFINE_bool("do_lower_case", True, "Lower-case the text (True for uncased models).")
 flags.DEFINE_integer("max_seq_length", 128, "Tokens per example after WordPiece, with "
                      "[CLS]/[SEP]. Longer texts are truncated, shorter ones padded.")
@@ -136,7 +140,7 @@ def validate_flags(f):
                         "with --nohas_header)" % name)
   _check_positive(f, ("train_batch_size", "eval_batch_size", "predict_batch_size",
                       "save_checkpoints_steps", "iterations_per_loop", "log_every_steps",
-                      "gradient_accumulation_steps"))
+                      "gradient_accumulation_steps", "num_record_shards", "featurize_workers"))
   if f.learning_rate <= 0:
     raise FlagError("--learning_rate=%g must be > 0 (BERT fine-tuning uses 2e-5 to 5e-5)" %
                     f.learning_rate)
@@ -259,7 +263,7 @@ def take_fraction(examples, fraction, seed):
 
 
 def featurise(f, processor, split, examples, tokenizer, vocab_file, pad_to_multiple):
-  """Writes (or reuses) the split's TFRecords. Returns (record_path, metadata)."""
+  """Writes (or reuses) the split's TFRecords. Returns (record_files, metadata)."""
   cache_dir = f.cache_dir or os.path.join(f.output_dir, "features")
   record_path = os.path.join(cache_dir, "%s.tf_record" % split)
   source = processor.file_for(split)
@@ -274,8 +278,9 @@ def featurise(f, processor, split, examples, tokenizer, vocab_file, pad_to_multi
   }
   if split == "train":
     settings.update(train_fraction=f.train_fraction, seed=f.seed)
-  metadata = build_records(examples, record_path, settings, tokenizer, pad_to_multiple)
-  return record_path, metadata
+  metadata = build_records(examples, record_path, settings, tokenizer, pad_to_multiple,
+                           num_shards=f.num_record_shards, num_workers=f.featurize_workers)
+  return metadata["files"], metadata
 
 
 def num_train_steps_for(f, num_examples):
@@ -289,14 +294,14 @@ def num_train_steps_for(f, num_examples):
 # --- The three modes --------------------------------------------------------------------
 
 def run_train(f, estimator, processor, tokenizer, vocab_file, num_train_steps, examples):
-  record_path, _ = featurise(f, processor, "train", examples, tokenizer, vocab_file, 0)
+  record_files, _ = featurise(f, processor, "train", examples, tokenizer, vocab_file, 0)
   per_update = f.train_batch_size * f.gradient_accumulation_steps
   log.info("training: %d examples, batch %d, %d steps", len(examples), per_update,
            num_train_steps)
   hook = ProgressHook(num_train_steps, per_update, f.log_every_steps,
                       loss_tensor_name=TRAIN_LOSS_NAME, fetch_loss=not f.use_tpu,
                       report=log.info)
-  input_fn = input_fn_builder(record_path, f.max_seq_length, is_training=True,
+  input_fn = input_fn_builder(record_files, f.max_seq_length, is_training=True,
                               is_regression=processor.is_regression, seed=f.seed,
                               dynamic_padding=f.dynamic_padding)
   start = time.time()
@@ -307,10 +312,10 @@ def run_train(f, estimator, processor, tokenizer, vocab_file, num_train_steps, e
 
 def run_eval(f, estimator, processor, tokenizer, vocab_file):
   examples = processor.get_examples("dev")
-  record_path, meta = featurise(f, processor, "dev", examples, tokenizer, vocab_file,
+  record_files, meta = featurise(f, processor, "dev", examples, tokenizer, vocab_file,
                                 f.eval_batch_size)
   steps = meta["num_records"] // f.eval_batch_size
-  input_fn = input_fn_builder(record_path, f.max_seq_length, is_training=False,
+  input_fn = input_fn_builder(record_files, f.max_seq_length, is_training=False,
                               is_regression=processor.is_regression,
                               dynamic_padding=f.dynamic_padding)
   log.info("evaluating %d examples (+%d padding) in %d batches", len(examples),
@@ -351,9 +356,9 @@ def write_eval_results(output_dir, results):
 
 def run_predict(f, estimator, processor, tokenizer, vocab_file):
   examples = processor.get_examples("test")
-  record_path, meta = featurise(f, processor, "test", examples, tokenizer, vocab_file,
+  record_files, meta = featurise(f, processor, "test", examples, tokenizer, vocab_file,
                                 f.predict_batch_size)
-  input_fn = input_fn_builder(record_path, f.max_seq_length, is_training=False,
+  input_fn = input_fn_builder(record_files, f.max_seq_length, is_training=False,
                               is_regression=processor.is_regression,
                               dynamic_padding=f.dynamic_padding)
   log.info("predicting %d examples (+%d padding)", len(examples), meta["num_padding"])

@@ -97,8 +97,38 @@ def num_padding_rows(num_examples, multiple):
   return (-num_examples) % multiple if multiple else 0
 
 
+# A token is rarely longer than this many characters on average; prefixes of
+# CHARS_PER_TOKEN * max_seq_length characters almost always hold enough tokens.
+CHARS_PER_TOKEN = 8
+
+
+def encode_leading_tokens(tokenizer, texts, max_tokens):
+  """Token ids of each text, exact in at least their first max_tokens ids.
+
+  Long texts are encoded from a prefix cut at a space. Tokenization never joins
+  characters across a space, so the prefix's ids are the leading ids of the whole
+  text; when a prefix yields fewer than max_tokens ids the whole text is encoded.
+  Only the leading ids matter, since longer texts are truncated anyway.
+  """
+  limit = CHARS_PER_TOKEN * max_tokens
+  cut = [_prefix(text, limit) for text in texts]
+  ids = tokenizer.encode_batch(cut)
+  redo = [i for i, (text, part, got) in enumerate(zip(texts, cut, ids))
+          if len(part) < len(text) and len(got) < max_tokens]
+  for i, full in zip(redo, tokenizer.encode_batch([texts[i] for i in redo])):
+    ids[i] = full
+  return ids
+
+
+def _prefix(text, limit):
+  if len(text) <= limit:
+    return text
+  space = text.rfind(" ", 0, limit)
+  return text[:space] if space > 0 else text
+
+
 def convert_examples(examples, labels, max_seq_length, tokenizer, chunk_size=2048,
-                     report_every=20000):
+                     report_every=20000, first_example_id=0):
   """Yields InputFeatures for each example in order, logging progress on long inputs.
 
   Texts are encoded a chunk at a time with tokenizer.encode_batch, which the
@@ -110,12 +140,13 @@ def convert_examples(examples, labels, max_seq_length, tokenizer, chunk_size=204
   next_report = report_every
   for first in range(0, len(examples), chunk_size):
     chunk = examples[first:first + chunk_size]
-    ids_a = tokenizer.encode_batch([e.text_a for e in chunk])
+    ids_a = encode_leading_tokens(tokenizer, [e.text_a for e in chunk], max_seq_length)
     pairs = [i for i, e in enumerate(chunk) if e.text_b is not None]
-    ids_b = dict(zip(pairs, tokenizer.encode_batch([chunk[i].text_b for i in pairs])))
+    ids_b = dict(zip(pairs, encode_leading_tokens(tokenizer, [chunk[i].text_b for i in pairs],
+                                                  max_seq_length)))
     for i, example in enumerate(chunk):
       yield features_from_ids(ids_a[i], ids_b.get(i), label_id_for(example.label, label_map),
-                              first + i, max_seq_length, cls_id, sep_id)
+                              first_example_id + first + i, max_seq_length, cls_id, sep_id)
     done = first + len(chunk)
     if done >= next_report and done < len(examples):
       next_report += report_every

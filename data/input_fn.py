@@ -56,7 +56,10 @@ def input_fn_builder(input_file, max_seq_length, is_training, is_regression, see
   def input_fn(params):
     batch_size = params["batch_size"]
     dataset = tf.data.Dataset.from_tensor_slices(tf.constant(files))
-    dataset = dataset.flat_map(tf.data.TFRecordDataset)  # shards in order
+    if is_training and len(files) > 1:
+      dataset = dataset.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), 8))
+    else:
+      dataset = dataset.flat_map(tf.data.TFRecordDataset)  # shards in order
     if is_training:
       dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True)
       dataset = dataset.repeat()

@@ -165,15 +165,33 @@ def _label_column(table, name, split, flag_hint):
 # --- GLUE ---------------------------------------------------------------------
 
 
-class Sst2Processor(DataProcessor):
-  name = "sst-2"
-  labels = ["0", "1"]
-  split_files = {"train": ("train.tsv",), "dev": ("dev.tsv",), "test": ("test.tsv",)}
+class HeaderProcessor(DataProcessor):
+  """A task whose files name their columns in a header; subclasses only declare them."""
+  text_a_column = None
+  text_b_column = None
+  label_column = None
+  id_columns = ("index",)  # the first one present names each row
+  label_hint = None  # how the user picks the label column, when they can
 
   def columns(self, table, split):
-    return Columns(text_a=table.column_index("sentence", "the sentence column"),
-                   label=_label_column(table, "label", split, "the label column"),
-                   guid=_optional(table, "index"))
+    ids = [table.header.index(c) for c in self.id_columns if c in table.header]
+    return Columns(
+        text_a=table.column_index(self.text_a_column, "the %s column" % self.text_a_column),
+        text_b=(table.column_index(self.text_b_column, "the %s column" % self.text_b_column)
+                if self.text_b_column else None),
+        label=_label_column(table, self.label_column, split,
+                            self.label_hint or "the %s column" % self.label_column),
+        guid=ids[0] if ids else None)
+
+
+GLUE_FILES = {"train": ("train.tsv",), "dev": ("dev.tsv",), "test": ("test.tsv",)}
+
+
+class Sst2Processor(HeaderProcessor):
+  name = "sst-2"
+  labels = ["0", "1"]
+  split_files = GLUE_FILES
+  text_a_column, label_column = "sentence", "label"
 
 
 class ColaProcessor(DataProcessor):
@@ -182,7 +200,7 @@ class ColaProcessor(DataProcessor):
   name = "cola"
   labels = ["0", "1"]
   has_header = False
-  split_files = {"train": ("train.tsv",), "dev": ("dev.tsv",), "test": ("test.tsv",)}
+  split_files = GLUE_FILES
 
   def columns(self, table, split):
     first = table.rows[0][1]
@@ -198,33 +216,23 @@ class ColaProcessor(DataProcessor):
                     "give GLUE's CoLA files", line=table.rows[0][0])
 
 
-class MrpcProcessor(DataProcessor):
+class MrpcProcessor(HeaderProcessor):
   """MRPC: GLUE's train/dev/test.tsv or Microsoft's original msr_paraphrase_*.txt."""
   name = "mrpc"
   labels = ["0", "1"]
   split_files = {"train": ("train.tsv", "msr_paraphrase_train.txt"),
                  "dev": ("dev.tsv", "msr_paraphrase_test.txt"),
                  "test": ("test.tsv", "msr_paraphrase_test.txt")}
-
-  def columns(self, table, split):
-    return Columns(text_a=table.column_index("#1 String", "the #1 String column"),
-                   text_b=table.column_index("#2 String", "the #2 String column"),
-                   label=_label_column(table, "Quality", split, "the Quality column"),
-                   guid=_optional(table, "index"))
+  text_a_column, text_b_column, label_column = "#1 String", "#2 String", "Quality"
 
 
-class RteProcessor(DataProcessor):
+class RteProcessor(HeaderProcessor):
   """RTE with text labels, or 0/1 labels (0 = entailment); -1 marks an unlabelled row."""
   name = "rte"
   labels = ["entailment", "not_entailment"]
-  split_files = {"train": ("train.tsv",), "dev": ("dev.tsv",), "test": ("test.tsv",)}
-
-  def columns(self, table, split):
-    guid = _optional(table, "index")
-    return Columns(text_a=table.column_index("sentence1", "the sentence1 column"),
-                   text_b=table.column_index("sentence2", "the sentence2 column"),
-                   label=_label_column(table, "label", split, "the label column"),
-                   guid=guid if guid is not None else _optional(table, "idx"))
+  split_files = GLUE_FILES
+  text_a_column, text_b_column, label_column = "sentence1", "sentence2", "label"
+  id_columns = ("index", "idx")
 
   def parse_label(self, raw, path, line, column):
     value = raw.strip()
@@ -235,17 +243,12 @@ class RteProcessor(DataProcessor):
     return DataProcessor.parse_label(self, raw, path, line, column)
 
 
-class MnliProcessor(DataProcessor):
+class MnliProcessor(HeaderProcessor):
   name = "mnli"
   labels = ["contradiction", "entailment", "neutral"]
   split_files = {"train": ("train.tsv",), "dev": ("dev_matched.tsv",),
                  "test": ("test_matched.tsv",)}
-
-  def columns(self, table, split):
-    return Columns(text_a=table.column_index("sentence1", "the sentence1 column"),
-                   text_b=table.column_index("sentence2", "the sentence2 column"),
-                   label=_label_column(table, "gold_label", split, "the gold_label column"),
-                   guid=_optional(table, "index"))
+  text_a_column, text_b_column, label_column = "sentence1", "sentence2", "gold_label"
 
 
 class MnliMismatchedProcessor(MnliProcessor):
@@ -254,30 +257,21 @@ class MnliMismatchedProcessor(MnliProcessor):
                  "test": ("test_mismatched.tsv",)}
 
 
-class QqpProcessor(DataProcessor):
+class QqpProcessor(HeaderProcessor):
   name = "qqp"
   labels = ["0", "1"]
-  split_files = {"train": ("train.tsv",), "dev": ("dev.tsv",), "test": ("test.tsv",)}
-
-  def columns(self, table, split):
-    return Columns(text_a=table.column_index("question1", "the question1 column"),
-                   text_b=table.column_index("question2", "the question2 column"),
-                   label=_label_column(table, "is_duplicate", split, "the is_duplicate column"),
-                   guid=_optional(table, "id"))
+  split_files = GLUE_FILES
+  text_a_column, text_b_column, label_column = "question1", "question2", "is_duplicate"
+  id_columns = ("id",)
 
 
-class StsbProcessor(DataProcessor):
+class StsbProcessor(HeaderProcessor):
   """STS-B: a similarity score in [0, 5], learnt by regression."""
   name = "sts-b"
   labels = None
   is_regression = True
-  split_files = {"train": ("train.tsv",), "dev": ("dev.tsv",), "test": ("test.tsv",)}
-
-  def columns(self, table, split):
-    return Columns(text_a=table.column_index("sentence1", "the sentence1 column"),
-                   text_b=table.column_index("sentence2", "the sentence2 column"),
-                   label=_label_column(table, "score", split, "the score column"),
-                   guid=_optional(table, "index"))
+  split_files = GLUE_FILES
+  text_a_column, text_b_column, label_column = "sentence1", "sentence2", "score"
 
   def parse_label(self, raw, path, line, column):
     return _parse_float(raw, path, line, column, "a score between 0 and 5")
@@ -309,39 +303,37 @@ JIGSAW_IDENTITY_COLUMNS = (
     "other_disability")
 
 
-class JigsawProcessor(DataProcessor):
+class JigsawProcessor(HeaderProcessor):
   delimiter = ","
   quoting = csv.QUOTE_MINIMAL  # Kaggle CSVs quote comments that hold commas and newlines.
   split_files = {"train": ("train.csv",), "dev": ("valid.csv", "dev.csv"),
                  "test": ("test.csv",)}
+  text_a_column = "comment_text"
+  id_columns = ("id",)
 
 
 class JigsawToxicProcessor(JigsawProcessor):
   """Kaggle Toxic Comment Classification: one of the six 0/1 label columns."""
   name = "jigsaw_toxic"
   labels = ["0", "1"]
+  label_hint = "--label_column"
 
   def __init__(self, label_column="toxic", **kwargs):
     super(JigsawToxicProcessor, self).__init__(**kwargs)
     self.label_column = label_column
-
-  def columns(self, table, split):
-    return Columns(text_a=table.column_index("comment_text", "the comment_text column"),
-                   label=_label_column(table, self.label_column, split, "--label_column"),
-                   guid=_optional(table, "id"))
 
 
 class JigsawBiasProcessor(JigsawProcessor):
   """Kaggle Unintended Bias: label is target >= 0.5; identity columns are carried through."""
   name = "jigsaw_bias"
   labels = ["0", "1"]
+  label_column = "target"
 
   def columns(self, table, split):
-    extras = tuple((name, table.header.index(name)) for name in JIGSAW_IDENTITY_COLUMNS
-                   if name in table.header)
-    return Columns(text_a=table.column_index("comment_text", "the comment_text column"),
-                   label=_label_column(table, "target", split, "the target column"),
-                   guid=_optional(table, "id"), extras=extras)
+    columns = super(JigsawBiasProcessor, self).columns(table, split)
+    columns.extras = tuple((name, table.header.index(name)) for name in JIGSAW_IDENTITY_COLUMNS
+                           if name in table.header)
+    return columns
 
   def parse_label(self, raw, path, line, column):
     target = _parse_float(raw, path, line, column, "a target in [0, 1]")

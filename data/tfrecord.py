@@ -134,39 +134,87 @@ def read_metadata(record_path):
       return None
 
 
-def build_records(examples, record_path, settings, tokenizer, pad_to_multiple=0):
+def shard_paths(record_path, num_shards):
+  if num_shards <= 1:
+    return [record_path]
+  return ["%s-%05d-of-%05d" % (record_path, i, num_shards) for i in range(num_shards)]
+
+
+def _shard_ranges(num_examples, num_shards):
+  """Contiguous [start, end) ranges, so shards read in order give the examples in order."""
+  size = -(-num_examples // num_shards) if num_examples else 0
+  return [(min(i * size, num_examples), min((i + 1) * size, num_examples))
+          for i in range(num_shards)]
+
+
+# What forked featurisation workers inherit (examples and tokenizer are not pickled).
+_SHARD_JOB = {}
+
+
+def _write_shard(index):
+  job = _SHARD_JOB
+  start, end = job["ranges"][index]
+  path = job["paths"][index]
+  serialize = ExampleSerializer(job["is_regression"])
+  with tf.io.TFRecordWriter(path + ".tmp") as writer:
+    for features in convert_examples(job["examples"][start:end], job["labels"],
+                                     job["max_seq_length"], job["tokenizer"],
+                                     first_example_id=start):
+      writer.write(serialize(features))
+    if index == len(job["paths"]) - 1:
+      for _ in range(job["num_padding"]):
+        writer.write(serialize(padding_features(job["max_seq_length"], job["is_regression"])))
+  return path
+
+
+def build_records(examples, record_path, settings, tokenizer, pad_to_multiple=0, num_shards=1,
+                  num_workers=1):
   """Writes (or reuses) the records of one split. Returns the metadata dict.
 
   settings must hold everything that shapes the features: labels, is_regression,
   max_seq_length, vocab and casing, source file hashes. pad_to_multiple > 0 appends
-  padding rows (is_real_example=0) so the file holds whole batches.
+  padding rows (is_real_example=0) so the files hold whole batches. With
+  num_shards > 1 the examples are split into that many contiguous files
+  (metadata["files"], in order); num_workers > 1 writes shards in parallel processes.
   """
-  settings = dict(settings, pad_to_multiple=pad_to_multiple, num_examples=len(examples))
+  num_shards = max(1, num_shards)
+  settings = dict(settings, pad_to_multiple=pad_to_multiple, num_examples=len(examples),
+                  num_shards=num_shards)
   key = fingerprint(settings)
   existing = read_metadata(record_path)
-  if existing is not None and existing.get("fingerprint") == key:
+  if existing is not None and existing.get("fingerprint") == key and all(
+      tf.io.gfile.exists(p) for p in existing.get("files", [])):
     log.info("reusing cached features %s (%d examples + %d padding)", record_path,
              existing["num_examples"], existing["num_padding"])
     return existing
   if existing is not None:
     log.info("cached features %s are stale (inputs changed): rebuilding", record_path)
 
-  is_regression = settings["is_regression"]
-  max_seq_length = settings["max_seq_length"]
+  paths = shard_paths(record_path, num_shards)
   num_padding = num_padding_rows(len(examples), pad_to_multiple)
   tf.io.gfile.makedirs(record_path.rsplit("/", 1)[0])
-  tmp_path = record_path + ".tmp"
-  serialize = ExampleSerializer(is_regression)
-  with tf.io.TFRecordWriter(tmp_path) as writer:
-    for features in convert_examples(examples, settings["labels"], max_seq_length, tokenizer):
-      writer.write(serialize(features))
-    for _ in range(num_padding):
-      writer.write(serialize(padding_features(max_seq_length, is_regression)))
-  tf.io.gfile.rename(tmp_path, record_path, overwrite=True)
+  _SHARD_JOB.update(examples=examples, labels=settings["labels"], tokenizer=tokenizer,
+                    max_seq_length=settings["max_seq_length"], num_padding=num_padding,
+                    is_regression=settings["is_regression"], paths=paths,
+                    ranges=_shard_ranges(len(examples), num_shards))
+  try:
+    workers = min(num_workers, num_shards)
+    if workers > 1:
+      import multiprocessing
+      with multiprocessing.get_context("fork").Pool(workers) as pool:
+        pool.map(_write_shard, range(num_shards))
+    else:
+      for index in range(num_shards):
+        _write_shard(index)
+  finally:
+    _SHARD_JOB.clear()
+  for path in paths:
+    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
 
-  metadata = dict(settings, fingerprint=key, schema_version=SCHEMA_VERSION,
+  metadata = dict(settings, fingerprint=key, schema_version=SCHEMA_VERSION, files=paths,
                   num_padding=num_padding, num_records=len(examples) + num_padding)
   with tf.io.gfile.GFile(metadata_path(record_path), "w") as f:
     json.dump(metadata, f, indent=2, sort_keys=True)
-  log.info("wrote %s: %d examples + %d padding rows", record_path, len(examples), num_padding)
+  log.info("wrote %s: %d examples + %d padding rows in %d file(s)", record_path, len(examples),
+           num_padding, len(paths))
   return metadata

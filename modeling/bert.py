@@ -83,7 +83,8 @@ class BertConfig(object):
 
 def gelu_tanh(x):
   """GELU with the tanh approximation, as Google's BERT computes it ("gelu")."""
-  cdf = 0.5 * (1.0 + tf.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * tf.pow(x, 3))))
+  # x * x * x rather than tf.pow(x, 3): the same value, several times cheaper on CPU.
+  cdf = 0.5 * (1.0 + tf.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))))
   return x * cdf
 
 

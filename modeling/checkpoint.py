@@ -1,6 +1,8 @@
 """Initialising a graph's variables from a BERT checkpoint by name."""
 
+import collections
 import logging
+import re
 
 import tensorflow.compat.v1 as tf
 
@@ -33,6 +35,15 @@ def assignment_map(variables, init_checkpoint):
   return mapping, initialised, missing
 
 
+def summarise_names(names):
+  """'bert/encoder/layer_N (96), bert/embeddings/LayerNorm (2), ...': scopes with counts."""
+  counts = collections.OrderedDict()
+  for name in names:
+    scope = "/".join(re.sub(r"layer_\d+", "layer_N", name).split("/")[:3])
+    counts[scope] = counts.get(scope, 0) + 1
+  return ", ".join("%s (%d)" % item for item in counts.items())
+
+
 def init_from_checkpoint(init_checkpoint, variables, use_tpu, report=True):
   """Sets up initialisation from init_checkpoint. Returns the scaffold_fn for TPUEstimatorSpec.
 
@@ -46,9 +57,10 @@ def init_from_checkpoint(init_checkpoint, variables, use_tpu, report=True):
     return None
   mapping, initialised, missing = assignment_map(variables, init_checkpoint)
   info("initialising %d of %d variables from %s", len(initialised), len(variables),
-           init_checkpoint)
+       init_checkpoint)
+  info("  from the checkpoint: %s", summarise_names(initialised))
   for name in initialised:
-    log.debug("  from checkpoint: %s", name)
+    log.debug("  from the checkpoint: %s", name)
   if missing:
     info("  %d variables start from random values: %s", len(missing), ", ".join(missing))
 

@@ -59,6 +59,8 @@ def test_train_eval_predict_end_to_end(tmp_path, tiny_checkpoint):
   assert "--train_fraction=0.5: training on 134 of 267 rows" in log
   assert "training: 134 examples, batch 8, 17 steps" in log
   assert "initialising 39 of 41 variables from %s" % checkpoint in log
+  assert "from the checkpoint: bert/embeddings/word_embeddings (1)" in log
+  assert "bert/encoder/layer_N (32)" in log and "bert/pooler/dense (2)" in log
   assert "output_weights, output_bias" in log  # the head starts from random values
   assert "step 17/17  loss" in log and "examples/sec  ETA" in log
 

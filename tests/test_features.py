@@ -230,3 +230,66 @@ def test_fast_serializer_equals_protobuf_deterministic_bytes(is_regression):
         int(rng.randint(-1, 10 ** 12)))
     expected = to_tf_example_proto(features, is_regression).SerializeToString(deterministic=True)
     assert serialize(features) == expected
+
+
+@pytest.mark.parametrize("max_seq_length", [16, 128])
+def test_prefix_encoding_gives_the_features_of_whole_texts(tiny_vocab, max_seq_length):
+  """Jigsaw comments (long, with newlines and quotes) and MRPC pairs, featurised from
+  prefixes, equal the features built from whole texts one by one."""
+  tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
+  jigsaw = get_processor("csv", files={"train": shared_path(
+      "datasets", "jigsaw_toxic_balanced", "comments.csv")}, text_column="0",
+      label_column="1", has_header=False).get_examples("train")[:1500]
+  mrpc = get_processor("mrpc", data_dir=shared_path("datasets", "glue", "MRPC")
+                       ).get_examples("dev")[:300]
+  for examples in (jigsaw, mrpc):
+    label_map = {"0": 0, "1": 1}
+    fast = list(convert_examples(examples, ["0", "1"], max_seq_length, tokenizer))
+    for i, example in enumerate(examples):
+      slow = convert_example(example, i, label_map, max_seq_length, tokenizer)
+      assert vars(fast[i]) == vars(slow), example.text_a[:100]
+  assert max(len(e.text_a) for e in jigsaw) > 8 * 128  # the prefix path was taken
+
+
+def test_prefix_falls_back_when_a_prefix_is_short(tiny_vocab):
+  from data.features import encode_leading_tokens
+  tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
+  # The 32-character prefix holds one unknown word, a single [UNK]: too few ids, so the
+  # whole text is encoded.
+  text = u"\u2603" * 25 + u" " + u"\u2603" * 300 + u" then some real words follow here"
+  assert tokenizer.encode(text[:25]) == [100]
+  assert encode_leading_tokens(tokenizer, [text], 4) == [tokenizer.encode(text)]
+  assert len(tokenizer.encode(text)) == 8
+
+
+def _records(paths):
+  out = []
+  with tf.Graph().as_default():
+    dataset = tf.data.TFRecordDataset(tf.constant(paths))
+    element = tf.data.make_one_shot_iterator(dataset).get_next()
+    with tf.Session() as session:
+      while True:
+        try:
+          out.append(session.run(element))
+        except tf.errors.OutOfRangeError:
+          return out
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sharded_records_hold_the_same_records_in_order(tmp_path, tiny_vocab, workers):
+  tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
+  examples = _examples(23)
+  single = build_records(examples, str(tmp_path / "one.tf_record"), _settings(tiny_vocab),
+                         tokenizer, pad_to_multiple=8)
+  sharded = build_records(examples, str(tmp_path / "many.tf_record"), _settings(tiny_vocab),
+                          tokenizer, pad_to_multiple=8, num_shards=3, num_workers=workers)
+  assert [os.path.basename(p) for p in sharded["files"]] == [
+      "many.tf_record-%05d-of-00003" % i for i in range(3)]
+  assert sharded["num_records"] == 24 and sharded["num_padding"] == 1
+  assert _records(sharded["files"]) == _records(single["files"])
+  _, rows = _read_all(input_fn_builder(sharded["files"], 16, False, False), 8)
+  ids = np.concatenate([r["example_id"] for r in rows])
+  assert ids.tolist() == list(range(23)) + [-1]
+  again = build_records(examples, str(tmp_path / "many.tf_record"), _settings(tiny_vocab),
+                        tokenizer, pad_to_multiple=8, num_shards=3, num_workers=workers)
+  assert again == sharded  # reused from the cache

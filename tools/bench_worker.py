@@ -35,12 +35,16 @@ def parse_args(argv=None):
   parser.add_argument("--steps", type=int, default=20, help="measured steps")
   parser.add_argument("--warmup", type=int, default=3, help="steps before measuring")
   parser.add_argument("--dynamic_padding", action="store_true")
+  parser.add_argument("--xla", action="store_true", help="ours: XLA JIT (as --use_xla)")
   parser.add_argument("--data", help="CSV of text,label rows without a header")
   parser.add_argument("--vocab")
   parser.add_argument("--workdir")
   parser.add_argument("--out")
   parser.add_argument("--measure_peak", action="store_true",
                       help="only measure the float32 matrix-multiply peak")
+  parser.add_argument("--featurise_only", choices=["google", "python", "fast"],
+                      help="only measure featurisation (to TFRecords) with this tokenizer path")
+  parser.add_argument("--workers", type=int, default=1, help="featurisation processes (ours)")
   return parser.parse_args(argv)
 
 
@@ -135,17 +139,34 @@ def featurise_google(rows, args, path):
   return time.time() - start, "bert.tokenization.FullTokenizer"
 
 
-def featurise_ours(rows, args, path):
+def featurise_ours(rows, args, path, tokenizer_kind="fast"):
+  from data import fast_tokenization
   from data.processors import InputExample
   from data.tfrecord import build_records
   from data.tokenization import FullTokenizer
-  tokenizer = FullTokenizer(args.vocab, do_lower_case=True)
+  fast = tokenizer_kind == "fast" and fast_tokenization.available()
+  tokenizer = (fast_tokenization.FastTokenizer if fast else FullTokenizer)(args.vocab, True)
   examples = [InputExample(str(i), text, label=label) for i, (text, label) in enumerate(rows)]
   settings = {"labels": ["0", "1"], "is_regression": False, "max_seq_length": args.seq,
-              "source": args.data, "benchmark": True}
+              "source": args.data, "benchmark": True, "tokenizer": tokenizer_kind}
   start = time.time()
-  build_records(examples, path, settings, tokenizer)
-  return time.time() - start, type(tokenizer).__module__ + "." + type(tokenizer).__name__
+  build_records(examples, path, settings, tokenizer, num_shards=args.workers,
+                num_workers=args.workers)
+  name = type(tokenizer).__module__ + "." + type(tokenizer).__name__
+  return time.time() - start, name + (" x%d processes" % args.workers if args.workers > 1 else "")
+
+
+def featurise_only(args):
+  rows = read_rows(args.data, 0)
+  os.makedirs(args.workdir, exist_ok=True)
+  path = os.path.join(args.workdir, "features.tf_record")
+  if args.featurise_only == "google":
+    seconds, name = featurise_google(rows, args, path)
+  else:
+    seconds, name = featurise_ours(rows, args, path, args.featurise_only)
+  return dict(runtime_info(), path=args.featurise_only, tokenizer=name, rows=len(rows),
+              seq=args.seq, seconds=seconds, rows_per_sec=len(rows) / seconds,
+              workers=args.workers)
 
 
 def google_model_and_input(args, record_path, total_steps):
@@ -166,7 +187,8 @@ def our_model_and_input(args, record_path, total_steps):
   from modeling.model_fn import SEQ_LENGTH_NAME, model_fn_builder
   setup_tensorflow()
   config = BertConfig(**bert_shape(args.model))
-  model_fn = model_fn_builder(config, 2, None, 2e-5, total_steps, args.warmup, use_tpu=False)
+  model_fn = model_fn_builder(config, 2, None, 2e-5, total_steps, args.warmup, use_tpu=False,
+                              xla_global_step_fix=args.xla)
   input_fn = input_fn_builder(record_path, args.seq, True, False, seed=1,
                               dynamic_padding=args.dynamic_padding)
   return model_fn, input_fn, SEQ_LENGTH_NAME
@@ -182,7 +204,7 @@ def load_average():
 def run(args):
   import tensorflow.compat.v1 as tf
   from modeling.bert import BertConfig
-  from modeling.estimator import build_estimator
+  from modeling.estimator import build_estimator, xla_session_config
   from modeling.flops import train_flops_per_example
 
   tf.get_logger().setLevel("ERROR")
@@ -197,7 +219,8 @@ def run(args):
   model_fn, input_fn, seq_tensor = build(args, record_path, total_steps)
   estimator = build_estimator(model_fn, os.path.join(args.workdir, "model"), False, args.batch,
                               args.batch, args.batch, save_checkpoints_steps=10 ** 9,
-                              log_step_count_steps=10 ** 9, seed=1)
+                              log_step_count_steps=10 ** 9, seed=1,
+                              session_config=xla_session_config() if args.xla else None)
   timing = TimingHook(seq_tensor)
   load_before = load_average()
   called = time.time()
@@ -212,6 +235,7 @@ def run(args):
   return dict(
       runtime_info(), impl=args.impl, model=args.model, seq=args.seq, batch=args.batch,
       steps=args.steps, warmup_steps=args.warmup, dynamic_padding=args.dynamic_padding,
+      xla=args.xla,
       startup_seconds=timing.session_ready - called,
       warmup_seconds=(ends[args.warmup - 1] - timing.session_ready) if args.warmup else 0.0,
       measured_seconds=measured, ms_per_step=1000.0 * measured / args.steps,
@@ -226,6 +250,8 @@ def main(argv=None):
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   if args.measure_peak:
     result = dict(runtime_info(), matmul_peak_gflops=matmul_peak_gflops())
+  elif args.featurise_only:
+    result = featurise_only(args)
   else:
     result = run(args)
   text = json.dumps(result, indent=2, sort_keys=True)

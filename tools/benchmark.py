@@ -30,13 +30,21 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DATA = os.path.join(os.path.dirname(ROOT), "shared", "datasets",
                             "jigsaw_toxic_balanced", "comments.csv")
-VARIANTS = {  # name -> (impl, dynamic padding, runtimes it runs on)
-    "google": ("google", False, ("tf1",)),
-    "ours_fixed": ("ours", False, ("tf1", "tf2")),
-    "ours": ("ours", True, ("tf1", "tf2")),
+VARIANTS = {  # name -> (impl, worker flags, runtimes it runs on)
+    "google": ("google", [], ("tf1",)),
+    "ours_fixed": ("ours", [], ("tf1", "tf2")),
+    "ours": ("ours", ["--dynamic_padding"], ("tf1", "tf2")),
+    "ours_xla": ("ours", ["--xla"], ("tf1", "tf2")),
 }
 LABELS = {"google": "Google run_classifier", "ours_fixed": "this project, fixed padding",
-          "ours": "this project, dynamic padding"}
+          "ours": "this project, dynamic padding", "ours_xla": "this project, fixed padding, XLA"}
+FEATURISERS = [  # (path, processes, runtimes)
+    ("google", 1, ("tf1",)), ("python", 1, ("tf1", "tf2")), ("fast", 1, ("tf1", "tf2")),
+    ("fast", 2, ("tf1", "tf2"))]
+FEATURISER_LABELS = {"google": "Google: bert.tokenization.FullTokenizer + "
+                               "file_based_convert_examples_to_features",
+                     "python": "this project, pure-Python WordPiece",
+                     "fast": "this project, Rust WordPiece (tokenizers)"}
 
 
 def parse_args(argv=None):
@@ -50,6 +58,7 @@ def parse_args(argv=None):
   parser.add_argument("--warmup_steps", type=int, default=3)
   parser.add_argument("--variants", default="google,ours", help="from %s" % ",".join(VARIANTS))
   parser.add_argument("--runtimes", default="tf1,tf2")
+  parser.add_argument("--skip_featurisation", action="store_true")
   parser.add_argument("--out_dir", default=os.path.join(ROOT, "output", "benchmark"))
   return parser.parse_args(argv)
 
@@ -85,7 +94,7 @@ def environment_label(row):
   return "TF %s / Python %s / CPU" % (row["tensorflow"], row["python"])
 
 
-def write_outputs(rows, peaks, args, machine):
+def write_outputs(rows, peaks, featurisation, args, machine):
   os.makedirs(args.out_dir, exist_ok=True)
   fields = ["variant", "environment", "model", "seq", "batch", "steps", "wall_seconds",
             "examples_per_sec", "ms_per_step", "startup_seconds", "warmup_seconds",
@@ -117,14 +126,16 @@ def write_outputs(rows, peaks, args, machine):
             "lengths actually computed, so dynamic padding does fewer FLOPs per example.", "",
             "Matrix-multiply peak (float32, 2048x2048, best of 5): " +
             ", ".join("%s %.1f GFLOP/s" % (k, v) for k, v in sorted(peaks.items())), "",
-            "| featurisation | rows/sec | tokenizer |", "|---|---|---|"]
-  seen = set()
-  for r in rows:
-    key = (r["variant"], r["environment"], r["tokenizer"])
-    if key not in seen:
-      seen.add(key)
-      lines.append("| %s, %s | %.0f | `%s` |" % (LABELS[r["variant"]], r["environment"],
-                                                r["featurise_rows_per_sec"], r["tokenizer"]))
+            "Featurisation of all %d rows to TFRecords at seq %d (tokenize, truncate, "
+            "serialise, write):" % (rows[0]["featurise_rows"], rows[0]["seq"]), "",
+            "| featurisation path | environment | rows/sec | vs Google |", "|---|---|---|---|"]
+  google = [f for f in featurisation if f["path"] == "google"]
+  for f in featurisation:
+    lines.append("| %s%s | %s | %.0f | %s |" % (
+        FEATURISER_LABELS[f["path"]],
+        ", %d processes" % f["workers"] if f["workers"] > 1 else "", environment_label(f),
+        f["rows_per_sec"], "%.1fx" % (f["rows_per_sec"] / google[0]["rows_per_sec"])
+        if google and f["path"] != "google" else "-"))
   with open(os.path.join(args.out_dir, "results.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
   plot(rows, os.path.join(args.out_dir, "results.png"), machine)
@@ -176,20 +187,33 @@ def main(argv=None):
     peaks[environment_label(peak)] = peak["matmul_peak_gflops"]
     print("matmul peak on %s: %.1f GFLOP/s" % (environment_label(peak), peak["matmul_peak_gflops"]))
 
+  featurisation = []
+  seq = int(args.seq_lengths.split(",")[0])
+  for path, processes, allowed in ([] if args.skip_featurisation else FEATURISERS):
+    for runtime in [r for r in runtimes if r in allowed]:
+      tag = "featurise_%s_%d_%s" % (path, processes, runtime)
+      print("running %s ..." % tag)
+      sys.stdout.flush()
+      f = run_worker(runtime, ["--featurise_only", path, "--workers", str(processes), "--seq",
+                               str(seq), "--data", args.data, "--vocab", args.vocab,
+                               "--workdir", os.path.join(work, tag)],
+                     os.path.join(work, tag + ".json"))
+      featurisation.append(f)
+      print("  %.0f rows/sec" % f["rows_per_sec"])
+
   rows = []
   for model in args.models.split(","):
     for seq in [int(s) for s in args.seq_lengths.split(",")]:
       google_rate = None
       for variant in args.variants.split(","):
-        impl, dynamic, allowed = VARIANTS[variant]
+        impl, flags, allowed = VARIANTS[variant]
         for runtime in [r for r in runtimes if r in allowed]:
           tag = "%s_%s_%s_%d" % (variant, runtime, model, seq)
           worker_args = ["--impl", impl, "--model", model, "--seq", str(seq), "--batch",
                          str(args.batch_size), "--steps", str(args.steps), "--warmup",
                          str(args.warmup_steps), "--data", args.data, "--vocab", args.vocab,
                          "--workdir", os.path.join(work, tag)]
-          if dynamic:
-            worker_args.append("--dynamic_padding")
+          worker_args += flags
           print("running %s ..." % tag)
           sys.stdout.flush()
           r = run_worker(runtime, worker_args, os.path.join(work, tag + ".json"))
@@ -209,7 +233,7 @@ def main(argv=None):
               100 * r["fraction_of_peak"],
               ", %.2fx Google's" % r["speedup_vs_google"] if r["speedup_vs_google"] else ""))
   print()
-  print(write_outputs(rows, peaks, args, machine))
+  print(write_outputs(rows, peaks, featurisation, args, machine))
   print("\nwrote results.md, results.csv, results.png to %s" % args.out_dir)
 
 

@@ -62,6 +62,17 @@ class ExampleSerializer(object):
   def _ints(self, values):
     return tf.train.Feature(int64_list=tf.train.Int64List(value=values)).SerializeToString()
 
+  def _padded_ints(self, values, mask):
+    """Like _ints(values), encoding only the unmasked part with protobuf: each padding 0 of
+    a packed int64 list is the single byte 0x00, appended directly."""
+    try:
+      length = mask.index(0)
+    except ValueError:
+      return self._ints(values)
+    packed = tf.train.Int64List(value=values[:length]).SerializeToString()
+    payload = _field_payload(packed) + b"\x00" * (len(values) - length)
+    return _length_delimited(3, _length_delimited(1, payload))  # Feature.int64_list.value
+
   def _cached_ints(self, values):
     key = tuple(values)
     found = self._cache.get(key)
@@ -77,7 +88,7 @@ class ExampleSerializer(object):
       label = self._cached_ints([features.label_id])
     fields = {
         "example_id": self._ints([features.example_id]),
-        "input_ids": self._ints(features.input_ids),
+        "input_ids": self._padded_ints(features.input_ids, features.input_mask),
         "input_mask": self._cached_ints(features.input_mask),
         "is_real_example": self._cached_ints([int(features.is_real_example)]),
         LABEL_FIELD: label,
@@ -96,6 +107,16 @@ def _varint(value):
     value >>= 7
   out.append(value)
   return bytes(out)
+
+
+def _field_payload(serialized):
+  """The payload of a message holding one length-delimited field (tag, length, payload)."""
+  if not serialized:
+    return b""
+  start = 1
+  while serialized[start] & 0x80:
+    start += 1
+  return serialized[start + 1:]
 
 
 def _length_delimited(field_number, payload):

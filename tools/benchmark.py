@@ -30,6 +30,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DATA = os.path.join(os.path.dirname(ROOT), "shared", "datasets",
                             "jigsaw_toxic_balanced", "comments.csv")
+MODEL_ORDER = ("tiny", "minilm", "base")
 VARIANTS = {  # name -> (impl, worker flags, runtimes it runs on)
     "google": ("google", [], ("tf1",)),
     "ours_fixed": ("ours", [], ("tf1", "tf2")),
@@ -59,6 +60,7 @@ def parse_args(argv=None):
   parser.add_argument("--variants", default="google,ours", help="from %s" % ",".join(VARIANTS))
   parser.add_argument("--runtimes", default="tf1,tf2")
   parser.add_argument("--skip_featurisation", action="store_true")
+  parser.add_argument("--replot", metavar="RESULTS_CSV", help="only redraw the plot of a run")
   parser.add_argument("--out_dir", default=os.path.join(ROOT, "output", "benchmark"))
   return parser.parse_args(argv)
 
@@ -126,9 +128,11 @@ def write_outputs(rows, peaks, featurisation, args, machine):
             "lengths actually computed, so dynamic padding does fewer FLOPs per example.", "",
             "Matrix-multiply peak (float32, 2048x2048, best of 5): " +
             ", ".join("%s %.1f GFLOP/s" % (k, v) for k, v in sorted(peaks.items())), "",
-            "Featurisation of all %d rows to TFRecords at seq %d (tokenize, truncate, "
-            "serialise, write):" % (rows[0]["featurise_rows"], rows[0]["seq"]), "",
-            "| featurisation path | environment | rows/sec | vs Google |", "|---|---|---|---|"]
+            ]
+  if featurisation:
+    lines += ["Featurisation of all %d rows to TFRecords at seq %d (tokenize, truncate, "
+              "serialise, write):" % (rows[0]["featurise_rows"], featurisation[0]["seq"]), "",
+              "| featurisation path | environment | rows/sec | vs Google |", "|---|---|---|---|"]
   google = [f for f in featurisation if f["path"] == "google"]
   for f in featurisation:
     lines.append("| %s%s | %s | %.0f | %s |" % (
@@ -143,33 +147,50 @@ def write_outputs(rows, peaks, featurisation, args, machine):
 
 
 def plot(rows, path, machine):
+  """One panel per model shape: examples/sec of each code path and runtime, per length."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
-  groups = sorted(set((r["model"], r["seq"]) for r in rows), key=lambda g: (g[0], g[1]))
-  series = sorted(set((r["variant"], r["environment"]) for r in rows))
+  models = sorted(set(r["model"] for r in rows), key=list(MODEL_ORDER).index)
+  order = list(VARIANTS)
+  series = sorted(set((r["variant"], r["environment"]) for r in rows),
+                  key=lambda s: (order.index(s[0]), s[1]))
+  fig, axes = plt.subplots(1, len(models), figsize=(4.6 * len(models), 4.6), squeeze=False)
   width = 0.8 / max(len(series), 1)
-  fig, ax = plt.subplots(figsize=(2.2 + 1.8 * len(groups), 4.5))
-  for k, (variant, environment) in enumerate(series):
-    values = []
-    for model, seq in groups:
-      match = [r for r in rows if (r["variant"], r["environment"], r["model"], r["seq"]) ==
-               (variant, environment, model, seq)]
-      values.append(match[0]["examples_per_sec"] if match else 0)
-    ax.bar([i + k * width for i in range(len(groups))], values, width,
-           label="%s (%s)" % (LABELS[variant], environment.split(" / CPU")[0]))
-  ax.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(groups))])
-  ax.set_xticklabels(["%s, seq %d" % g for g in groups])
-  ax.set_ylabel("training examples / sec")
-  ax.set_title("BERT fine-tuning on Jigsaw comments\n%s" % machine, fontsize=9)
-  ax.legend(fontsize=7)
+  for ax, model in zip(axes[0], models):
+    lengths = sorted(set(int(r["seq"]) for r in rows if r["model"] == model))
+    for k, (variant, environment) in enumerate(series):
+      values = []
+      for seq in lengths:
+        match = [r for r in rows if (r["variant"], r["environment"], r["model"], int(r["seq"]))
+                 == (variant, environment, model, seq)]
+        values.append(float(match[0]["examples_per_sec"]) if match else 0.0)
+      ax.bar([i + k * width for i in range(len(lengths))], values, width,
+             label="%s (TF %s)" % (LABELS[variant], environment.split()[1]))
+    ax.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(lengths))])
+    ax.set_xticklabels(["max_seq_length %d" % n for n in lengths])
+    ax.set_title("%s-shaped BERT" % model)
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.45)  # room for the legend above the bars
+    ax.set_ylabel("training examples / sec")
+  axes[0][0].legend(fontsize=7)
+  fig.suptitle("Fine-tuning on Jigsaw comments, batch 32 (%s)" % machine, fontsize=9)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
+
+
+def replot(csv_path):
+  with open(csv_path) as f:
+    rows = list(csv.DictReader(f))
+  path = os.path.join(os.path.dirname(csv_path), "results.png")
+  plot(rows, path, machine_description())
+  print("wrote %s" % path)
 
 
 def main(argv=None):
   args = parse_args(argv)
   sys.path.insert(0, ROOT)
+  if args.replot:
+    return replot(args.replot)
   if not os.path.isfile(args.data):
     sys.exit("benchmark: no data file %s; pass --data=a CSV of text,label rows" % args.data)
   if not args.vocab:
@@ -179,7 +200,7 @@ def main(argv=None):
   if not runtimes:
     sys.exit("benchmark: no environment in .venvs; run ./run.sh setup first")
   machine = machine_description()
-  work = os.path.join(args.out_dir, "work")
+  work = os.path.join(ROOT, ".cache", "benchmark_work")  # records and checkpoints stay out
   os.makedirs(work, exist_ok=True)
   peaks = {}
   for runtime in runtimes:

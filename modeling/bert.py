@@ -10,7 +10,6 @@ import copy
 import json
 import math
 
-import numpy as np
 import tensorflow.compat.v1 as tf
 
 from modeling.compat import static_shape
@@ -307,7 +306,3 @@ def encoder_variable_shapes(config):
       shapes[p + name + "/beta"] = [h]
       shapes[p + name + "/gamma"] = [h]
   return shapes
-
-
-def num_parameters(config):
-  return int(sum(np.prod(s) for s in encoder_variable_shapes(config).values()))

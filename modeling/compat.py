@@ -19,7 +19,3 @@ def setup_tensorflow():
 def static_shape(tensor):
   """The static shape as a list of ints/None on both runtimes (TF 1.15 has Dimension objects)."""
   return tensor.shape.as_list()
-
-
-def is_tf2():
-  return tf.__version__.startswith("2.")

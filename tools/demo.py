@@ -25,6 +25,7 @@ DEMO_FLAGS = {
     "max_seq_length": 64, "train_batch_size": 32, "eval_batch_size": 64,
     "predict_batch_size": 64, "learning_rate": 1e-4, "num_train_epochs": 2,
     "warmup_proportion": 0.1, "save_checkpoints_steps": 100000, "log_every_steps": 20,
+    "dynamic_padding": True,
 }
 
 

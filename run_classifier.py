@@ -152,6 +152,9 @@ def validate_flags(f):
   if f.do_train and f.num_train_steps <= 0 and f.num_train_epochs <= 0:
     raise FlagError("--num_train_epochs=%g must be > 0, or give --num_train_steps" %
                     f.num_train_epochs)
+  if f.tokenizer == "fast" and not fast_tokenization.available():
+    raise FlagError("--tokenizer=fast needs the `tokenizers` package: pip install -r "
+                    "requirements.txt (or pass --tokenizer=python)")
   if f.use_fp16 and f.use_bf16:
     raise FlagError("pass one of --use_fp16 (GPU) and --use_bf16 (TPU), not both")
   if f.use_fp16 and f.gradient_accumulation_steps > 1:
@@ -236,9 +239,6 @@ def make_tokenizer(f):
   if warning:
     log.warning(warning)
   use_fast = f.tokenizer == "fast" or (f.tokenizer == "auto" and fast_tokenization.available())
-  if f.tokenizer == "fast" and not fast_tokenization.available():
-    raise FlagError("--tokenizer=fast needs the `tokenizers` package: pip install -r "
-                    "requirements.txt (or pass --tokenizer=python)")
   tokenizer_class = fast_tokenization.FastTokenizer if use_fast else tokenization.FullTokenizer
   return tokenizer_class(vocab_file, do_lower_case), vocab_file
 

@@ -116,25 +116,24 @@ def create_train_op(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
     with tf.control_dependencies([apply_op]):
       return tf.group(apply_op, global_step.assign_add(1))
 
+  if loss_scale is not None or accumulation_steps > 1:
+    for param in tvars:
+      optimizer.slots(param)  # made outside the tf.cond below: TF1 cannot initialise them inside
   if loss_scale is not None:
-    return _loss_scaled_train_op(grads, tvars, optimizer, apply, loss_scale, global_step)
+    return _loss_scaled_train_op(grads, apply, loss_scale, global_step)
   if accumulation_steps <= 1:
     return apply(grads)
-  return _accumulating_train_op(grads, tvars, optimizer, apply, accumulation_steps)
+  return _accumulating_train_op(grads, tvars, apply, accumulation_steps)
 
 
-def _loss_scaled_train_op(grads, tvars, optimizer, apply, loss_scale, global_step):
-  for param in tvars:
-    optimizer.slots(param)  # created outside the cond below: TF1 cannot initialise them inside
+def _loss_scaled_train_op(grads, apply, loss_scale, global_step):
   grads, finite = loss_scale.unscale(grads)
   step = tf.cond(finite, lambda: apply(grads), lambda: tf.group(global_step.assign_add(1)))
   with tf.control_dependencies([step]):
     return tf.group(step, loss_scale.update(finite))
 
 
-def _accumulating_train_op(grads, tvars, optimizer, apply, steps):
-  for param in tvars:
-    optimizer.slots(param)  # created outside the cond below: TF1 cannot initialise them inside
+def _accumulating_train_op(grads, tvars, apply, steps):
   accumulators = [tf.get_variable(variable_name(v.name) + "/grad_accum", v.shape.as_list(),
                                   tf.float32, tf.zeros_initializer(), trainable=False)
                   for v in tvars]

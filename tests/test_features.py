@@ -214,10 +214,24 @@ def test_length_buckets_in_training(tmp_path, tiny_vocab):
   assert sorted(seen) == list(range(40))  # every example is drawn
 
 
+def _example_proto(features, is_regression):
+  """The tf.train.Example of InputFeatures built field by field with protobuf (the reference)."""
+  def ints(values):
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+  fields = {name: ints(getattr(features, name))
+            for name in ("input_ids", "input_mask", "segment_ids")}
+  fields["is_real_example"] = ints([int(features.is_real_example)])
+  fields["example_id"] = ints([features.example_id])
+  fields["label_ids"] = (tf.train.Feature(float_list=tf.train.FloatList(value=[features.label_id]))
+                         if is_regression else ints([features.label_id]))
+  return tf.train.Example(features=tf.train.Features(feature=fields))
+
+
 @pytest.mark.parametrize("is_regression", [False, True])
 def test_fast_serializer_equals_protobuf_deterministic_bytes(is_regression):
   from data.features import InputFeatures
-  from data.tfrecord import ExampleSerializer, to_tf_example_proto
+  from data.tfrecord import ExampleSerializer
   rng = np.random.RandomState(0)
   serialize = ExampleSerializer(is_regression)
   for n in range(200):
@@ -228,7 +242,7 @@ def test_fast_serializer_equals_protobuf_deterministic_bytes(is_regression):
         [0] * (length // 2) + [1] * (length - length // 2) + pad,
         float(rng.rand()) if is_regression else int(rng.randint(0, 300)), bool(n % 7),
         int(rng.randint(-1, 10 ** 12)))
-    expected = to_tf_example_proto(features, is_regression).SerializeToString(deterministic=True)
+    expected = _example_proto(features, is_regression).SerializeToString(deterministic=True)
     assert serialize(features) == expected
 
 

@@ -150,10 +150,17 @@ class BertModel(object):
   compute_dtype tf.float16 (GPU) or tf.bfloat16 (TPU) runs the transformer in that
   precision. The variables stay float32 with the same names (a custom getter
   casts them when read); LayerNorm and softmax run in float32; outputs are float32.
+
+  pooled_only=True is for classifiers, which read only pooled_output: the last
+  layer then computes only the first token's row ([batch, 1, hidden]), since no
+  other row of it reaches the pooler. Keys and values still come from every
+  token, so pooled_output and every gradient are those of the full model, but the
+  last layer costs about a sixth as much. sequence_output is then unavailable.
   """
 
   def __init__(self, config, is_training, input_ids, input_mask=None, token_type_ids=None,
-               use_one_hot_embeddings=False, scope="bert", compute_dtype=tf.float32):
+               use_one_hot_embeddings=False, scope="bert", compute_dtype=tf.float32,
+               pooled_only=False):
     if not is_training:
       config = config.without_dropout()
     batch_size, seq_length = _check_inputs(input_ids, config)
@@ -171,9 +178,9 @@ class BertModel(object):
       with tf.variable_scope("encoder"):
         hidden = tf.cast(self.embedding_output, compute_dtype)
         attention_bias = tf.cast(_attention_bias(input_mask), compute_dtype)
-        layers = _transformer(config, hidden, attention_bias, init)
+        layers = _transformer(config, hidden, attention_bias, init, pooled_only)
         self.all_layers = [tf.cast(layer, tf.float32) for layer in layers]
-        self.sequence_output = self.all_layers[-1]
+        self.sequence_output = None if pooled_only else self.all_layers[-1]
       with tf.variable_scope("pooler"):
         first_token = layers[-1][:, 0, :]
         self.pooled_output = tf.cast(dense(first_token, config.hidden_size, "dense", init,
@@ -185,6 +192,9 @@ class BertModel(object):
     return self.pooled_output
 
   def get_sequence_output(self):
+    if self.sequence_output is None:
+      raise ValueError("this BertModel was built with pooled_only=True, so its last layer "
+                       "has only the first token; build it with pooled_only=False")
     return self.sequence_output
 
 
@@ -242,17 +252,22 @@ def _attention_bias(input_mask):
   return (1.0 - mask) * -10000.0
 
 
-def _transformer(config, x, attention_bias, init):
+def _transformer(config, x, attention_bias, init, pooled_only=False):
+  """The layers' outputs [batch, seq, hidden]; with pooled_only the last is [batch, 1, hidden]."""
   activation = ACTIVATIONS[config.hidden_act]
   layers = []
   for index in range(config.num_hidden_layers):
+    # Every row of a layer depends on every row of the layer below, but row i of
+    # a layer's output depends only on row i of its queries and residual input.
+    last = index == config.num_hidden_layers - 1
+    queries = x[:, :1, :] if pooled_only and last else x
     with tf.variable_scope("layer_%d" % index):
       with tf.variable_scope("attention"):
         with tf.variable_scope("self"):
-          context = _self_attention(config, x, attention_bias, init)
+          context = _self_attention(config, queries, x, attention_bias, init)
         with tf.variable_scope("output"):
           attended = dense(context, config.hidden_size, "dense", init)
-          attended = layer_norm(dropout(attended, config.hidden_dropout_prob) + x)
+          attended = layer_norm(dropout(attended, config.hidden_dropout_prob) + queries)
       with tf.variable_scope("intermediate"):
         hidden = dense(attended, config.intermediate_size, "dense", init, activation=activation)
       with tf.variable_scope("output"):
@@ -262,16 +277,24 @@ def _transformer(config, x, attention_bias, init):
   return layers
 
 
-def _self_attention(config, x, attention_bias, init):
-  """Multi-head scaled dot-product self-attention. x [B, S, H] -> context [B, S, H]."""
+def _sequence_length(t):
+  return static_shape(t)[1] or tf.shape(t)[1]
+
+
+def _self_attention(config, queries, x, attention_bias, init):
+  """Multi-head scaled dot-product attention of queries [B, Q, H] over x [B, S, H].
+
+  Returns the context [B, Q, H]. Q is S (self-attention of every token) or 1
+  (only the first token, whose row is queries = x[:, :1]).
+  """
   heads = config.num_attention_heads
   head_size = config.hidden_size // heads
-  seq_length = static_shape(x)[1] or tf.shape(x)[1]
 
   def split_heads(t):  # [B, S, H] -> [B, heads, S, head_size]
-    return tf.transpose(tf.reshape(t, [-1, seq_length, heads, head_size]), [0, 2, 1, 3])
+    shape = [-1, _sequence_length(t), heads, head_size]
+    return tf.transpose(tf.reshape(t, shape), [0, 2, 1, 3])
 
-  query = split_heads(dense(x, config.hidden_size, "query", init))
+  query = split_heads(dense(queries, config.hidden_size, "query", init))
   key = split_heads(dense(x, config.hidden_size, "key", init))
   value = split_heads(dense(x, config.hidden_size, "value", init))
 
@@ -279,7 +302,7 @@ def _self_attention(config, x, attention_bias, init):
   probs = tf.nn.softmax(tf.cast(scores + attention_bias, tf.float32))  # float32 for range
   probs = dropout(tf.cast(probs, x.dtype), config.attention_probs_dropout_prob)
   context = tf.transpose(tf.matmul(probs, value), [0, 2, 1, 3])
-  return tf.reshape(context, [-1, seq_length, config.hidden_size])
+  return tf.reshape(context, [-1, _sequence_length(queries), config.hidden_size])
 
 
 def encoder_variable_shapes(config):

@@ -84,5 +84,5 @@ def encode(bert_config, features, is_training, use_one_hot_embeddings, hub_modul
     return hub_pooled_output(hub_module_handle, features, is_training)
   model = BertModel(bert_config, is_training, features["input_ids"], features["input_mask"],
                     features["segment_ids"], use_one_hot_embeddings=use_one_hot_embeddings,
-                    compute_dtype=compute_dtype)
+                    compute_dtype=compute_dtype, pooled_only=True)
   return model.get_pooled_output()

@@ -56,17 +56,27 @@ class AdamWeightDecayOptimizer(tf.train.Optimizer):
       if grad is None or param is None:
         continue
       if isinstance(grad, tf.IndexedSlices):
-        grad = tf.convert_to_tensor(grad)
-      param_name = variable_name(param.name)
-      m, v = self.slots(param)
-      next_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
-      next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
-      update = next_m / (tf.sqrt(next_v) + self.epsilon)
-      if self.uses_weight_decay(param_name):
-        update += self.weight_decay_rate * param
-      updates.extend([param.assign(param - self.learning_rate * update),
-                      m.assign(next_m), v.assign(next_v)])
+        grad = tf.convert_to_tensor(grad)  # Every row's moments decay, touched or not.
+      updates.append(self._apply_dense(grad, param))
     return tf.group(*updates, name=name)
+
+  def _apply_dense(self, grad, param):
+    """param -= lr * (m / (sqrt(v) + eps) + wd * param), with m and v updated first.
+
+    Written as a weight-decay scaling of param followed by TensorFlow's fused Adam
+    kernel with both beta powers 0, which turns off its bias correction. That is
+    the same arithmetic in three passes over memory instead of about a dozen,
+    which matters for the 30522-row embedding table on every step.
+    """
+    m, v = self.slots(param)
+    decay = []
+    if self.uses_weight_decay(variable_name(param.name)):
+      decay.append(param.assign(param * (1.0 - self.learning_rate * self.weight_decay_rate)))
+    with tf.control_dependencies(decay):
+      return tf.raw_ops.ResourceApplyAdam(
+          var=param.handle, m=m.handle, v=v.handle, beta1_power=0.0, beta2_power=0.0,
+          lr=self.learning_rate, beta1=self.beta_1, beta2=self.beta_2, epsilon=self.epsilon,
+          grad=grad)
 
   def uses_weight_decay(self, param_name):
     if not self.weight_decay_rate:

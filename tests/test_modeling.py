@@ -83,6 +83,41 @@ def test_dynamic_sequence_length_matches_static():
   np.testing.assert_allclose(a, b, atol=1e-6)
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_pooled_only_equals_full_model_in_output_and_every_gradient(dynamic):
+  """The classifier's cheap last layer (first token only) is the same function."""
+  config = small_config()
+  inputs = _random_inputs(3, 12, config.vocab_size, seed=4)
+  with tf.Graph().as_default():
+    if dynamic:
+      tensors = [tf.placeholder(tf.int32, [None, None]) for _ in range(3)]
+      feed = dict(zip(tensors, inputs))
+    else:
+      tensors, feed = [tf.constant(x) for x in inputs], None
+    with tf.variable_scope("m"):
+      full = BertModel(config, False, *tensors)
+    with tf.variable_scope("m", reuse=True):
+      cheap = BertModel(config, False, *tensors, pooled_only=True)
+    weights = tf.constant(np.random.RandomState(5).randn(3, 32).astype(np.float32))
+    variables = tf.trainable_variables()
+    gradients = [tf.gradients(tf.reduce_sum(model.get_pooled_output() * weights), variables)
+                 for model in (full, cheap)]
+    with tf.Session() as session:
+      session.run(tf.global_variables_initializer())
+      pooled = session.run([full.get_pooled_output(), cheap.get_pooled_output()], feed)
+      grads = session.run([[tf.convert_to_tensor(g) for g in gs] for gs in gradients], feed)
+      last_layer = session.run(cheap.all_layers[-1], feed)
+  assert last_layer.shape == (3, 1, 32)
+  np.testing.assert_allclose(pooled[1], pooled[0], atol=1e-6, rtol=0)
+  assert np.abs(pooled[0]).mean() > 0.01  # a real signal, not zeros
+  for variable, full_grad, cheap_grad in zip(variables, *grads):
+    np.testing.assert_allclose(cheap_grad, full_grad, atol=1e-5, rtol=1e-4, err_msg=variable.name)
+  # Every variable gets a gradient, so the cheap layer drops nothing that trains.
+  assert all(np.abs(g).max() > 0 for g in grads[1])
+  with pytest.raises(ValueError, match="pooled_only=True"):
+    cheap.get_sequence_output()
+
+
 def test_shape_checks_and_config_errors():
   config = small_config(max_position_embeddings=16)
   with tf.Graph().as_default():
@@ -108,3 +143,14 @@ def test_checkpoint_shape_mismatch_is_explained(tmp_path):
     with pytest.raises(ValueError, match="intermediate/dense/kernel has shape \\[32, 40\\] in the "
                                          "graph but \\[32, 37\\]"):
       assignment_map(tf.trainable_variables(), checkpoint)
+
+
+def test_pooled_only_flops_count_one_token_in_the_last_layer_except_keys_and_values():
+  from modeling.flops import forward_flops_per_example
+  config = small_config()  # H 32, I 37, 2 layers
+  h, i, s = 32, 37, 10
+  layer = s * (4 * h * h + 2 * h * i) + 2 * s * s * h
+  head = h * h + h * 2
+  assert forward_flops_per_example(config, s) == 2 * (2 * layer + head)
+  last = s * 2 * h * h + (2 * h * h + 2 * h * i) + 2 * s * h
+  assert forward_flops_per_example(config, s, pooled_only=True) == 2 * (layer + last + head)

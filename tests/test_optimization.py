@@ -20,6 +20,13 @@ def test_learning_rate_warms_up_then_decays_linearly():
 
 
 def _adam_reference(param, grad, lr, decay, steps=1, b1=0.9, b2=0.999, eps=1e-6):
+  """BERT's update in float64, with the betas as the float32 values a graph holds.
+
+  (1 - beta) is then exact in float32 too; Google's graph instead rounds 1 - 0.999
+  to float32 on its own, which differs from 1 - float32(0.999) by 1.3e-5 relative.
+  """
+  b1, b2 = float(np.float32(b1)), float(np.float32(b2))
+  param, grad = param.astype(np.float64), grad.astype(np.float64)
   m = np.zeros_like(param)
   v = np.zeros_like(param)
   for _ in range(steps):
@@ -53,6 +60,30 @@ def test_adam_weight_decay_matches_numpy_and_skips_layernorm_and_bias():
     decay = 0.0 if ("bias" in name or "LayerNorm" in name) else 0.01
     expected = _adam_reference(values[name], grads[name], 0.1, decay, steps=2)
     np.testing.assert_allclose(after[name], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_sparse_embedding_gradient_updates_every_row_as_its_dense_sum():
+  """An IndexedSlices gradient (a gather's) with repeated ids: untouched rows still decay."""
+  rng = np.random.RandomState(1)
+  table = rng.randn(5, 3).astype(np.float32)
+  ids = np.array([3, 0, 3], np.int32)
+  rows = rng.randn(3, 3).astype(np.float32)
+  dense = np.zeros_like(table)
+  np.add.at(dense, ids, rows)
+  with tf.Graph().as_default():
+    with tf.variable_scope("embeddings"):
+      variable = tf.get_variable("word_embeddings", initializer=table)
+    grad = tf.IndexedSlices(tf.constant(rows), tf.constant(ids), tf.constant([5, 3]))
+    optimizer = AdamWeightDecayOptimizer(0.1, weight_decay_rate=0.01)
+    train = optimizer.apply_gradients([(grad, variable)])
+    with tf.Session() as session:
+      session.run(tf.global_variables_initializer())
+      session.run(train)
+      session.run(train)
+      after = session.run(variable)
+  expected = _adam_reference(table, dense, 0.1, 0.01, steps=2)
+  np.testing.assert_allclose(after, expected, rtol=1e-5, atol=1e-6)
+  assert not np.allclose(after[1], table[1])  # a row no id touched: weight decay still applies
 
 
 def test_gradients_are_clipped_to_global_norm_one():

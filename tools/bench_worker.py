@@ -230,7 +230,9 @@ def run(args):
   measured = ends[-1] - ends[args.warmup - 1] if args.warmup else ends[-1] - timing.session_ready
   lengths = timing.seq_lengths[args.warmup:] or [args.seq] * args.steps
   config = BertConfig(**bert_shape(args.model))
-  flops = sum(train_flops_per_example(config, n) for n in lengths) * args.batch
+  pooled_only = args.impl == "ours"  # our classifier computes only [CLS] in the last layer
+  flops = sum(train_flops_per_example(config, n, pooled_only=pooled_only)
+              for n in lengths) * args.batch
   examples = args.steps * args.batch
   return dict(
       runtime_info(), impl=args.impl, model=args.model, seq=args.seq, batch=args.batch,

@@ -125,7 +125,10 @@ def write_outputs(rows, peaks, featurisation, args, machine):
   lines += ["", "Wall time covers the measured steps only; start-up (graph build, session, "
             "initialisation) and warm-up steps are excluded and start-up is shown apart. "
             "FLOPs count matrix multiplies (forward + backward = 3x forward) at the sequence "
-            "lengths actually computed, so dynamic padding does fewer FLOPs per example.", "",
+            "lengths actually computed, so dynamic padding does fewer FLOPs per example. "
+            "The FLOPs are those each code path really computes: this project's classifier "
+            "runs its last layer for the [CLS] token only (keys and values still for every "
+            "token), which gives the same outputs and gradients with fewer FLOPs.", "",
             "Matrix-multiply peak (float32, 2048x2048, best of 5): " +
             ", ".join("%s %.1f GFLOP/s" % (k, v) for k, v in sorted(peaks.items())), "",
             ]

@@ -8,6 +8,7 @@ records; any change rebuilds them.
 import hashlib
 import json
 import logging
+import struct
 
 import tensorflow.compat.v1 as tf
 
@@ -34,58 +35,68 @@ class ExampleSerializer(object):
   """Serialises InputFeatures as a tf.train.Example with the fields of parsing_spec: the
   bytes of protobuf's deterministic serialisation of that Example, several times faster.
 
-  Each Feature is still serialised by protobuf; the mask and segment features,
-  which depend only on the text lengths, are cached; and the Example and map-entry
-  framing around them is written directly (keys in sorted order, as deterministic
-  serialisation orders them).
+  The framing is written directly (map entries in sorted key order, as
+  deterministic serialisation orders them). input_ids are packed from a table of
+  precomputed varints, and each padding 0 is the single byte 0x00. Whole map
+  entries of the fields that repeat across rows (mask and segments, which depend
+  only on the text lengths; the flag; class labels) are cached.
   """
 
   def __init__(self, is_regression):
     self.is_regression = is_regression
-    self._cache = {}
+    self._entries = {}
+    self._varints = _SMALL_VARINTS
 
-  def _ints(self, values):
-    return tf.train.Feature(int64_list=tf.train.Int64List(value=values)).SerializeToString()
-
-  def _padded_ints(self, values, mask):
-    """Like _ints(values), encoding only the unmasked part with protobuf: each padding 0 of
-    a packed int64 list is the single byte 0x00, appended directly."""
-    try:
-      length = mask.index(0)
-    except ValueError:
-      return self._ints(values)
-    packed = tf.train.Int64List(value=values[:length]).SerializeToString()
-    payload = _field_payload(packed) + b"\x00" * (len(values) - length)
-    return _length_delimited(3, _length_delimited(1, payload))  # Feature.int64_list.value
-
-  def _cached_ints(self, values):
-    key = tuple(values)
-    found = self._cache.get(key)
+  def _cached_entry(self, name, values):
+    key = (name, tuple(values))
+    found = self._entries.get(key)
     if found is None:
-      found = self._cache[key] = self._ints(values)
+      found = self._entries[key] = _map_entry(name, _int64_feature(_packed(values)))
     return found
+
+  def _input_ids_entry(self, input_ids, input_mask):
+    try:
+      length = input_mask.index(0)
+    except ValueError:
+      length = len(input_mask)
+    try:
+      packed = b"".join(map(self._varints.__getitem__, input_ids[:length]))
+    except IndexError:  # an id beyond the table (or a negative one)
+      packed = _packed(input_ids[:length])
+    return _map_entry("input_ids", _int64_feature(packed + b"\x00" * (len(input_ids) - length)))
 
   def __call__(self, features):
     if self.is_regression:
-      label = tf.train.Feature(float_list=tf.train.FloatList(
-          value=[features.label_id])).SerializeToString()
+      label = _map_entry(LABEL_FIELD, _length_delimited(2, _length_delimited(
+          1, struct.pack("<f", features.label_id))))  # Feature.float_list.value, packed
     else:
-      label = self._cached_ints([features.label_id])
-    fields = {
-        "example_id": self._ints([features.example_id]),
-        "input_ids": self._padded_ints(features.input_ids, features.input_mask),
-        "input_mask": self._cached_ints(features.input_mask),
-        "is_real_example": self._cached_ints([int(features.is_real_example)]),
-        LABEL_FIELD: label,
-        "segment_ids": self._cached_ints(features.segment_ids),
-    }
-    entries = b"".join(_length_delimited(1, _length_delimited(1, key.encode("ascii")) +
-                                         _length_delimited(2, value))
-                       for key, value in sorted(fields.items()))
-    return _length_delimited(1, entries)
+      label = self._cached_entry(LABEL_FIELD, [features.label_id])
+    entries = b"".join((  # sorted by key
+        _map_entry("example_id", _int64_feature(_varint(features.example_id))),
+        self._input_ids_entry(features.input_ids, features.input_mask),
+        self._cached_entry("input_mask", features.input_mask),
+        self._cached_entry("is_real_example", [int(features.is_real_example)]),
+        label,
+        self._cached_entry("segment_ids", features.segment_ids)))
+    return _length_delimited(1, entries)  # Example.features, whose map entries are field 1
+
+
+def _packed(values):
+  return b"".join(_varint(v) for v in values)
+
+
+def _int64_feature(packed):
+  return _length_delimited(3, _length_delimited(1, packed))  # Feature.int64_list.value
+
+
+def _map_entry(key, feature):
+  return _length_delimited(1, _length_delimited(1, key.encode("ascii")) +
+                           _length_delimited(2, feature))
 
 
 def _varint(value):
+  """Protobuf's base-128 varint; a negative int64 is its 64-bit two's complement."""
+  value = int(value) & 0xFFFFFFFFFFFFFFFF
   out = bytearray()
   while value > 0x7F:
     out.append((value & 0x7F) | 0x80)
@@ -94,18 +105,16 @@ def _varint(value):
   return bytes(out)
 
 
-def _field_payload(serialized):
-  """The payload of a message holding one length-delimited field (tag, length, payload)."""
-  if not serialized:
-    return b""
-  start = 1
-  while serialized[start] & 0x80:
-    start += 1
-  return serialized[start + 1:]
-
-
 def _length_delimited(field_number, payload):
-  return _varint(field_number << 3 | 2) + _varint(len(payload)) + payload
+  size = len(payload)
+  return (_TAGS[field_number] + (_SMALL_VARINTS[size] if size < _NUM_SMALL_VARINTS
+                                 else _varint(size)) + payload)
+
+
+# varint bytes of 0..2^15-1: every id of a 30522-word vocabulary, and every length here.
+_NUM_SMALL_VARINTS = 1 << 15
+_SMALL_VARINTS = [_varint(i) for i in range(_NUM_SMALL_VARINTS)]
+_TAGS = {n: _varint(n << 3 | 2) for n in (1, 2, 3)}  # length-delimited fields 1, 2, 3
 
 
 def file_sha256(path):

@@ -2,8 +2,10 @@
 
 The algorithm is Google's (clean text, split CJK characters, lower-case and strip
 accents when asked, split on punctuation, then greedy longest-match-first
-WordPiece). Two things make this one faster on real text: character classes are
-memoised, and the WordPiece split of each distinct word is cached.
+WordPiece). Three things make this one faster on real text: character classes
+are memoised, the WordPiece split of each distinct word is cached, and pure-ASCII
+texts (most English text) take a shortcut through C-level string methods and a
+regular expression (AsciiEncoder) that gives the same ids.
 """
 
 import hashlib
@@ -86,6 +88,7 @@ class FullTokenizer(object):
     self.do_lower_case = do_lower_case
     self._basic = BasicTokenizer(do_lower_case)
     self._wordpiece = WordpieceTokenizer(self.vocab)
+    self._ascii_encoder = None
 
   def tokenize(self, text):
     pieces = []
@@ -98,10 +101,17 @@ class FullTokenizer(object):
 
   def encode(self, text):
     """Token ids of a text, without [CLS]/[SEP]."""
-    return [self.vocab[t] for t in self.tokenize(text)]
+    ids = self._ascii.encode(text)
+    return ids if ids is not None else [self.vocab[t] for t in self.tokenize(text)]
 
   def encode_batch(self, texts):
     return [self.encode(text) for text in texts]
+
+  @property
+  def _ascii(self):
+    if self._ascii_encoder is None:
+      self._ascii_encoder = AsciiEncoder(self.vocab, self.do_lower_case)
+    return self._ascii_encoder
 
   def convert_ids_to_tokens(self, ids):
     return [self.inv_vocab[i] for i in ids]
@@ -138,6 +148,50 @@ def _is_punctuation(char):
   cp = ord(char)
   return (33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126 or
           unicodedata.category(char).startswith("P"))
+
+
+# On pure-ASCII text Google's basic tokenizer reduces to: drop the control
+# characters, turn tab, newline and carriage return into spaces, lower-case if
+# asked, and split into runs of letters and digits and single punctuation marks
+# (every other printable ASCII character is punctuation to it).
+_ASCII_CLEANUP = dict([(c, None) for c in list(range(9)) + [11, 12] + list(range(14, 32)) + [127]] +
+                      [(c, " ") for c in (9, 10, 13)])
+_ASCII_WORDS = {True: re.compile(r"[a-z0-9]+|[^a-z0-9 ]"),
+                False: re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9 ]")}
+_MAX_CACHED_WORDS = 1000000
+
+
+class AsciiEncoder(object):
+  """Ids of pure-ASCII texts, equal to FullTokenizer's and several times faster.
+
+  encode() returns None for any other text, which then needs the general path.
+  """
+
+  def __init__(self, vocab, do_lower_case=True):
+    self._vocab = vocab
+    self._lower = do_lower_case
+    self._words = _ASCII_WORDS[do_lower_case]
+    self._wordpiece = WordpieceTokenizer(vocab)
+    self._ids = {}
+
+  def _word_ids(self, word):
+    ids = [self._vocab[piece] for piece in self._wordpiece.tokenize_word(word)]
+    if len(self._ids) < _MAX_CACHED_WORDS:
+      self._ids[word] = ids
+    return ids
+
+  def encode(self, text):
+    if not isinstance(text, str) or not text.isascii():
+      return None
+    text = text.translate(_ASCII_CLEANUP)
+    if self._lower:
+      text = text.lower()
+    ids = []
+    cached = self._ids.get
+    for word in self._words.findall(text):
+      found = cached(word)
+      ids += found if found is not None else self._word_ids(word)
+    return ids
 
 
 class BasicTokenizer(object):

@@ -18,14 +18,16 @@ def test_benchmark_writes_table_csv_and_plot(tmp_path):
     csv.writer(f).writerows(rows)
   runtime = "tf1" if IS_TF1 else "tf2"
   out_dir = str(tmp_path / "bench")
-  result = subprocess.run(
-      [sys.executable, "-m", "tools.benchmark", "--data", str(data), "--vocab",
-       os.path.join(shared_path("checkpoint_fixtures", "bert_tiny"), "vocab.txt"),
-       "--models", "tiny", "--seq_lengths", "32", "--steps", "2", "--warmup_steps", "1",
-       "--batch_size", "8", "--variants", "google,ours", "--runtimes", runtime,
-       "--out_dir", out_dir],
-      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
-      timeout=900)
+  command = [sys.executable, "-m", "tools.benchmark", "--data", str(data), "--vocab",
+             os.path.join(shared_path("checkpoint_fixtures", "bert_tiny"), "vocab.txt"),
+             "--models", "tiny", "--seq_lengths", "32", "--steps", "2", "--warmup_steps", "1",
+             "--batch_size", "8", "--runtimes", runtime, "--work_dir", str(tmp_path / "work")]
+
+  def run(*extra):
+    return subprocess.run(command + list(extra), cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, universal_newlines=True, timeout=900)
+
+  result = run("--variants", "google,ours", "--out_dir", out_dir)
   assert result.returncode == 0, result.stdout[-3000:]
   assert "matmul peak on TF" in result.stdout
   with open(os.path.join(out_dir, "results.csv")) as f:
@@ -43,3 +45,9 @@ def test_benchmark_writes_table_csv_and_plot(tmp_path):
   assert "| environment / device | code | model | seq | wall time (s) | examples/sec |" in markdown
   assert "Featurisation of all 160 rows" in markdown
   assert os.path.getsize(os.path.join(out_dir, "results.png")) > 10000
+  # A second run in the same work directory measures afresh: it neither reuses the
+  # first run's records nor stops at once on its final checkpoint.
+  again = run("--variants", "ours", "--skip_featurisation", "--out_dir", str(tmp_path / "again"))
+  assert again.returncode == 0, again.stdout[-3000:]
+  with open(os.path.join(str(tmp_path / "again"), "results.csv")) as f:
+    assert float(next(csv.DictReader(f))["examples_per_sec"]) > 0

@@ -86,6 +86,39 @@ def test_ids_match_google_full_tokenizer_on_all_shared_data(tiny_vocab, do_lower
       expected = google.convert_tokens_to_ids(google.tokenize(text))
       actual = ours.convert_tokens_to_ids(ours.tokenize(text))
       assert actual == expected, "%s: %r" % (name, text[:200])
+      assert ours.encode(text) == expected, "%s: %r" % (name, text[:200])  # ASCII shortcut
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_ascii_shortcut_equals_general_path_on_all_shared_data(tiny_vocab, do_lower_case):
+  shared_path("datasets")
+  general = tokenization.FullTokenizer(tiny_vocab, do_lower_case=do_lower_case)
+  shortcut = tokenization.AsciiEncoder(general.vocab, do_lower_case)
+  checked = 0
+  for name, texts in sorted(all_shared_texts().items()):
+    for text in texts:
+      ids = shortcut.encode(text)
+      if ids is None:
+        assert not text.isascii()
+        continue
+      checked += 1
+      assert ids == general.convert_tokens_to_ids(general.tokenize(text)), (name, text[:200])
+  assert checked > 140000  # nearly all of the 151,812 shared texts are ASCII
+
+
+def test_ascii_shortcut_edge_cases(tiny_vocab):
+  """Control characters vanish (joining their neighbours), tab/newline/CR separate,
+  every printable non-alphanumeric character is its own token, 201-char words are [UNK]."""
+  texts = [u"", u" ", u"a\x0bb c\x7fd e\x00f g\x1fh", u"a\tb\nc\rd", u"x" * 200, u"x" * 201,
+           u"".join(chr(c) for c in range(32, 127)), u"Don't STOP 42nd! (ok)...",
+           u"hello\x0cworld", u"UNAFFABLE unaffable ##able"]
+  for do_lower_case in (True, False):
+    general = tokenization.FullTokenizer(tiny_vocab, do_lower_case=do_lower_case)
+    shortcut = tokenization.AsciiEncoder(general.vocab, do_lower_case)
+    for text in texts:
+      assert shortcut.encode(text) == general.convert_tokens_to_ids(general.tokenize(text)), \
+          repr(text)
+  assert shortcut.encode(u"caf\u00e9") is None and shortcut.encode(b"bytes") is None
 
 
 def test_exact_pieces_and_ids(tiny_vocab):

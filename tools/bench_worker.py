@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import sys
 import time
 
@@ -250,6 +251,10 @@ def run(args):
 def main(argv=None):
   args = parse_args(argv)
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  if args.workdir and os.path.isdir(args.workdir):
+    # A measurement starts from nothing: cached records would skip featurisation,
+    # and a checkpoint at the last step would skip training.
+    shutil.rmtree(args.workdir)
   if args.measure_peak:
     result = dict(runtime_info(), matmul_peak_gflops=matmul_peak_gflops())
   elif args.featurise_only:

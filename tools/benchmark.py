@@ -62,6 +62,8 @@ def parse_args(argv=None):
   parser.add_argument("--skip_featurisation", action="store_true")
   parser.add_argument("--replot", metavar="RESULTS_CSV", help="only redraw the plot of a run")
   parser.add_argument("--out_dir", default=os.path.join(ROOT, "output", "benchmark"))
+  parser.add_argument("--work_dir", default=os.path.join(ROOT, ".cache", "benchmark_work"),
+                      help="records and checkpoints of the runs (each run clears its own)")
   return parser.parse_args(argv)
 
 
@@ -203,7 +205,7 @@ def main(argv=None):
   if not runtimes:
     sys.exit("benchmark: no environment in .venvs; run ./run.sh setup first")
   machine = machine_description()
-  work = os.path.join(ROOT, ".cache", "benchmark_work")  # records and checkpoints stay out
+  work = args.work_dir  # records and checkpoints stay out of --out_dir
   os.makedirs(work, exist_ok=True)
   peaks = {}
   for runtime in runtimes:

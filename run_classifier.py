@@ -60,8 +60,8 @@ flags.DEFINE_enum("tokenizer", "auto", ["auto", "fast", "python"],
                   "Both give Google's FullTokenizer ids.")
 flags.DEFINE_integer("num_record_shards", 1, "Split each split's TFRecords into this many "
                      "files (helps parallel reads on TPU hosts and parallel writing).")
-flags.DEFINE_integer("featurize_workers", 1, "Processes that featurise shards in parallel "
-                     "(at most --num_record_shards).")
+flags.DEFINE_integer("featurize_workers", 1, "Processes that featurise in parallel (pieces "
+                     "of the examples, joined in order into the record files).")
 flags.DEFINE_bool("do_lower_case", True, "Lower-case the text (True for uncased models).")
 flags.DEFINE_integer("max_seq_length", 128, "Tokens per example after WordPiece, with "
                      "[CLS]/[SEP]. Longer texts are truncated, shorter ones padded.")

@@ -61,17 +61,19 @@ def label_id_for(label, label_map):
 
 def features_from_ids(ids_a, ids_b, label_id, example_id, max_seq_length, cls_id, sep_id):
   """[CLS] a [SEP] (b [SEP]), truncated to max_seq_length as Google does, then zero-padded."""
-  ids_a = list(ids_a)
-  if ids_b is not None:
-    ids_b = list(ids_b)
-    truncate_pair(ids_a, ids_b, max_seq_length - 3)
-  else:
-    del ids_a[max_seq_length - 2:]
-  input_ids = [cls_id] + ids_a + [sep_id]
-  segment_ids = [0] * len(input_ids)
-  if ids_b is not None:
-    input_ids += ids_b + [sep_id]
-    segment_ids += [1] * (len(ids_b) + 1)
+  if ids_b is None:  # the common single-text case, built with as few list operations as possible
+    input_ids = [cls_id]
+    input_ids += ids_a[:max_seq_length - 2]
+    input_ids.append(sep_id)
+    length = len(input_ids)
+    padding = max_seq_length - length
+    input_ids += [0] * padding
+    return InputFeatures(input_ids, [1] * length + [0] * padding, [0] * max_seq_length,
+                         label_id, True, example_id)
+  ids_a, ids_b = list(ids_a), list(ids_b)
+  truncate_pair(ids_a, ids_b, max_seq_length - 3)
+  input_ids = [cls_id] + ids_a + [sep_id] + ids_b + [sep_id]
+  segment_ids = [0] * (len(ids_a) + 2) + [1] * (len(ids_b) + 1)
   padding = [0] * (max_seq_length - len(input_ids))
   return InputFeatures(input_ids + padding, [1] * len(input_ids) + padding,
                        segment_ids + padding, label_id, True, example_id)

@@ -10,6 +10,7 @@ regular expression (AsciiEncoder) that gives the same ids.
 
 import hashlib
 import io
+import itertools
 import re
 import unicodedata
 
@@ -168,17 +169,9 @@ class AsciiEncoder(object):
   """
 
   def __init__(self, vocab, do_lower_case=True):
-    self._vocab = vocab
     self._lower = do_lower_case
     self._words = _ASCII_WORDS[do_lower_case]
-    self._wordpiece = WordpieceTokenizer(vocab)
-    self._ids = {}
-
-  def _word_ids(self, word):
-    ids = [self._vocab[piece] for piece in self._wordpiece.tokenize_word(word)]
-    if len(self._ids) < _MAX_CACHED_WORDS:
-      self._ids[word] = ids
-    return ids
+    self._ids = _WordIds(vocab)
 
   def encode(self, text):
     if not isinstance(text, str) or not text.isascii():
@@ -186,11 +179,24 @@ class AsciiEncoder(object):
     text = text.translate(_ASCII_CLEANUP)
     if self._lower:
       text = text.lower()
-    ids = []
-    cached = self._ids.get
-    for word in self._words.findall(text):
-      found = cached(word)
-      ids += found if found is not None else self._word_ids(word)
+    # Iterating in C (map, chain) rather than a Python loop over the words.
+    return list(itertools.chain.from_iterable(map(self._ids.__getitem__,
+                                                  self._words.findall(text))))
+
+
+class _WordIds(dict):
+  """word -> its WordPiece ids, computed on first use (the cache stops growing at a limit)."""
+
+  def __init__(self, vocab):
+    super(_WordIds, self).__init__()
+    self._vocab = vocab
+    self._wordpiece = WordpieceTokenizer(vocab)
+
+  def __missing__(self, word):
+    vocab = self._vocab
+    ids = [vocab[piece] for piece in self._wordpiece.split_word(word)]
+    if len(self) < _MAX_CACHED_WORDS:
+      self[word] = ids
     return ids
 
 
@@ -275,14 +281,17 @@ class WordpieceTokenizer(object):
   def tokenize_word(self, word):
     cached = self._cache.get(word)
     if cached is None:
-      cached = self._split_word(word)
+      cached = self.split_word(word)
       if len(self._cache) < 1000000:
         self._cache[word] = cached
     return cached
 
-  def _split_word(self, word):
+  def split_word(self, word):
+    """The WordPiece pieces of one word (uncached)."""
     if len(word) > self.max_chars_per_word:
       return [self.unk_token]
+    if word in self.vocab:  # most words: one lookup
+      return [word]
     pieces = []
     start = 0
     while start < len(word):

@@ -289,21 +289,24 @@ def _records(paths):
           return out
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_sharded_records_hold_the_same_records_in_order(tmp_path, tiny_vocab, workers):
+@pytest.mark.parametrize("shards,workers", [(3, 1), (3, 2), (1, 2), (20, 2)])
+def test_sharded_records_hold_the_same_records_in_order(tmp_path, tiny_vocab, shards, workers):
   tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
   examples = _examples(23)
   single = build_records(examples, str(tmp_path / "one.tf_record"), _settings(tiny_vocab),
                          tokenizer, pad_to_multiple=8)
   sharded = build_records(examples, str(tmp_path / "many.tf_record"), _settings(tiny_vocab),
-                          tokenizer, pad_to_multiple=8, num_shards=3, num_workers=workers)
-  assert [os.path.basename(p) for p in sharded["files"]] == [
-      "many.tf_record-%05d-of-00003" % i for i in range(3)]
+                          tokenizer, pad_to_multiple=8, num_shards=shards, num_workers=workers)
+  expected_names = (["many.tf_record"] if shards == 1 else
+                    ["many.tf_record-%05d-of-%05d" % (i, shards) for i in range(shards)])
+  assert [os.path.basename(p) for p in sharded["files"]] == expected_names
+  assert sorted(os.listdir(str(tmp_path))) == sorted(
+      ["one.tf_record", "one.tf_record.meta.json", "many.tf_record.meta.json"] + expected_names)
   assert sharded["num_records"] == 24 and sharded["num_padding"] == 1
   assert _records(sharded["files"]) == _records(single["files"])
   _, rows = _read_all(input_fn_builder(sharded["files"], 16, False, False), 8)
   ids = np.concatenate([r["example_id"] for r in rows])
   assert ids.tolist() == list(range(23)) + [-1]
   again = build_records(examples, str(tmp_path / "many.tf_record"), _settings(tiny_vocab),
-                        tokenizer, pad_to_multiple=8, num_shards=3, num_workers=workers)
+                        tokenizer, pad_to_multiple=8, num_shards=shards, num_workers=workers)
   assert again == sharded  # reused from the cache

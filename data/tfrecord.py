@@ -209,16 +209,26 @@ def _write_shards(paths, num_examples, workers):
   if pieces_per_shard == 1:
     piece_paths = [path + ".tmp" for path in paths]
   _SHARD_JOB.update(ranges=ranges, piece_paths=piece_paths)
+  try:
+    _write_pieces(paths, piece_paths, pieces_per_shard, len(ranges), workers)
+  except BaseException:
+    for path in set(piece_paths + [p + ".tmp" for p in paths]):  # leave no partial files
+      if tf.io.gfile.exists(path):
+        tf.io.gfile.remove(path)
+    raise
+
+
+def _write_pieces(paths, piece_paths, pieces_per_shard, num_pieces, workers):
   if workers > 1:
     # Worker w takes pieces w, w + workers, ...: interleaved, so each gets rows from
     # all over the file even when it is sorted (by label, by length).
-    _run_forked([list(range(w, len(ranges), workers)) for w in range(workers)], _write_piece)
+    _run_forked([list(range(w, num_pieces, workers)) for w in range(workers)], _write_piece)
     if pieces_per_shard > 1:
       for i, path in enumerate(paths):
         _concatenate(piece_paths[i * pieces_per_shard:(i + 1) * pieces_per_shard],
                      path + ".tmp")
   else:
-    for index in range(len(ranges)):
+    for index in range(num_pieces):
       _write_piece(index)
 
 

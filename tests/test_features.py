@@ -310,3 +310,25 @@ def test_sharded_records_hold_the_same_records_in_order(tmp_path, tiny_vocab, sh
   again = build_records(examples, str(tmp_path / "many.tf_record"), _settings(tiny_vocab),
                         tokenizer, pad_to_multiple=8, num_shards=shards, num_workers=workers)
   assert again == sharded  # reused from the cache
+
+
+class _FailingTokenizer(tokenization.FullTokenizer):
+  """Fails on one text, as a tokenizer bug or a memory error in a worker would."""
+
+  def encode_batch(self, texts):
+    if any("number 17 " in t for t in texts):
+      raise MemoryError("tokenizer failed on example 17")
+    return super(_FailingTokenizer, self).encode_batch(texts)
+
+
+def test_a_failing_featurisation_worker_fails_the_build_and_writes_nothing(tmp_path, tiny_vocab,
+                                                                          capfd):
+  tokenizer = _FailingTokenizer(tiny_vocab, do_lower_case=True)
+  with pytest.raises(RuntimeError, match="1 of 2 featurisation processes failed"):
+    build_records(_examples(23), str(tmp_path / "r.tf_record"), _settings(tiny_vocab),
+                  tokenizer, num_workers=2)
+  assert "tokenizer failed on example 17" in capfd.readouterr().err  # the worker's traceback
+  assert os.listdir(str(tmp_path)) == []  # no records, pieces or metadata left behind
+  with pytest.raises(MemoryError, match="example 17"):  # in one process: the error itself
+    build_records(_examples(23), str(tmp_path / "r.tf_record"), _settings(tiny_vocab),
+                  tokenizer)

@@ -60,6 +60,9 @@ def parse_args(argv=None):
   parser.add_argument("--variants", default="google,ours", help="from %s" % ",".join(VARIANTS))
   parser.add_argument("--runtimes", default="tf1,tf2")
   parser.add_argument("--skip_featurisation", action="store_true")
+  parser.add_argument("--rounds", type=int, default=1,
+                      help="train every configuration this many times, round-robin, and "
+                           "report each one's median run")
   parser.add_argument("--featurise_repeats", type=int, default=3,
                       help="runs of each featurisation path; the median is reported")
   parser.add_argument("--replot", metavar="RESULTS_CSV", help="only redraw the plot of a run")
@@ -96,6 +99,18 @@ def run_worker(runtime, args, out_path):
     return json.load(f)
 
 
+def run_training(args, work, variant, runtime, model, seq, round_index):
+  impl, flags, _ = VARIANTS[variant]
+  tag = "%s_%s_%s_%d" % (variant, runtime, model, seq)
+  worker_args = ["--impl", impl, "--model", model, "--seq", str(seq), "--batch",
+                 str(args.batch_size), "--steps", str(args.steps), "--warmup",
+                 str(args.warmup_steps), "--data", args.data, "--vocab", args.vocab,
+                 "--workdir", os.path.join(work, tag)] + flags
+  print("running %s (round %d of %d) ..." % (tag, round_index + 1, args.rounds))
+  sys.stdout.flush()
+  return run_worker(runtime, worker_args, os.path.join(work, "%s_%d.json" % (tag, round_index)))
+
+
 def environment_label(row):
   return "TF %s / Python %s / CPU" % (row["tensorflow"], row["python"])
 
@@ -106,7 +121,8 @@ def write_outputs(rows, peaks, featurisation, args, machine):
             "examples_per_sec", "ms_per_step", "startup_seconds", "warmup_seconds",
             "mean_seq_length", "train_gflops_per_example", "gflops_per_sec",
             "matmul_peak_gflops", "fraction_of_peak", "speedup_vs_google",
-            "featurise_rows_per_sec", "tokenizer", "load_before", "load_after"]
+            "featurise_rows_per_sec", "tokenizer", "load_before", "load_after",
+            "rounds", "examples_per_sec_of_rounds"]
   with open(os.path.join(args.out_dir, "results.csv"), "w", newline="") as f:
     writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
     writer.writeheader()
@@ -114,9 +130,12 @@ def write_outputs(rows, peaks, featurisation, args, machine):
 
   lines = ["# Fine-tuning speed", "",
            "Machine: %s. Data: `%s`, %d rows. Batch %d; %d measured steps after %d warm-up "
-           "steps, from random weights." % (machine, os.path.basename(args.data),
-                                             rows[0]["featurise_rows"], args.batch_size,
-                                             args.steps, args.warmup_steps), "",
+           "steps, from random weights.%s" % (
+               machine, os.path.basename(args.data), rows[0]["featurise_rows"],
+               args.batch_size, args.steps, args.warmup_steps,
+               " Every configuration was trained %d times, round-robin; each row is its "
+               "median run (all runs' examples/sec are in results.csv)." % args.rounds
+               if args.rounds > 1 else ""), "",
            "| environment / device | code | model | seq | wall time (s) | examples/sec | "
            "ms/step | start-up (s) | GFLOP/s | % of matmul peak | vs Google |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -240,34 +259,36 @@ def main(argv=None):
   rows = []
   for model in args.models.split(","):
     for seq in [int(s) for s in args.seq_lengths.split(",")]:
+      configs = [(variant, runtime) for variant in args.variants.split(",")
+                 for runtime in runtimes if runtime in VARIANTS[variant][2]]
+      runs = {config: [] for config in configs}
+      for round_index in range(args.rounds):  # round-robin, so drifts hit every config alike
+        for variant, runtime in configs:
+          runs[(variant, runtime)].append(
+              run_training(args, work, variant, runtime, model, seq, round_index))
       google_rate = None
-      for variant in args.variants.split(","):
-        impl, flags, allowed = VARIANTS[variant]
-        for runtime in [r for r in runtimes if r in allowed]:
-          tag = "%s_%s_%s_%d" % (variant, runtime, model, seq)
-          worker_args = ["--impl", impl, "--model", model, "--seq", str(seq), "--batch",
-                         str(args.batch_size), "--steps", str(args.steps), "--warmup",
-                         str(args.warmup_steps), "--data", args.data, "--vocab", args.vocab,
-                         "--workdir", os.path.join(work, tag)]
-          worker_args += flags
-          print("running %s ..." % tag)
-          sys.stdout.flush()
-          r = run_worker(runtime, worker_args, os.path.join(work, tag + ".json"))
-          r["variant"] = variant
-          r["environment"] = environment_label(r)
-          r["wall_seconds"] = r["measured_seconds"]
-          r["train_gflops_per_example"] = r["train_flops_per_example"] / 1e9
-          r["matmul_peak_gflops"] = peaks[r["environment"]]
-          r["fraction_of_peak"] = r["gflops_per_sec"] / peaks[r["environment"]]
-          if variant == "google":
-            google_rate = r["examples_per_sec"]
-          r["speedup_vs_google"] = (r["examples_per_sec"] / google_rate
-                                    if google_rate and variant != "google" else None)
-          rows.append(r)
-          print("  %.1f examples/sec, %.0f ms/step, %.1f GFLOP/s (%.1f%% of peak)%s" % (
-              r["examples_per_sec"], r["ms_per_step"], r["gflops_per_sec"],
-              100 * r["fraction_of_peak"],
-              ", %.2fx Google's" % r["speedup_vs_google"] if r["speedup_vs_google"] else ""))
+      for variant, runtime in configs:
+        measured = sorted(runs[(variant, runtime)], key=lambda r: r["examples_per_sec"])
+        r = measured[len(measured) // 2]  # the median run
+        r["rounds"] = len(measured)
+        r["examples_per_sec_of_rounds"] = " ".join("%.1f" % m["examples_per_sec"]
+                                                   for m in runs[(variant, runtime)])
+        r["variant"] = variant
+        r["environment"] = environment_label(r)
+        r["wall_seconds"] = r["measured_seconds"]
+        r["train_gflops_per_example"] = r["train_flops_per_example"] / 1e9
+        r["matmul_peak_gflops"] = peaks[r["environment"]]
+        r["fraction_of_peak"] = r["gflops_per_sec"] / peaks[r["environment"]]
+        if variant == "google":
+          google_rate = r["examples_per_sec"]
+        r["speedup_vs_google"] = (r["examples_per_sec"] / google_rate
+                                  if google_rate and variant != "google" else None)
+        rows.append(r)
+        print("%s %s %s %d: %.1f examples/sec, %.0f ms/step, %.1f GFLOP/s (%.1f%% of peak)%s%s" % (
+            variant, runtime, model, seq, r["examples_per_sec"], r["ms_per_step"],
+            r["gflops_per_sec"], 100 * r["fraction_of_peak"],
+            ", %.2fx Google's" % r["speedup_vs_google"] if r["speedup_vs_google"] else "",
+            " (median of %s)" % r["examples_per_sec_of_rounds"] if len(measured) > 1 else ""))
   print()
   print(write_outputs(rows, peaks, featurisation, args, machine))
   print("\nwrote results.md, results.csv, results.png to %s" % args.out_dir)

@@ -48,7 +48,6 @@ class ExampleSerializer(object):
   def __init__(self, is_regression):
     self.is_regression = is_regression
     self._entries = {}
-    self._varints = _SMALL_VARINTS
 
   def _cached_entry(self, name, values):
     key = (name, tuple(values))
@@ -63,7 +62,7 @@ class ExampleSerializer(object):
     except ValueError:
       length = len(input_mask)
     try:
-      packed = b"".join(map(self._varints.__getitem__, input_ids[:length]))
+      packed = b"".join(map(_SMALL_VARINTS.__getitem__, input_ids[:length]))
     except IndexError:  # an id beyond the table (or a negative one)
       packed = _packed(input_ids[:length])
     return _map_entry("input_ids", _int64_feature(packed + b"\x00" * (len(input_ids) - length)))

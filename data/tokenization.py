@@ -89,7 +89,7 @@ class FullTokenizer(object):
     self.do_lower_case = do_lower_case
     self._basic = BasicTokenizer(do_lower_case)
     self._wordpiece = WordpieceTokenizer(self.vocab)
-    self._ascii_encoder = None
+    self._ascii = AsciiEncoder(self.vocab, do_lower_case)
 
   def tokenize(self, text):
     pieces = []
@@ -107,12 +107,6 @@ class FullTokenizer(object):
 
   def encode_batch(self, texts):
     return [self.encode(text) for text in texts]
-
-  @property
-  def _ascii(self):
-    if self._ascii_encoder is None:
-      self._ascii_encoder = AsciiEncoder(self.vocab, self.do_lower_case)
-    return self._ascii_encoder
 
   def convert_ids_to_tokens(self, ids):
     return [self.inv_vocab[i] for i in ids]

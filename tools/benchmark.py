@@ -111,6 +111,11 @@ def run_training(args, work, variant, runtime, model, seq, round_index):
   return run_worker(runtime, worker_args, os.path.join(work, "%s_%d.json" % (tag, round_index)))
 
 
+def median_run(runs, key):
+  """The run with the median value of key (the upper middle one of an even count)."""
+  return sorted(runs, key=lambda r: r[key])[len(runs) // 2]
+
+
 def environment_label(row):
   return "TF %s / Python %s / CPU" % (row["tensorflow"], row["python"])
 
@@ -214,6 +219,67 @@ def replot(csv_path):
   print("wrote %s" % path)
 
 
+def measure_featurisation(args, runtimes, work):
+  """The median featurisation run of each path on each runtime."""
+  featurisation = []
+  seq = int(args.seq_lengths.split(",")[0])
+  for path, processes, allowed in FEATURISERS:
+    for runtime in [r for r in runtimes if r in allowed]:
+      tag = "featurise_%s_%d_%s" % (path, processes, runtime)
+      print("running %s ..." % tag)
+      sys.stdout.flush()
+      # Each repeat is a fresh process from an empty work directory; the median
+      # damps the noise of a shared machine.
+      repeats = [run_worker(runtime, [
+          "--featurise_only", path, "--workers", str(processes), "--seq", str(seq), "--data",
+          args.data, "--vocab", args.vocab, "--workdir", os.path.join(work, tag)],
+          os.path.join(work, tag + ".json")) for _ in range(args.featurise_repeats)]
+      f = median_run(repeats, "rows_per_sec")
+      f["repeats"] = len(repeats)
+      featurisation.append(f)
+      print("  %.0f rows/sec (median of %d: %s)" % (f["rows_per_sec"], len(repeats), ", ".join(
+          "%.0f" % r["rows_per_sec"] for r in repeats)))
+  return featurisation
+
+
+def measure_training(args, runtimes, work, peaks):
+  """The median training run of each configuration, with its speed-up over Google's path."""
+  rows = []
+  for model in args.models.split(","):
+    for seq in [int(s) for s in args.seq_lengths.split(",")]:
+      configs = [(variant, runtime) for variant in args.variants.split(",")
+                 for runtime in runtimes if runtime in VARIANTS[variant][2]]
+      runs = {config: [] for config in configs}
+      for round_index in range(args.rounds):  # round-robin, so drifts hit every config alike
+        for variant, runtime in configs:
+          runs[(variant, runtime)].append(
+              run_training(args, work, variant, runtime, model, seq, round_index))
+      google_rate = None
+      for variant, runtime in configs:
+        measured = runs[(variant, runtime)]
+        r = median_run(measured, "examples_per_sec")
+        r["rounds"] = len(measured)
+        r["examples_per_sec_of_rounds"] = " ".join("%.1f" % m["examples_per_sec"]
+                                                   for m in measured)
+        r["variant"] = variant
+        r["environment"] = environment_label(r)
+        r["wall_seconds"] = r["measured_seconds"]
+        r["train_gflops_per_example"] = r["train_flops_per_example"] / 1e9
+        r["matmul_peak_gflops"] = peaks[r["environment"]]
+        r["fraction_of_peak"] = r["gflops_per_sec"] / peaks[r["environment"]]
+        if variant == "google":
+          google_rate = r["examples_per_sec"]
+        r["speedup_vs_google"] = (r["examples_per_sec"] / google_rate
+                                  if google_rate and variant != "google" else None)
+        rows.append(r)
+        print("%s %s %s %d: %.1f examples/sec, %.0f ms/step, %.1f GFLOP/s (%.1f%% of peak)%s%s" % (
+            variant, runtime, model, seq, r["examples_per_sec"], r["ms_per_step"],
+            r["gflops_per_sec"], 100 * r["fraction_of_peak"],
+            ", %.2fx Google's" % r["speedup_vs_google"] if r["speedup_vs_google"] else "",
+            " (median of %s)" % r["examples_per_sec_of_rounds"] if len(measured) > 1 else ""))
+  return rows
+
+
 def main(argv=None):
   args = parse_args(argv)
   sys.path.insert(0, ROOT)
@@ -236,59 +302,8 @@ def main(argv=None):
     peaks[environment_label(peak)] = peak["matmul_peak_gflops"]
     print("matmul peak on %s: %.1f GFLOP/s" % (environment_label(peak), peak["matmul_peak_gflops"]))
 
-  featurisation = []
-  seq = int(args.seq_lengths.split(",")[0])
-  for path, processes, allowed in ([] if args.skip_featurisation else FEATURISERS):
-    for runtime in [r for r in runtimes if r in allowed]:
-      tag = "featurise_%s_%d_%s" % (path, processes, runtime)
-      print("running %s ..." % tag)
-      sys.stdout.flush()
-      # Each repeat is a fresh process from an empty work directory; the median
-      # damps the noise of a shared machine.
-      repeats = sorted((run_worker(runtime, [
-          "--featurise_only", path, "--workers", str(processes), "--seq", str(seq), "--data",
-          args.data, "--vocab", args.vocab, "--workdir", os.path.join(work, tag)],
-          os.path.join(work, tag + ".json")) for _ in range(args.featurise_repeats)),
-          key=lambda f: f["rows_per_sec"])
-      f = repeats[len(repeats) // 2]
-      f["repeats"] = len(repeats)
-      featurisation.append(f)
-      print("  %.0f rows/sec (median of %d: %s)" % (f["rows_per_sec"], len(repeats), ", ".join(
-          "%.0f" % r["rows_per_sec"] for r in repeats)))
-
-  rows = []
-  for model in args.models.split(","):
-    for seq in [int(s) for s in args.seq_lengths.split(",")]:
-      configs = [(variant, runtime) for variant in args.variants.split(",")
-                 for runtime in runtimes if runtime in VARIANTS[variant][2]]
-      runs = {config: [] for config in configs}
-      for round_index in range(args.rounds):  # round-robin, so drifts hit every config alike
-        for variant, runtime in configs:
-          runs[(variant, runtime)].append(
-              run_training(args, work, variant, runtime, model, seq, round_index))
-      google_rate = None
-      for variant, runtime in configs:
-        measured = sorted(runs[(variant, runtime)], key=lambda r: r["examples_per_sec"])
-        r = measured[len(measured) // 2]  # the median run
-        r["rounds"] = len(measured)
-        r["examples_per_sec_of_rounds"] = " ".join("%.1f" % m["examples_per_sec"]
-                                                   for m in runs[(variant, runtime)])
-        r["variant"] = variant
-        r["environment"] = environment_label(r)
-        r["wall_seconds"] = r["measured_seconds"]
-        r["train_gflops_per_example"] = r["train_flops_per_example"] / 1e9
-        r["matmul_peak_gflops"] = peaks[r["environment"]]
-        r["fraction_of_peak"] = r["gflops_per_sec"] / peaks[r["environment"]]
-        if variant == "google":
-          google_rate = r["examples_per_sec"]
-        r["speedup_vs_google"] = (r["examples_per_sec"] / google_rate
-                                  if google_rate and variant != "google" else None)
-        rows.append(r)
-        print("%s %s %s %d: %.1f examples/sec, %.0f ms/step, %.1f GFLOP/s (%.1f%% of peak)%s%s" % (
-            variant, runtime, model, seq, r["examples_per_sec"], r["ms_per_step"],
-            r["gflops_per_sec"], 100 * r["fraction_of_peak"],
-            ", %.2fx Google's" % r["speedup_vs_google"] if r["speedup_vs_google"] else "",
-            " (median of %s)" % r["examples_per_sec_of_rounds"] if len(measured) > 1 else ""))
+  featurisation = [] if args.skip_featurisation else measure_featurisation(args, runtimes, work)
+  rows = measure_training(args, runtimes, work, peaks)
   print()
   print(write_outputs(rows, peaks, featurisation, args, machine))
   print("\nwrote results.md, results.csv, results.png to %s" % args.out_dir)

@@ -40,46 +40,57 @@ class ExampleSerializer(object):
 
   The framing is written directly (map entries in sorted key order, as
   deterministic serialisation orders them). input_ids are packed from a table of
-  precomputed varints, and each padding 0 is the single byte 0x00. Whole map
+  precomputed varints, and each padding 0 is the single byte 0x00; the framing in
+  front of them depends only on their packed size, and is cached by it. Whole map
   entries of the fields that repeat across rows (mask and segments, which depend
-  only on the text lengths; the flag; class labels) are cached.
+  only on the segment lengths; the flag; class labels) are cached too.
   """
 
   def __init__(self, is_regression):
     self.is_regression = is_regression
     self._entries = {}
+    self._framings = {}
 
-  def _cached_entry(self, name, values):
-    key = (name, tuple(values))
+  def _cached_entry(self, key, name, values_of):
     found = self._entries.get(key)
     if found is None:
-      found = self._entries[key] = _map_entry(name, _int64_feature(_packed(values)))
+      found = self._entries[key] = _map_entry(name, _int64_feature(_packed(values_of())))
     return found
 
-  def _input_ids_entry(self, input_ids, input_mask):
+  def _int64_entry(self, name, packed):
+    """The map entry of an int64 feature whose packed values are given."""
+    framing = self._framings.get((name, len(packed)))
+    if framing is None:  # it depends only on the name and the packed size
+      whole = _map_entry(name, _int64_feature(packed))
+      framing = self._framings[(name, len(packed))] = whole[:len(whole) - len(packed)]
+    return framing + packed
+
+  def _input_ids_entry(self, features):
+    tokens = features.token_ids
     try:
-      length = input_mask.index(0)
-    except ValueError:
-      length = len(input_mask)
-    try:
-      packed = b"".join(map(_SMALL_VARINTS.__getitem__, input_ids[:length]))
+      packed = b"".join(map(_SMALL_VARINTS.__getitem__, tokens))
     except IndexError:  # an id beyond the table (or a negative one)
-      packed = _packed(input_ids[:length])
-    return _map_entry("input_ids", _int64_feature(packed + b"\x00" * (len(input_ids) - length)))
+      packed = _packed(tokens)
+    return self._int64_entry("input_ids", packed + b"\x00" * features.num_padding)
 
   def __call__(self, features):
+    num_tokens, num_first = len(features.token_ids), features.num_first_segment
     if self.is_regression:
       label = _map_entry(LABEL_FIELD, _length_delimited(2, _length_delimited(
           1, struct.pack("<f", features.label_id))))  # Feature.float_list.value, packed
     else:
-      label = self._cached_entry(LABEL_FIELD, [features.label_id])
+      label = self._cached_entry((LABEL_FIELD, features.label_id), LABEL_FIELD,
+                                 lambda: [features.label_id])
     entries = b"".join((  # sorted by key
-        _map_entry("example_id", _int64_feature(_varint(features.example_id))),
-        self._input_ids_entry(features.input_ids, features.input_mask),
-        self._cached_entry("input_mask", features.input_mask),
-        self._cached_entry("is_real_example", [int(features.is_real_example)]),
+        self._int64_entry("example_id", _varint(features.example_id)),
+        self._input_ids_entry(features),
+        self._cached_entry(("input_mask", num_tokens, features.max_seq_length), "input_mask",
+                           lambda: features.input_mask),
+        self._cached_entry(("is_real_example", features.is_real_example), "is_real_example",
+                           lambda: [int(features.is_real_example)]),
         label,
-        self._cached_entry("segment_ids", features.segment_ids)))
+        self._cached_entry(("segment_ids", num_first, num_tokens, features.max_seq_length),
+                           "segment_ids", lambda: features.segment_ids)))
     return _length_delimited(1, entries)  # Example.features, whose map entries are field 1
 
 

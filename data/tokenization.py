@@ -3,9 +3,9 @@
 The algorithm is Google's (clean text, split CJK characters, lower-case and strip
 accents when asked, split on punctuation, then greedy longest-match-first
 WordPiece). Three things make this one faster on real text: character classes
-are memoised, the WordPiece split of each distinct word is cached, and pure-ASCII
-texts (most English text) take a shortcut through C-level string methods and a
-regular expression (AsciiEncoder) that gives the same ids.
+are memoised, the WordPiece split of each distinct word is cached, and texts take
+a shortcut through C-level string methods, a per-character table and a regular
+expression (ShortcutEncoder) that gives the same ids.
 """
 
 import hashlib
@@ -89,7 +89,7 @@ class FullTokenizer(object):
     self.do_lower_case = do_lower_case
     self._basic = BasicTokenizer(do_lower_case)
     self._wordpiece = WordpieceTokenizer(self.vocab)
-    self._ascii = AsciiEncoder(self.vocab, do_lower_case)
+    self._shortcut = ShortcutEncoder(self.vocab, do_lower_case)
 
   def tokenize(self, text):
     pieces = []
@@ -102,7 +102,7 @@ class FullTokenizer(object):
 
   def encode(self, text):
     """Token ids of a text, without [CLS]/[SEP]."""
-    ids = self._ascii.encode(text)
+    ids = self._shortcut.encode(text)
     return ids if ids is not None else [self.vocab[t] for t in self.tokenize(text)]
 
   def encode_batch(self, texts):
@@ -153,36 +153,109 @@ _ASCII_CLEANUP = dict([(c, None) for c in list(range(9)) + [11, 12] + list(range
                       [(c, " ") for c in (9, 10, 13)])
 _ASCII_WORDS = {True: re.compile(r"[a-z0-9]+|[^a-z0-9 ]"),
                 False: re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9 ]")}
+# Other text: each character outside printable ASCII is first replaced by its
+# form (_char_form); what is left splits into runs of non-space characters that
+# are not ASCII punctuation, and single ASCII punctuation marks.
+_NOT_PRINTABLE_ASCII = re.compile(r"[^\x20-\x7e]+")
+_WORDS = re.compile(r"[^ !-/:-@\[-`{-~]+|[^ ]")
+# The form of a character the shortcut cannot handle. A NUL of the text itself is
+# dropped (its form is ''), so a NUL in a replaced text can only mean this.
+_NO_SHORTCUT = "\x00"
 _MAX_CACHED_WORDS = 1000000
 
 
-class AsciiEncoder(object):
-  """Ids of pure-ASCII texts, equal to FullTokenizer's and several times faster.
+class ShortcutEncoder(object):
+  """Ids equal to FullTokenizer's, several times faster.
 
-  encode() returns None for any other text, which then needs the general path.
+  Google's basic tokenizer works on whitespace-separated tokens, but what it does
+  is, nearly always, character by character: drop, make a separator, lower-case
+  and strip accents, pad punctuation and CJK with spaces. So every character gets
+  its form once (cached), str.translate or a regular expression puts the forms in,
+  str.lower handles ASCII capitals, one regular expression splits the words, and
+  each distinct word's WordPiece ids are cached. The exceptions are the few
+  characters whose handling depends on their neighbours (see _char_form): a text
+  holding one makes encode() return None, and it needs the general path.
   """
 
   def __init__(self, vocab, do_lower_case=True):
     self._lower = do_lower_case
-    self._words = _ASCII_WORDS[do_lower_case]
+    self._ascii_words = _ASCII_WORDS[do_lower_case]
     self._ids = _WordIds(vocab)
+    forms = _CharForms(do_lower_case)
+    self._replace_run = lambda match: "".join(map(forms.__getitem__, match.group()))
 
   def encode(self, text):
-    if not isinstance(text, str) or not text.isascii():
+    if not isinstance(text, str):
       return None
-    text = text.translate(_ASCII_CLEANUP)
+    if text.isascii():  # most text, and the fastest route: translate has a fast path for it
+      text = text.translate(_ASCII_CLEANUP)
+      words = self._ascii_words
+    else:
+      text = _NOT_PRINTABLE_ASCII.sub(self._replace_run, text)
+      if _NO_SHORTCUT in text:
+        return None
+      words = _WORDS
     if self._lower:
-      text = text.lower()
+      text = text.lower()  # the forms are lower-case already; this is for ASCII capitals
     # Iterating in C (map, chain) rather than a Python loop over the words.
-    return list(itertools.chain.from_iterable(map(self._ids.__getitem__,
-                                                  self._words.findall(text))))
+    return list(itertools.chain.from_iterable(map(self._ids.__getitem__, words.findall(text))))
+
+
+class _CharForms(dict):
+  """char -> _char_form(char), computed on first use."""
+
+  def __init__(self, do_lower_case):
+    super(_CharForms, self).__init__()
+    self._lower = do_lower_case
+
+  def __missing__(self, char):
+    form = self[char] = _char_form(char, self._lower)
+    return form
+
+
+def _char_form(char, do_lower_case):
+  """What Google's basic tokenizer makes of one character, as a string to put in its place.
+
+  '' for a dropped character, ' ' for a separator; otherwise the character
+  lower-cased and stripped of accents when asked, each punctuation mark in that
+  padded with spaces (so it becomes a word of its own), and a CJK character
+  padded too. _NO_SHORTCUT for a character that this cannot express:
+  - capital sigma, whose lower case depends on whether it ends a word;
+  - a character that decomposes to a combining mark that is not dropped
+    (not category Mn): decomposition reorders combining marks across the
+    characters of a token, so these are not independent;
+  - a character that lower-cases to something lower() would change again, or
+    to a separator or a control character.
+  """
+  kind = _char_class(char)
+  if kind == "drop":
+    return ""
+  if kind == "space" or char.isspace():  # str.split also splits on \u2028 and the like
+    return " "
+  if not do_lower_case:
+    form = char
+  elif char == "\u03a3":
+    return _NO_SHORTCUT
+  else:
+    form = _strip_accents(char.lower())
+    if form.lower() != form or any(unicodedata.combining(c) for c in form):
+      return _NO_SHORTCUT
+  if any(c.isspace() or _char_class(c) in ("drop", "space") for c in form):
+    return _NO_SHORTCUT
+  form = "".join(" %s " % c if _is_punctuation(c) else c for c in form)
+  return " %s " % form if kind == "cjk" else form
 
 
 class _WordIds(dict):
-  """word -> its WordPiece ids, computed on first use (the cache stops growing at a limit)."""
+  """word -> its WordPiece ids, computed on first use (the cache stops growing at a limit).
+
+  It starts with every vocabulary entry: a word that is itself in the vocabulary
+  is its own single piece, and these are most of the words of real text.
+  """
 
   def __init__(self, vocab):
-    super(_WordIds, self).__init__()
+    super(_WordIds, self).__init__(
+        (word, [i]) for word, i in vocab.items() if len(word) <= MAX_CHARS_PER_WORD)
     self._vocab = vocab
     self._wordpiece = WordpieceTokenizer(vocab)
 

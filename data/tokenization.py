@@ -338,6 +338,8 @@ class WordpieceTokenizer(object):
     self.unk_token = unk_token
     self.max_chars_per_word = max_chars_per_word
     self._cache = {}
+    # No candidate longer than the longest entry can match, so none is tried.
+    self._longest_piece = max(len(piece) for piece in vocab)
 
   def tokenize(self, text):
     pieces = []
@@ -359,14 +361,15 @@ class WordpieceTokenizer(object):
       return [self.unk_token]
     if word in self.vocab:  # most words: one lookup
       return [word]
+    vocab, longest = self.vocab, self._longest_piece
     pieces = []
     start = 0
     while start < len(word):
-      end = len(word)
+      end = min(len(word), start + longest)
       piece = None
       while start < end:
         candidate = word[start:end] if start == 0 else "##" + word[start:end]
-        if candidate in self.vocab:
+        if candidate in vocab:
           piece = candidate
           break
         end -= 1

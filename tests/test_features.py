@@ -236,8 +236,11 @@ def test_fast_serializer_equals_protobuf_deterministic_bytes(is_regression):
   serialize = ExampleSerializer(is_regression)
   for n in range(200):
     length = rng.randint(0, 65)
+    token_ids = list(rng.randint(0, 250000 if n % 5 == 0 else 30522, length))
+    if n % 11 == 0 and length:
+      token_ids[-1] = -int(rng.randint(1, 5))  # never from a tokenizer, but must not garble
     features = InputFeatures(
-        list(rng.randint(0, 250000 if n % 5 == 0 else 30522, length)), length // 2, 64,
+        token_ids, length // 2, 64,
         float(rng.rand()) if is_regression else int(rng.randint(0, 300)), bool(n % 7),
         int(rng.randint(-1, 10 ** 12)))
     expected = _example_proto(features, is_regression).SerializeToString(deterministic=True)

@@ -45,6 +45,10 @@ def test_benchmark_writes_table_csv_and_plot(tmp_path):
     markdown = f.read()
   assert "| environment / device | code | model | seq | wall time (s) | examples/sec |" in markdown
   assert "Featurisation of all 160 rows" in markdown
+  featurisation = [line for line in markdown.splitlines() if "--tokenizer=" in line]
+  assert len(featurisation) == 3  # python, auto, auto with 2 processes
+  if IS_TF1:  # every row's features were compared with Google's records, and are equal
+    assert all(line.endswith("| 160 of 160 |") for line in featurisation), featurisation
   assert os.path.getsize(os.path.join(out_dir, "results.png")) > 10000
   # A second run in the same work directory measures afresh: it neither reuses the
   # first run's records nor stops at once on its final checkpoint.

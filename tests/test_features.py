@@ -1,6 +1,7 @@
 """InputFeatures conversion, the shared TFRecord schema, the cache, and input_fn."""
 
 import collections
+import gc
 import json
 import os
 
@@ -311,6 +312,7 @@ def test_sharded_records_hold_the_same_records_in_order(tmp_path, tiny_vocab, sh
   again = build_records(examples, str(tmp_path / "many.tf_record"), _settings(tiny_vocab),
                         tokenizer, pad_to_multiple=8, num_shards=shards, num_workers=workers)
   assert again == sharded  # reused from the cache
+  assert gc.get_freeze_count() == 0  # objects frozen while featurising are thawed
 
 
 class _FailingTokenizer(tokenization.FullTokenizer):
@@ -329,6 +331,7 @@ def test_a_failing_featurisation_worker_fails_the_build_and_writes_nothing(tmp_p
     build_records(_examples(23), str(tmp_path / "r.tf_record"), _settings(tiny_vocab),
                   tokenizer, num_workers=2)
   assert "tokenizer failed on example 17" in capfd.readouterr().err  # the worker's traceback
+  assert gc.get_freeze_count() == 0  # the garbage collector sees every object again
   assert os.listdir(str(tmp_path)) == []  # no records, pieces or metadata left behind
   with pytest.raises(MemoryError, match="example 17"):  # in one process: the error itself
     build_records(_examples(23), str(tmp_path / "r.tf_record"), _settings(tiny_vocab),

@@ -46,6 +46,9 @@ def parse_args(argv=None):
   parser.add_argument("--featurise_only", choices=["google", "python", "fast"],
                       help="only measure featurisation (to TFRecords) with this tokenizer path")
   parser.add_argument("--workers", type=int, default=1, help="featurisation processes (ours)")
+  parser.add_argument("--compare_records", nargs=2, metavar=("GOOGLE_WORKDIR", "OUR_WORKDIR"),
+                      help="only count the rows whose features equal between two "
+                           "--featurise_only outputs")
   return parser.parse_args(argv)
 
 
@@ -160,7 +163,7 @@ def featurise_ours(rows, args, path, tokenizer_kind="fast"):
 def featurise_only(args):
   rows = read_rows(args.data, 0)
   os.makedirs(args.workdir, exist_ok=True)
-  path = os.path.join(args.workdir, "features.tf_record")
+  path = os.path.join(args.workdir, FEATURES_FILE)
   if args.featurise_only == "google":
     seconds, name = featurise_google(rows, args, path)
   else:
@@ -168,6 +171,28 @@ def featurise_only(args):
   return dict(runtime_info(), path=args.featurise_only, tokenizer=name, rows=len(rows),
               seq=args.seq, seconds=seconds, rows_per_sec=len(rows) / seconds,
               workers=args.workers)
+
+
+FEATURES_FILE = "features.tf_record"
+COMPARED_FIELDS = ("input_ids", "input_mask", "segment_ids", "label_ids")
+
+
+def compare_records(google_workdir, our_workdir):
+  """How many rows of our records hold the ids, mask, segments and label of Google's."""
+  import tensorflow.compat.v1 as tf
+  google_path = os.path.join(google_workdir, FEATURES_FILE)
+  with open(os.path.join(our_workdir, FEATURES_FILE + ".meta.json")) as f:
+    our_paths = json.load(f)["files"]  # shards, in order
+
+  def rows(paths):
+    for path in paths:
+      for record in tf.io.tf_record_iterator(path):
+        feature = tf.train.Example.FromString(record).features.feature
+        yield tuple(tuple(feature[name].int64_list.value) for name in COMPARED_FIELDS)
+
+  google_rows, our_rows = list(rows([google_path])), list(rows(our_paths))
+  return dict(google_rows=len(google_rows), our_rows=len(our_rows),
+              equal_rows=sum(1 for a, b in zip(google_rows, our_rows) if a == b))
 
 
 def google_model_and_input(args, record_path, total_steps):
@@ -259,6 +284,8 @@ def main(argv=None):
     result = dict(runtime_info(), matmul_peak_gflops=matmul_peak_gflops())
   elif args.featurise_only:
     result = featurise_only(args)
+  elif args.compare_records:
+    result = compare_records(*args.compare_records)
   else:
     result = run(args)
   text = json.dumps(result, indent=2, sort_keys=True)

@@ -44,8 +44,8 @@ FEATURISERS = [  # (path, processes, runtimes)
     ("fast", 2, ("tf1", "tf2"))]
 FEATURISER_LABELS = {"google": "Google: bert.tokenization.FullTokenizer + "
                                "file_based_convert_examples_to_features",
-                     "python": "this project, pure-Python WordPiece",
-                     "fast": "this project, Rust WordPiece (tokenizers)"}
+                     "python": "this project, --tokenizer=python",
+                     "fast": "this project, --tokenizer=auto (the default)"}
 
 
 def parse_args(argv=None):
@@ -165,14 +165,17 @@ def write_outputs(rows, peaks, featurisation, args, machine):
               "serialise, write), median of %d runs, each a fresh process:" % (
                   featurisation[0]["rows"], featurisation[0]["seq"],
                   featurisation[0]["repeats"]), "",
-              "| featurisation path | environment | rows/sec | vs Google |", "|---|---|---|---|"]
+              "| featurisation path | environment | rows/sec | vs Google | rows with Google's "
+              "ids, mask, segments and label |", "|---|---|---|---|---|"]
   google = [f for f in featurisation if f["path"] == "google"]
   for f in featurisation:
-    lines.append("| %s%s | %s | %.0f | %s |" % (
+    lines.append("| %s%s | %s | %.0f | %s | %s |" % (
         FEATURISER_LABELS[f["path"]],
         ", %d processes" % f["workers"] if f["workers"] > 1 else "", environment_label(f),
         f["rows_per_sec"], "%.1fx" % (f["rows_per_sec"] / google[0]["rows_per_sec"])
-        if google and f["path"] != "google" else "-"))
+        if google and f["path"] != "google" else "-",
+        "%d of %d" % (f["rows_equal_to_google"], f["rows"]) if "rows_equal_to_google" in f
+        else "-"))
   with open(os.path.join(args.out_dir, "results.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
   plot(rows, os.path.join(args.out_dir, "results.png"), machine)
@@ -236,10 +239,27 @@ def measure_featurisation(args, runtimes, work):
           os.path.join(work, tag + ".json")) for _ in range(args.featurise_repeats)]
       f = median_run(repeats, "rows_per_sec")
       f["repeats"] = len(repeats)
+      f["workdir"] = os.path.join(work, tag)
       featurisation.append(f)
       print("  %.0f rows/sec (median of %d: %s)" % (f["rows_per_sec"], len(repeats), ", ".join(
           "%.0f" % r["rows_per_sec"] for r in repeats)))
+  check_features_equal_googles(featurisation, work)
   return featurisation
+
+
+def check_features_equal_googles(featurisation, work):
+  """Counts, for each of our paths, the rows whose features equal Google's records'."""
+  google = [f for f in featurisation if f["path"] == "google"]
+  for f in featurisation:
+    if not google or f["path"] == "google":
+      continue
+    compared = run_worker("tf1", ["--compare_records", google[0]["workdir"], f["workdir"]],
+                          os.path.join(work, "compare_%s_%d_%s.json" % (
+                              f["path"], f["workers"], f["python"])))
+    f["rows_equal_to_google"] = compared["equal_rows"]
+    print("  %s, %d process(es), Python %s: %d of %d rows equal to Google's (%d rows)" % (
+        f["path"], f["workers"], f["python"], compared["equal_rows"], compared["our_rows"],
+        compared["google_rows"]))
 
 
 def measure_training(args, runtimes, work, peaks):

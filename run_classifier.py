@@ -55,9 +55,9 @@ flags.DEFINE_string("output_dir", None, "Where checkpoints, features and results
 flags.DEFINE_string("cache_dir", None, "Where featurised TFRecords are cached. "
                     "Default: <output_dir>/features.")
 flags.DEFINE_enum("tokenizer", "auto", ["auto", "fast", "python"],
-                  "WordPiece implementation for featurisation: 'fast' (Hugging Face tokenizers, "
-                  "Rust, all cores), 'python' (this project's), or 'auto' (fast when installed). "
-                  "Both give Google's FullTokenizer ids.")
+                  "Tokenizer for the rare texts the exact shortcut declines: 'fast' (Hugging "
+                  "Face tokenizers, Rust, all cores), 'python' (this project's), or 'auto' "
+                  "(fast when installed). All give Google's FullTokenizer ids.")
 flags.DEFINE_integer("num_record_shards", 1, "Split each split's TFRecords into this many "
                      "files (helps parallel reads on TPU hosts and parallel writing).")
 flags.DEFINE_integer("featurize_workers", 1, "Processes that featurise in parallel (pieces "

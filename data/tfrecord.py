@@ -73,31 +73,27 @@ class ExampleSerializer(object):
     return _length_delimited(1, entries)  # Example.features, whose map entries are field 1
 
   def _entries_after_input_ids(self, features):
-    num_tokens = len(features.token_ids)
-    if self.is_regression:
-      label = features.label_id
-      key = (num_tokens, features.num_first_segment, features.max_seq_length,
+    """input_mask, is_real_example, label_ids and segment_ids: cached, but for a float label."""
+    shape = (len(features.token_ids), features.num_first_segment, features.max_seq_length,
              features.is_real_example)
-    else:
-      key = (num_tokens, features.num_first_segment, features.max_seq_length,
-             features.is_real_example, features.label_id)
+    if self.is_regression:
+      before_label, after_label = self._cached(shape, lambda: (
+          _int64_map_entry("input_mask", features.input_mask) +
+          _int64_map_entry("is_real_example", [int(features.is_real_example)]),
+          _int64_map_entry("segment_ids", features.segment_ids)))
+      label = _map_entry(LABEL_FIELD, _length_delimited(2, _length_delimited(
+          1, struct.pack("<f", features.label_id))))  # Feature.float_list.value, packed
+      return before_label + label + after_label
+    return self._cached(shape + (features.label_id,), lambda: b"".join((
+        _int64_map_entry("input_mask", features.input_mask),
+        _int64_map_entry("is_real_example", [int(features.is_real_example)]),
+        _int64_map_entry(LABEL_FIELD, [features.label_id]),
+        _int64_map_entry("segment_ids", features.segment_ids))))
+
+  def _cached(self, key, build):
     found = self._entries.get(key)
     if found is None:
-      if self.is_regression:
-        found = self._entries[key] = (_int64_map_entry("input_mask", features.input_mask),
-                                      _int64_map_entry("is_real_example",
-                                                       [int(features.is_real_example)]),
-                                      _int64_map_entry("segment_ids", features.segment_ids))
-      else:
-        found = self._entries[key] = b"".join((
-            _int64_map_entry("input_mask", features.input_mask),
-            _int64_map_entry("is_real_example", [int(features.is_real_example)]),
-            _int64_map_entry(LABEL_FIELD, [features.label_id]),
-            _int64_map_entry("segment_ids", features.segment_ids)))
-    if self.is_regression:
-      mask, is_real, segments = found
-      return b"".join((mask, is_real, _map_entry(LABEL_FIELD, _length_delimited(
-          2, _length_delimited(1, struct.pack("<f", label)))), segments))  # float_list, packed
+      found = self._entries[key] = build()
     return found
 
 

@@ -63,6 +63,21 @@ def test_features_equal_googles_convert_single_example(tiny_vocab):
       assert ours.label_id == theirs.label_id
 
 
+def test_features_are_compact_and_checked():
+  from data.features import InputFeatures, padding_features
+  pair = InputFeatures([101, 7, 8, 102, 9, 102], 4, 8, 1)
+  assert pair.input_ids == [101, 7, 8, 102, 9, 102, 0, 0]
+  assert pair.input_mask == [1] * 6 + [0, 0]
+  assert pair.segment_ids == [0, 0, 0, 0, 1, 1, 0, 0]
+  padding = padding_features(4, False)
+  assert (padding.input_ids, padding.input_mask, padding.segment_ids) == ([0] * 4,) * 3
+  assert not padding.is_real_example and padding.example_id == -1
+  with pytest.raises(ValueError, match="7 tokens .* do not fit max_seq_length 6"):
+    InputFeatures(list(range(7)), 7, 6, 0)
+  with pytest.raises(ValueError, match="3 tokens \\(4 in the first segment\\)"):
+    InputFeatures([1, 2, 3], 4, 8, 0)
+
+
 def test_unlabelled_and_regression_labels(tiny_vocab):
   tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
   assert convert_example(InputExample("a", "x"), 0, {"0": 0}, 8, tokenizer).label_id == 0

@@ -1,4 +1,4 @@
-"""Fine-tune BERT for text classification or regression with (TPU)Estimator.
+r"""Fine-tune BERT for text classification or regression with (TPU)Estimator.
 
 The same graph runs on CPU, GPU and TPU: --use_tpu switches TPUEstimator between a
 Cloud TPU and the local device. This file reads the flags, validates them once,
@@ -11,6 +11,7 @@ and wires data/ to modeling/. Nothing else reads flags.
 """
 
 import collections
+import functools
 import json
 import logging
 import math
@@ -27,7 +28,7 @@ import tensorflow.compat.v1 as tf
 from data import fast_tokenization, tokenization
 from data.errors import DataError
 from data.input_fn import input_fn_builder
-from data.processors import TASK_NAMES, get_processor
+from data.processors import TASK_NAMES, canonical_task_name, get_processor
 from data.tfrecord import build_records, file_sha256
 from modeling.bert import BertConfig
 from modeling.compat import setup_tensorflow
@@ -36,85 +37,103 @@ from modeling.model_fn import TRAIN_LOSS_NAME, model_fn_builder
 from modeling.progress import ProgressHook, format_seconds
 
 log = logging.getLogger("run_classifier")
-FLAGS = flags.FLAGS
 
 # --- Flags (names shared with Google's run_classifier mean the same thing) ------------
+# Defined in a function, so that a call from Python (parse_flags) gets its own FlagValues
+# and never touches absl's global FLAGS, which other libraries also define flags on.
 
-flags.DEFINE_string("task_name", None, "One of: %s." % ", ".join(TASK_NAMES))
-flags.DEFINE_string("data_dir", None, "Folder with the task's files (see the README per task).")
-flags.DEFINE_string("train_file", None, "Train file; overrides the one found in --data_dir.")
-flags.DEFINE_string("eval_file", None, "Eval file; overrides the one found in --data_dir.")
-flags.DEFINE_string("predict_file", None, "Predict file; overrides the one found in --data_dir.")
-flags.DEFINE_string("bert_config_file", None, "bert_config.json of the pre-trained model.")
-flags.DEFINE_string("vocab_file", None, "vocab.txt of the pre-trained model.")
-flags.DEFINE_string("init_checkpoint", None, "Checkpoint to start from (e.g. .../bert_model.ckpt).")
-flags.DEFINE_string("bert_hub_module_handle", None,
-                    "A TF1-format BERT hub module (path or URL) to use instead of "
-                    "--bert_config_file/--init_checkpoint.")
-flags.DEFINE_string("output_dir", None, "Where checkpoints, features and results go.")
-flags.DEFINE_string("cache_dir", None, "Where featurised TFRecords are cached. "
-                    "Default: <output_dir>/features.")
-flags.DEFINE_enum("tokenizer", "auto", ["auto", "fast", "python"],
-                  "Tokenizer for the rare texts the exact shortcut declines: 'fast' (Hugging "
-                  "Face tokenizers, Rust, all cores), 'python' (this project's), or 'auto' "
-                  "(fast when installed). All give Google's FullTokenizer ids.")
-flags.DEFINE_integer("num_record_shards", 1, "Split each split's TFRecords into this many "
-                     "files (helps parallel reads on TPU hosts and parallel writing).")
-flags.DEFINE_integer("featurize_workers", 1, "Processes that featurise in parallel (pieces "
-                     "of the examples, joined in order into the record files).")
-flags.DEFINE_bool("do_lower_case", True, "Lower-case the text (True for uncased models).")
-flags.DEFINE_integer("max_seq_length", 128, "Tokens per example after WordPiece, with "
-                     "[CLS]/[SEP]. Longer texts are truncated, shorter ones padded.")
-flags.DEFINE_bool("do_train", False, "Fine-tune on the train split.")
-flags.DEFINE_bool("do_eval", False, "Evaluate on the dev split.")
-flags.DEFINE_bool("do_predict", False, "Predict the test split into test_results.tsv.")
-flags.DEFINE_integer("train_batch_size", 32, "Global training batch size.")
-flags.DEFINE_integer("eval_batch_size", 8, "Global eval batch size.")
-flags.DEFINE_integer("predict_batch_size", 8, "Global predict batch size.")
-flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate of AdamWeightDecay.")
-flags.DEFINE_float("num_train_epochs", 3.0, "Epochs over the (fraction of the) train split.")
-flags.DEFINE_integer("num_train_steps", 0, "If > 0, train exactly this many steps instead of "
-                     "--num_train_epochs.")
-flags.DEFINE_integer("gradient_accumulation_steps", 1, "Apply the mean gradient of this many "
-                     "batches per update: an effective batch of train_batch_size times this, in "
-                     "the memory of one batch. Not with --use_tpu.")
-flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of the steps with linear warm-up.")
-flags.DEFINE_float("train_fraction", 1.0, "Train on this fraction (0, 1] of the train split, "
-                   "a seeded random subset.")
-flags.DEFINE_integer("save_checkpoints_steps", 1000, "Steps between checkpoints.")
-flags.DEFINE_integer("iterations_per_loop", 1000, "Steps per TPU loop (host round trip).")
-flags.DEFINE_integer("log_every_steps", 10, "Steps between progress lines in training.")
-flags.DEFINE_integer("seed", 12345, "Seed for initialisation, dropout, shuffling and "
-                     "--train_fraction.")
-flags.DEFINE_bool("dynamic_padding", False, "CPU/GPU: compute each batch only as long as its "
-                  "longest example, and group training examples into length buckets. Faster "
-                  "when texts are shorter than --max_seq_length; not with --use_tpu.")
-flags.DEFINE_bool("use_fp16", False, "GPU: run the encoder in float16 (float32 master "
-                  "weights, dynamic loss scaling). Not with --use_tpu (use --use_bf16 there).")
-flags.DEFINE_bool("use_bf16", False, "TPU: run the encoder in bfloat16 (float32 master weights).")
-flags.DEFINE_bool("use_xla", False, "Compile the graph with XLA JIT (CPU/GPU). Measure it with "
-                  "./run.sh benchmark before relying on it: compilation takes seconds.")
-flags.DEFINE_bool("use_tpu", False, "Run on a Cloud TPU instead of the local CPU/GPU.")
-flags.DEFINE_string("tpu_name", None, "Cloud TPU name or grpc:// address.")
-flags.DEFINE_string("tpu_zone", None, "GCE zone of the TPU (found from metadata if unset).")
-flags.DEFINE_string("gcp_project", None, "GCP project of the TPU (found from metadata if unset).")
-flags.DEFINE_string("master", None, "TensorFlow master URL (alternative to --tpu_name).")
-flags.DEFINE_integer("num_tpu_cores", 8, "TPU cores to use, with --use_tpu.")
-flags.DEFINE_string("label_column", None, "Label column: name or 0-based position "
-                    "(jigsaw_toxic: one of the six labels, default toxic; csv: required).")
-flags.DEFINE_string("text_column", None, "csv task: text column (name or 0-based position).")
-flags.DEFINE_string("text_b_column", None, "csv task: optional second text for pairs.")
-flags.DEFINE_string("id_column", None, "csv task: optional id column for the outputs.")
-flags.DEFINE_bool("has_header", True, "csv task: the first row is a header.")
-flags.DEFINE_string("delimiter", None, "csv task: field delimiter (default: tab for .tsv/.txt, "
-                    "else comma).")
-flags.DEFINE_list("labels", None, "csv task: the label values in order (default: sorted "
-                  "distinct values of the train file).")
-flags.DEFINE_enum("tf_log_level", "ERROR", ["DEBUG", "INFO", "WARNING", "ERROR"],
-                  "How much of TensorFlow's own logging to show. This program's progress "
-                  "lines are always shown.")
-flags.DEFINE_bool("skip_malformed_rows", False, "Skip rows with too few fields, count them and "
-                  "report the count, instead of stopping with an error.")
+def define_flags(flag_values):
+  """Defines every flag of this program on flag_values."""
+  string = functools.partial(flags.DEFINE_string, flag_values=flag_values)
+  integer = functools.partial(flags.DEFINE_integer, flag_values=flag_values)
+  float_ = functools.partial(flags.DEFINE_float, flag_values=flag_values)
+  boolean = functools.partial(flags.DEFINE_bool, flag_values=flag_values)
+  enum = functools.partial(flags.DEFINE_enum, flag_values=flag_values)
+  list_ = functools.partial(flags.DEFINE_list, flag_values=flag_values)
+  string("task_name", None, "One of: %s." % ", ".join(TASK_NAMES))
+  string("data_dir", None, "Folder with the task's files (see the README per task).")
+  string("train_file", None, "Train file; overrides the one found in --data_dir.")
+  string("eval_file", None, "Eval file; overrides the one found in --data_dir.")
+  string("predict_file", None, "Predict file; overrides the one found in --data_dir.")
+  string("bert_config_file", None, "bert_config.json of the pre-trained model.")
+  string("vocab_file", None, "vocab.txt of the pre-trained model.")
+  string("init_checkpoint", None, "Checkpoint to start from (e.g. .../bert_model.ckpt).")
+  string("bert_hub_module_handle", None,
+         "A TF1-format BERT hub module (path or URL) to use instead of "
+         "--bert_config_file/--init_checkpoint.")
+  string("output_dir", None, "Where checkpoints, features and results go.")
+  string("cache_dir", None, "Where featurised TFRecords are cached. "
+         "Default: <output_dir>/features.")
+  enum("tokenizer", "auto", ["auto", "fast", "python"],
+       "Tokenizer for the rare texts the exact shortcut declines: 'fast' (Hugging "
+       "Face tokenizers, Rust, all cores), 'python' (this project's), or 'auto' "
+       "(fast when installed). All give Google's FullTokenizer ids.")
+  integer("num_record_shards", 1, "Split each split's TFRecords into this many "
+          "files (helps parallel reads on TPU hosts and parallel writing).")
+  integer("featurise_workers", 1, "Processes that featurise in parallel (pieces "
+          "of the examples, joined in order into the record files).")
+  boolean("do_lower_case", True, "Lower-case the text (True for uncased models).")
+  integer("max_seq_length", 128, "Tokens per example after WordPiece, with "
+          "[CLS]/[SEP]. Longer texts are truncated, shorter ones padded.")
+  boolean("do_train", False, "Fine-tune on the train split.")
+  boolean("do_eval", False, "Evaluate on the dev split.")
+  boolean("do_predict", False, "Predict the test split into test_results.tsv.")
+  integer("train_batch_size", 32, "Global training batch size.")
+  integer("eval_batch_size", 8, "Global eval batch size.")
+  integer("predict_batch_size", 8, "Global predict batch size.")
+  float_("learning_rate", 5e-5, "Peak learning rate of AdamWeightDecay.")
+  float_("num_train_epochs", 3.0, "Epochs over the (fraction of the) train split.")
+  integer("num_train_steps", 0, "If > 0, train exactly this many steps instead of "
+          "--num_train_epochs.")
+  integer("gradient_accumulation_steps", 1, "Apply the mean gradient of this many "
+          "batches per update: an effective batch of train_batch_size times this, in "
+          "the memory of one batch. Not with --use_tpu.")
+  float_("warmup_proportion", 0.1, "Fraction of the steps with linear warm-up.")
+  float_("train_fraction", 1.0, "Train on this fraction (0, 1] of the train split, "
+         "a seeded random subset.")
+  integer("save_checkpoints_steps", 1000, "Steps between checkpoints.")
+  integer("iterations_per_loop", 1000, "Steps per TPU loop (host round trip).")
+  integer("log_every_steps", 10, "Steps between progress lines in training.")
+  integer("seed", 12345, "Seed for initialisation, dropout, shuffling and "
+          "--train_fraction.")
+  boolean("dynamic_padding", False, "CPU/GPU: compute each batch only as long as its "
+          "longest example, and group training examples into length buckets. Faster "
+          "when texts are shorter than --max_seq_length; not with --use_tpu.")
+  boolean("use_fp16", False, "GPU: run the encoder in float16 (float32 master "
+          "weights, dynamic loss scaling). Not with --use_tpu (use --use_bf16 there).")
+  boolean("use_bf16", False, "TPU: run the encoder in bfloat16 (float32 master weights).")
+  boolean("use_xla", False, "Compile the graph with XLA JIT (CPU/GPU). Measure it with "
+          "./run.sh benchmark before relying on it: compilation takes seconds.")
+  boolean("use_tpu", False, "Run on a Cloud TPU instead of the local CPU/GPU.")
+  string("tpu_name", None, "Cloud TPU name or grpc:// address.")
+  string("tpu_zone", None, "GCE zone of the TPU (found from metadata if unset).")
+  string("gcp_project", None, "GCP project of the TPU (found from metadata if unset).")
+  string("master", None, "TensorFlow master URL (alternative to --tpu_name).")
+  integer("num_tpu_cores", 8, "TPU cores to use, with --use_tpu.")
+  string("label_column", None, "Label column: name or 0-based position "
+         "(jigsaw_toxic: one of the six labels, default toxic; csv: required).")
+  string("text_column", None, "csv task: text column (name or 0-based position).")
+  string("text_b_column", None, "csv task: optional second text for pairs.")
+  string("id_column", None, "csv task: optional id column for the outputs.")
+  boolean("has_header", True, "csv task: the first row is a header.")
+  string("delimiter", None, "csv task: field delimiter (default: tab for .tsv/.txt, "
+         "else comma).")
+  list_("labels", None, "csv task: the label values in order (default: sorted "
+        "distinct values of the train file).")
+  enum("tf_log_level", "ERROR", ["DEBUG", "INFO", "WARNING", "ERROR"],
+       "How much of TensorFlow's own logging to show. This program's progress "
+       "lines are always shown.")
+  boolean("skip_malformed_rows", False, "Skip rows with too few fields, count them and "
+          "report the count, instead of stopping with an error.")
+
+
+def parse_flags(argv):
+  """The flag values of a command line (argv[0] is the program's name), without absl's
+  global FLAGS: for running the pipeline from Python and from tests."""
+  values = flags.FlagValues()
+  define_flags(values)
+  values(list(argv))
+  return values
 
 
 class FlagError(ValueError):
@@ -130,17 +149,17 @@ def validate_flags(f):
   for name in ("task_name", "output_dir"):
     if not getattr(f, name):
       raise FlagError("--%s is required" % name)
-  if f.task_name.lower() not in [t.lower() for t in TASK_NAMES] + ["sst2", "stsb"]:
+  if canonical_task_name(f.task_name) is None:
     raise FlagError("--task_name=%s is unknown; use one of: %s" %
                     (f.task_name, ", ".join(TASK_NAMES)))
-  if f.task_name.lower() == "csv":
+  if canonical_task_name(f.task_name) == "csv":
     for name in ("text_column", "label_column"):
       if getattr(f, name) is None:
         raise FlagError("--task_name=csv needs --%s (a column name, or a 0-based position "
                         "with --nohas_header)" % name)
   _check_positive(f, ("train_batch_size", "eval_batch_size", "predict_batch_size",
                       "save_checkpoints_steps", "iterations_per_loop", "log_every_steps",
-                      "gradient_accumulation_steps", "num_record_shards", "featurize_workers"))
+                      "gradient_accumulation_steps", "num_record_shards", "featurise_workers"))
   if f.learning_rate <= 0:
     raise FlagError("--learning_rate=%g must be > 0 (BERT fine-tuning uses 2e-5 to 5e-5)" %
                     f.learning_rate)
@@ -279,7 +298,7 @@ def featurise(f, processor, split, examples, tokenizer, vocab_file, pad_to_multi
   if split == "train":
     settings.update(train_fraction=f.train_fraction, seed=f.seed)
   metadata = build_records(examples, record_path, settings, tokenizer, pad_to_multiple,
-                           num_shards=f.num_record_shards, num_workers=f.featurize_workers)
+                           num_shards=f.num_record_shards, num_workers=f.featurise_workers)
   return metadata["files"], metadata
 
 
@@ -453,9 +472,9 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError("unexpected arguments: %s" % " ".join(argv[1:]))
   logging.getLogger().setLevel(logging.INFO)
-  tf.get_logger().setLevel(getattr(logging, FLAGS.tf_log_level))
+  tf.get_logger().setLevel(getattr(logging, flags.FLAGS.tf_log_level))
   try:
-    run(FLAGS)
+    run(flags.FLAGS)
   except FlagError as e:
     sys.stderr.write("run_classifier: flag error: %s\n" % e)
     sys.exit(2)
@@ -465,4 +484,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags(flags.FLAGS)
   app.run(main)

@@ -26,13 +26,12 @@ class InputExample(object):
   extras: other columns carried through to the outputs (e.g. Jigsaw identity columns).
   """
 
-  def __init__(self, guid, text_a, text_b=None, label=None, extras=None, line=None):
+  def __init__(self, guid, text_a, text_b=None, label=None, extras=None):
     self.guid = guid
     self.text_a = text_a
     self.text_b = text_b
     self.label = label
     self.extras = extras or {}
-    self.line = line
 
   def __repr__(self):
     return "InputExample(guid=%r, text_a=%r, text_b=%r, label=%r)" % (
@@ -135,7 +134,7 @@ class DataProcessor(object):
       guid = fields[columns.guid] if columns.guid is not None else str(row_number)
       extras = {name: fields[i] for name, i in columns.extras if i < len(fields)}
       text_b = fields[columns.text_b] if columns.text_b is not None else None
-      examples.append(InputExample(guid, fields[columns.text_a], text_b, label, extras, line))
+      examples.append(InputExample(guid, fields[columns.text_a], text_b, label, extras))
     if skipped:
       log.warning("%s: skipped %d malformed rows (--skip_malformed_rows)", table.path, skipped)
     self.skipped[split] = skipped
@@ -415,14 +414,22 @@ GLUE_PROCESSORS = {
     "qqp": QqpProcessor, "sts-b": StsbProcessor,
 }
 TASK_NAMES = tuple(sorted(GLUE_PROCESSORS)) + ("jigsaw_toxic", "jigsaw_bias", "csv")
+# Other spellings that name the same task.
+TASK_ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "mnli_mm": "mnli-mm"}
+
+
+def canonical_task_name(task_name):
+  """The task's name in TASK_NAMES (case-insensitive, aliases resolved), or None if unknown."""
+  name = task_name.lower()
+  name = TASK_ALIASES.get(name, name)
+  return name if name in TASK_NAMES else None
 
 
 def get_processor(task_name, data_dir=None, files=None, skip_malformed_rows=False,
                   text_column=None, text_b_column=None, label_column=None, id_column=None,
                   has_header=True, delimiter=None, labels=None):
-  """Builds the processor for a task name (case-insensitive; 'sst2' and 'stsb' also accepted)."""
-  name = task_name.lower()
-  name = {"sst2": "sst-2", "stsb": "sts-b", "mnli_mm": "mnli-mm"}.get(name, name)
+  """Builds the processor for a task name (case-insensitive; TASK_ALIASES also accepted)."""
+  name = canonical_task_name(task_name)
   common = dict(data_dir=data_dir, files=files, skip_malformed_rows=skip_malformed_rows)
   if name in GLUE_PROCESSORS:
     return GLUE_PROCESSORS[name](**common)

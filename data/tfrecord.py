@@ -188,71 +188,90 @@ def _shard_ranges(num_examples, num_shards):
           for i in range(num_shards)]
 
 
-# What forked featurisation workers inherit (examples and tokenizer are not pickled).
-_SHARD_JOB = {}
 # With several workers each shard is written as this many pieces per worker, so
 # that a worker that finishes early takes more pieces (rows differ in cost, and
 # files are often sorted, e.g. by label).
 PIECES_PER_WORKER = 4
+_FRAME = struct.Struct("<Q")  # the length before each record in a worker's piece file
 
 
-def _write_piece(index):
-  """Writes the records of one contiguous piece of the examples to its own file."""
-  job = _SHARD_JOB
-  start, end = job["ranges"][index]
-  path = job["piece_paths"][index]
-  serialize = ExampleSerializer(job["is_regression"])
-  with tf.io.TFRecordWriter(path) as writer:
-    for features in convert_examples(job["examples"][start:end], job["labels"],
-                                     job["max_seq_length"], job["tokenizer"],
+class _Featurisation(object):
+  """One split's featurisation, cut into contiguous pieces of the examples.
+
+  records(i) is pure Python (tokenizer, serialiser), so forked workers can run it
+  without touching TensorFlow; only the parent writes TFRecord files.
+  """
+
+  def __init__(self, examples, settings, tokenizer, num_padding, ranges):
+    self.examples = examples
+    self.labels = settings["labels"]
+    self.max_seq_length = settings["max_seq_length"]
+    self.is_regression = settings["is_regression"]
+    self.tokenizer = tokenizer
+    self.num_padding = num_padding
+    self.ranges = ranges
+
+  def records(self, index):
+    """The serialised records of piece index; the padding rows follow the last piece."""
+    start, end = self.ranges[index]
+    serialize = ExampleSerializer(self.is_regression)
+    for features in convert_examples(self.examples[start:end], self.labels,
+                                     self.max_seq_length, self.tokenizer,
                                      first_example_id=start):
-      writer.write(serialize(features))
-    if index == len(job["ranges"]) - 1:
-      for _ in range(job["num_padding"]):
-        writer.write(serialize(padding_features(job["max_seq_length"], job["is_regression"])))
-  return path
+      yield serialize(features)
+    if index == len(self.ranges) - 1 and self.num_padding:
+      padding = serialize(padding_features(self.max_seq_length, self.is_regression))
+      for _ in range(self.num_padding):
+        yield padding
+
+  def write_piece_file(self, index, path):
+    """A worker's output: the records of one piece, each after its length (plain Python
+    file writes; the parent turns pieces into TFRecord files)."""
+    with open(path, "wb") as out:
+      for record in self.records(index):
+        out.write(_FRAME.pack(len(record)))
+        out.write(record)
 
 
-def _concatenate(parts, path):
-  """A TFRecord file is a sequence of self-delimiting records, so files concatenate."""
-  with tf.io.gfile.GFile(path, "wb") as out:
-    for part in parts:
-      with tf.io.gfile.GFile(part, "rb") as f:
-        out.write(f.read())
-      tf.io.gfile.remove(part)
+def _read_piece_file(path):
+  with open(path, "rb") as f:
+    data = f.read()
+  position, size = 0, _FRAME.size
+  while position < len(data):
+    (length,) = _FRAME.unpack_from(data, position)
+    position += size
+    yield data[position:position + length]
+    position += length
 
 
-def _write_shards(paths, num_examples, workers):
-  """Writes each of paths (shards, in order) as path + '.tmp'."""
-  pieces_per_shard = 1 if workers <= 1 else -(-workers * PIECES_PER_WORKER // len(paths))
-  ranges = [(start + a, start + b)
-            for start, end in _shard_ranges(num_examples, len(paths))
-            for a, b in _shard_ranges(end - start, pieces_per_shard)]
-  piece_paths = ["%s.tmp-%05d" % (path, i) for path in paths for i in range(pieces_per_shard)]
-  if pieces_per_shard == 1:
-    piece_paths = [path + ".tmp" for path in paths]
-  _SHARD_JOB.update(ranges=ranges, piece_paths=piece_paths)
+def _write_shards(job, paths, pieces_per_shard, workers):
+  """Writes each of paths (shards, in order) as path + '.tmp'; pieces_per_shard pieces of
+  the job make one shard. With workers > 1, forked processes featurise the pieces."""
+  piece_files = {}
+  temporary = [path + ".tmp" for path in paths]
   try:
-    _write_pieces(paths, piece_paths, pieces_per_shard, len(ranges), workers)
+    if workers > 1:
+      piece_files = {i: "%s.piece-%05d" % (paths[0], i) for i in range(len(job.ranges))}
+      # Worker w takes pieces w, w + workers, ...: interleaved, so each gets rows from
+      # all over the file even when it is sorted (by label, by length).
+      _run_forked([[(i, piece_files[i]) for i in range(w, len(job.ranges), workers)]
+                   for w in range(workers)], job.write_piece_file)
+    for shard, path in enumerate(temporary):
+      with tf.io.TFRecordWriter(path) as writer:
+        for index in range(shard * pieces_per_shard, (shard + 1) * pieces_per_shard):
+          records = (_read_piece_file(piece_files[index]) if piece_files
+                     else job.records(index))
+          for record in records:
+            writer.write(record)
   except BaseException:
-    for path in set(piece_paths + [p + ".tmp" for p in paths]):  # leave no partial files
+    for path in temporary:  # leave no partial files
       if tf.io.gfile.exists(path):
         tf.io.gfile.remove(path)
     raise
-
-
-def _write_pieces(paths, piece_paths, pieces_per_shard, num_pieces, workers):
-  if workers > 1:
-    # Worker w takes pieces w, w + workers, ...: interleaved, so each gets rows from
-    # all over the file even when it is sorted (by label, by length).
-    _run_forked([list(range(w, num_pieces, workers)) for w in range(workers)], _write_piece)
-    if pieces_per_shard > 1:
-      for i, path in enumerate(paths):
-        _concatenate(piece_paths[i * pieces_per_shard:(i + 1) * pieces_per_shard],
-                     path + ".tmp")
-  else:
-    for index in range(num_pieces):
-      _write_piece(index)
+  finally:
+    for path in piece_files.values():
+      if os.path.exists(path):
+        os.remove(path)
 
 
 @contextlib.contextmanager
@@ -272,17 +291,21 @@ def _existing_objects_frozen():
 
 
 def _run_forked(jobs, function):
-  """Runs function(i) for each i of jobs[w] in forked child process w; waits for all.
+  """Runs function(*item) for each item of jobs[w] in forked child process w; waits for all.
 
   Plain fork and waitpid: a multiprocessing.Pool costs about 0.1 s to shut down,
-  which is a sixth of featurising a 12,000-row file.
+  which is a sixth of featurising a 12,000-row file, and a spawned process would
+  import TensorFlow again (seconds). Forking a process whose TensorFlow has started
+  threads is safe only for a child that never calls TensorFlow (its locks may be
+  held by threads the child does not have): the children here run plain Python
+  (tokenizer, serialiser, file writes) and leave with os._exit.
   """
   children = []
   try:
-    for indices in jobs:
+    for items in jobs:
       pid = os.fork()
       if pid == 0:
-        _child(function, indices)  # never returns
+        _child(function, items)  # never returns
       children.append(pid)
   finally:
     statuses = [os.waitpid(pid, 0)[1] for pid in children]
@@ -292,12 +315,12 @@ def _run_forked(jobs, function):
                        "above" % (failed, len(children)))
 
 
-def _child(function, indices):
+def _child(function, items):
   """A forked child's life: work, then leave without running the parent's clean-up."""
   status = 0
   try:
-    for i in indices:
-      function(i)
+    for item in items:
+      function(*item)
   except BaseException:  # reported here; the parent sees the exit status
     traceback.print_exc()
     status = 1
@@ -334,14 +357,14 @@ def build_records(examples, record_path, settings, tokenizer, pad_to_multiple=0,
   paths = shard_paths(record_path, num_shards)
   num_padding = num_padding_rows(len(examples), pad_to_multiple)
   tf.io.gfile.makedirs(record_path.rsplit("/", 1)[0])
-  _SHARD_JOB.update(examples=examples, labels=settings["labels"], tokenizer=tokenizer,
-                    max_seq_length=settings["max_seq_length"], num_padding=num_padding,
-                    is_regression=settings["is_regression"])
-  try:
-    with _existing_objects_frozen():
-      _write_shards(paths, len(examples), num_workers)
-  finally:
-    _SHARD_JOB.clear()
+  pieces_per_shard = (1 if num_workers <= 1 else
+                      -(-num_workers * PIECES_PER_WORKER // num_shards))
+  ranges = [(start + a, start + b)
+            for start, end in _shard_ranges(len(examples), num_shards)
+            for a, b in _shard_ranges(end - start, pieces_per_shard)]
+  job = _Featurisation(examples, settings, tokenizer, num_padding, ranges)
+  with _existing_objects_frozen():
+    _write_shards(job, paths, pieces_per_shard, num_workers)
   for path in paths:
     tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
 

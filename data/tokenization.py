@@ -85,7 +85,6 @@ class FullTokenizer(object):
 
   def __init__(self, vocab_file, do_lower_case=True):
     self.vocab = load_vocab(vocab_file)
-    self.inv_vocab = {i: t for t, i in self.vocab.items()}
     self.do_lower_case = do_lower_case
     self._basic = BasicTokenizer(do_lower_case)
     self._wordpiece = WordpieceTokenizer(self.vocab)
@@ -107,9 +106,6 @@ class FullTokenizer(object):
 
   def encode_batch(self, texts):
     return [self.encode(text) for text in texts]
-
-  def convert_ids_to_tokens(self, ids):
-    return [self.inv_vocab[i] for i in ids]
 
 
 def _char_class(char):
@@ -340,12 +336,6 @@ class WordpieceTokenizer(object):
     self._cache = {}
     # No candidate longer than the longest entry can match, so none is tried.
     self._longest_piece = max(len(piece) for piece in vocab)
-
-  def tokenize(self, text):
-    pieces = []
-    for word in text.split():
-      pieces.extend(self.tokenize_word(word))
-    return pieces
 
   def tokenize_word(self, word):
     cached = self._cache.get(word)

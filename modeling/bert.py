@@ -144,8 +144,7 @@ class BertModel(object):
   Inputs are int32 [batch, seq] tensors. Outputs:
     sequence_output [batch, seq, hidden]: the last layer,
     pooled_output [batch, hidden]: tanh(dense(first token)),
-    all_layers: list of [batch, seq, hidden], one per layer,
-    embedding_table [vocab, hidden].
+    all_layers: list of [batch, seq, hidden], one per layer.
 
   compute_dtype tf.float16 (GPU) or tf.bfloat16 (TPU) runs the transformer in that
   precision. The variables stay float32 with the same names (a custom getter
@@ -163,7 +162,7 @@ class BertModel(object):
                pooled_only=False):
     if not is_training:
       config = config.without_dropout()
-    batch_size, seq_length = _check_inputs(input_ids, config)
+    _, seq_length = _check_inputs(input_ids, config)
     if input_mask is None:
       input_mask = tf.ones_like(input_ids)
     if token_type_ids is None:
@@ -173,7 +172,7 @@ class BertModel(object):
     getter = float32_storage_getter if compute_dtype != tf.float32 else None
     with tf.variable_scope(scope, custom_getter=getter):
       with tf.variable_scope("embeddings"):
-        self.embedding_output, self.embedding_table = _embeddings(
+        self.embedding_output = _embeddings(
             config, input_ids, token_type_ids, seq_length, use_one_hot_embeddings, init)
       with tf.variable_scope("encoder"):
         hidden = tf.cast(self.embedding_output, compute_dtype)
@@ -185,8 +184,6 @@ class BertModel(object):
         first_token = layers[-1][:, 0, :]
         self.pooled_output = tf.cast(dense(first_token, config.hidden_size, "dense", init,
                                            activation=tf.tanh), tf.float32)
-    self.batch_size = batch_size
-    self.seq_length = seq_length
 
   def get_pooled_output(self):
     return self.pooled_output
@@ -243,7 +240,7 @@ def _embeddings(config, input_ids, token_type_ids, seq_length, use_one_hot, init
   positions = tf.expand_dims(position_table[:seq_length], 0)
 
   output = layer_norm(words + types + positions)
-  return dropout(output, config.hidden_dropout_prob), word_table
+  return dropout(output, config.hidden_dropout_prob)
 
 
 def _attention_bias(input_mask):

@@ -1,4 +1,15 @@
-"""Shared test helpers: paths to ../shared, the runtime, and small graph utilities."""
+"""Shared test helpers: where the test data lives, the runtime, the tiers, small fixtures.
+
+Tiers (markers registered in pytest.ini):
+- every test runs on the samples committed under tests/data/ and needs nothing else;
+- `slow`: end-to-end runs (real weights, the CLI's subprocess, the benchmark);
+  `./run.sh test --fast` leaves them out;
+- `extended`: the same checks on the full data sets in ../shared/datasets. Where that
+  folder is absent they are left out with one line that names the tier, except in CI
+  (CI=true), where its absence is an error;
+- `tf1_only`: comparisons with bert-tensorflow's `modeling`, which imports only on TF 1.15
+  (it needs tf.contrib). On TF 2.15 they are left out with one line that says so.
+"""
 
 import os
 
@@ -8,22 +19,155 @@ import tensorflow.compat.v1 as tf
 from modeling.compat import setup_tensorflow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEST_DATA = os.path.join(ROOT, "tests", "data")
+SAMPLES = os.path.join(TEST_DATA, "datasets")
+TINY = os.path.join(TEST_DATA, "checkpoint_fixtures", "bert_tiny")
+MINI = os.path.join(TEST_DATA, "checkpoint_fixtures", "bert_mini")
+TINY_VOCAB = os.path.join(TINY, "vocab.txt")
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
-DATASETS = os.path.join(SHARED, "datasets")
-FIXTURES = os.path.join(SHARED, "checkpoint_fixtures")
-TINY = os.path.join(FIXTURES, "bert_tiny")
-MINI = os.path.join(FIXTURES, "bert_mini")
+FULL_DATASETS = os.path.join(SHARED, "datasets")
 IS_TF1 = tf.__version__.startswith("1.")
+IN_CI = os.environ.get("CI") == "true"
 
 setup_tensorflow()
 
 
-def shared_path(*parts):
-  """A path under ../shared, or a clean skip when that folder is absent (e.g. a user's clone)."""
-  path = os.path.join(SHARED, *parts)
-  if not os.path.exists(path):
-    pytest.skip("../shared is absent here (%s): tests on the shared data are skipped" % path)
+def sample_path(*parts):
+  """A committed sample under tests/data/datasets (always present)."""
+  path = os.path.join(SAMPLES, *parts)
+  assert os.path.exists(path), "missing test data %s (see tests/data/README.md)" % path
   return path
+
+
+def full_path(*parts):
+  """A full data set under ../shared/datasets; only `extended` tests call this."""
+  path = os.path.join(FULL_DATASETS, *parts)
+  assert os.path.exists(path), "missing %s" % path
+  return path
+
+
+# The corpora a data test runs on: the committed samples always, the full sets in the
+# extended tier. Both have the same layout, so one test body serves both.
+CORPORA = [pytest.param(SAMPLES, id="samples"),
+           pytest.param(FULL_DATASETS, id="full", marks=pytest.mark.extended)]
+
+
+def _texts_of_delimited(path, delimiter, columns, skip_header, quoted=True):
+  import csv
+  import io
+  kwargs = {"delimiter": delimiter}
+  if not quoted:  # GLUE's TSVs: a quote is just a character
+    kwargs.update(quoting=csv.QUOTE_NONE, quotechar=None)
+  with io.open(path, encoding="utf-8-sig", newline="") as f:
+    rows = list(csv.reader(f, **kwargs))
+  if skip_header:
+    rows = rows[1:]
+  return [row[c] for row in rows for c in columns if c < len(row)]
+
+
+def _lines(path):
+  import io
+  with io.open(path, encoding="utf-8") as f:
+    return f.read().rstrip("\n").split("\n")
+
+
+def corpus_texts(root):
+  """Every text field of every data set under root (SAMPLES or FULL_DATASETS), by data set,
+  read with the csv module rather than the project's reader."""
+  import csv
+  csv.field_size_limit(2**31 - 1)
+
+  def files(folder, names, delimiter, columns, header, quoted):
+    return sum((_texts_of_delimited(os.path.join(root, folder, name), delimiter, columns,
+                                    header, quoted) for name in names), [])
+
+  return {
+      "jigsaw_toxic_sample/train.csv": files("jigsaw_toxic_sample", ["train.csv"], ",", [1],
+                                             True, True),
+      "jigsaw_toxic_sample/valid.csv": files("jigsaw_toxic_sample", ["valid.csv"], ",", [1],
+                                             True, True),
+      "jigsaw_toxic_sample/test.csv": files("jigsaw_toxic_sample", ["test.csv"], ",", [1],
+                                            True, True),
+      "jigsaw_toxic_balanced/comments.csv": files("jigsaw_toxic_balanced", ["comments.csv"],
+                                                  ",", [0], False, True),
+      "davidson_hate_offensive/labeled_data.csv": files(
+          "davidson_hate_offensive", ["labeled_data.csv"], ",", [6], True, True),
+      "tweeteval_offensive": sum((_lines(os.path.join(root, "tweeteval_offensive", name))
+                                  for name in ("train_text.txt", "val_text.txt",
+                                               "test_text.txt")), []),
+      "glue/SST-2": files("glue/SST-2", ["train.tsv", "dev.tsv", "test.tsv"], "\t", [0], True,
+                          False),
+      "glue/CoLA": files("glue/CoLA", ["train.tsv", "dev.tsv"], "\t", [0], False, False),
+      "glue/MRPC": files("glue/MRPC", ["msr_paraphrase_train.txt", "msr_paraphrase_test.txt"],
+                         "\t", [3, 4], True, False),
+      "glue/RTE": files("glue/RTE", ["train.tsv", "dev.tsv", "test.tsv"], "\t", [0, 1], True,
+                        False),
+  }
+
+
+# Texts per data set: the full sets' row counts are those of ../shared/datasets/README.md,
+# the samples' those of tests/data/README.md.
+CORPUS_SIZES = {
+    SAMPLES: {
+        "jigsaw_toxic_sample/train.csv": 267, "jigsaw_toxic_sample/valid.csv": 25,
+        "jigsaw_toxic_sample/test.csv": 33, "jigsaw_toxic_balanced/comments.csv": 400,
+        "davidson_hate_offensive/labeled_data.csv": 300, "tweeteval_offensive": 200 + 60 + 60,
+        "glue/SST-2": 300 + 100 + 100, "glue/CoLA": 300 + 100, "glue/MRPC": 2 * (120 + 60),
+        "glue/RTE": 2 * (100 + 40 + 40)},
+    FULL_DATASETS: {
+        "jigsaw_toxic_sample/train.csv": 267, "jigsaw_toxic_sample/valid.csv": 25,
+        "jigsaw_toxic_sample/test.csv": 33, "jigsaw_toxic_balanced/comments.csv": 12180,
+        "davidson_hate_offensive/labeled_data.csv": 24783,
+        "tweeteval_offensive": 11916 + 1324 + 860, "glue/SST-2": 60614 + 6735 + 872,
+        "glue/CoLA": 8551 + 516, "glue/MRPC": 2 * (4076 + 1725),
+        "glue/RTE": 2 * (2490 + 277 + 3000)},
+}
+
+
+def pytest_collection_modifyitems(config, items):
+  """Leaves out the tiers that cannot run here, and says so in one line each."""
+  notes = []
+  keep, leave_out = [], []
+  extended_absent = not os.path.isdir(FULL_DATASETS)
+  if extended_absent and IN_CI and any("extended" in item.keywords for item in items):
+    raise pytest.UsageError(
+        "CI=true but %s is absent: the extended tier needs the full data sets there"
+        % FULL_DATASETS)
+  for item in items:
+    if extended_absent and "extended" in item.keywords:
+      leave_out.append(("extended", item))
+    elif not IS_TF1 and "tf1_only" in item.keywords:
+      leave_out.append(("tf1_only", item))
+    else:
+      keep.append(item)
+  counts = {}
+  for tier, _ in leave_out:
+    counts[tier] = counts.get(tier, 0) + 1
+  if "extended" in counts:
+    notes.append("extended tier: %d tests on the full data sets were not run, because %s is "
+                 "absent (CI runs them)" % (counts["extended"], FULL_DATASETS))
+  if "tf1_only" in counts:
+    notes.append("tf1_only: %d comparisons with bert-tensorflow's modeling run on TF 1.15 only "
+                 "(it needs tf.contrib)" % counts["tf1_only"])
+  if leave_out:
+    config.hook.pytest_deselected(items=[item for _, item in leave_out])
+    items[:] = keep
+  config._tier_notes = notes
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+  for note in getattr(config, "_tier_notes", ()):
+    terminalreporter.write_line(note)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+  """In CI a skip is a failure: there it could only hide a missing file or package."""
+  outcome = yield
+  report = outcome.get_result()
+  if IN_CI and report.skipped and not hasattr(report, "wasxfail"):
+    report.outcome = "failed"
+    report.longrepr = "CI=true forbids skipped tests: %s" % (report.longrepr,)
 
 
 def google_bert(module):
@@ -31,21 +175,18 @@ def google_bert(module):
   from absl import flags
   if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()  # bert.tokenization reads a flag at call time.
-  if module in ("modeling", "run_classifier") and not IS_TF1:
-    pytest.skip("bert-tensorflow's %s needs tf.contrib, which only TF 1.15 has" % module)
   return __import__("bert." + module, fromlist=[module])
 
 
 @pytest.fixture
 def tiny_config():
   from modeling.bert import BertConfig
-  return BertConfig.from_json_file(os.path.join(shared_path("checkpoint_fixtures", "bert_tiny"),
-                                                "bert_config.json"))
+  return BertConfig.from_json_file(os.path.join(TINY, "bert_config.json"))
 
 
 @pytest.fixture
 def tiny_vocab():
-  return os.path.join(shared_path("checkpoint_fixtures", "bert_tiny"), "vocab.txt")
+  return TINY_VOCAB
 
 
 def small_config(vocab_size=99, **overrides):
@@ -70,6 +211,21 @@ def fetched(fetch):
   try:
     return fetch()
   except RuntimeError as e:
-    if os.environ.get("CI") == "true":
+    if IN_CI:
       raise
     pytest.skip("could not fetch from the package index: %s" % e)
+
+
+def model_features(config, batch=4, seq=12, seed=3):
+  """A batch of random features as the input_fn would yield them (int32 tensors)."""
+  import numpy as np
+  rng = np.random.RandomState(seed)
+  arrays = {
+      "input_ids": rng.randint(0, config.vocab_size, (batch, seq)),
+      "input_mask": np.ones((batch, seq)),
+      "segment_ids": np.tile([0] * (seq // 2) + [1] * (seq - seq // 2), (batch, 1)),
+      "label_ids": np.arange(batch) % 3,
+      "is_real_example": np.ones(batch),
+      "example_id": np.arange(batch),
+  }
+  return {k: tf.constant(v, tf.int32) for k, v in arrays.items()}

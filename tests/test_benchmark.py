@@ -1,25 +1,42 @@
-"""The benchmark runs end to end and writes its table, CSV and plot (no timing is asserted)."""
+"""The benchmark runs end to end on a fresh clone's data and writes a table, a CSV and a plot
+whose figures agree with each other and with the FLOP count of the model (no timing is
+asserted)."""
 
 import csv
-import io
 import os
+import struct
 import subprocess
 import sys
 
-from conftest import IS_TF1, ROOT, shared_path
+import pytest
+
+from conftest import IS_TF1, ROOT, TINY_VOCAB
+
+SAMPLE_ROWS = 400  # tests/data/datasets/jigsaw_toxic_balanced/comments.csv
 
 
-def test_benchmark_writes_table_csv_and_plot(tmp_path):
-  source = shared_path("datasets", "jigsaw_toxic_balanced", "comments.csv")
-  data = tmp_path / "comments.csv"
-  with io.open(source, encoding="utf-8", newline="") as f:
-    rows = list(csv.reader(f))[:160]
-  with io.open(str(data), "w", encoding="utf-8", newline="") as f:
-    csv.writer(f).writerows(rows)
+def bert_tiny_train_gflops(seq):
+  """Forward + backward (3x forward) multiply-add FLOPs of BERT-Tiny (2 layers, hidden 128,
+  feed-forward 512) with a 2-way head, every layer over all seq tokens: Google's path."""
+  h, i, layers = 128, 512, 2
+  per_layer = seq * (4 * h * h + 2 * h * i) + 2 * seq * seq * h
+  macs = layers * per_layer + h * h + 2 * h
+  return 3 * 2 * macs / 1e9
+
+
+def png_size(path):
+  with open(path, "rb") as f:
+    head = f.read(24)
+  assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR"
+  return struct.unpack(">II", head[16:24])
+
+
+@pytest.mark.slow
+def test_benchmark_on_the_committed_sample(tmp_path):
   runtime = "tf1" if IS_TF1 else "tf2"
   out_dir = str(tmp_path / "bench")
-  command = [sys.executable, "-m", "tools.benchmark", "--data", str(data), "--vocab",
-             os.path.join(shared_path("checkpoint_fixtures", "bert_tiny"), "vocab.txt"),
+  # No --data: the default is the sample committed in the repository.
+  command = [sys.executable, "-m", "tools.benchmark", "--vocab", TINY_VOCAB,
              "--models", "tiny", "--seq_lengths", "32", "--steps", "2", "--warmup_steps", "1",
              "--batch_size", "8", "--runtimes", runtime, "--work_dir", str(tmp_path / "work"),
              "--featurise_repeats", "1"]
@@ -30,29 +47,49 @@ def test_benchmark_writes_table_csv_and_plot(tmp_path):
 
   result = run("--variants", "google,ours", "--out_dir", out_dir)
   assert result.returncode == 0, result.stdout[-3000:]
-  assert "matmul peak on TF" in result.stdout
   with open(os.path.join(out_dir, "results.csv")) as f:
     table = list(csv.DictReader(f))
-  variants = [r["variant"] for r in table]
-  assert variants == (["google", "ours"] if IS_TF1 else ["ours"])  # Google's path needs TF 1.15
+  assert [r["variant"] for r in table] == (["google", "ours"] if IS_TF1 else ["ours"])
   for row in table:
-    assert float(row["examples_per_sec"]) > 0 and float(row["fraction_of_peak"]) > 0
-    assert float(row["train_gflops_per_example"]) > 0
+    assert (row["model"], row["seq"], row["batch"], row["steps"]) == ("tiny", "32", "8", "2")
+    rate, seconds = float(row["examples_per_sec"]), float(row["wall_seconds"])
+    assert rate == pytest.approx(2 * 8 / seconds, rel=1e-6)
+    assert float(row["ms_per_step"]) == pytest.approx(1000 * seconds / 2, rel=1e-6)
+    gflops = float(row["train_gflops_per_example"])
+    assert float(row["gflops_per_sec"]) == pytest.approx(gflops * rate, rel=1e-6)
+    assert float(row["fraction_of_peak"]) == pytest.approx(
+        float(row["gflops_per_sec"]) / float(row["matmul_peak_gflops"]), rel=1e-6)
+    if row["variant"] == "google":  # fixed padding: every step computes all 32 positions
+      assert float(row["mean_seq_length"]) == 32
+      assert gflops == pytest.approx(bert_tiny_train_gflops(32), rel=1e-9)
+    else:  # dynamic padding and the [CLS]-only last layer: fewer FLOPs than the full model
+      assert 3 <= float(row["mean_seq_length"]) <= 32
+      assert gflops < bert_tiny_train_gflops(float(row["mean_seq_length"]))
   if IS_TF1:
-    assert float(table[1]["speedup_vs_google"]) > 0
-    assert "x Google's" in result.stdout
+    assert float(table[1]["speedup_vs_google"]) == pytest.approx(
+        float(table[1]["examples_per_sec"]) / float(table[0]["examples_per_sec"]), rel=1e-6)
+    assert "%.2fx Google's" % float(table[1]["speedup_vs_google"]) in result.stdout
+
   with open(os.path.join(out_dir, "results.md")) as f:
     markdown = f.read()
-  assert "| environment / device | code | model | seq | wall time (s) | examples/sec |" in markdown
-  assert "Featurisation of all 160 rows" in markdown
+  assert "Data: `comments.csv`, %d rows. Batch 8; 2 measured steps after 1 warm-up" % (
+      SAMPLE_ROWS) in markdown
+  for row in table:
+    assert "| %.1f | %.1f |" % (float(row["wall_seconds"]), float(row["examples_per_sec"])
+                                ) in markdown
+  assert "Featurisation of all %d rows" % SAMPLE_ROWS in markdown
   featurisation = [line for line in markdown.splitlines() if "--tokenizer=" in line]
   assert len(featurisation) == 3  # python, auto, auto with 2 processes
   if IS_TF1:  # every row's features were compared with Google's records, and are equal
-    assert all(line.endswith("| 160 of 160 |") for line in featurisation), featurisation
-  assert os.path.getsize(os.path.join(out_dir, "results.png")) > 10000
+    assert all(line.endswith("| %d of %d |" % (SAMPLE_ROWS, SAMPLE_ROWS))
+               for line in featurisation), featurisation
+  # One model's panel: 4.6 x 4.6 inches at 110 dpi.
+  assert png_size(os.path.join(out_dir, "results.png")) == (505, 505)
+
   # A second run in the same work directory measures afresh: it neither reuses the
   # first run's records nor stops at once on its final checkpoint.
   again = run("--variants", "ours", "--skip_featurisation", "--out_dir", str(tmp_path / "again"))
   assert again.returncode == 0, again.stdout[-3000:]
   with open(os.path.join(str(tmp_path / "again"), "results.csv")) as f:
-    assert float(next(csv.DictReader(f))["examples_per_sec"]) > 0
+    (row,) = list(csv.DictReader(f))
+  assert row["steps"] == "2" and float(row["wall_seconds"]) > 0

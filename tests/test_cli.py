@@ -1,4 +1,5 @@
-"""run_classifier.py end to end through its flags, and flag validation before any work."""
+"""run_classifier end to end through its flags: in-process through parse_flags and run(),
+and the command line itself (exit codes, messages, --help) in a subprocess."""
 
 import csv
 import io
@@ -11,178 +12,258 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import ROOT, shared_path
+from conftest import ROOT, TINY, sample_path
 from modeling.bert import BertConfig, BertModel
+from run_classifier import FlagError, parse_flags, run
+
+JIGSAW = sample_path("jigsaw_toxic_sample")
+
+
+def run_flags(*args):
+  """run() on a command line, in this process."""
+  return run(parse_flags(["run_classifier.py"] + list(args)))
 
 
 def run_cli(*args):
   return subprocess.run([sys.executable, os.path.join(ROOT, "run_classifier.py")] + list(args),
-                        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                         universal_newlines=True, timeout=900)
 
 
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory):
   """A randomly initialised BERT-Tiny encoder checkpoint, to exercise --init_checkpoint."""
-  folder = shared_path("checkpoint_fixtures", "bert_tiny")
   path = str(tmp_path_factory.mktemp("ckpt") / "bert_model.ckpt")
   with tf.Graph().as_default():
     tf.set_random_seed(0)
-    BertModel(BertConfig.from_json_file(os.path.join(folder, "bert_config.json")), False,
+    BertModel(BertConfig.from_json_file(os.path.join(TINY, "bert_config.json")), False,
               tf.zeros([1, 8], tf.int32))
     with tf.Session() as session:
       session.run(tf.global_variables_initializer())
       tf.train.Saver().save(session, path)
-  return folder, path
+  return path
 
 
-def common_flags(folder, checkpoint, output_dir):
-  return ["--task_name=jigsaw_toxic",
-          "--data_dir=" + shared_path("datasets", "jigsaw_toxic_sample"),
-          "--bert_config_file=" + os.path.join(folder, "bert_config.json"),
-          "--vocab_file=" + os.path.join(folder, "vocab.txt"),
+def common_flags(checkpoint, output_dir):
+  return ["--task_name=jigsaw_toxic", "--data_dir=" + JIGSAW,
+          "--bert_config_file=" + os.path.join(TINY, "bert_config.json"),
+          "--vocab_file=" + os.path.join(TINY, "vocab.txt"),
           "--init_checkpoint=" + checkpoint, "--output_dir=" + output_dir,
           "--max_seq_length=32", "--train_batch_size=8", "--eval_batch_size=8",
           "--predict_batch_size=8", "--learning_rate=1e-3", "--log_every_steps=4"]
 
 
-def test_train_eval_predict_end_to_end(tmp_path, tiny_checkpoint):
-  folder, checkpoint = tiny_checkpoint
+def read_predictions(path):
+  with open(path) as f:
+    return f.read().splitlines()
+
+
+def csv_column(path, column):
+  with io.open(path, encoding="utf-8", newline="") as f:
+    return [row[column] for row in csv.DictReader(f)]
+
+
+def reference_binary_metrics(p1, labels):
+  """Accuracy, precision, recall, F1, ROC-AUC (every positive-negative pair; ties count
+  half), MCC and mean cross-entropy, computed here from the written probabilities."""
+  p1, labels = np.asarray(p1, np.float64), np.asarray(labels)
+  predicted = (p1 > 1 - p1).astype(int)
+  tp = int(((predicted == 1) & (labels == 1)).sum())
+  tn = int(((predicted == 0) & (labels == 0)).sum())
+  fp = int(((predicted == 1) & (labels == 0)).sum())
+  fn = int(((predicted == 0) & (labels == 1)).sum())
+  precision = tp / float(tp + fp) if tp + fp else 0.0
+  recall = tp / float(tp + fn) if tp + fn else 0.0
+  pairs = [(a, b) for a in p1[labels == 1] for b in p1[labels == 0]]
+  auc = sum(1.0 if a > b else 0.5 if a == b else 0.0 for a, b in pairs) / len(pairs)
+  denominator = ((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)) ** 0.5
+  return {
+      "accuracy": (tp + tn) / float(len(labels)), "precision": precision, "recall": recall,
+      "f1": 2 * precision * recall / (precision + recall) if precision + recall else 0.0,
+      "auc": auc, "mcc": (tp * tn - fp * fn) / denominator if denominator else 0.0,
+      "loss": float(np.mean(-np.log(np.where(labels == 1, p1, 1 - p1)))),
+  }
+
+
+@pytest.mark.slow
+def test_train_eval_predict_end_to_end(tmp_path, tiny_checkpoint, caplog):
+  caplog.set_level("INFO")
   output_dir = str(tmp_path / "out")
-  flags = common_flags(folder, checkpoint, output_dir)
-  result = run_cli(*flags + ["--do_train", "--do_eval", "--do_predict", "--train_fraction=0.5",
-                             "--num_train_epochs=1"])
-  log = result.stdout
-  assert result.returncode == 0, log[-3000:]
+  flags = common_flags(tiny_checkpoint, output_dir)
+  run_flags(*flags + ["--do_train", "--do_eval", "--do_predict", "--train_fraction=0.5",
+                      "--num_train_epochs=1"])
+  log = caplog.text
 
   # Training: half of 267 rows, one epoch of batch 8 -> 17 steps, progress on CPU.
   assert "--train_fraction=0.5: training on 134 of 267 rows" in log
   assert "training: 134 examples, batch 8, 17 steps" in log
-  assert "initialising 39 of 41 variables from %s" % checkpoint in log
+  assert "initialising 39 of 41 variables from %s" % tiny_checkpoint in log
   assert "from the checkpoint: bert/embeddings/word_embeddings (1)" in log
   assert "bert/encoder/layer_N (32)" in log and "bert/pooler/dense (2)" in log
   assert "output_weights, output_bias" in log  # the head starts from random values
   assert "step 17/17  loss" in log and "examples/sec  ETA" in log
+  assert sorted(n for n in os.listdir(output_dir) if n.startswith("model.ckpt-17")) == [
+      "model.ckpt-17.data-00000-of-00001", "model.ckpt-17.index", "model.ckpt-17.meta"]
 
   # Eval: 25 rows is not a multiple of 8, so 7 padding rows fill the last batch.
   assert "evaluating 25 examples (+7 padding) in 4 batches" in log
   with open(os.path.join(output_dir, "eval_results.json")) as f:
     results = json.load(f)
   assert results["num_examples"] == 25 and results["global_step"] == 17
-  for key in ("loss", "accuracy", "precision", "recall", "f1", "auc", "mcc"):
-    assert np.isfinite(results[key]), key
   assert results["majority_baseline_accuracy"] == 22 / 25.0
   with open(os.path.join(output_dir, "eval_results.txt")) as f:
     assert "num_examples = 25\n" in f.read()
 
   # Predict: 33 rows (+7 padding) -> exactly 33 result rows, in input order.
   assert "predicting 33 examples (+7 padding)" in log
-  with io.open(os.path.join(shared_path("datasets", "jigsaw_toxic_sample"), "test.csv"),
-               encoding="utf-8", newline="") as f:
-    input_ids = [row["id"] for row in csv.DictReader(f)]
-  with open(os.path.join(output_dir, "test_results.tsv")) as f:
-    lines = f.read().splitlines()
+  lines = read_predictions(os.path.join(output_dir, "test_results.tsv"))
   assert lines[0] == "id\tprobability_0\tprobability_1\tprediction"
   rows = [line.split("\t") for line in lines[1:]]
-  assert len(rows) == 33 == len(input_ids)
-  assert [r[0] for r in rows] == input_ids
+  assert [r[0] for r in rows] == csv_column(os.path.join(JIGSAW, "test.csv"), "id")
   for row in rows:
     p0, p1 = float(row[1]), float(row[2])
     assert abs(p0 + p1 - 1.0) < 1e-5 and row[3] == ("1" if p1 > p0 else "0")
 
   # A second run reuses the cached features and the trained checkpoint: same predictions.
-  again = run_cli(*flags + ["--do_predict"])
-  assert again.returncode == 0, again.stdout[-3000:]
-  assert "reusing cached features" in again.stdout
-  with open(os.path.join(output_dir, "test_results.tsv")) as f:
-    assert f.read().splitlines() == lines
+  caplog.clear()
+  run_flags(*flags + ["--do_predict"])
+  assert "reusing cached features" in caplog.text
+  assert read_predictions(os.path.join(output_dir, "test_results.tsv")) == lines
+
+  # The eval metrics equal those computed independently from the same checkpoint's
+  # predictions on the same 25 dev rows.
+  dev_output = str(tmp_path / "dev_predictions")
+  run_flags(*common_flags(tiny_checkpoint, dev_output) + [
+      "--do_predict", "--predict_file=" + os.path.join(JIGSAW, "valid.csv"),
+      "--init_checkpoint=" + os.path.join(output_dir, "model.ckpt-17")])
+  dev_rows = [line.split("\t") for line in
+              read_predictions(os.path.join(dev_output, "test_results.tsv"))[1:]]
+  labels = [int(v) for v in csv_column(os.path.join(JIGSAW, "valid.csv"), "toxic")]
+  expected = reference_binary_metrics([float(r[2]) for r in dev_rows], labels)
+  for key, value in expected.items():
+    assert results[key] == pytest.approx(value, abs=2e-5), key
 
 
-def _flag_error(tmp_path, tiny_checkpoint, *extra):
-  folder, checkpoint = tiny_checkpoint
-  result = run_cli(*common_flags(folder, checkpoint, str(tmp_path / "o")) + list(extra))
-  assert result.returncode != 0
-  assert not os.path.exists(str(tmp_path / "o" / "features")), "work started before validation"
-  return result.stdout
+def _refused(tmp_path, checkpoint, *extra):
+  """run() stops with a FlagError before any work: no output files at all."""
+  output_dir = tmp_path / "refused"
+  with pytest.raises(FlagError) as error:
+    run_flags(*common_flags(checkpoint, str(output_dir)) + list(extra))
+  assert not output_dir.exists(), "work started before validation"
+  return str(error.value)
 
 
 def test_flag_errors_name_the_flag_and_the_fix(tmp_path, tiny_checkpoint):
-  out = _flag_error(tmp_path, tiny_checkpoint, "--do_train", "--max_seq_length=600")
-  assert ("--max_seq_length=600 exceeds max_position_embeddings=512 in %s. Pass "
-          "--max_seq_length=512 or less" % os.path.join(tiny_checkpoint[0], "bert_config.json")
-          ) in out
-  out = _flag_error(tmp_path, tiny_checkpoint, "--do_train", "--train_fraction=0")
-  assert "--train_fraction=0 must be in (0, 1]" in out
-  out = _flag_error(tmp_path, tiny_checkpoint)
-  assert "nothing to do: pass at least one of --do_train, --do_eval, --do_predict" in out
-  out = _flag_error(tmp_path, tiny_checkpoint, "--do_train", "--use_tpu")
-  assert "--use_tpu needs --tpu_name (or --master)" in out
-  out = _flag_error(tmp_path, tiny_checkpoint, "--do_train", "--use_tpu", "--tpu_name=t1")
-  assert "--use_tpu needs --output_dir on Cloud Storage (gs://bucket/path)" in out
-  out = _flag_error(tmp_path, tiny_checkpoint, "--do_eval", "--init_checkpoint=/nope/model.ckpt")
-  assert "no file /nope/model.ckpt.index" in out
+  message = _refused(tmp_path, tiny_checkpoint, "--do_train", "--max_seq_length=600")
+  assert message == ("--max_seq_length=600 exceeds max_position_embeddings=512 in %s. Pass "
+                     "--max_seq_length=512 or less" % os.path.join(TINY, "bert_config.json"))
+  assert _refused(tmp_path, tiny_checkpoint, "--do_train", "--train_fraction=0") == (
+      "--train_fraction=0 must be in (0, 1]; e.g. 0.1 trains on 10% of the rows")
+  assert _refused(tmp_path, tiny_checkpoint) == (
+      "nothing to do: pass at least one of --do_train, --do_eval, --do_predict")
+  assert _refused(tmp_path, tiny_checkpoint, "--do_train", "--use_tpu") == (
+      "--use_tpu needs --tpu_name (or --master)")
+  assert _refused(tmp_path, tiny_checkpoint, "--do_train", "--use_tpu", "--tpu_name=t1"
+                  ).startswith("--use_tpu needs --output_dir on Cloud Storage (gs://bucket/path)")
+  assert "no file /nope/model.ckpt.index" in _refused(
+      tmp_path, tiny_checkpoint, "--do_eval", "--init_checkpoint=/nope/model.ckpt")
+  assert _refused(tmp_path, tiny_checkpoint, "--do_train", "--train_batch_size=0") == (
+      "--train_batch_size=0 must be a positive integer")
+  assert _refused(tmp_path, tiny_checkpoint, "--do_train", "--task_name=sst3").startswith(
+      "--task_name=sst3 is unknown; use one of: cola, mnli, mnli-mm, mrpc")
+
+
+@pytest.mark.parametrize("alias,task", [("SST2", "sst-2"), ("stsb", "sts-b"),
+                                        ("mnli_mm", "mnli-mm"), ("MRPC", "mrpc")])
+def test_task_aliases_are_one_list(alias, task):
+  from data.processors import canonical_task_name, get_processor
+  from run_classifier import validate_flags
+  assert canonical_task_name(alias) == task and get_processor(alias).name == task
+  values = parse_flags(["run_classifier.py", "--task_name=" + alias, "--output_dir=/tmp/x",
+                        "--do_eval", "--bert_config_file=" + os.path.join(TINY, "bert_config.json"),
+                        "--vocab_file=" + os.path.join(TINY, "vocab.txt")])
+  assert validate_flags(values).hidden_size == 128  # accepted, and the config read
 
 
 def test_vocab_that_disagrees_with_config(tmp_path, tiny_checkpoint):
+  from data.errors import DataError
   vocab = tmp_path / "vocab.txt"
   vocab.write_text(u"[PAD]\n[UNK]\n[CLS]\n[SEP]\n")
-  out = _flag_error(tmp_path, tiny_checkpoint, "--do_train", "--vocab_file=%s" % vocab)
-  assert "data error: %s: the vocabulary has 4 tokens but" % vocab in out
-  assert "says vocab_size=30522" in out
+  with pytest.raises(DataError) as error:
+    run_flags(*common_flags(tiny_checkpoint, str(tmp_path / "o")) + [
+        "--do_train", "--vocab_file=%s" % vocab])
+  assert str(error.value).startswith(
+      "%s: the vocabulary has 4 tokens but %s says vocab_size=30522. Fix: use the vocab.txt"
+      % (vocab, os.path.join(TINY, "bert_config.json")))
 
 
 def test_csv_task_needs_its_columns(tmp_path, tiny_checkpoint):
-  out = _flag_error(tmp_path, tiny_checkpoint, "--do_train", "--task_name=csv",
-                    "--label_column=1")
-  assert "--task_name=csv needs --text_column" in out
+  assert _refused(tmp_path, tiny_checkpoint, "--do_train", "--task_name=csv",
+                  "--label_column=1").startswith("--task_name=csv needs --text_column")
 
 
-def test_bad_data_stops_with_the_row(tmp_path, tiny_checkpoint):
-  data = tmp_path / "data"
-  data.mkdir()
-  (data / "train.csv").write_text(u"id,comment_text,toxic\na,fine,0\nb,bad,7\n")
-  out = _flag_error(tmp_path, tiny_checkpoint, "--do_train", "--data_dir=%s" % data)
-  assert ("data error: %s, line 3, column 'toxic': unknown label '7'" % (data / "train.csv")
-          ) in out
-
-
-def test_speed_flags_end_to_end(tmp_path, tiny_checkpoint):
+@pytest.mark.slow
+def test_speed_flags_end_to_end(tmp_path, tiny_checkpoint, caplog):
   """Dynamic padding, gradient accumulation and the Rust tokenizer lose no rows either."""
-  folder, checkpoint = tiny_checkpoint
+  caplog.set_level("INFO")
   output_dir = str(tmp_path / "fast")
-  result = run_cli(*common_flags(folder, checkpoint, output_dir) + [
+  run_flags(*common_flags(tiny_checkpoint, output_dir) + [
       "--do_train", "--do_eval", "--do_predict", "--num_train_steps=6", "--dynamic_padding",
       "--gradient_accumulation_steps=2", "--tokenizer=fast"])
-  log = result.stdout
-  assert result.returncode == 0, log[-3000:]
-  assert "training: 267 examples, batch 16, 6 steps" in log  # 8 x 2 per update
-  assert "step 6/6  loss" in log
+  assert "training: 267 examples, batch 16, 6 steps" in caplog.text  # 8 x 2 per update
+  assert "step 6/6  loss" in caplog.text
   with open(os.path.join(output_dir, "eval_results.json")) as f:
     results = json.load(f)
   assert results["num_examples"] == 25 and results["global_step"] == 6
-  with open(os.path.join(output_dir, "test_results.tsv")) as f:
-    assert len(f.read().splitlines()) == 1 + 33
-
-
-def test_xla_training_terminates(tmp_path, tiny_checkpoint):
-  folder, checkpoint = tiny_checkpoint
-  output_dir = str(tmp_path / "xla")
-  result = run_cli(*common_flags(folder, checkpoint, output_dir) + [
-      "--do_train", "--num_train_steps=3", "--use_xla"])
-  assert result.returncode == 0, result.stdout[-3000:]
-  assert "step 3/3  loss" in result.stdout
-  assert any(name.startswith("model.ckpt-3") for name in os.listdir(output_dir))
+  ids = [line.split("\t")[0] for line in
+         read_predictions(os.path.join(output_dir, "test_results.tsv"))[1:]]
+  assert ids == csv_column(os.path.join(JIGSAW, "test.csv"), "id")
 
 
 def test_speed_flag_conflicts(tmp_path, tiny_checkpoint):
-  out = _flag_error(tmp_path, tiny_checkpoint, "--do_train", "--use_tpu", "--tpu_name=t",
-                    "--output_dir=gs://b/o", "--dynamic_padding")
-  assert "--dynamic_padding cannot be used with --use_tpu" in out
-  out = _flag_error(tmp_path, tiny_checkpoint, "--do_train", "--use_tpu", "--tpu_name=t",
-                    "--output_dir=gs://b/o", "--gradient_accumulation_steps=4")
-  assert "--gradient_accumulation_steps cannot be used with --use_tpu" in out
-  out = _flag_error(tmp_path, tiny_checkpoint, "--do_train", "--use_tpu", "--tpu_name=t",
-                    "--output_dir=gs://b/o", "--use_fp16")
-  assert "--use_fp16 is for GPUs; on a TPU pass --use_bf16" in out
-  out = _flag_error(tmp_path, tiny_checkpoint, "--do_train", "--use_fp16", "--use_bf16")
-  assert "pass one of --use_fp16 (GPU) and --use_bf16 (TPU), not both" in out
+  tpu = ["--do_train", "--use_tpu", "--tpu_name=t", "--output_dir=gs://b/o"]
+  assert _refused(tmp_path, tiny_checkpoint, *tpu + ["--dynamic_padding"]).startswith(
+      "--dynamic_padding cannot be used with --use_tpu")
+  assert _refused(tmp_path, tiny_checkpoint, *tpu + ["--gradient_accumulation_steps=4"]
+                  ).startswith("--gradient_accumulation_steps cannot be used with --use_tpu")
+  assert _refused(tmp_path, tiny_checkpoint, *tpu + ["--use_fp16"]) == (
+      "--use_fp16 is for GPUs; on a TPU pass --use_bf16")
+  assert _refused(tmp_path, tiny_checkpoint, "--do_train", "--use_fp16", "--use_bf16") == (
+      "pass one of --use_fp16 (GPU) and --use_bf16 (TPU), not both")
+
+
+@pytest.mark.slow
+def test_command_line_exit_codes_and_messages(tmp_path, tiny_checkpoint):
+  """The real command: a flag error exits 2, a data error exits 1, each with one line on
+  stderr and no traceback; --help shows the usage example line by line."""
+  flag_error = run_cli(*common_flags(tiny_checkpoint, str(tmp_path / "a")) + [
+      "--do_train", "--train_fraction=2"])
+  assert flag_error.returncode == 2
+  assert flag_error.stderr.strip().splitlines()[-1] == (
+      "run_classifier: flag error: --train_fraction=2 must be in (0, 1]; e.g. 0.1 trains on "
+      "10% of the rows")
+  data = tmp_path / "data"
+  data.mkdir()
+  (data / "train.csv").write_text(u"id,comment_text,toxic\na,fine,0\nb,bad,7\n")
+  data_error = run_cli(*common_flags(tiny_checkpoint, str(tmp_path / "b")) + [
+      "--do_train", "--data_dir=%s" % data])
+  assert data_error.returncode == 1
+  assert "Traceback" not in data_error.stdout + data_error.stderr
+  assert data_error.stderr.strip().splitlines()[-1].startswith(
+      "run_classifier: data error: %s, line 3, column 'toxic': unknown label '7'"
+      % (data / "train.csv"))
+  usage = run_cli("--help")  # absl prints the module docstring and exits 1
+  assert ("  python run_classifier.py --task_name=jigsaw_toxic --data_dir=... \\\n"
+          "      --bert_config_file=.../bert_config.json --vocab_file=.../vocab.txt \\\n"
+          in usage.stdout)
+
+
+@pytest.mark.slow
+def test_xla_training_terminates(tmp_path, tiny_checkpoint):
+  """In a subprocess: --use_xla sets TF_XLA_FLAGS, which must not leak into other tests."""
+  output_dir = str(tmp_path / "xla")
+  result = run_cli(*common_flags(tiny_checkpoint, output_dir) + [
+      "--do_train", "--num_train_steps=3", "--use_xla"])
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "step 3/3  loss" in result.stderr
+  assert any(name.startswith("model.ckpt-3") for name in os.listdir(output_dir))

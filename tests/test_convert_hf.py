@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 import pytest
+import safetensors.numpy as safetensors_numpy
 import tensorflow.compat.v1 as tf
 
 from conftest import fetched, small_config
@@ -17,8 +18,6 @@ from data.tokenization import FullTokenizer
 from modeling.bert import BertConfig, BertModel
 from modeling.checkpoint import assignment_map
 from modeling.convert_hf import ConversionError, bert_config_from_hf, convert, google_name
-
-safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
 SENTENCES = ["The gorgeously elaborate continuation is so huge that words cannot describe it.",
              "Effective but too tepid biopic.",

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import google_bert, shared_path
+from conftest import google_bert, sample_path
 from data import tokenization
 from data.features import convert_example, convert_examples, num_padding_rows, truncate_pair
 from data.input_fn import input_fn_builder
@@ -42,13 +42,14 @@ def test_pair_features_exact_ids(tiny_vocab):
   assert (f.label_id, f.is_real_example, f.example_id) == (1, True, 7)
 
 
+@pytest.mark.tf1_only
 def test_features_equal_googles_convert_single_example(tiny_vocab):
   """Same ids, mask, segments and label as bert-tensorflow's run_classifier, on real pairs."""
   run_classifier = google_bert("run_classifier")  # Imports bert.modeling: TF 1.15 only.
   google_tokenizer = google_bert("tokenization").FullTokenizer(tiny_vocab, True)
   tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
-  processor = get_processor("mrpc", data_dir=shared_path("datasets", "glue", "MRPC"))
-  examples = processor.get_examples("dev")[:300]
+  processor = get_processor("mrpc", data_dir=sample_path("glue", "MRPC"))
+  examples = processor.get_examples("train") + processor.get_examples("dev")
   label_map = {"0": 0, "1": 1}
   for max_len in (16, 48):
     for i, example in enumerate(examples):
@@ -268,11 +269,10 @@ def test_prefix_encoding_gives_the_features_of_whole_texts(tiny_vocab, max_seq_l
   """Jigsaw comments (long, with newlines and quotes) and MRPC pairs, featurised from
   prefixes, equal the features built from whole texts one by one."""
   tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
-  jigsaw = get_processor("csv", files={"train": shared_path(
-      "datasets", "jigsaw_toxic_balanced", "comments.csv")}, text_column="0",
-      label_column="1", has_header=False).get_examples("train")[:1500]
-  mrpc = get_processor("mrpc", data_dir=shared_path("datasets", "glue", "MRPC")
-                       ).get_examples("dev")[:300]
+  jigsaw = get_processor("csv", files={"train": sample_path(
+      "jigsaw_toxic_balanced", "comments.csv")}, text_column="0",
+      label_column="1", has_header=False).get_examples("train")
+  mrpc = get_processor("mrpc", data_dir=sample_path("glue", "MRPC")).get_examples("dev")
   for examples in (jigsaw, mrpc):
     label_map = {"0": 0, "1": 1}
     fast = list(convert_examples(examples, ["0", "1"], max_seq_length, tokenizer))

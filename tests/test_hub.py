@@ -12,7 +12,6 @@ from modeling.bert import BertModel
 from modeling.head import head_logits
 from modeling.model_fn import model_fn_builder
 
-hub = pytest.importorskip("tensorflow_hub")
 
 
 def _save_random_classifier(config, path, num_labels):
@@ -36,8 +35,6 @@ def _predict(config, checkpoint, hub_handle, features):
 
 
 def test_exported_hub_module_gives_the_same_logits(tmp_path):
-  if not hasattr(hub, "Module"):
-    pytest.skip("tensorflow_hub %s has no hub.Module (TF1 modules)" % hub.__version__)
   from modeling.hub_module import export_hub_module, tokenization_info
   config = small_config()
   checkpoint = str(tmp_path / "model.ckpt")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import google_bert, shared_path, small_config
+from conftest import MINI, TINY, google_bert, small_config
 from modeling.bert import BertConfig, BertModel, encoder_variable_shapes
 from modeling.checkpoint import assignment_map
 
@@ -18,9 +18,8 @@ def _graph_variables(config, seq_length=8):
     return {v.name[:-2]: v.shape.as_list() for v in tf.global_variables()}
 
 
-@pytest.mark.parametrize("name", ["bert_tiny", "bert_mini"])
-def test_variables_equal_official_checkpoint_index(name):
-  folder = shared_path("checkpoint_fixtures", name)
+@pytest.mark.parametrize("folder", [TINY, MINI], ids=["bert_tiny", "bert_mini"])
+def test_variables_equal_official_checkpoint_index(folder):
   config = BertConfig.from_json_file(os.path.join(folder, "bert_config.json"))
   official = {n: s for n, s in tf.train.list_variables(os.path.join(folder, "bert_model.ckpt"))
               if not n.startswith("cls/")}  # the pre-training head is not part of the encoder
@@ -38,10 +37,11 @@ def _random_inputs(batch, seq, vocab, seed=0):
   return ids, mask, segments
 
 
+@pytest.mark.tf1_only
 def test_parity_with_google_bert_modeling(tmp_path):
   """Same random checkpoint: pooled and sequence outputs within 1e-5 of bert.modeling."""
   google = google_bert("modeling")
-  config_path = os.path.join(shared_path("checkpoint_fixtures", "bert_mini"), "bert_config.json")
+  config_path = os.path.join(MINI, "bert_config.json")
   inputs = _random_inputs(3, 24, 30522)
   checkpoint = str(tmp_path / "random.ckpt")
   with tf.Graph().as_default():

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import small_config
+from conftest import model_features, small_config
 from modeling.model_fn import model_fn_builder
 from modeling.optimization import (AdamWeightDecayOptimizer, NO_DECAY_PATTERNS,
                                    create_train_op, learning_rate_schedule)
@@ -100,24 +100,10 @@ def test_gradients_are_clipped_to_global_norm_one():
   np.testing.assert_allclose(m, [0.1 * 0.6, 0.1 * 0.8, 0, 0], atol=1e-6)  # (1-b1) * clipped
 
 
-def _features(config, batch=4, seq=12, seed=3):
-  """A batch of random features as the input_fn would yield them (int32)."""
-  rng = np.random.RandomState(seed)
-  arrays = {
-      "input_ids": rng.randint(0, config.vocab_size, (batch, seq)),
-      "input_mask": np.ones((batch, seq)),
-      "segment_ids": np.tile([0] * (seq // 2) + [1] * (seq - seq // 2), (batch, 1)),
-      "label_ids": np.arange(batch) % 3,
-      "is_real_example": np.ones(batch),
-      "example_id": np.arange(batch),
-  }
-  return {k: tf.constant(v, tf.int32) for k, v in arrays.items()}
-
-
 def test_one_training_step_changes_every_trainable_variable():
   config = small_config()
   with tf.Graph().as_default():
-    features = _features(config)
+    features = model_features(config)
     model_fn = model_fn_builder(config, 3, None, 1e-3, num_train_steps=10, num_warmup_steps=5,
                                 use_tpu=False)
     spec = model_fn(features, None, tf.estimator.ModeKeys.TRAIN, {})

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from conftest import shared_path
+from conftest import CORPORA, FULL_DATASETS, SAMPLES, sample_path
 from data.processors import InputExample, get_processor
 
 
@@ -15,31 +15,51 @@ def label_counts(examples):
   return dict(collections.Counter(e.label for e in examples))
 
 
-GLUE_CASES = [
-    # task, folder, split, rows, label counts
-    ("sst-2", "SST-2", "train", 60614, {"1": 33828, "0": 26786}),
-    ("sst-2", "SST-2", "dev", 6735, {"1": 3741, "0": 2994}),
-    ("sst-2", "SST-2", "test", 872, {"1": 444, "0": 428}),
-    ("cola", "CoLA", "train", 8551, {"1": 6023, "0": 2528}),
-    ("cola", "CoLA", "dev", 516, {"1": 354, "0": 162}),
-    ("mrpc", "MRPC", "train", 4076, {"1": 2753, "0": 1323}),
-    ("mrpc", "MRPC", "dev", 1725, {"1": 1147, "0": 578}),
-    ("rte", "RTE", "train", 2490, {"entailment": 1249, "not_entailment": 1241}),
-    ("rte", "RTE", "dev", 277, {"entailment": 146, "not_entailment": 131}),
-    ("rte", "RTE", "test", 3000, {None: 3000}),
-]
+GLUE_CASES = {  # corpus -> (task, folder, split, rows, label counts)
+    SAMPLES: [
+        ("sst-2", "SST-2", "train", 300, {"1": 180, "0": 120}),
+        ("sst-2", "SST-2", "dev", 100, {"1": 59, "0": 41}),
+        ("sst-2", "SST-2", "test", 100, {"1": 53, "0": 47}),
+        ("cola", "CoLA", "train", 300, {"1": 212, "0": 88}),
+        ("cola", "CoLA", "dev", 100, {"1": 63, "0": 37}),
+        ("mrpc", "MRPC", "train", 120, {"1": 73, "0": 47}),
+        ("mrpc", "MRPC", "dev", 60, {"1": 37, "0": 23}),
+        ("rte", "RTE", "train", 100, {"entailment": 54, "not_entailment": 46}),
+        ("rte", "RTE", "dev", 40, {"entailment": 22, "not_entailment": 18}),
+        ("rte", "RTE", "test", 40, {None: 40}),
+    ],
+    FULL_DATASETS: [
+        ("sst-2", "SST-2", "train", 60614, {"1": 33828, "0": 26786}),
+        ("sst-2", "SST-2", "dev", 6735, {"1": 3741, "0": 2994}),
+        ("sst-2", "SST-2", "test", 872, {"1": 444, "0": 428}),
+        ("cola", "CoLA", "train", 8551, {"1": 6023, "0": 2528}),
+        ("cola", "CoLA", "dev", 516, {"1": 354, "0": 162}),
+        ("mrpc", "MRPC", "train", 4076, {"1": 2753, "0": 1323}),
+        ("mrpc", "MRPC", "dev", 1725, {"1": 1147, "0": 578}),
+        ("rte", "RTE", "train", 2490, {"entailment": 1249, "not_entailment": 1241}),
+        ("rte", "RTE", "dev", 277, {"entailment": 146, "not_entailment": 131}),
+        ("rte", "RTE", "test", 3000, {None: 3000}),
+    ],
+}
 
 
-@pytest.mark.parametrize("task,folder,split,rows,labels", GLUE_CASES)
-def test_glue_real_files(task, folder, split, rows, labels):
-  processor = get_processor(task, data_dir=shared_path("datasets", "glue", folder))
+def _cases(table):
+  """pytest params over both corpora: the full sets' cases in the extended tier."""
+  return [pytest.param(corpus.values[0], *case, marks=corpus.marks,
+                       id="-".join([corpus.id] + [str(v) for v in case if not isinstance(v, dict)]))
+          for corpus in CORPORA for case in table[corpus.values[0]]]
+
+
+@pytest.mark.parametrize("corpus,task,folder,split,rows,labels", _cases(GLUE_CASES))
+def test_glue_real_files(corpus, task, folder, split, rows, labels):
+  processor = get_processor(task, data_dir=os.path.join(corpus, "glue", folder))
   examples = processor.get_examples(split)
   assert len(examples) == rows
   assert label_counts(examples) == labels
 
 
 def test_mrpc_reads_bom_file_and_pairs():
-  processor = get_processor("mrpc", data_dir=shared_path("datasets", "glue", "MRPC"))
+  processor = get_processor("mrpc", data_dir=sample_path("glue", "MRPC"))
   first = processor.get_examples("train")[0]
   assert first.label == "1"
   assert first.text_a.startswith("Amrozi accused his brother, whom he called \"the witness\"")
@@ -47,7 +67,7 @@ def test_mrpc_reads_bom_file_and_pairs():
 
 
 def test_jigsaw_toxic_sample_all_splits_and_label_columns():
-  data_dir = shared_path("datasets", "jigsaw_toxic_sample")
+  data_dir = sample_path("jigsaw_toxic_sample")
   processor = get_processor("jigsaw_toxic", data_dir=data_dir)
   train = processor.get_examples("train")
   assert len(train) == 267 and label_counts(train) == {"0": 241, "1": 26}
@@ -64,35 +84,38 @@ def test_jigsaw_toxic_sample_all_splits_and_label_columns():
     assert [e.label for e in examples] == [r[column] for r in rows]
 
 
-def test_jigsaw_bias_on_fractional_scores(tmp_path):
+@pytest.mark.parametrize("corpus,rows", _cases({SAMPLES: [(300,)], FULL_DATASETS: [(24783,)]}))
+def test_jigsaw_bias_on_fractional_scores(tmp_path, corpus, rows):
   """The Unintended Bias layout, built from the real Davidson tweets' fractional scores."""
-  source = shared_path("datasets", "davidson_hate_offensive", "labeled_data.csv")
+  source = os.path.join(corpus, "davidson_hate_offensive", "labeled_data.csv")
   with io.open(source, encoding="utf-8", newline="") as f:
-    rows = list(csv.DictReader(f))
+    table = list(csv.DictReader(f))
   path = tmp_path / "train.csv"
   with io.open(str(path), "w", encoding="utf-8", newline="") as f:
     writer = csv.writer(f)
     writer.writerow(["id", "comment_text", "target", "male", "female"])
-    for r in rows:
+    for r in table:
       target = (int(r["hate_speech"]) + int(r["offensive_language"])) / float(r["count"])
       writer.writerow([r[""], r["tweet"], repr(target), "0.0", ""])
   examples = get_processor("jigsaw_bias", data_dir=str(tmp_path)).get_examples("train")
-  assert len(examples) == 24783
-  toxic = sum(1 for r in rows if (int(r["hate_speech"]) + int(r["offensive_language"])) * 2 >=
+  assert len(examples) == rows
+  toxic = sum(1 for r in table if (int(r["hate_speech"]) + int(r["offensive_language"])) * 2 >=
               int(r["count"]))
-  assert label_counts(examples) == {"1": toxic, "0": 24783 - toxic}
+  assert label_counts(examples) == {"1": toxic, "0": rows - toxic}
+  assert toxic == {300: 252, 24783: 20637}[rows]
   assert examples[3].extras == {"male": "0.0", "female": ""}
-  assert examples[3].text_a == rows[3]["tweet"]
+  assert examples[3].text_a == table[3]["tweet"]
 
 
-def test_generic_csv_without_header_by_position():
-  path = shared_path("datasets", "jigsaw_toxic_balanced", "comments.csv")
+@pytest.mark.parametrize("corpus,rows", _cases({SAMPLES: [(400,)], FULL_DATASETS: [(12180,)]}))
+def test_generic_csv_without_header_by_position(corpus, rows):
+  path = os.path.join(corpus, "jigsaw_toxic_balanced", "comments.csv")
   processor = get_processor("csv", files={"train": path}, text_column="0", label_column="1",
                             has_header=False)
   examples = processor.get_examples("train")
-  assert len(examples) == 12180
+  assert len(examples) == rows
   assert processor.labels == ["0", "1"]
-  assert label_counts(examples) == {"0": 6090, "1": 6090}
+  assert label_counts(examples) == {"0": rows // 2, "1": rows // 2}
   assert examples[0].guid == "0"
 
 

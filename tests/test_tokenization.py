@@ -1,111 +1,42 @@
-"""The tokenizer gives the ids of Google's FullTokenizer, on every text in ../shared/datasets."""
-
-import csv
-import io
-import os
-import sys
+"""The tokenizer gives the ids of Google's FullTokenizer, on every text of the data sets
+(the committed samples; the full sets in the extended tier)."""
 
 import pytest
 
-from conftest import DATASETS, google_bert, shared_path
-from data import tokenization
+from conftest import CORPORA, CORPUS_SIZES, corpus_texts, google_bert
+from data import fast_tokenization, tokenization
 from data.errors import DataError
 
-csv.field_size_limit(2**31 - 1)
-
-
-def _texts_of_delimited(path, delimiter, columns, skip_header, quoting=csv.QUOTE_MINIMAL):
-  kwargs = {"delimiter": delimiter}
-  if quoting == csv.QUOTE_NONE:
-    kwargs.update(quoting=csv.QUOTE_NONE, quotechar=None)
-  with io.open(path, encoding="utf-8-sig", newline="") as f:
-    rows = list(csv.reader(f, **kwargs))
-  if skip_header:
-    rows = rows[1:]
-  return [row[c] for row in rows for c in columns if c < len(row)]
-
-
-def _lines(path):
-  with io.open(path, encoding="utf-8") as f:
-    return f.read().rstrip("\n").split("\n")
-
-
-def all_shared_texts():
-  """Every text field of every data set in ../shared/datasets, by file."""
-  d = DATASETS
-  tsv = csv.QUOTE_NONE
-  return {
-      "jigsaw_toxic_sample/train.csv": _texts_of_delimited(
-          os.path.join(d, "jigsaw_toxic_sample/train.csv"), ",", [1], True),
-      "jigsaw_toxic_sample/valid.csv": _texts_of_delimited(
-          os.path.join(d, "jigsaw_toxic_sample/valid.csv"), ",", [1], True),
-      "jigsaw_toxic_sample/test.csv": _texts_of_delimited(
-          os.path.join(d, "jigsaw_toxic_sample/test.csv"), ",", [1], True),
-      "jigsaw_toxic_balanced/comments.csv": _texts_of_delimited(
-          os.path.join(d, "jigsaw_toxic_balanced/comments.csv"), ",", [0], False),
-      "davidson_hate_offensive/labeled_data.csv": _texts_of_delimited(
-          os.path.join(d, "davidson_hate_offensive/labeled_data.csv"), ",", [6], True),
-      "tweeteval_offensive": sum((_lines(os.path.join(d, "tweeteval_offensive", name))
-                                  for name in ("train_text.txt", "val_text.txt",
-                                               "test_text.txt")), []),
-      "glue/SST-2": sum((_texts_of_delimited(os.path.join(d, "glue/SST-2", name), "\t", [0],
-                                             True, tsv)
-                         for name in ("train.tsv", "dev.tsv", "test.tsv")), []),
-      "glue/CoLA": sum((_texts_of_delimited(os.path.join(d, "glue/CoLA", name), "\t", [0],
-                                            False, tsv)
-                        for name in ("train.tsv", "dev.tsv")), []),
-      "glue/MRPC": sum((_texts_of_delimited(os.path.join(d, "glue/MRPC", name), "\t", [3, 4],
-                                            True, tsv)
-                        for name in ("msr_paraphrase_train.txt", "msr_paraphrase_test.txt")),
-                       []),
-      "glue/RTE": sum((_texts_of_delimited(os.path.join(d, "glue/RTE", name), "\t", [0, 1],
-                                           True, tsv)
-                       for name in ("train.tsv", "dev.tsv", "test.tsv")), []),
-  }
-
-
-EXPECTED_TEXTS = {
-    "jigsaw_toxic_sample/train.csv": 267, "jigsaw_toxic_sample/valid.csv": 25,
-    "jigsaw_toxic_sample/test.csv": 33, "jigsaw_toxic_balanced/comments.csv": 12180,
-    "davidson_hate_offensive/labeled_data.csv": 24783,
-    "tweeteval_offensive": 11916 + 1324 + 860, "glue/SST-2": 60614 + 6735 + 872,
-    "glue/CoLA": 8551 + 516, "glue/MRPC": 2 * (4076 + 1725), "glue/RTE": 2 * (2490 + 277 + 3000),
-}
-
-
+@pytest.mark.parametrize("corpus", CORPORA)
 @pytest.mark.parametrize("do_lower_case", [True, False])
-def test_ids_match_google_full_tokenizer_on_all_shared_data(tiny_vocab, do_lower_case):
-  shared_path("datasets")
+def test_every_path_gives_googles_ids_on_every_text(tiny_vocab, do_lower_case, corpus):
+  """Google's FullTokenizer is the reference. Each of our paths on its own: the pure-Python
+  general path, the shortcut (which may decline a text), the Rust path without the
+  shortcut; and the public encode and encode_batch that combine them."""
   google = google_bert("tokenization").FullTokenizer(tiny_vocab, do_lower_case=do_lower_case)
-  ours = tokenization.FullTokenizer(tiny_vocab, do_lower_case=do_lower_case)
-  texts_by_file = all_shared_texts()
-  # Every data set is read in full: row counts from ../shared/datasets/README.md.
-  assert {name: len(texts) for name, texts in texts_by_file.items()} == EXPECTED_TEXTS
-  for name, texts in sorted(texts_by_file.items()):
-    for text in texts:
-      expected = google.convert_tokens_to_ids(google.tokenize(text))
-      actual = ours.convert_tokens_to_ids(ours.tokenize(text))
-      assert actual == expected, "%s: %r" % (name, text[:200])
-      assert ours.encode(text) == expected, "%s: %r" % (name, text[:200])  # the shortcut
-
-
-@pytest.mark.parametrize("do_lower_case", [True, False])
-def test_shortcut_equals_general_path_on_all_shared_data(tiny_vocab, do_lower_case):
-  shared_path("datasets")
   general = tokenization.FullTokenizer(tiny_vocab, do_lower_case=do_lower_case)
   shortcut = tokenization.ShortcutEncoder(general.vocab, do_lower_case)
-  checked = declined = non_ascii = 0
-  for name, texts in sorted(all_shared_texts().items()):
-    for text in texts:
-      non_ascii += not text.isascii()
+  fast = fast_tokenization.FastTokenizer(tiny_vocab, do_lower_case)
+  texts_by_file = corpus_texts(corpus)
+  # Every data set is read in full: the row counts of its README.
+  assert {name: len(texts) for name, texts in texts_by_file.items()} == CORPUS_SIZES[corpus]
+  declined = non_ascii = 0
+  for name, texts in sorted(texts_by_file.items()):
+    rust = fast.encode_batch_without_shortcut(texts)
+    combined = fast.encode_batch(texts)
+    for text, rust_ids, fast_ids in zip(texts, rust, combined):
+      where = "%s: %r" % (name, text[:200])
+      expected = google.convert_tokens_to_ids(google.tokenize(text))
+      assert general.convert_tokens_to_ids(general.tokenize(text)) == expected, where
+      assert rust_ids == expected, where
       ids = shortcut.encode(text)
-      if ids is None:
-        declined += 1
-        continue
-      checked += 1
-      assert ids == general.convert_tokens_to_ids(general.tokenize(text)), (name, text[:200])
-  assert non_ascii > 5000  # the non-ASCII route is exercised...
-  assert declined <= 2 and checked + declined == 151812  # ...and declines almost nothing
+      declined += ids is None
+      assert ids is None or ids == expected, where
+      assert general.encode(text) == expected and fast_ids == expected, where
+      non_ascii += not text.isascii()
+  total = sum(CORPUS_SIZES[corpus].values())
+  assert non_ascii * 30 > total  # the non-ASCII route is exercised (one text in 30)...
+  assert declined <= 2  # ...and the shortcut declines almost nothing
 
 
 def test_shortcut_edge_cases(tiny_vocab):
@@ -137,6 +68,7 @@ def _code_point_texts():
   return [u"".join(pieces[i:i + 40]) for i in range(0, len(pieces), 40)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("do_lower_case", [True, False])
 def test_shortcut_equals_google_on_every_code_point(tiny_vocab, do_lower_case):
   """The shortcut's per-character forms against Google's tokenizer itself (the reference),

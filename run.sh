@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's one entry script.
 #   ./run.sh demo    set up, then fine-tune a real pre-trained BERT on real data, evaluate, predict
-#   ./run.sh test    run the test suite on TF 1.15 (Python 3.7) and TF 2.15 (Python 3.9-3.11)
+#   ./run.sh test [--fast] [PYTEST ARGS]   the test suite on TF 1.15 (Python 3.7) and TF 2.15
+#                    (Python 3.9-3.11); --fast runs the quick tier only
 #   ./run.sh benchmark [ARGS]   fine-tuning speed against Google's run_classifier (tools/benchmark.py)
 #   ./run.sh setup   create both Python environments from requirements.txt
 #   ./run.sh shell tf1|tf2 -- CMD...   run a command inside one environment
@@ -81,14 +82,19 @@ cmd_setup() {
 }
 
 cmd_test() {
-  local r runtimes failed=() status
+  local r runtimes failed=() status args=() start=$SECONDS
+  # --fast: the quick tier only (no end-to-end runs, no full data sets), for day-to-day work.
+  for a in "$@"; do
+    if [ "$a" = "--fast" ]; then args+=(-m "not slow and not extended"); else args+=("$a"); fi
+  done
   runtimes=$(available_runtimes)
   [ -n "$runtimes" ] || die "neither Python 3.7 nor Python 3.9-3.11 was found"
   for r in $runtimes; do setup_env "$r"; done
+  start=$SECONDS  # the suite's time, without building environments
   for r in $runtimes; do
     say "tests on $r: $("$VENVS/$r/bin/python" -c 'import sys, tensorflow as t; print("Python %s, TensorFlow %s" % (sys.version.split()[0], t.__version__))' 2>/dev/null)"
     set +e
-    "$VENVS/$r/bin/python" -m pytest tests "$@"
+    "$VENVS/$r/bin/python" -m pytest tests ${args[@]+"${args[@]}"}
     status=$?
     set -e
     [ "$status" -eq 0 ] || failed+=("$r (pytest exit $status)")
@@ -96,7 +102,7 @@ cmd_test() {
   if [ "${#failed[@]}" -gt 0 ]; then
     die "tests failed on: ${failed[*]}"
   fi
-  say "all tests passed on: $(echo $runtimes)"
+  say "all tests passed on: $(echo $runtimes), in $(( (SECONDS - start) / 60 )) min $(( (SECONDS - start) % 60 )) s"
 }
 
 cmd_shell() {
@@ -131,5 +137,5 @@ case "${1:-}" in
   setup) shift; cmd_setup "$@" ;;
   test) shift; cmd_test "$@" ;;
   shell) shift; cmd_shell "$@" ;;
-  *) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -152,12 +152,31 @@ def _prefix(text, limit):
   return text[:space] if space > 0 else text
 
 
+class TruncationCount(object):
+  """How many examples were longer than max_seq_length, and the longest one's length in
+  tokens ([CLS]/[SEP] included). Texts past CHARS_PER_TOKEN * max_seq_length characters
+  are encoded from a prefix, so for them the length is a lower bound: `longest` is exact
+  while it is at most max_seq_length, and 'at least' beyond."""
+
+  def __init__(self, truncated=0, longest=0):
+    self.truncated = truncated
+    self.longest = longest
+
+  def add(self, other):
+    self.truncated += other.truncated
+    self.longest = max(self.longest, other.longest)
+
+  def as_dict(self):
+    return {"truncated": self.truncated, "longest_tokens": self.longest}
+
+
 def convert_examples(examples, labels, max_seq_length, tokenizer, chunk_size=2048,
-                     report_every=20000, first_example_id=0):
+                     report_every=20000, first_example_id=0, truncation=None):
   """Yields InputFeatures for each example in order, logging progress on long inputs.
 
   Texts are encoded a chunk at a time with tokenizer.encode_batch, which the
-  Rust tokenizer runs on all cores.
+  Rust tokenizer runs on all cores. truncation (a TruncationCount) counts the
+  examples that did not fit.
   """
   label_map = label_map_for(labels)
   cls_id, sep_id = tokenizer.vocab[CLS_TOKEN], tokenizer.vocab[SEP_TOKEN]
@@ -170,6 +189,11 @@ def convert_examples(examples, labels, max_seq_length, tokenizer, chunk_size=204
     ids_b = dict(zip(pairs, encode_leading_tokens(tokenizer, [chunk[i].text_b for i in pairs],
                                                   max_seq_length)))
     for i, example in enumerate(chunk):
+      if truncation is not None:
+        pair = ids_b.get(i)
+        length = len(ids_a[i]) + 2 + (len(pair) + 1 if pair is not None else 0)
+        truncation.truncated += length > max_seq_length
+        truncation.longest = max(truncation.longest, length)
       yield features_from_ids(ids_a[i], ids_b.get(i), label_id_for(example.label, label_map),
                               first_example_id + first + i, max_seq_length, cls_id, sep_id)
     done = first + len(chunk)

@@ -5,13 +5,15 @@ layouts, the original MRPC files and Kaggle's Jigsaw CSVs are all read by what
 their columns are called rather than where they happen to sit.
 """
 
+import collections
 import csv
 import logging
 import math
 import os
+import re
 
 from data.errors import DataError
-from data.table import delimiter_for, read_table
+from data.table import delimiter_for, quoting_for, read_table
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +62,13 @@ class DataProcessor(object):
   has_header = True
   split_files = {}
 
-  def __init__(self, data_dir=None, files=None, skip_malformed_rows=False):
+  def __init__(self, data_dir=None, files=None, skip_malformed_rows=False, quoting="auto"):
     self.data_dir = data_dir
     self.files = dict(files or {})
     self.skip_malformed_rows = skip_malformed_rows
-    self.skipped = {}  # split -> number of malformed rows skipped at the user's request
+    self.quoting_choice = quoting
+    self.skipped = {}  # split -> {cause: rows skipped at the user's request}
+    self.accounts = {}  # split -> what reading the file found (lines, records, skips)
 
   # -- files ---------------------------------------------------------------
   def file_for(self, split):
@@ -86,16 +90,33 @@ class DataProcessor(object):
   # -- examples ------------------------------------------------------------
   def get_examples(self, split):
     path = self.file_for(split)
-    table = read_table(path, self.delimiter_of(path), self.has_header_of(path), self.quoting)
+    table = read_table(path, self.delimiter_of(path), self.has_header_of(path),
+                       self.quoting_of(path))
     columns = self.columns(table, split)
     examples = self._rows_to_examples(table, columns, split)
     if table.blank_lines:
       log.warning("%s: %d empty lines held no record and were passed over", path, table.blank_lines)
-    log.info("%s: read %d %s examples", path, len(examples), split)
+    if table.multi_line:
+      log.warning("%s: %d records span several lines (quoted newlines), starting at lines %s%s",
+                  path, len(table.multi_line),
+                  ", ".join(str(line) for line, _ in table.multi_line[:5]),
+                  ", ..." if len(table.multi_line) > 5 else "")
+    skipped = self.skipped.get(split, {})
+    log.info("%s: %s -> %d %s examples%s", path, table.accounting(), len(examples), split,
+             "".join(", %d skipped (%s)" % (n, cause) for cause, n in sorted(skipped.items())))
+    self.accounts[split] = {
+        "lines": table.num_lines, "header": table.header is not None,
+        "records": len(table.rows), "blank_lines": table.blank_lines,
+        "multi_line_records": len(table.multi_line), "examples": len(examples),
+        "skipped": dict(skipped)}
     return examples
 
   def delimiter_of(self, path):
     return self.delimiter
+
+  def quoting_of(self, path):
+    return self.quoting if self.quoting_choice == "auto" else quoting_for(path,
+                                                                         self.quoting_choice)
 
   def has_header_of(self, path):
     return self.has_header
@@ -108,37 +129,95 @@ class DataProcessor(object):
     value = raw.strip()
     if value in self.labels:
       return value
+    if value in MISSING_VALUES:
+      raise MissingLabel(path, "the label is %s" % ("empty" if not value else
+                                                    "%r, a missing value" % value),
+                         "fill in one of %s, remove the row, or pass --skip_malformed_rows to "
+                         "skip and count such rows" % ", ".join(self.labels),
+                         line=line, column=column)
     raise DataError(path, "unknown label %r; task %s has labels %s"
                     % (value, self.name, ", ".join(self.labels)),
                     "correct the row, or pick the right --task_name / --label_column",
                     line=line, column=column)
 
   def _rows_to_examples(self, table, columns, split):
-    needed = max(i for i in (columns.text_a, columns.text_b, columns.label, columns.guid)
+    """The examples of a table's rows. A row that cannot make an example is an error naming
+    its line, or, with skip_malformed_rows, a skip counted by cause. A predict file's labels
+    are not read: predicting needs none."""
+    label_column = columns.label if split != "test" else None
+    needed = max(i for i in (columns.text_a, columns.text_b, label_column, columns.guid)
                  if i is not None)
+    width = len(table.header) if table.header else _usual_width(table)
     examples = []
-    skipped = 0
+    skipped = {}
     for row_number, (line, fields) in enumerate(table.rows):
-      if len(fields) <= needed:
-        if self.skip_malformed_rows:
-          skipped += 1
-          continue
-        raise DataError(table.path, "the row has %d fields but column %d is needed"
-                        % (len(fields), needed),
-                        "fix the row (a stray delimiter or quote?), or pass "
-                        "--skip_malformed_rows to skip and count such rows", line=line)
-      label = None
-      if columns.label is not None:
-        label = self.parse_label(fields[columns.label], table.path, line,
-                                 _column_name(table, columns.label))
+      try:
+        _check_row_width(table, line, fields, needed, width)
+        label = None
+        if label_column is not None:
+          label = self.parse_label(fields[label_column], table.path, line,
+                                   _column_name(table, label_column))
+      except MalformedRow as e:
+        if not self.skip_malformed_rows:
+          raise
+        skipped[e.cause] = skipped.get(e.cause, 0) + 1
+        continue
       guid = fields[columns.guid] if columns.guid is not None else str(row_number)
       extras = {name: fields[i] for name, i in columns.extras if i < len(fields)}
       text_b = fields[columns.text_b] if columns.text_b is not None else None
       examples.append(InputExample(guid, fields[columns.text_a], text_b, label, extras))
     if skipped:
-      log.warning("%s: skipped %d malformed rows (--skip_malformed_rows)", table.path, skipped)
+      log.warning("%s: skipped %s (--skip_malformed_rows)", table.path, ", ".join(
+          "%d rows with %s" % (n, cause) for cause, n in sorted(skipped.items())))
     self.skipped[split] = skipped
     return examples
+
+
+# Label cells that mean "no value" (as pandas reads them), unless they are declared labels.
+MISSING_VALUES = frozenset(["", "nan", "NaN", "NAN", "NA", "N/A", "n/a", "null", "NULL",
+                            "None", "#N/A"])
+
+
+class MalformedRow(DataError):
+  """A row that cannot make an example; --skip_malformed_rows skips and counts it by cause."""
+  cause = "malformed rows"
+
+
+class MissingLabel(MalformedRow):
+  cause = "a missing label"
+
+
+class ShortRow(MalformedRow):
+  cause = "too few fields"
+
+
+class LongRow(MalformedRow):
+  cause = "too many fields"
+
+
+def _check_row_width(table, line, fields, needed, width):
+  if len(fields) <= needed:
+    raise ShortRow(table.path, "the row has %d fields but column %d is needed"
+                   % (len(fields), needed),
+                   "fix the row (a stray delimiter or quote?), or pass "
+                   "--skip_malformed_rows to skip and count such rows", line=line)
+  if len(fields) > width:
+    raise LongRow(table.path, "the row has %d fields but %s %d: a delimiter (%r) inside a "
+                  "text that is not quoted would cut the text there"
+                  % (len(fields), "the header has" if table.header else "most rows have",
+                     width, _delimiter_name(table)),
+                  "quote the text (\"...\"), remove the extra delimiter, or pass "
+                  "--skip_malformed_rows to skip and count such rows", line=line)
+
+
+def _usual_width(table):
+  """The number of fields most rows of a headerless table have."""
+  counts = collections.Counter(len(fields) for _, fields in table.rows)
+  return counts.most_common(1)[0][0]
+
+
+def _delimiter_name(table):
+  return "tab" if table.delimiter == "\t" else table.delimiter
 
 
 def _flag_for_split(split):
@@ -284,8 +363,9 @@ def _parse_float(raw, path, line, column, what):
   except ValueError:
     raise DataError(path, "%r is not a number" % raw, "give %s" % what, line=line, column=column)
   if math.isnan(value):
-    raise DataError(path, "the value is NaN (empty or 'nan')",
-                    "fill in %s, or remove the row" % what, line=line, column=column)
+    raise MissingLabel(path, "the value is NaN (empty or 'nan')",
+                       "fill in %s, remove the row, or pass --skip_malformed_rows to skip and "
+                       "count such rows" % what, line=line, column=column)
   return value
 
 
@@ -346,9 +426,10 @@ class JigsawBiasProcessor(JigsawProcessor):
 
 
 class CsvProcessor(DataProcessor):
-  """Any CSV or TSV: columns by name (with a header) or by 0-based position."""
+  """Any CSV or TSV: columns by name (with a header) or by 0-based position. Quotes enclose
+  fields in .csv files but are plain characters in .tsv/.txt files unless quoting says
+  otherwise."""
   name = "csv"
-  quoting = csv.QUOTE_MINIMAL
   split_files = {"train": ("train.csv", "train.tsv"),
                  "dev": ("dev.csv", "dev.tsv", "valid.csv", "valid.tsv"),
                  "test": ("test.csv", "test.tsv")}
@@ -367,6 +448,9 @@ class CsvProcessor(DataProcessor):
   def delimiter_of(self, path):
     return delimiter_for(path, self.explicit_delimiter)
 
+  def quoting_of(self, path):
+    return quoting_for(path, self.quoting_choice)
+
   @property
   def labels(self):
     if self._labels is None:
@@ -376,9 +460,12 @@ class CsvProcessor(DataProcessor):
   def _labels_from_train_file(self):
     """The sorted distinct labels of the train file (numerically when they are numbers)."""
     path = self.file_for("train")
-    table = read_table(path, self.delimiter_of(path), self.has_header, self.quoting)
+    table = read_table(path, self.delimiter_of(path), self.has_header, self.quoting_of(path))
     index = table.column_index(self.label_column, "--label_column")
-    values = set(fields[index].strip() for _, fields in table.rows if len(fields) > index)
+    self._check_no_header_as_data(table, index)
+    # Missing values are no class: their rows are errors (or counted skips) when read.
+    values = set(fields[index].strip() for _, fields in table.rows if len(fields) > index) - \
+        MISSING_VALUES
     try:
       found = sorted(values, key=float)
     except ValueError:
@@ -394,11 +481,33 @@ class CsvProcessor(DataProcessor):
       return len(table.rows[0][1]) > int(column)
     return bool(table.header) and column in table.header
 
+  def _check_no_header_as_data(self, table, label_index):
+    """A header read as data (a headered file with --nohas_header) would make its label
+    cell, e.g. 'label', a class. Its signs: the first row's label appears on no other row,
+    and both that label and the first row's text look like column names."""
+    if table.header is not None or len(table.rows) < 2:
+      return
+    first = table.rows[0][1]
+    text_index = table.column_index(self.text_column, "--text_column")
+    if max(label_index, text_index) >= len(first):
+      return
+    label, text = first[label_index].strip(), first[text_index].strip()
+    others = set(fields[label_index].strip() for _, fields in table.rows[1:]
+                 if len(fields) > label_index)
+    if label not in others and _COLUMN_NAME.match(label) and _COLUMN_NAME.match(text):
+      raise DataError(table.path, "the first line looks like a header read as data: its label %r "
+                      "appears on no other line, and its text is %r" % (label, text),
+                      "drop --nohas_header (the file has a header; then name the columns, "
+                      "e.g. --text_column=%s --label_column=%s), or remove line 1"
+                      % (text, label), line=1)
+
   def columns(self, table, split):
     label = None
     if self.label_column is not None and (split != "test" or
                                           self._test_file_has_labels(table)):
       label = table.column_index(self.label_column, "--label_column")
+      if split != "test":
+        self._check_no_header_as_data(table, label)
     return Columns(
         text_a=table.column_index(self.text_column, "--text_column"),
         text_b=(table.column_index(self.text_b_column, "--text_b_column")
@@ -407,6 +516,9 @@ class CsvProcessor(DataProcessor):
         guid=(table.column_index(self.id_column, "--id_column")
               if self.id_column is not None else None))
 
+
+# What a column name looks like: a short identifier, perhaps with spaces ('comment text').
+_COLUMN_NAME = re.compile(r"^[A-Za-z_#][A-Za-z0-9_ #.-]{0,39}$")
 
 GLUE_PROCESSORS = {
     "sst-2": Sst2Processor, "cola": ColaProcessor, "mrpc": MrpcProcessor,
@@ -427,10 +539,11 @@ def canonical_task_name(task_name):
 
 def get_processor(task_name, data_dir=None, files=None, skip_malformed_rows=False,
                   text_column=None, text_b_column=None, label_column=None, id_column=None,
-                  has_header=True, delimiter=None, labels=None):
+                  has_header=True, delimiter=None, labels=None, quoting="auto"):
   """Builds the processor for a task name (case-insensitive; TASK_ALIASES also accepted)."""
   name = canonical_task_name(task_name)
-  common = dict(data_dir=data_dir, files=files, skip_malformed_rows=skip_malformed_rows)
+  common = dict(data_dir=data_dir, files=files, skip_malformed_rows=skip_malformed_rows,
+                quoting=quoting)
   if name in GLUE_PROCESSORS:
     return GLUE_PROCESSORS[name](**common)
   if name == "jigsaw_toxic":

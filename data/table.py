@@ -12,18 +12,41 @@ from data.errors import DataError
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 
 
+# A record may span this many physical lines before the lines it holds are checked
+# for rows it swallowed (a stray quote that is never closed where it should be).
+HANDFUL_OF_LINES = 5
+
+
 class Table(object):
   """The rows of one delimited file.
 
   header: the list of column names, or None for a file without a header.
   rows: list of (line_number, fields), line_number being where the record starts.
+  num_lines: physical lines in the file; blank_lines: empty lines that held no record;
+  multi_line: (first line, number of lines) of each record that spans several lines.
   """
 
-  def __init__(self, path, header, rows):
+  def __init__(self, path, header, rows, num_lines=0, blank_lines=0, multi_line=(),
+               delimiter=","):
     self.path = path
+    self.delimiter = delimiter
     self.header = header
     self.rows = rows
-    self.blank_lines = 0
+    self.num_lines = num_lines
+    self.blank_lines = blank_lines
+    self.multi_line = list(multi_line)
+
+  def accounting(self):
+    """'N lines: a header, M records, B blank lines' for the log."""
+    parts = ["%d lines: " % self.num_lines]
+    parts.append("a header, " if self.header is not None else "")
+    parts.append("%d records" % len(self.rows))
+    if self.blank_lines:
+      parts.append(", %d blank lines" % self.blank_lines)
+    if self.multi_line:
+      parts.append(", %d records spanning %d lines" % (
+          len(self.multi_line), sum(n for _, n in self.multi_line)))
+    return "".join(parts)
 
   def column_index(self, column, flag_hint):
     """Resolves a column given by name or by 0-based position to an index."""
@@ -61,7 +84,8 @@ def decode_utf8(path, raw):
 
 
 def read_table(path, delimiter, has_header, quoting=csv.QUOTE_MINIMAL):
-  """Reads a whole delimited file. Raises DataError when it is empty or not UTF-8."""
+  """Reads a whole delimited file. Raises DataError when it is empty or not UTF-8, or when a
+  quote swallowed rows into one record."""
   if not tf.io.gfile.exists(path):
     raise DataError(path, "the file does not exist",
                     "check --data_dir and the file name (see the README for each task's files)")
@@ -73,8 +97,16 @@ def read_table(path, delimiter, has_header, quoting=csv.QUOTE_MINIMAL):
   kwargs = {"delimiter": delimiter}
   if quoting == csv.QUOTE_NONE:
     kwargs.update(quoting=csv.QUOTE_NONE, quotechar=None)
-  reader = csv.reader(io.StringIO(text, newline=""), **kwargs)
-  rows = []
+  lines = io.StringIO(text, newline="").readlines()
+  consumed = []
+
+  def feed():
+    for line in lines:
+      consumed.append(line)
+      yield line
+
+  reader = csv.reader(feed(), **kwargs)
+  rows, multi_line = [], []
   blank_lines = 0
   next_line = 1
   try:
@@ -82,8 +114,12 @@ def read_table(path, delimiter, has_header, quoting=csv.QUOTE_MINIMAL):
       start, next_line = next_line, reader.line_num + 1
       if not fields:
         blank_lines += 1  # An empty line holds no record; counted and reported.
-        continue
-      rows.append((start, fields))
+      else:
+        rows.append((start, fields))
+        if len(consumed) > 1:
+          multi_line.append((start, len(consumed)))
+          _check_not_swallowing_rows(path, delimiter, start, consumed, rows)
+      del consumed[:]
   except csv.Error as e:
     raise DataError(path, "the file cannot be parsed as %s: %s" % (_kind(delimiter), e),
                     "check the quoting around line %d" % next_line, line=next_line)
@@ -94,13 +130,46 @@ def read_table(path, delimiter, has_header, quoting=csv.QUOTE_MINIMAL):
   if not rows:
     raise DataError(path, "the file has a header but no data rows",
                     "give a file with rows, or point at the right file", line=1)
-  table = Table(path, header, rows)
-  table.blank_lines = blank_lines
-  return table
+  return Table(path, header, rows, len(lines), blank_lines, multi_line, delimiter)
+
+
+def _check_not_swallowing_rows(path, delimiter, start, record_lines, rows):
+  """A record over a handful of lines whose inner lines mostly look like rows of their own
+  (as many delimiters as a row has) is rows merged by a quote that opened and never closed
+  where it should: an error that names where the quote opened."""
+  if len(record_lines) <= HANDFUL_OF_LINES:
+    return
+  width = len(rows[0][1]) if len(rows) > 1 else record_lines[0].count(delimiter) + 1
+  inner = record_lines[1:]
+  looking_like_rows = sum(1 for line in inner if line.count(delimiter) >= width - 1)
+  if width < 2 or looking_like_rows * 2 < len(inner):
+    return
+  quote = record_lines[0].find('"')
+  raise DataError(
+      path, "one record runs from line %d over %d lines, and %d of them look like rows of "
+      "their own: the quote at line %d, character %d opens a quoted field that is not closed "
+      "until line %d" % (start, len(record_lines), looking_like_rows, start, quote + 1,
+                         start + len(record_lines) - 1),
+      "remove or double (\"\") the stray quote, or read the file without quote processing "
+      "(--quoting=none)", line=start)
 
 
 def _kind(delimiter):
   return "TSV" if delimiter == "\t" else "CSV"
+
+
+QUOTING = {"csv": csv.QUOTE_MINIMAL, "none": csv.QUOTE_NONE}
+
+
+def quoting_for(path, choice="auto"):
+  """csv quoting mode: 'csv' (double quotes enclose fields), 'none' (a quote is a plain
+  character), or 'auto': quotes in .csv files, none in .tsv/.txt files, as Google's
+  _read_tsv reads them."""
+  if choice != "auto":
+    return QUOTING[choice]
+  lowered = path.lower()
+  return csv.QUOTE_NONE if lowered.endswith(".tsv") or lowered.endswith(".txt") else \
+      csv.QUOTE_MINIMAL
 
 
 def delimiter_for(path, explicit=None):

@@ -17,7 +17,8 @@ import traceback
 
 import tensorflow.compat.v1 as tf
 
-from data.features import convert_examples, num_padding_rows, padding_features
+from data.features import (TruncationCount, convert_examples, num_padding_rows,
+                           padding_features)
 
 log = logging.getLogger(__name__)
 
@@ -211,13 +212,14 @@ class _Featurisation(object):
     self.num_padding = num_padding
     self.ranges = ranges
 
-  def records(self, index):
-    """The serialised records of piece index; the padding rows follow the last piece."""
+  def records(self, index, truncation):
+    """The serialised records of piece index; the padding rows follow the last piece.
+    truncation counts the examples longer than max_seq_length."""
     start, end = self.ranges[index]
     serialize = ExampleSerializer(self.is_regression)
     for features in convert_examples(self.examples[start:end], self.labels,
                                      self.max_seq_length, self.tokenizer,
-                                     first_example_id=start):
+                                     first_example_id=start, truncation=truncation):
       yield serialize(features)
     if index == len(self.ranges) - 1 and self.num_padding:
       padding = serialize(padding_features(self.max_seq_length, self.is_regression))
@@ -225,18 +227,25 @@ class _Featurisation(object):
         yield padding
 
   def write_piece_file(self, index, path):
-    """A worker's output: the records of one piece, each after its length (plain Python
-    file writes; the parent turns pieces into TFRecord files)."""
+    """A worker's output: the truncation count of one piece, then its records, each after
+    its length (plain Python file writes; the parent turns pieces into TFRecord files)."""
+    truncation = TruncationCount()
     with open(path, "wb") as out:
-      for record in self.records(index):
+      out.write(b"\0" * (2 * _FRAME.size))  # the count goes here once it is known
+      for record in self.records(index, truncation):
         out.write(_FRAME.pack(len(record)))
         out.write(record)
+      out.seek(0)
+      out.write(_FRAME.pack(truncation.truncated) + _FRAME.pack(truncation.longest))
 
 
-def _read_piece_file(path):
+def _read_piece_file(path, truncation):
   with open(path, "rb") as f:
     data = f.read()
-  position, size = 0, _FRAME.size
+  size = _FRAME.size
+  truncation.add(TruncationCount(_FRAME.unpack_from(data, 0)[0],
+                                 _FRAME.unpack_from(data, size)[0]))
+  position = 2 * size
   while position < len(data):
     (length,) = _FRAME.unpack_from(data, position)
     position += size
@@ -246,7 +255,9 @@ def _read_piece_file(path):
 
 def _write_shards(job, paths, pieces_per_shard, workers):
   """Writes each of paths (shards, in order) as path + '.tmp'; pieces_per_shard pieces of
-  the job make one shard. With workers > 1, forked processes featurise the pieces."""
+  the job make one shard. With workers > 1, forked processes featurise the pieces.
+  Returns the TruncationCount of all examples."""
+  truncation = TruncationCount()
   piece_files = {}
   temporary = [path + ".tmp" for path in paths]
   try:
@@ -259,8 +270,8 @@ def _write_shards(job, paths, pieces_per_shard, workers):
     for shard, path in enumerate(temporary):
       with tf.io.TFRecordWriter(path) as writer:
         for index in range(shard * pieces_per_shard, (shard + 1) * pieces_per_shard):
-          records = (_read_piece_file(piece_files[index]) if piece_files
-                     else job.records(index))
+          records = (_read_piece_file(piece_files[index], truncation) if piece_files
+                     else job.records(index, truncation))
           for record in records:
             writer.write(record)
   except BaseException:
@@ -272,6 +283,7 @@ def _write_shards(job, paths, pieces_per_shard, workers):
     for path in piece_files.values():
       if os.path.exists(path):
         os.remove(path)
+  return truncation
 
 
 @contextlib.contextmanager
@@ -350,6 +362,7 @@ def build_records(examples, record_path, settings, tokenizer, pad_to_multiple=0,
       tf.io.gfile.exists(p) for p in existing.get("files", [])):
     log.info("reusing cached features %s (%d examples + %d padding)", record_path,
              existing["num_examples"], existing["num_padding"])
+    report_changes(record_path, existing)
     return existing
   if existing is not None:
     log.info("cached features %s are stale (inputs changed): rebuilding", record_path)
@@ -364,14 +377,35 @@ def build_records(examples, record_path, settings, tokenizer, pad_to_multiple=0,
             for a, b in _shard_ranges(end - start, pieces_per_shard)]
   job = _Featurisation(examples, settings, tokenizer, num_padding, ranges)
   with _existing_objects_frozen():
-    _write_shards(job, paths, pieces_per_shard, num_workers)
+    truncation = _write_shards(job, paths, pieces_per_shard, num_workers)
   for path in paths:
     tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
 
   metadata = dict(settings, fingerprint=key, schema_version=SCHEMA_VERSION, files=paths,
-                  num_padding=num_padding, num_records=len(examples) + num_padding)
+                  num_padding=num_padding, num_records=len(examples) + num_padding,
+                  empty_texts=_empty_texts(examples), **truncation.as_dict())
   with tf.io.gfile.GFile(metadata_path(record_path), "w") as f:
     json.dump(metadata, f, indent=2, sort_keys=True)
   log.info("wrote %s: %d examples + %d padding rows in %d file(s)", record_path, len(examples),
            num_padding, len(paths))
+  report_changes(record_path, metadata)
   return metadata
+
+
+def _empty_texts(examples):
+  """Examples whose text (or either text of a pair) is empty or only whitespace."""
+  return sum(1 for e in examples
+             if not e.text_a.strip() or (e.text_b is not None and not e.text_b.strip()))
+
+
+def report_changes(record_path, metadata):
+  """Logs what featurisation changed or found: empty texts, truncated texts."""
+  if metadata.get("empty_texts"):
+    log.warning("%s: %d examples have an empty or whitespace-only text; they are kept and "
+                "featurised as [CLS] [SEP]", record_path, metadata["empty_texts"])
+  if metadata.get("truncated"):
+    max_len = metadata["max_seq_length"]
+    log.info("%s: %d examples were longer than max_seq_length=%d and were truncated (the "
+             "longest has %s%d tokens)", record_path, metadata["truncated"], max_len,
+             "at least " if metadata["longest_tokens"] > max_len else "",
+             metadata["longest_tokens"])

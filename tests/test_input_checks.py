@@ -1,0 +1,190 @@
+"""Nothing silent on input: every file's lines are accounted for, quotes cannot merge rows
+unnoticed, extra fields and missing labels are errors (or counted skips), a header read
+as data is caught, and predict files need no labels. Each case on a real file."""
+
+import csv
+import io
+import json
+import os
+
+import pytest
+
+from conftest import TINY_VOCAB, sample_path
+from data import tokenization
+from data.errors import DataError
+from data.processors import InputExample, get_processor
+from data.tfrecord import build_records
+
+SST2_TRAIN = sample_path("glue", "SST-2", "train.tsv")
+JIGSAW_TRAIN = sample_path("jigsaw_toxic_sample", "train.csv")
+COMMENTS = sample_path("jigsaw_toxic_balanced", "comments.csv")
+
+
+def read_lines(path):
+  with io.open(path, encoding="utf-8", newline="") as f:
+    return f.read().split("\n")
+
+
+def write_lines(path, lines):
+  with io.open(str(path), "w", encoding="utf-8", newline="") as f:
+    f.write("\n".join(lines))
+  return str(path)
+
+
+def sst2(path, **kwargs):
+  """The csv task on an SST-2 layout file: sentence<TAB>label with a header."""
+  return get_processor("csv", files={"train": str(path), "test": str(path)},
+                       text_column="sentence", label_column="label", **kwargs)
+
+
+def error_of(processor, split="train"):
+  with pytest.raises(DataError) as error:
+    processor.get_examples(split)
+  return error.value
+
+
+def test_every_file_accounts_for_its_lines(caplog):
+  caplog.set_level("INFO")
+  processor = get_processor("jigsaw_toxic", data_dir=sample_path("jigsaw_toxic_sample"))
+  assert len(processor.get_examples("train")) == 267
+  starts = []  # where each multi-line record starts, found with the csv module
+  with io.open(JIGSAW_TRAIN, encoding="utf-8", newline="") as f:
+    reader = csv.reader(f)
+    previous = 0
+    for record in reader:
+      if "\n" in "".join(record):
+        starts.append(previous + 1)
+      previous = reader.line_num
+  physical_lines = len(read_lines(JIGSAW_TRAIN)) - 1  # the file ends with a newline
+  assert physical_lines == 1000 and len(starts) == 157
+  single_line_records = 267 - 157
+  assert ("%s: 1000 lines: a header, 267 records, 157 records spanning %d lines -> 267 train "
+          "examples" % (JIGSAW_TRAIN, 1000 - 1 - single_line_records)) in caplog.text
+  assert processor.accounts["train"] == {
+      "lines": 1000, "header": True, "records": 267, "blank_lines": 0,
+      "multi_line_records": 157, "examples": 267, "skipped": {}}
+  warning = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+  assert warning == ["%s: 157 records span several lines (quoted newlines), starting at lines "
+                     "%s, ..." % (JIGSAW_TRAIN, ", ".join(str(n) for n in starts[:5]))]
+
+
+def test_a_stray_quote_in_a_tsv_is_a_plain_character_by_default(tmp_path):
+  lines = read_lines(SST2_TRAIN)
+  lines[10] = '"' + lines[10]  # a quote opens row 10's text and is never closed
+  path = write_lines(tmp_path / "train.tsv", lines)
+  examples = sst2(path).get_examples("train")
+  assert len(examples) == 300  # every row, as Google's _read_tsv reads them
+  assert examples[9].text_a == lines[10].split("\t")[0] and lines[10].startswith('"')
+
+
+def test_a_quote_that_swallows_rows_is_an_error_naming_where_it_opened(tmp_path):
+  lines = read_lines(SST2_TRAIN)
+  lines[10] = '"' + lines[10]
+  path = write_lines(tmp_path / "train.tsv", lines)
+  error = error_of(sst2(path, quoting="csv"))
+  assert error.line == 11
+  assert str(error).startswith(
+      "%s, line 11: one record runs from line 11 over 291 lines, and 290 of them look like "
+      "rows of their own: the quote at line 11, character 1 opens a quoted field that is not "
+      "closed until line 301. Fix: remove or double" % path)
+  assert "--quoting=none" in str(error)
+
+
+def test_more_fields_than_the_header_is_an_error_or_a_counted_skip(tmp_path):
+  with io.open(COMMENTS, encoding="utf-8", newline="") as f:
+    rows = list(csv.reader(f))
+  with_comma = next(i for i, (text, _) in enumerate(rows) if "," in text and "\n" not in text
+                    and '"' not in text)
+  lines = [",".join(['"%s"' % r[0].replace('"', '""'), r[1]]) for r in rows]
+  lines[with_comma] = rows[with_comma][0] + "," + rows[with_comma][1]  # the quotes forgotten
+  path = write_lines(tmp_path / "comments.csv", lines + [""])
+  processor = get_processor("csv", files={"train": path}, text_column="0", label_column="1",
+                            has_header=False)
+  error = error_of(processor)
+  assert error.line == with_comma + 1
+  fields = len(next(csv.reader([lines[with_comma]])))
+  assert ("the row has %d fields but most rows have 2: a delimiter (',') inside a text "
+          "that is not quoted would cut the text there" % fields) in str(error)
+  skipping = get_processor("csv", files={"train": path}, text_column="0", label_column="1",
+                           has_header=False, skip_malformed_rows=True)
+  assert len(skipping.get_examples("train")) == 399
+  assert skipping.skipped == {"train": {"too many fields": 1}}
+  assert skipping.accounts["train"]["skipped"] == {"too many fields": 1}
+
+
+@pytest.mark.parametrize("missing", ["", "nan", "NaN"])
+def test_an_empty_or_nan_label_is_an_error_or_a_counted_skip(tmp_path, missing, caplog):
+  caplog.set_level("INFO")
+  lines = read_lines(SST2_TRAIN)
+  sentence = lines[5].split("\t")[0]
+  lines[5] = sentence + "\t" + missing
+  path = write_lines(tmp_path / "train.tsv", lines)
+  error = error_of(sst2(path))
+  assert (error.line, error.column) == (6, "label")
+  assert ("the label is %s" % ("empty" if not missing else "%r, a missing value" % missing)
+          ) in str(error)
+  assert "fill in one of 0, 1, remove the row, or pass --skip_malformed_rows" in str(error)
+  skipping = sst2(path, skip_malformed_rows=True)
+  assert skipping.labels == ["0", "1"]  # no class named after a missing value
+  assert len(skipping.get_examples("train")) == 299
+  assert skipping.skipped["train"] == {"a missing label": 1}
+  assert "skipped 1 rows with a missing label (--skip_malformed_rows)" in caplog.text
+
+
+def test_a_header_read_as_data_is_caught(tmp_path):
+  processor = get_processor("csv", files={"train": SST2_TRAIN}, text_column="0",
+                            label_column="1", has_header=False)
+  with pytest.raises(DataError) as error:
+    processor.labels  # the label list is read first, before any example
+  assert error.value.line == 1
+  assert ("the first line looks like a header read as data: its label 'label' appears on no other "
+          "line, and its text is 'sentence'. Fix: drop --nohas_header") in str(error.value)
+
+
+def test_labels_given_are_the_only_labels_in_the_train_file_too(tmp_path):
+  error = error_of(sst2(SST2_TRAIN, labels=["0"]))
+  assert "unknown label '1'; task csv has labels 0" in str(error)
+  assert error.line == next(i for i, line in enumerate(read_lines(SST2_TRAIN))
+                            if line.endswith("\t1")) + 1
+
+
+def test_predict_files_need_no_labels(tmp_path):
+  lines = read_lines(SST2_TRAIN)
+  lines[3] = lines[3].split("\t")[0] + "\tmaybe"  # an unknown label
+  lines[4] = lines[4].split("\t")[0] + "\t"  # a missing one
+  path = write_lines(tmp_path / "test.tsv", lines)
+  processor = get_processor("csv", files={"train": SST2_TRAIN, "test": path},
+                            text_column="sentence", label_column="label")
+  examples = processor.get_examples("test")
+  assert len(examples) == 300 and {e.label for e in examples} == {None}
+  no_labels = write_lines(tmp_path / "unlabelled.tsv",
+                          [line.split("\t")[0] for line in read_lines(SST2_TRAIN)])
+  processor = get_processor("csv", files={"train": SST2_TRAIN, "test": no_labels},
+                            text_column="sentence", label_column="label")
+  assert len(processor.get_examples("test")) == 300
+
+
+def test_truncated_and_empty_texts_are_counted(tmp_path, caplog):
+  caplog.set_level("INFO")
+  tokenizer = tokenization.FullTokenizer(TINY_VOCAB, do_lower_case=True)
+  examples = get_processor("jigsaw_toxic", data_dir=sample_path("jigsaw_toxic_sample")
+                           ).get_examples("train")
+  examples += [InputExample("e1", "   "), InputExample("e2", "")]
+  lengths = [len(tokenizer.convert_tokens_to_ids(tokenizer.tokenize(e.text_a))) + 2
+             for e in examples]  # every text encoded whole, the slow way
+  settings = {"labels": ["0", "1"], "is_regression": False, "max_seq_length": 64,
+              "vocab_sha256": "v", "source_sha256": "s"}
+  for workers in (1, 2):
+    path = str(tmp_path / ("w%d.tf_record" % workers))
+    meta = build_records(examples, path, settings, tokenizer, num_workers=workers)
+    truncated = sum(1 for n in lengths if n > 64)
+    assert (meta["truncated"], meta["empty_texts"]) == (truncated, 2)
+    assert truncated == 118
+    # Texts past 8 x 64 characters are encoded from a prefix: a lower bound beyond 64.
+    assert 64 < meta["longest_tokens"] <= max(lengths)
+    with open(path + ".meta.json") as f:
+      assert json.load(f)["truncated"] == truncated
+  assert ("2 examples have an empty or whitespace-only text; they are kept and featurised "
+          "as [CLS] [SEP]") in caplog.text
+  assert "%d examples were longer than max_seq_length=64 and were truncated" % truncated \
+      in caplog.text

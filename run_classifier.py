@@ -31,10 +31,12 @@ from data.input_fn import input_fn_builder
 from data.processors import TASK_NAMES, canonical_task_name, get_processor
 from data.tfrecord import build_records, file_sha256
 from modeling.bert import BertConfig
+from modeling.checkpoint import checkpoint_global_step, head_shape
 from modeling.compat import setup_tensorflow
 from modeling.estimator import build_estimator, xla_session_config
 from modeling.model_fn import TRAIN_LOSS_NAME, model_fn_builder
 from modeling.progress import ProgressHook, format_seconds
+from spec import model_card
 
 log = logging.getLogger("run_classifier")
 
@@ -116,6 +118,10 @@ def define_flags(flag_values):
   string("text_b_column", None, "csv task: optional second text for pairs.")
   string("id_column", None, "csv task: optional id column for the outputs.")
   boolean("has_header", True, "csv task: the first row is a header.")
+  enum("quoting", "auto", ["auto", "csv", "none"],
+       "How double quotes are read: 'csv' (they enclose fields, which may then hold "
+       "delimiters and newlines), 'none' (a quote is a plain character, as in Google's "
+       "_read_tsv), or 'auto': csv for .csv files, none for .tsv/.txt files.")
   string("delimiter", None, "csv task: field delimiter (default: tab for .tsv/.txt, "
          "else comma).")
   list_("labels", None, "csv task: the label values in order (default: sorted "
@@ -123,8 +129,12 @@ def define_flags(flag_values):
   enum("tf_log_level", "ERROR", ["DEBUG", "INFO", "WARNING", "ERROR"],
        "How much of TensorFlow's own logging to show. This program's progress "
        "lines are always shown.")
-  boolean("skip_malformed_rows", False, "Skip rows with too few fields, count them and "
-          "report the count, instead of stopping with an error.")
+  boolean("allow_untrained_head", False, "Evaluate or predict even when the classifier "
+                                         "head comes from no checkpoint (random predictions; "
+                                         "refused without this flag).")
+  boolean("skip_malformed_rows", False, "Skip rows with too few or too many fields or a "
+          "missing label, count them by cause and report the counts, instead of stopping "
+          "with an error.")
 
 
 def parse_flags(argv):
@@ -142,21 +152,19 @@ class FlagError(ValueError):
 
 # --- Validation (once, before any work) -----------------------------------------------
 
-def validate_flags(f):
-  """Checks flag combinations. Returns the BertConfig (None with a hub module without config)."""
+def validate_flags(f, card=None):
+  """Checks every flag once, before any work. Returns the BertConfig (None with a hub module
+  without config). card is the model card of --output_dir, if any."""
+  check_run_flags(f)
+  return check_task_and_model_flags(f, card)
+
+
+def check_run_flags(f):
+  """The checks that need no file: modes, sizes, rates, devices and their combinations."""
   if not (f.do_train or f.do_eval or f.do_predict):
     raise FlagError("nothing to do: pass at least one of --do_train, --do_eval, --do_predict")
-  for name in ("task_name", "output_dir"):
-    if not getattr(f, name):
-      raise FlagError("--%s is required" % name)
-  if canonical_task_name(f.task_name) is None:
-    raise FlagError("--task_name=%s is unknown; use one of: %s" %
-                    (f.task_name, ", ".join(TASK_NAMES)))
-  if canonical_task_name(f.task_name) == "csv":
-    for name in ("text_column", "label_column"):
-      if getattr(f, name) is None:
-        raise FlagError("--task_name=csv needs --%s (a column name, or a 0-based position "
-                        "with --nohas_header)" % name)
+  if not f.output_dir:
+    raise FlagError("--output_dir is required")
   _check_positive(f, ("train_batch_size", "eval_batch_size", "predict_batch_size",
                       "save_checkpoints_steps", "iterations_per_loop", "log_every_steps",
                       "gradient_accumulation_steps", "num_record_shards", "featurise_workers"))
@@ -191,31 +199,54 @@ def validate_flags(f):
     if f.dynamic_padding:
       raise FlagError("--dynamic_padding cannot be used with --use_tpu: a TPU compiles one "
                       "static shape, so batches stay padded to --max_seq_length there")
+  if f.max_seq_length < 3:
+    raise FlagError("--max_seq_length=%d is too short: [CLS] text [SEP] needs at least 3"
+                    % f.max_seq_length)
   if f.init_checkpoint and not tf.io.gfile.exists(f.init_checkpoint + ".index"):
     raise FlagError("--init_checkpoint=%s: no file %s.index. Give the checkpoint prefix, e.g. "
                     ".../bert_model.ckpt (not the .index or .data file)" %
                     (f.init_checkpoint, f.init_checkpoint))
+
+
+def check_task_and_model_flags(f, card=None):
+  """The task and the pre-trained model. card is the model card of --output_dir
+  (apply_model_card has taken its settings); the vocabulary and the BERT config then need
+  no flags. Returns the BertConfig (None with a hub module without config)."""
+  if not f.task_name:
+    raise FlagError("--task_name is required (or a model card in --output_dir)")
+  if canonical_task_name(f.task_name) is None:
+    raise FlagError("--task_name=%s is unknown; use one of: %s" %
+                    (f.task_name, ", ".join(TASK_NAMES)))
+  if canonical_task_name(f.task_name) == "csv":
+    # Predicting needs no labels; training and evaluating do.
+    needed = ["text_column"] + (["label_column"] if f.do_train or f.do_eval else [])
+    for name in needed:
+      if getattr(f, name) is None:
+        raise FlagError("--task_name=csv needs --%s (a column name, or a 0-based position "
+                        "with --nohas_header)" % name)
   if not f.bert_hub_module_handle:
     for name in ("bert_config_file", "vocab_file"):
-      if not getattr(f, name):
+      if not getattr(f, name) and not (card and card["bert_config"]):
         raise FlagError("--%s is required (or give --bert_hub_module_handle)" % name)
   config = None
+  if card and card["bert_config"] and not f.bert_config_file:
+    config = BertConfig.from_dict(card["bert_config"])
   if f.bert_config_file:
     if not tf.io.gfile.exists(f.bert_config_file):
       raise FlagError("--bert_config_file=%s does not exist" % f.bert_config_file)
     config = BertConfig.from_json_file(f.bert_config_file)
-    if f.max_seq_length > config.max_position_embeddings:
-      raise FlagError("--max_seq_length=%d exceeds max_position_embeddings=%d in %s. Pass "
-                      "--max_seq_length=%d or less" % (f.max_seq_length,
-                                                       config.max_position_embeddings,
-                                                       f.bert_config_file,
-                                                       config.max_position_embeddings))
-  if f.max_seq_length < 3:
-    raise FlagError("--max_seq_length=%d is too short: [CLS] text [SEP] needs at least 3"
-                    % f.max_seq_length)
+  if config is not None and f.max_seq_length > config.max_position_embeddings:
+    raise FlagError("--max_seq_length=%d exceeds max_position_embeddings=%d in %s. Pass "
+                    "--max_seq_length=%d or less" % (
+                        f.max_seq_length, config.max_position_embeddings,
+                        f.bert_config_file or model_card.card_path(f.output_dir),
+                        config.max_position_embeddings))
   if f.vocab_file and config is not None:
-    tokenization.check_vocab_matches_config(f.vocab_file, config.vocab_size, f.bert_config_file)
+    tokenization.check_vocab_matches_config(
+        f.vocab_file, config.vocab_size,
+        f.bert_config_file or model_card.card_path(f.output_dir))
   return config
+
 
 
 def _check_positive(f, names):
@@ -236,6 +267,95 @@ def _validate_tpu_flags(f):
                       "equal share)" % (name, getattr(f, name), f.num_tpu_cores))
 
 
+# --- The model card ------------------------------------------------------------------
+
+def read_model_card(output_dir):
+  """The model card in output_dir, or None when there is none."""
+  path = model_card.card_path(output_dir)
+  try:
+    if not tf.io.gfile.exists(path):
+      return None
+    with tf.io.gfile.GFile(path, "r") as f:
+      text = f.read()
+  except tf.errors.OpError as e:
+    raise FlagError("--output_dir=%s cannot be read (%s): check the path and your access to it"
+                    % (output_dir, e.message.splitlines()[0]))
+  try:
+    return model_card.from_json(text, path)
+  except ValueError as e:
+    raise FlagError(str(e))
+
+
+def apply_model_card(f, card):
+  """Takes the model's settings from its card where no flag gives them; a flag that
+  contradicts the card is a FlagError naming both values."""
+  where = model_card.card_path(f.output_dir)
+  given = {name: f[name].present for name in ("task_name", "labels", "do_lower_case",
+                                              "max_seq_length", "vocab_file",
+                                              "bert_config_file")}
+  if not given["task_name"]:
+    f.task_name = card["task"]
+  if not given["max_seq_length"]:
+    f.max_seq_length = card["max_seq_length"]
+  try:
+    model_card.check_agrees(card, where, labels=f.labels if given["labels"] else None,
+                            do_lower_case=f.do_lower_case if given["do_lower_case"] else None)
+    if given["bert_config_file"] and tf.io.gfile.exists(f.bert_config_file):
+      model_card.check_agrees(card, where, bert_config=BertConfig.from_json_file(
+          f.bert_config_file).to_dict())
+  except model_card.CardMismatch as e:
+    raise FlagError(str(e))
+  if not given["labels"] and card["labels"]:
+    f.labels = card["labels"]
+  if not given["do_lower_case"]:
+    f.do_lower_case = card["do_lower_case"]
+  if not given["vocab_file"] and not card["hub_module"]:
+    f.vocab_file = card["vocab_file"]
+    if not tf.io.gfile.exists(f.vocab_file):
+      raise FlagError("%s names the vocabulary %s, which no longer exists: pass --vocab_file="
+                      "<the same vocab.txt> (its sha256 must be %s)"
+                      % (where, f.vocab_file, card["vocab_sha256"]))
+  if f.vocab_file and tokenization.vocab_fingerprint(f.vocab_file) != card["vocab_sha256"]:
+    raise FlagError("--vocab_file=%s is not the vocabulary the model was trained with (%s names "
+                    "%s, sha256 %s): token ids would not mean what the model learnt. Pass the "
+                    "model's own vocab.txt, or drop --vocab_file"
+                    % (f.vocab_file, where, card["vocab_file"], card["vocab_sha256"]))
+  if not given["bert_config_file"] and not f.bert_hub_module_handle:
+    f.bert_config_file = None  # validate_flags takes the card's config
+  log.info("model card %s: task %s, %s, max_seq_length %d, do_lower_case=%s", where,
+           card["task"], "labels " + ",".join(card["labels"]) if card["labels"] else
+           "regression", card["max_seq_length"], card["do_lower_case"])
+
+
+def check_card_matches_task(card, processor, output_dir):
+  """The task's labels and head must be the model's: same names, same order."""
+  where = model_card.card_path(output_dir)
+  head = "regression" if processor.is_regression else "classification"
+  try:
+    model_card.check_agrees(card, where, head=head, labels=processor.labels)
+  except model_card.CardMismatch as e:
+    raise FlagError(str(e))
+
+
+def write_model_card(f, processor, vocab_file, tokenizer, bert_config):
+  card = model_card.build_card(
+      task=processor.name, labels=processor.labels,
+      head="regression" if processor.is_regression else "classification",
+      max_seq_length=f.max_seq_length, do_lower_case=tokenizer.do_lower_case,
+      vocab_file=os.path.abspath(vocab_file) if "://" not in vocab_file else vocab_file,
+      vocab_sha256=tokenization.vocab_fingerprint(vocab_file),
+      bert_config=bert_config.to_dict() if bert_config else None,
+      init_checkpoint=f.init_checkpoint, hub_module=f.bert_hub_module_handle,
+      flags={name: f[name].value for name in sorted(f) if name in _OWN_FLAGS})
+  tf.io.gfile.makedirs(f.output_dir)
+  with tf.io.gfile.GFile(model_card.card_path(f.output_dir), "w") as out:
+    out.write(model_card.to_json(card))
+  log.info("wrote the model card %s", model_card.card_path(f.output_dir))
+
+
+_OWN_FLAGS = set(parse_flags(["run_classifier.py"]))  # this program's flags, not absl's
+
+
 # --- Wiring -----------------------------------------------------------------------------
 
 def make_processor(f):
@@ -244,7 +364,7 @@ def make_processor(f):
                        skip_malformed_rows=f.skip_malformed_rows, text_column=f.text_column,
                        text_b_column=f.text_b_column, label_column=f.label_column,
                        id_column=f.id_column, has_header=f.has_header, delimiter=f.delimiter,
-                       labels=f.labels)
+                       labels=f.labels, quoting=f.quoting)
 
 
 def make_tokenizer(f):
@@ -293,7 +413,8 @@ def featurise(f, processor, split, examples, tokenizer, vocab_file, pad_to_multi
       "vocab_sha256": tokenization.vocab_fingerprint(vocab_file),
       "do_lower_case": tokenizer.do_lower_case,
       "columns": [f.text_column, f.text_b_column, f.label_column, f.id_column, f.has_header,
-                  f.delimiter, f.skip_malformed_rows],
+                  f.delimiter, f.quoting, f.skip_malformed_rows],
+      "read": processor.accounts.get(split),  # lines, records, rows skipped by cause
   }
   if split == "train":
     settings.update(train_fraction=f.train_fraction, seed=f.seed)
@@ -312,15 +433,84 @@ def num_train_steps_for(f, num_examples):
 
 # --- The three modes --------------------------------------------------------------------
 
-def run_train(f, estimator, processor, tokenizer, vocab_file, num_train_steps, examples):
-  record_files, _ = featurise(f, processor, "train", examples, tokenizer, vocab_file, 0)
+class Split(object):
+  """One split, read, validated and featurised: its examples and record files."""
+
+  def __init__(self, examples, record_files, metadata):
+    self.examples = examples
+    self.record_files = record_files
+    self.metadata = metadata
+
+
+def prepare_splits(f, processor, tokenizer, vocab_file):
+  """Reads, validates and featurises every split the requested modes need, before any
+  training: a bad eval or predict file stops the run in seconds, not after training."""
+  splits = {}
+  if f.do_train:
+    all_train = processor.get_examples("train")
+    examples = take_fraction(all_train, f.train_fraction, f.seed)
+    if len(examples) != len(all_train):
+      log.info("--train_fraction=%g: training on %d of %d rows", f.train_fraction,
+               len(examples), len(all_train))
+    splits["train"] = Split(examples, *featurise(f, processor, "train", examples, tokenizer,
+                                                 vocab_file, 0))
+  for split, wanted, batch_size in (("dev", f.do_eval, f.eval_batch_size),
+                                    ("test", f.do_predict, f.predict_batch_size)):
+    if wanted:
+      examples = processor.get_examples(split)
+      splits[split] = Split(examples, *featurise(f, processor, split, examples, tokenizer,
+                                                 vocab_file, batch_size))
+  return splits
+
+
+def head_checkpoint(f, num_outputs):
+  """The checkpoint that eval and predict take the classifier head from, checked.
+
+  That is the newest checkpoint in --output_dir, else --init_checkpoint when it holds
+  a fine-tuned head. A head in no checkpoint has never been trained, and its
+  predictions would be random: refused unless --allow_untrained_head. A head with
+  another number of outputs belongs to another task: refused.
+  """
+  source = tf.train.latest_checkpoint(f.output_dir) or f.init_checkpoint
+  shape = head_shape(source) if source else None
+  if shape is None:
+    if f.allow_untrained_head:
+      log.warning("--allow_untrained_head: the classifier head starts from random values, so "
+                  "predictions are random")
+      return None
+    raise FlagError(
+        "refusing to %s with an untrained classifier head: %s holds no fine-tuned model, and "
+        "%s. Fine-tune first (add --do_train, which saves the model in --output_dir), or point "
+        "--output_dir at a fine-tuned model's folder or --init_checkpoint at a fine-tuned "
+        "checkpoint. --allow_untrained_head runs anyway, with random predictions" % (
+            "evaluate" if f.do_eval else "predict", f.output_dir,
+            "--init_checkpoint=%s is a pre-trained encoder without a head" % f.init_checkpoint
+            if f.init_checkpoint else "no --init_checkpoint was given"))
+  if shape[0] != num_outputs:
+    raise FlagError("the classifier head in %s has %d outputs, but this run has %d (%s): the "
+                    "checkpoint was trained for another task or label set. Use the labels it "
+                    "was trained with, or another --output_dir" % (
+                        source, shape[0], num_outputs,
+                        "labels " + ",".join(f.labels) if f.labels else "the task's labels"))
+  return source
+
+
+def describe_checkpoint(path):
+  """'<path> (global step N)', for the log and the results files."""
+  if path is None:
+    return "no checkpoint (random head)"
+  step = checkpoint_global_step(path)
+  return "%s (global step %s)" % (path, step if step is not None else "unknown")
+
+
+def run_train(f, estimator, processor, split, num_train_steps):
   per_update = f.train_batch_size * f.gradient_accumulation_steps
-  log.info("training: %d examples, batch %d, %d steps", len(examples), per_update,
+  log.info("training: %d examples, batch %d, %d steps", len(split.examples), per_update,
            num_train_steps)
   hook = ProgressHook(num_train_steps, per_update, f.log_every_steps,
                       loss_tensor_name=TRAIN_LOSS_NAME, fetch_loss=not f.use_tpu,
                       report=log.info)
-  input_fn = input_fn_builder(record_files, f.max_seq_length, is_training=True,
+  input_fn = input_fn_builder(split.record_files, f.max_seq_length, is_training=True,
                               is_regression=processor.is_regression, seed=f.seed,
                               dynamic_padding=f.dynamic_padding)
   start = time.time()
@@ -329,17 +519,23 @@ def run_train(f, estimator, processor, tokenizer, vocab_file, num_train_steps, e
   return hook
 
 
-def run_eval(f, estimator, processor, tokenizer, vocab_file):
-  examples = processor.get_examples("dev")
-  record_files, meta = featurise(f, processor, "dev", examples, tokenizer, vocab_file,
-                                f.eval_batch_size)
+def _restore_path(f, checkpoint):
+  """What Estimator restores: a checkpoint of --output_dir by path; None for the
+  initialisation from --init_checkpoint (a fine-tuned head there, or none at all)."""
+  in_output_dir = tf.train.latest_checkpoint(f.output_dir)
+  return checkpoint if checkpoint and checkpoint == in_output_dir else None
+
+
+def run_eval(f, estimator, processor, split, checkpoint):
+  examples, meta = split.examples, split.metadata
   steps = meta["num_records"] // f.eval_batch_size
-  input_fn = input_fn_builder(record_files, f.max_seq_length, is_training=False,
+  input_fn = input_fn_builder(split.record_files, f.max_seq_length, is_training=False,
                               is_regression=processor.is_regression,
                               dynamic_padding=f.dynamic_padding)
-  log.info("evaluating %d examples (+%d padding) in %d batches", len(examples),
-           meta["num_padding"], steps)
-  raw = estimator.evaluate(input_fn=input_fn, steps=steps)
+  log.info("evaluating %d examples (+%d padding) in %d batches with %s", len(examples),
+           meta["num_padding"], steps, describe_checkpoint(checkpoint))
+  raw = estimator.evaluate(input_fn=input_fn, steps=steps,
+                           checkpoint_path=_restore_path(f, checkpoint))
   results = {k: _plain(v) for k, v in raw.items()}
   # Estimator's own "loss" averages per-batch means, so a part-padded last batch would
   # weigh too much; eval_loss is the exact mean over real examples.
@@ -350,6 +546,7 @@ def run_eval(f, estimator, processor, tokenizer, vocab_file):
                        (results["num_examples"], len(examples)))
   if not processor.is_regression:
     results["majority_baseline_accuracy"] = majority_accuracy(examples)
+  results["checkpoint"] = checkpoint
   write_eval_results(f.output_dir, results)
   return results
 
@@ -373,16 +570,16 @@ def write_eval_results(output_dir, results):
     log.info("  eval %s = %s", key, results[key])
 
 
-def run_predict(f, estimator, processor, tokenizer, vocab_file):
-  examples = processor.get_examples("test")
-  record_files, meta = featurise(f, processor, "test", examples, tokenizer, vocab_file,
-                                f.predict_batch_size)
-  input_fn = input_fn_builder(record_files, f.max_seq_length, is_training=False,
+def run_predict(f, estimator, processor, split, checkpoint):
+  examples, meta = split.examples, split.metadata
+  input_fn = input_fn_builder(split.record_files, f.max_seq_length, is_training=False,
                               is_regression=processor.is_regression,
                               dynamic_padding=f.dynamic_padding)
-  log.info("predicting %d examples (+%d padding)", len(examples), meta["num_padding"])
+  log.info("predicting %d examples (+%d padding) with %s", len(examples), meta["num_padding"],
+           describe_checkpoint(checkpoint))
   rows = {}
-  for prediction in estimator.predict(input_fn=input_fn, yield_single_examples=True):
+  for prediction in estimator.predict(input_fn=input_fn, yield_single_examples=True,
+                                      checkpoint_path=_restore_path(f, checkpoint)):
     if not prediction["is_real_example"]:
       continue
     example_id = int(prediction["example_id"])
@@ -394,6 +591,11 @@ def run_predict(f, estimator, processor, tokenizer, vocab_file):
                        (len(rows), len(examples)))
   path = os.path.join(f.output_dir, "test_results.tsv")
   write_predictions(path, examples, rows, processor)
+  with tf.io.gfile.GFile(os.path.join(f.output_dir, "test_results.json"), "w") as out:
+    json.dump({"checkpoint": checkpoint, "global_step": checkpoint_global_step(checkpoint)
+               if checkpoint else None, "predict_file": processor.file_for("test"),
+               "rows": len(examples), "labels": processor.labels}, out, indent=2,
+              sort_keys=True)
   log.info("wrote %d predictions to %s", len(examples), path)
   return path
 
@@ -428,27 +630,28 @@ def _one_line(text):
 
 def run(f):
   """Runs the requested modes. Returns a dict of what was produced (for callers and tests)."""
-  bert_config = validate_flags(f)
+  check_run_flags(f)
+  card = read_model_card(f.output_dir)
+  if card:
+    apply_model_card(f, card)
+  bert_config = check_task_and_model_flags(f, card)
   setup_tensorflow()
-  tf.io.gfile.makedirs(f.output_dir)
   processor = make_processor(f)
+  if card:
+    check_card_matches_task(card, processor, f.output_dir)
   tokenizer, vocab_file = make_tokenizer(f)
   labels = processor.labels
   log.info("task %s: %s", processor.name,
            "regression" if processor.is_regression else "labels %s" % ", ".join(labels))
-
-  train_examples, num_train_steps = None, 0
-  if f.do_train:
-    all_train = processor.get_examples("train")
-    train_examples = take_fraction(all_train, f.train_fraction, f.seed)
-    if len(train_examples) != len(all_train):
-      log.info("--train_fraction=%g: training on %d of %d rows", f.train_fraction,
-               len(train_examples), len(all_train))
-    num_train_steps = num_train_steps_for(f, len(train_examples))
+  num_outputs = 1 if processor.is_regression else len(labels)
+  if (f.do_eval or f.do_predict) and not f.do_train:
+    checkpoint = head_checkpoint(f, num_outputs)  # refused before any work
+  splits = prepare_splits(f, processor, tokenizer, vocab_file)
+  num_train_steps = num_train_steps_for(f, len(splits["train"].examples)) if f.do_train else 0
 
   model_fn = model_fn_builder(
       bert_config=bert_config or BertConfig(vocab_size=len(tokenizer.vocab)),
-      num_labels=len(labels) if labels else 1, init_checkpoint=f.init_checkpoint,
+      num_labels=num_outputs, init_checkpoint=f.init_checkpoint,
       learning_rate=f.learning_rate, num_train_steps=num_train_steps,
       num_warmup_steps=int(num_train_steps * f.warmup_proportion), use_tpu=f.use_tpu,
       is_regression=processor.is_regression, hub_module_handle=f.bert_hub_module_handle,
@@ -459,12 +662,14 @@ def run(f):
 
   outcome = {}
   if f.do_train:
-    outcome["train_progress"] = run_train(f, estimator, processor, tokenizer, vocab_file,
-                                          num_train_steps, train_examples).history
+    write_model_card(f, processor, vocab_file, tokenizer, bert_config)
+    outcome["train_progress"] = run_train(f, estimator, processor, splits["train"],
+                                          num_train_steps).history
+    checkpoint = tf.train.latest_checkpoint(f.output_dir)
   if f.do_eval:
-    outcome["eval"] = run_eval(f, estimator, processor, tokenizer, vocab_file)
+    outcome["eval"] = run_eval(f, estimator, processor, splits["dev"], checkpoint)
   if f.do_predict:
-    outcome["predictions"] = run_predict(f, estimator, processor, tokenizer, vocab_file)
+    outcome["predictions"] = run_predict(f, estimator, processor, splits["test"], checkpoint)
   return outcome
 
 

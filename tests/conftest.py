@@ -189,6 +189,41 @@ def tiny_vocab():
   return TINY_VOCAB
 
 
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+  """A randomly initialised BERT-Tiny encoder checkpoint (no classifier head), to exercise
+  --init_checkpoint as a pre-trained checkpoint would."""
+  from modeling.bert import BertConfig, BertModel
+  path = str(tmp_path_factory.mktemp("ckpt") / "bert_model.ckpt")
+  with tf.Graph().as_default():
+    tf.set_random_seed(0)
+    BertModel(BertConfig.from_json_file(os.path.join(TINY, "bert_config.json")), False,
+              tf.zeros([1, 8], tf.int32))
+    with tf.Session() as session:
+      session.run(tf.global_variables_initializer())
+      tf.train.Saver().save(session, path)
+  return path
+
+
+JIGSAW = os.path.join(SAMPLES, "jigsaw_toxic_sample")
+
+
+def run_flags(*args):
+  """run_classifier's run() on a command line, in this process."""
+  from run_classifier import parse_flags, run
+  return run(parse_flags(["run_classifier.py"] + list(args)))
+
+
+def common_flags(checkpoint, output_dir):
+  """A small, quick run_classifier command on the Jigsaw sample with BERT-Tiny's shape."""
+  return ["--task_name=jigsaw_toxic", "--data_dir=" + JIGSAW,
+          "--bert_config_file=" + os.path.join(TINY, "bert_config.json"),
+          "--vocab_file=" + TINY_VOCAB, "--init_checkpoint=" + checkpoint,
+          "--output_dir=" + output_dir, "--max_seq_length=32", "--train_batch_size=8",
+          "--eval_batch_size=8", "--predict_batch_size=8", "--learning_rate=1e-3",
+          "--log_every_steps=4"]
+
+
 def small_config(vocab_size=99, **overrides):
   """A BERT config small enough to build and train in a second."""
   from modeling.bert import BertConfig

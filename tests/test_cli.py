@@ -10,47 +10,15 @@ import sys
 
 import numpy as np
 import pytest
-import tensorflow.compat.v1 as tf
 
-from conftest import ROOT, TINY, sample_path
-from modeling.bert import BertConfig, BertModel
-from run_classifier import FlagError, parse_flags, run
-
-JIGSAW = sample_path("jigsaw_toxic_sample")
-
-
-def run_flags(*args):
-  """run() on a command line, in this process."""
-  return run(parse_flags(["run_classifier.py"] + list(args)))
+from conftest import JIGSAW, ROOT, TINY, common_flags, run_flags
+from run_classifier import FlagError, parse_flags
 
 
 def run_cli(*args):
   return subprocess.run([sys.executable, os.path.join(ROOT, "run_classifier.py")] + list(args),
                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                         universal_newlines=True, timeout=900)
-
-
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory):
-  """A randomly initialised BERT-Tiny encoder checkpoint, to exercise --init_checkpoint."""
-  path = str(tmp_path_factory.mktemp("ckpt") / "bert_model.ckpt")
-  with tf.Graph().as_default():
-    tf.set_random_seed(0)
-    BertModel(BertConfig.from_json_file(os.path.join(TINY, "bert_config.json")), False,
-              tf.zeros([1, 8], tf.int32))
-    with tf.Session() as session:
-      session.run(tf.global_variables_initializer())
-      tf.train.Saver().save(session, path)
-  return path
-
-
-def common_flags(checkpoint, output_dir):
-  return ["--task_name=jigsaw_toxic", "--data_dir=" + JIGSAW,
-          "--bert_config_file=" + os.path.join(TINY, "bert_config.json"),
-          "--vocab_file=" + os.path.join(TINY, "vocab.txt"),
-          "--init_checkpoint=" + checkpoint, "--output_dir=" + output_dir,
-          "--max_seq_length=32", "--train_batch_size=8", "--eval_batch_size=8",
-          "--predict_batch_size=8", "--learning_rate=1e-3", "--log_every_steps=4"]
 
 
 def read_predictions(path):

@@ -1,0 +1,88 @@
+"""The model card: what a fine-tuned model in an output directory is.
+
+Training writes model_card.json next to its checkpoints: the task, the label names
+in their order (the order of the head's outputs), the head, the sequence length,
+the casing, the vocabulary and its hash, the BERT config, the starting checkpoint
+and the flags. A later eval or predict run reads it, so the labels and the encoder's
+settings come from the model itself rather than from flags that may disagree.
+"""
+
+import json
+import os
+
+CARD_NAME = "model_card.json"
+CARD_FORMAT = "bert-text-classifier-model-card"
+CARD_VERSION = 1
+
+
+class CardMismatch(ValueError):
+  """A setting of this run contradicts the model card; the message names both values."""
+
+
+def card_path(output_dir):
+  return os.path.join(output_dir, CARD_NAME)
+
+
+def build_card(task, labels, head, max_seq_length, do_lower_case, vocab_file, vocab_sha256,
+               bert_config, init_checkpoint, hub_module, flags):
+  """The card's content as a dict. labels is None for a regression head."""
+  return {
+      "format": CARD_FORMAT, "version": CARD_VERSION, "task": task,
+      "labels": list(labels) if labels else None, "head": head,
+      "num_outputs": len(labels) if labels else 1, "max_seq_length": max_seq_length,
+      "do_lower_case": bool(do_lower_case), "vocab_file": vocab_file,
+      "vocab_sha256": vocab_sha256, "bert_config": bert_config,
+      "init_checkpoint": init_checkpoint, "hub_module": hub_module, "flags": flags,
+  }
+
+
+def to_json(card):
+  return json.dumps(card, indent=2, sort_keys=True) + "\n"
+
+
+def from_json(text, where):
+  """Parses a card, checking it is one. Raises ValueError naming where it came from."""
+  try:
+    card = json.loads(text)
+  except ValueError as e:
+    raise ValueError("%s is not valid JSON (%s): delete it, or train again into a new "
+                     "--output_dir" % (where, e))
+  if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
+    raise ValueError("%s is not a model card of this project" % where)
+  if card.get("version") != CARD_VERSION:
+    raise ValueError("%s has card version %r; this program reads version %d"
+                     % (where, card.get("version"), CARD_VERSION))
+  return card
+
+
+def check_agrees(card, where, **settings):
+  """Raises CardMismatch for the first setting given (not None) that differs from the card.
+
+  Each setting is compared with the card's entry of the same name; the message
+  names the flag, both values and the fix.
+  """
+  for name, value in sorted(settings.items()):
+    if value is None:
+      continue
+    expected = card.get(name)
+    if _normalised(value) != _normalised(expected):
+      raise CardMismatch(
+          "%s says %s=%s, but this run has %s. The model was trained with %s: drop the flag "
+          "to use the model's own, or train a new model into another --output_dir"
+          % (where, name, _shown(expected), _shown(value), _shown(expected)))
+
+
+def _normalised(value):
+  if isinstance(value, (list, tuple)):
+    return [_normalised(v) for v in value]
+  if isinstance(value, dict):
+    return {k: _normalised(v) for k, v in value.items()}
+  return value
+
+
+def _shown(value):
+  if isinstance(value, (list, tuple)):
+    return ",".join(str(v) for v in value)
+  if isinstance(value, dict):
+    return json.dumps(value, sort_keys=True)
+  return str(value)

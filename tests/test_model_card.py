@@ -1,0 +1,179 @@
+"""The fine-tuned model knows its own labels: training writes a model card, later runs read
+it, contradicting flags and untrained heads are refused, every file is checked before
+training, and results name the checkpoint they came from."""
+
+import csv
+import io
+import json
+import os
+
+import pytest
+
+from conftest import JIGSAW, TINY, TINY_VOCAB, common_flags, run_flags, sample_path
+from data.errors import DataError
+from run_classifier import FlagError
+
+SST2 = sample_path("glue", "SST-2")
+
+
+def sst2_flags(checkpoint, output_dir, *extra):
+  """The csv task on the SST-2 sample, with its labels in a chosen order."""
+  return ["--task_name=csv", "--train_file=" + os.path.join(SST2, "train.tsv"),
+          "--eval_file=" + os.path.join(SST2, "dev.tsv"),
+          "--predict_file=" + os.path.join(SST2, "test.tsv"), "--text_column=sentence",
+          "--label_column=label", "--bert_config_file=" + os.path.join(TINY, "bert_config.json"),
+          "--vocab_file=" + TINY_VOCAB, "--init_checkpoint=" + checkpoint,
+          "--output_dir=" + output_dir, "--max_seq_length=32", "--train_batch_size=16",
+          "--eval_batch_size=16", "--predict_batch_size=16", "--learning_rate=1e-3"
+          ] + list(extra)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, tiny_checkpoint):
+  """A model fine-tuned for 6 steps on the SST-2 sample with labels in the order 1,0."""
+  output_dir = str(tmp_path_factory.mktemp("trained") / "model")
+  run_flags(*sst2_flags(tiny_checkpoint, output_dir, "--do_train", "--do_predict",
+                        "--num_train_steps=6", "--labels=1,0"))
+  with open(os.path.join(output_dir, "test_results.tsv")) as f:
+    return output_dir, f.read()
+
+
+def card_of(output_dir):
+  with open(os.path.join(output_dir, "model_card.json")) as f:
+    return json.load(f)
+
+
+@pytest.mark.slow
+def test_training_writes_the_model_card(trained, tiny_checkpoint):
+  output_dir, _ = trained
+  card = card_of(output_dir)
+  assert (card["task"], card["labels"], card["head"], card["num_outputs"]) == (
+      "csv", ["1", "0"], "classification", 2)
+  assert (card["max_seq_length"], card["do_lower_case"]) == (32, True)
+  assert card["vocab_file"] == TINY_VOCAB
+  from data.tokenization import vocab_fingerprint
+  assert card["vocab_sha256"] == vocab_fingerprint(TINY_VOCAB)
+  with open(os.path.join(TINY, "bert_config.json")) as f:
+    assert card["bert_config"] == {k: v for k, v in json.load(f).items()
+                                   if k in card["bert_config"]}
+  assert card["init_checkpoint"] == tiny_checkpoint
+  assert card["flags"]["learning_rate"] == 1e-3 and card["flags"]["num_train_steps"] == 6
+  assert "helpfull" not in card["flags"]  # this program's flags only
+
+
+@pytest.mark.slow
+def test_predict_from_the_card_alone_needs_no_model_flags(trained, tmp_path, caplog):
+  """--output_dir and the file are enough: labels, config and vocabulary come from the card,
+  and the predictions are the training run's."""
+  caplog.set_level("INFO")
+  output_dir, expected = trained
+  # A copy of the model folder (its checkpoint file lists relative paths).
+  copy = str(tmp_path / "copy")
+  os.makedirs(copy)
+  for name in os.listdir(output_dir):
+    if name.startswith(("model.ckpt", "checkpoint", "model_card")):
+      with open(os.path.join(output_dir, name), "rb") as src, \
+          open(os.path.join(copy, name), "wb") as dst:
+        dst.write(src.read())
+  run_flags("--output_dir=" + copy, "--do_predict", "--predict_file=" +
+            os.path.join(SST2, "test.tsv"), "--text_column=sentence", "--predict_batch_size=16")
+  with open(os.path.join(copy, "test_results.tsv")) as f:
+    assert f.read() == expected
+  assert "model card %s: task csv, labels 1,0, max_seq_length 32" % os.path.join(
+      copy, "model_card.json") in caplog.text
+  step_line = "predicting 100 examples (+12 padding) with %s (global step 6)" % os.path.join(
+      copy, "model.ckpt-6")
+  assert step_line in caplog.text
+  with open(os.path.join(copy, "test_results.json")) as f:
+    record = json.load(f)
+  assert (record["checkpoint"], record["global_step"], record["rows"], record["labels"]) == (
+      os.path.join(copy, "model.ckpt-6"), 6, 100, ["1", "0"])
+
+
+@pytest.mark.slow
+def test_labels_in_another_order_are_refused(trained, tiny_checkpoint):
+  output_dir, _ = trained
+  with pytest.raises(FlagError) as error:
+    run_flags(*sst2_flags(tiny_checkpoint, output_dir, "--do_predict", "--labels=0,1"))
+  assert str(error.value) == (
+      "%s says labels=1,0, but this run has 0,1. The model was trained with 1,0: drop the flag "
+      "to use the model's own, or train a new model into another --output_dir"
+      % os.path.join(output_dir, "model_card.json"))
+
+
+@pytest.mark.slow
+def test_another_vocabulary_or_casing_is_refused(trained, tiny_checkpoint, tmp_path):
+  output_dir, _ = trained
+  with pytest.raises(FlagError) as error:
+    run_flags(*sst2_flags(tiny_checkpoint, output_dir, "--do_predict", "--nodo_lower_case"))
+  assert "says do_lower_case=True, but this run has False" in str(error.value)
+  vocab = tmp_path / "vocab.txt"
+  with open(TINY_VOCAB) as f:
+    vocab.write_text(f.read().replace("[unused0]", "[unused_zero]"))
+  with pytest.raises(FlagError) as error:
+    run_flags(*sst2_flags(tiny_checkpoint, output_dir, "--do_predict",
+                          "--vocab_file=%s" % vocab))
+  assert str(error.value).startswith(
+      "--vocab_file=%s is not the vocabulary the model was trained with" % vocab)
+
+
+@pytest.mark.slow
+def test_an_untrained_head_is_refused_unless_allowed(tiny_checkpoint, tmp_path, caplog):
+  """Predicting straight from a pre-trained checkpoint would give random predictions."""
+  output_dir = str(tmp_path / "untrained")
+  with pytest.raises(FlagError) as error:
+    run_flags(*common_flags(tiny_checkpoint, output_dir) + ["--do_predict"])
+  assert str(error.value) == (
+      "refusing to predict with an untrained classifier head: %s holds no fine-tuned model, "
+      "and --init_checkpoint=%s is a pre-trained encoder without a head. Fine-tune first (add "
+      "--do_train, which saves the model in --output_dir), or point --output_dir at a "
+      "fine-tuned model's folder or --init_checkpoint at a fine-tuned checkpoint. "
+      "--allow_untrained_head runs anyway, with random predictions"
+      % (output_dir, tiny_checkpoint))
+  assert not os.path.exists(output_dir)
+  caplog.set_level("INFO")
+  run_flags(*common_flags(tiny_checkpoint, output_dir) + ["--do_predict",
+                                                          "--allow_untrained_head"])
+  assert "the classifier head starts from random values" in caplog.text
+  with open(os.path.join(output_dir, "test_results.tsv")) as f:
+    assert len(f.read().splitlines()) == 1 + 33
+
+
+@pytest.mark.slow
+def test_a_head_for_another_number_of_labels_is_refused(trained, tiny_checkpoint, tmp_path):
+  output_dir, _ = trained
+  fine_tuned = os.path.join(output_dir, "model.ckpt-6")
+  with pytest.raises(FlagError) as error:
+    run_flags(*sst2_flags(tiny_checkpoint, str(tmp_path / "three"), "--do_eval",
+                          "--labels=0,1,2", "--init_checkpoint=" + fine_tuned))
+  assert str(error.value).startswith(
+      "the classifier head in %s has 2 outputs, but this run has 3 (labels 0,1,2)" % fine_tuned)
+
+
+@pytest.mark.slow
+def test_a_bad_predict_file_stops_the_run_before_training(tiny_checkpoint, tmp_path):
+  predict = tmp_path / "test.csv"
+  with io.open(os.path.join(JIGSAW, "test.csv"), encoding="utf-8", newline="") as f:
+    rows = list(csv.reader(f))
+  rows[0][1] = "text"  # the column is not called comment_text
+  with io.open(str(predict), "w", encoding="utf-8", newline="") as f:
+    csv.writer(f).writerows(rows)
+  output_dir = tmp_path / "out"
+  with pytest.raises(DataError) as error:
+    run_flags(*common_flags(tiny_checkpoint, str(output_dir)) + [
+        "--do_train", "--do_predict", "--num_train_steps=3", "--predict_file=%s" % predict])
+  assert str(error.value).startswith(
+      "%s, line 1, column 'comment_text': there is no column 'comment_text'" % predict)
+  written = os.listdir(str(output_dir)) if output_dir.exists() else []
+  assert [name for name in written if name.startswith(("model.ckpt", "checkpoint",
+                                                       "model_card"))] == []
+
+
+@pytest.mark.slow
+def test_eval_results_name_their_checkpoint(trained, tiny_checkpoint):
+  output_dir, _ = trained
+  results = run_flags(*sst2_flags(tiny_checkpoint, output_dir, "--do_eval"))["eval"]
+  assert results["checkpoint"] == os.path.join(output_dir, "model.ckpt-6")
+  assert results["global_step"] == 6 and results["num_examples"] == 100
+  with open(os.path.join(output_dir, "eval_results.json")) as f:
+    assert json.load(f)["checkpoint"] == results["checkpoint"]

@@ -117,7 +117,10 @@ def define_flags(flag_values):
   string("text_column", None, "csv task: text column (name or 0-based position).")
   string("text_b_column", None, "csv task: optional second text for pairs.")
   string("id_column", None, "csv task: optional id column for the outputs.")
-  boolean("has_header", True, "csv task: the first row is a header.")
+  boolean("has_header", True, "csv task: the first row of each file is a header.")
+  for split in ("train", "eval", "predict"):
+    boolean("%s_has_header" % split, None, "csv task: whether the %s file's first row is a "
+            "header, where it differs from the other files (default: --has_header)" % split)
   enum("quoting", "auto", ["auto", "csv", "none"],
        "How double quotes are read: 'csv' (they enclose fields, which may then hold "
        "delimiters and newlines), 'none' (a quote is a plain character, as in Google's "
@@ -322,6 +325,10 @@ def apply_model_card(f, card):
                     % (f.vocab_file, where, card["vocab_file"], card["vocab_sha256"]))
   if not given["bert_config_file"] and not f.bert_hub_module_handle:
     f.bert_config_file = None  # validate_flags takes the card's config
+  # How the training files were read, for files laid out the same way.
+  for name in _LAYOUT_FLAGS:
+    if not f[name].present and name in card["flags"]:
+      setattr(f, name, card["flags"][name])
   log.info("model card %s: task %s, %s, max_seq_length %d, do_lower_case=%s", where,
            card["task"], "labels " + ",".join(card["labels"]) if card["labels"] else
            "regression", card["max_seq_length"], card["do_lower_case"])
@@ -354,6 +361,8 @@ def write_model_card(f, processor, vocab_file, tokenizer, bert_config):
 
 
 _OWN_FLAGS = set(parse_flags(["run_classifier.py"]))  # this program's flags, not absl's
+_LAYOUT_FLAGS = ("text_column", "text_b_column", "label_column", "id_column", "has_header",
+                 "delimiter", "quoting")
 
 
 # --- Wiring -----------------------------------------------------------------------------
@@ -364,7 +373,9 @@ def make_processor(f):
                        skip_malformed_rows=f.skip_malformed_rows, text_column=f.text_column,
                        text_b_column=f.text_b_column, label_column=f.label_column,
                        id_column=f.id_column, has_header=f.has_header, delimiter=f.delimiter,
-                       labels=f.labels, quoting=f.quoting)
+                       labels=f.labels, quoting=f.quoting,
+                       split_headers={"train": f.train_has_header, "dev": f.eval_has_header,
+                                      "test": f.predict_has_header})
 
 
 def make_tokenizer(f):
@@ -412,8 +423,9 @@ def featurise(f, processor, split, examples, tokenizer, vocab_file, pad_to_multi
       "is_regression": processor.is_regression, "max_seq_length": f.max_seq_length,
       "vocab_sha256": tokenization.vocab_fingerprint(vocab_file),
       "do_lower_case": tokenizer.do_lower_case,
-      "columns": [f.text_column, f.text_b_column, f.label_column, f.id_column, f.has_header,
-                  f.delimiter, f.quoting, f.skip_malformed_rows],
+      "columns": [f.text_column, f.text_b_column, f.label_column, f.id_column,
+                  processor.has_header_for(split), f.delimiter, f.quoting,
+                  f.skip_malformed_rows],
       "read": processor.accounts.get(split),  # lines, records, rows skipped by cause
   }
   if split == "train":

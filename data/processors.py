@@ -90,7 +90,7 @@ class DataProcessor(object):
   # -- examples ------------------------------------------------------------
   def get_examples(self, split):
     path = self.file_for(split)
-    table = read_table(path, self.delimiter_of(path), self.has_header_of(path),
+    table = read_table(path, self.delimiter_of(path), self.has_header_for(split),
                        self.quoting_of(path))
     columns = self.columns(table, split)
     examples = self._rows_to_examples(table, columns, split)
@@ -118,7 +118,7 @@ class DataProcessor(object):
     return self.quoting if self.quoting_choice == "auto" else quoting_for(path,
                                                                          self.quoting_choice)
 
-  def has_header_of(self, path):
+  def has_header_for(self, split):
     return self.has_header
 
   def columns(self, table, split):
@@ -435,13 +435,15 @@ class CsvProcessor(DataProcessor):
                  "test": ("test.csv", "test.tsv")}
 
   def __init__(self, text_column, label_column, text_b_column=None, id_column=None,
-               has_header=True, delimiter=None, labels=None, **kwargs):
+               has_header=True, delimiter=None, labels=None, split_headers=None, **kwargs):
     super(CsvProcessor, self).__init__(**kwargs)
     self.text_column = text_column
     self.text_b_column = text_b_column
     self.label_column = label_column
     self.id_column = id_column
     self.has_header = has_header
+    # {split: True/False} where one file's layout differs from the others'.
+    self.split_headers = {k: v for k, v in (split_headers or {}).items() if v is not None}
     self.explicit_delimiter = delimiter
     self._labels = list(labels) if labels else None
 
@@ -450,6 +452,9 @@ class CsvProcessor(DataProcessor):
 
   def quoting_of(self, path):
     return quoting_for(path, self.quoting_choice)
+
+  def has_header_for(self, split):
+    return self.split_headers.get(split, self.has_header)
 
   @property
   def labels(self):
@@ -460,9 +465,11 @@ class CsvProcessor(DataProcessor):
   def _labels_from_train_file(self):
     """The sorted distinct labels of the train file (numerically when they are numbers)."""
     path = self.file_for("train")
-    table = read_table(path, self.delimiter_of(path), self.has_header, self.quoting_of(path))
+    table = read_table(path, self.delimiter_of(path), self.has_header_for("train"),
+                       self.quoting_of(path))
     index = table.column_index(self.label_column, "--label_column")
     self._check_no_header_as_data(table, index)
+    self._check_header_is_not_data(table, index, "train")
     # Missing values are no class: their rows are errors (or counted skips) when read.
     values = set(fields[index].strip() for _, fields in table.rows if len(fields) > index) - \
         MISSING_VALUES
@@ -497,9 +504,28 @@ class CsvProcessor(DataProcessor):
     if label not in others and _COLUMN_NAME.match(label) and _COLUMN_NAME.match(text):
       raise DataError(table.path, "the first line looks like a header read as data: its label %r "
                       "appears on no other line, and its text is %r" % (label, text),
-                      "drop --nohas_header (the file has a header; then name the columns, "
+                      "drop --nohas_header or pass --train_has_header (the file has a "
+                      "header; then name the columns, "
                       "e.g. --text_column=%s --label_column=%s), or remove line 1"
                       % (text, label), line=1)
+
+  def _check_header_is_not_data(self, table, label_index, split):
+    """With columns given by position, a headerless file read with a header (the default)
+    would lose its first row. Its sign: the 'header' has a label cell that is a label of the
+    other rows, or a number."""
+    if table.header is None or not str(self.label_column).isdigit():
+      return
+    if label_index >= len(table.header):
+      return
+    cell = table.header[label_index]
+    others = set(fields[label_index].strip() for _, fields in table.rows
+                 if len(fields) > label_index)
+    if cell in others or _is_number(cell):
+      raise DataError(table.path, "the first line is read as a header, but it looks like data: "
+                      "its label %r is %s" % (cell, "a label of other lines" if cell in others
+                                              else "a number"),
+                      "pass --nohas_header (no file has a header) or --no%s (this file "
+                      "has none), or add a header line" % _header_flag(split), line=1)
 
   def columns(self, table, split):
     label = None
@@ -508,6 +534,7 @@ class CsvProcessor(DataProcessor):
       label = table.column_index(self.label_column, "--label_column")
       if split != "test":
         self._check_no_header_as_data(table, label)
+        self._check_header_is_not_data(table, label, split)
     return Columns(
         text_a=table.column_index(self.text_column, "--text_column"),
         text_b=(table.column_index(self.text_b_column, "--text_b_column")
@@ -515,6 +542,19 @@ class CsvProcessor(DataProcessor):
         label=label,
         guid=(table.column_index(self.id_column, "--id_column")
               if self.id_column is not None else None))
+
+
+def _is_number(text):
+  try:
+    float(text)
+    return True
+  except ValueError:
+    return False
+
+
+def _header_flag(split):
+  """The flag that says whether a split's file has a header."""
+  return "%s_has_header" % _flag_for_split(split)
 
 
 # What a column name looks like: a short identifier, perhaps with spaces ('comment text').
@@ -539,7 +579,8 @@ def canonical_task_name(task_name):
 
 def get_processor(task_name, data_dir=None, files=None, skip_malformed_rows=False,
                   text_column=None, text_b_column=None, label_column=None, id_column=None,
-                  has_header=True, delimiter=None, labels=None, quoting="auto"):
+                  has_header=True, delimiter=None, labels=None, quoting="auto",
+                  split_headers=None):
   """Builds the processor for a task name (case-insensitive; TASK_ALIASES also accepted)."""
   name = canonical_task_name(task_name)
   common = dict(data_dir=data_dir, files=files, skip_malformed_rows=skip_malformed_rows,
@@ -553,5 +594,6 @@ def get_processor(task_name, data_dir=None, files=None, skip_malformed_rows=Fals
   if name == "csv":
     return CsvProcessor(text_column=text_column, text_b_column=text_b_column,
                         label_column=label_column, id_column=id_column, has_header=has_header,
+                        split_headers=split_headers,
                         delimiter=delimiter, labels=labels, **common)
   raise ValueError("unknown task %r; known tasks: %s" % (task_name, ", ".join(TASK_NAMES)))

@@ -188,3 +188,36 @@ def test_truncated_and_empty_texts_are_counted(tmp_path, caplog):
           "as [CLS] [SEP]") in caplog.text
   assert "%d examples were longer than max_seq_length=64 and were truncated" % truncated \
       in caplog.text
+
+
+def test_each_file_has_its_own_layout(tmp_path):
+  """A headerless train file with a headered predict file: the header is given per split.
+  Headered files are read by column name, each in its own order."""
+  sentences = [line.split("\t")[0].replace(",", " ") for line in read_lines(SST2_TRAIN)[1:31]]
+  predict = write_lines(tmp_path / "test.csv", ["text,label"] + [
+      "%s,%s" % (text, i % 2) for i, text in enumerate(sentences)] + [""])
+  processor = get_processor("csv", files={"train": COMMENTS, "test": predict},
+                            text_column="0", label_column="1", has_header=False,
+                            split_headers={"test": True, "dev": None})
+  assert len(processor.get_examples("train")) == 400
+  assert [e.text_a for e in processor.get_examples("test")] == sentences
+  reordered = write_lines(tmp_path / "dev.csv", ["label,id,text"] + [
+      "%s,row%d,%s" % (i % 2, i, text) for i, text in enumerate(sentences)] + [""])
+  by_name = get_processor("csv", files={"train": predict, "dev": reordered},
+                          text_column="text", label_column="label")
+  assert [e.text_a for e in by_name.get_examples("dev")] == sentences
+  assert [e.text_a for e in by_name.get_examples("train")] == sentences
+
+
+def test_a_headerless_file_read_with_a_header_is_caught():
+  """The default --has_header on a headerless file would take its first row as a header."""
+  processor = get_processor("csv", files={"train": COMMENTS}, text_column="0",
+                            label_column="1")
+  with pytest.raises(DataError) as error:
+    processor.labels
+  first_label = read_lines(COMMENTS)[0].rsplit(",", 1)[1]
+  assert str(error.value) == (
+      "%s, line 1: the first line is read as a header, but it looks like data: its label %r "
+      "is a label of other lines. Fix: pass --nohas_header (no file has a header) or "
+      "--notrain_has_header (this file has none), or add a header line"
+      % (COMMENTS, first_label))

@@ -35,6 +35,23 @@ def assignment_map(variables, init_checkpoint):
   return mapping, initialised, missing
 
 
+HEAD_WEIGHTS = "output_weights"
+
+
+def head_shape(checkpoint):
+  """The shape [num_outputs, hidden] of the classifier head in a checkpoint, or None when
+  the checkpoint has no head (a pre-trained encoder)."""
+  return dict(tf.train.list_variables(checkpoint)).get(HEAD_WEIGHTS)
+
+
+def checkpoint_global_step(checkpoint):
+  """The global step saved in a checkpoint, or None when it has none."""
+  try:
+    return int(tf.train.load_variable(checkpoint, "global_step"))
+  except (tf.errors.NotFoundError, ValueError):
+    return None
+
+
 def summarise_names(names):
   """'bert/encoder/layer_N (96), bert/embeddings/LayerNorm (2), ...': scopes with counts."""
   counts = collections.OrderedDict()

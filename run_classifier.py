@@ -295,14 +295,23 @@ def apply_model_card(f, card):
   where = model_card.card_path(f.output_dir)
   given = {name: f[name].present for name in ("task_name", "labels", "do_lower_case",
                                               "max_seq_length", "vocab_file",
-                                              "bert_config_file")}
+                                              "bert_config_file", "bert_hub_module_handle")}
   if not given["task_name"]:
     f.task_name = card["task"]
+  elif not _same_task_family(canonical_task_name(f.task_name) or f.task_name, card["task"]):
+    raise FlagError("%s says the model was trained for task %s, but this run has --task_name=%s."
+                    " Drop the flag (or use --task_name=csv to read another file layout with "
+                    "the model's labels), or train a new model into another --output_dir"
+                    % (where, card["task"], f.task_name))
+  if not given["bert_hub_module_handle"] and card["hub_module"]:
+    f.bert_hub_module_handle = card["hub_module"]
   if not given["max_seq_length"]:
     f.max_seq_length = card["max_seq_length"]
   try:
     model_card.check_agrees(card, where, labels=f.labels if given["labels"] else None,
-                            do_lower_case=f.do_lower_case if given["do_lower_case"] else None)
+                            do_lower_case=f.do_lower_case if given["do_lower_case"] else None,
+                            hub_module=f.bert_hub_module_handle
+                            if given["bert_hub_module_handle"] else None)
     if given["bert_config_file"] and tf.io.gfile.exists(f.bert_config_file):
       model_card.check_agrees(card, where, bert_config=BertConfig.from_json_file(
           f.bert_config_file).to_dict())
@@ -318,13 +327,15 @@ def apply_model_card(f, card):
       raise FlagError("%s names the vocabulary %s, which no longer exists: pass --vocab_file="
                       "<the same vocab.txt> (its sha256 must be %s)"
                       % (where, f.vocab_file, card["vocab_sha256"]))
+  if f.vocab_file and not tf.io.gfile.exists(f.vocab_file):
+    raise FlagError("--vocab_file=%s does not exist" % f.vocab_file)
   if f.vocab_file and tokenization.vocab_fingerprint(f.vocab_file) != card["vocab_sha256"]:
     raise FlagError("--vocab_file=%s is not the vocabulary the model was trained with (%s names "
                     "%s, sha256 %s): token ids would not mean what the model learnt. Pass the "
                     "model's own vocab.txt, or drop --vocab_file"
                     % (f.vocab_file, where, card["vocab_file"], card["vocab_sha256"]))
   if not given["bert_config_file"] and not f.bert_hub_module_handle:
-    f.bert_config_file = None  # validate_flags takes the card's config
+    f.bert_config_file = None  # check_task_and_model_flags takes the card's config
   # How the training files were read, for files laid out the same way.
   for name in _LAYOUT_FLAGS:
     if not f[name].present and name in card["flags"]:
@@ -332,6 +343,14 @@ def apply_model_card(f, card):
   log.info("model card %s: task %s, %s, max_seq_length %d, do_lower_case=%s", where,
            card["task"], "labels " + ",".join(card["labels"]) if card["labels"] else
            "regression", card["max_seq_length"], card["do_lower_case"])
+
+
+def _same_task_family(task, trained_task):
+  """Whether a model trained for trained_task may serve task: the same task, MNLI's matched
+  and mismatched sets, or any task through csv (labels are checked separately)."""
+  mnli = ("mnli", "mnli-mm")
+  return (task == trained_task or "csv" in (task, trained_task) or
+          (task in mnli and trained_task in mnli))
 
 
 def check_card_matches_task(card, processor, output_dir):
@@ -658,6 +677,7 @@ def run(f):
   num_outputs = 1 if processor.is_regression else len(labels)
   if (f.do_eval or f.do_predict) and not f.do_train:
     checkpoint = head_checkpoint(f, num_outputs)  # refused before any work
+  tf.io.gfile.makedirs(f.output_dir)
   splits = prepare_splits(f, processor, tokenizer, vocab_file)
   num_train_steps = num_train_steps_for(f, len(splits["train"].examples)) if f.do_train else 0
 

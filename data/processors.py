@@ -133,7 +133,10 @@ class DataProcessor(object):
       raise MissingLabel(path, "the label is %s" % ("empty" if not value else
                                                     "%r, a missing value" % value),
                          "fill in one of %s, remove the row, or pass --skip_malformed_rows to "
-                         "skip and count such rows" % ", ".join(self.labels),
+                         "skip and count such rows%s" % (
+                             ", ".join(self.labels),
+                             " (if %r is a class, list every class with --labels)" % value
+                             if value else ""),
                          line=line, column=column)
     raise DataError(path, "unknown label %r; task %s has labels %s"
                     % (value, self.name, ", ".join(self.labels)),
@@ -206,7 +209,8 @@ def _check_row_width(table, line, fields, needed, width):
                   "text that is not quoted would cut the text there"
                   % (len(fields), "the header has" if table.header else "most rows have",
                      width, _delimiter_name(table)),
-                  "quote the text (\"...\"), remove the extra delimiter, or pass "
+                  "quote the text (\"...\"; a .tsv/.txt file also needs --quoting=csv), remove "
+                  "the extra delimiter, or pass "
                   "--skip_malformed_rows to skip and count such rows", line=line)
 
 
@@ -314,8 +318,10 @@ class RteProcessor(HeaderProcessor):
 
   def parse_label(self, raw, path, line, column):
     value = raw.strip()
-    if value == "-1":
-      return None
+    if value == "-1":  # GLUE's mark for an unlabelled row: no class to train or score on
+      raise MissingLabel(path, "the label is -1 (GLUE's mark for an unlabelled row)",
+                         "use this file for predicting, or pass --skip_malformed_rows to skip "
+                         "and count such rows", line=line, column=column)
     if value in ("0", "1"):
       return self.labels[int(value)]
     return DataProcessor.parse_label(self, raw, path, line, column)
@@ -468,7 +474,7 @@ class CsvProcessor(DataProcessor):
     table = read_table(path, self.delimiter_of(path), self.has_header_for("train"),
                        self.quoting_of(path))
     index = table.column_index(self.label_column, "--label_column")
-    self._check_no_header_as_data(table, index)
+    self._check_no_header_as_data(table, index, "train")
     self._check_header_is_not_data(table, index, "train")
     # Missing values are no class: their rows are errors (or counted skips) when read.
     values = set(fields[index].strip() for _, fields in table.rows if len(fields) > index) - \
@@ -488,12 +494,12 @@ class CsvProcessor(DataProcessor):
       return len(table.rows[0][1]) > int(column)
     return bool(table.header) and column in table.header
 
-  def _check_no_header_as_data(self, table, label_index):
+  def _check_no_header_as_data(self, table, label_index, split):
     """A header read as data (a headered file with --nohas_header) would make its label
     cell, e.g. 'label', a class. Its signs: the first row's label appears on no other row,
     and both that label and the first row's text look like column names."""
-    if table.header is not None or len(table.rows) < 2:
-      return
+    if table.header is not None or len(table.rows) < 2 or self.split_headers.get(split) is False:
+      return  # (a header flag given for this file says there is none: no second guessing)
     first = table.rows[0][1]
     text_index = table.column_index(self.text_column, "--text_column")
     if max(label_index, text_index) >= len(first):
@@ -504,10 +510,11 @@ class CsvProcessor(DataProcessor):
     if label not in others and _COLUMN_NAME.match(label) and _COLUMN_NAME.match(text):
       raise DataError(table.path, "the first line looks like a header read as data: its label %r "
                       "appears on no other line, and its text is %r" % (label, text),
-                      "drop --nohas_header or pass --train_has_header (the file has a "
-                      "header; then name the columns, "
-                      "e.g. --text_column=%s --label_column=%s), or remove line 1"
-                      % (text, label), line=1)
+                      "drop --nohas_header or pass --%s (the file has a header; then name "
+                      "the columns, e.g. --text_column=%s --label_column=%s), remove the "
+                      "line, or pass --no%s to confirm the file has no header"
+                      % (_header_flag(split), text, label, _header_flag(split)),
+                      line=table.rows[0][0])
 
   def _check_header_is_not_data(self, table, label_index, split):
     """With columns given by position, a headerless file read with a header (the default)
@@ -533,8 +540,14 @@ class CsvProcessor(DataProcessor):
                                           self._test_file_has_labels(table)):
       label = table.column_index(self.label_column, "--label_column")
       if split != "test":
-        self._check_no_header_as_data(table, label)
+        self._check_no_header_as_data(table, label, split)
         self._check_header_is_not_data(table, label, split)
+    if table.header is not None and str(self.text_column).isdigit():
+      # Columns by position and a header: say which line was taken as the header, so a
+      # headerless file (e.g. a predict file without labels) cannot lose a row unseen.
+      log.info("%s: line 1 read as the header (%s); pass --no%s if it is data", table.path,
+               ", ".join(table.header[:4]) + (", ..." if len(table.header) > 4 else ""),
+               _header_flag(split))
     return Columns(
         text_a=table.column_index(self.text_column, "--text_column"),
         text_b=(table.column_index(self.text_b_column, "--text_b_column")
@@ -557,8 +570,8 @@ def _header_flag(split):
   return "%s_has_header" % _flag_for_split(split)
 
 
-# What a column name looks like: a short identifier, perhaps with spaces ('comment text').
-_COLUMN_NAME = re.compile(r"^[A-Za-z_#][A-Za-z0-9_ #.-]{0,39}$")
+# What a column name looks like: a short identifier ('comment_text', 'label', '#1 ID' aside).
+_COLUMN_NAME = re.compile(r"^[A-Za-z_#][A-Za-z0-9_#.-]{0,39}$")
 
 GLUE_PROCESSORS = {
     "sst-2": Sst2Processor, "cola": ColaProcessor, "mrpc": MrpcProcessor,

@@ -2,6 +2,7 @@
 
 import csv
 import io
+import re
 import sys
 
 import tensorflow.compat.v1 as tf
@@ -133,6 +134,17 @@ def read_table(path, delimiter, has_header, quoting=csv.QUOTE_MINIMAL):
   return Table(path, header, rows, len(lines), blank_lines, multi_line, delimiter)
 
 
+def _looks_like_a_row(line, delimiter, width):
+  """A line with a row's number of fields whose first or last field is a short token (an id,
+  a label): prose with a comma in it has words with spaces at both ends."""
+  fields = line.rstrip("\r\n").split(delimiter)
+  return len(fields) == width and any(
+      _SHORT_TOKEN.match(fields[i].strip()) for i in (0, -1))
+
+
+_SHORT_TOKEN = re.compile(r"^[^\s\"]{1,32}$")
+
+
 def _check_not_swallowing_rows(path, delimiter, start, record_lines, rows):
   """A record over a handful of lines whose inner lines mostly look like rows of their own
   (as many delimiters as a row has) is rows merged by a quote that opened and never closed
@@ -141,7 +153,7 @@ def _check_not_swallowing_rows(path, delimiter, start, record_lines, rows):
     return
   width = len(rows[0][1]) if len(rows) > 1 else record_lines[0].count(delimiter) + 1
   inner = record_lines[1:]
-  looking_like_rows = sum(1 for line in inner if line.count(delimiter) >= width - 1)
+  looking_like_rows = sum(1 for line in inner if _looks_like_a_row(line, delimiter, width))
   if width < 2 or looking_like_rows * 2 < len(inner):
     return
   quote = record_lines[0].find('"')

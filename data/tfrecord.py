@@ -11,8 +11,10 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import struct
 import sys
+import tempfile
 import traceback
 
 import tensorflow.compat.v1 as tf
@@ -259,10 +261,14 @@ def _write_shards(job, paths, pieces_per_shard, workers):
   Returns the TruncationCount of all examples."""
   truncation = TruncationCount()
   piece_files = {}
+  piece_dir = None
   temporary = [path + ".tmp" for path in paths]
   try:
     if workers > 1:
-      piece_files = {i: "%s.piece-%05d" % (paths[0], i) for i in range(len(job.ranges))}
+      # Workers write plain local files (the records may go to Cloud Storage).
+      piece_dir = tempfile.mkdtemp(prefix="featurise-")
+      piece_files = {i: os.path.join(piece_dir, "piece-%05d" % i)
+                     for i in range(len(job.ranges))}
       # Worker w takes pieces w, w + workers, ...: interleaved, so each gets rows from
       # all over the file even when it is sorted (by label, by length).
       _run_forked([[(i, piece_files[i]) for i in range(w, len(job.ranges), workers)]
@@ -280,9 +286,8 @@ def _write_shards(job, paths, pieces_per_shard, workers):
         tf.io.gfile.remove(path)
     raise
   finally:
-    for path in piece_files.values():
-      if os.path.exists(path):
-        os.remove(path)
+    if piece_dir:
+      shutil.rmtree(piece_dir, ignore_errors=True)
   return truncation
 
 

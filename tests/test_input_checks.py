@@ -221,3 +221,36 @@ def test_a_headerless_file_read_with_a_header_is_caught():
       "is a label of other lines. Fix: pass --nohas_header (no file has a header) or "
       "--notrain_has_header (this file has none), or add a header line"
       % (COMMENTS, first_label))
+
+
+def test_a_long_quoted_comment_with_commas_is_no_swallowed_rows(tmp_path):
+  """A real multi-line comment whose lines hold commas, in a text,label CSV: one record."""
+  with io.open(COMMENTS, encoding="utf-8", newline="") as f:
+    rows = list(csv.reader(f))
+  prose = [t for t, _ in rows if t.count(",") >= 8 and "\n" not in t][0]
+  comment = "\n".join(piece.strip() + "," for piece in prose.split(",") if piece.strip())
+  path = tmp_path / "train.csv"
+  with io.open(str(path), "w", encoding="utf-8", newline="") as f:
+    writer = csv.writer(f)
+    writer.writerow(["text", "label"])
+    writer.writerows([rows[0], [comment, "1"], rows[1]])
+  examples = get_processor("csv", files={"train": str(path)}, text_column="text",
+                           label_column="label").get_examples("train")
+  assert [e.text_a for e in examples] == [rows[0][0], comment, rows[1][0]]
+  assert comment.count("\n") > 5
+
+
+def test_a_header_flag_for_the_file_overrides_the_header_guess():
+  processor = get_processor("csv", files={"train": SST2_TRAIN}, text_column="0",
+                            label_column="1", has_header=False, split_headers={"train": False})
+  assert processor.labels == ["0", "1", "label"]  # as the user insists: line 1 is data
+
+
+def test_an_unlabelled_rte_row_in_training_is_an_error(tmp_path):
+  lines = read_lines(sample_path("glue", "RTE", "train.tsv"))
+  fields = lines[7].split("\t")
+  lines[7] = "\t".join(fields[:2] + ["-1"] + fields[3:])
+  write_lines(tmp_path / "train.tsv", lines)
+  error = error_of(get_processor("rte", data_dir=str(tmp_path)))
+  assert (error.line, error.column) == (8, "label")
+  assert "the label is -1 (GLUE's mark for an unlabelled row)" in str(error)

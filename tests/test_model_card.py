@@ -11,6 +11,7 @@ import pytest
 
 from conftest import JIGSAW, TINY, TINY_VOCAB, common_flags, run_flags, sample_path
 from data.errors import DataError
+from modeling.bert import BertConfig
 from run_classifier import FlagError
 
 SST2 = sample_path("glue", "SST-2")
@@ -54,8 +55,8 @@ def test_training_writes_the_model_card(trained, tiny_checkpoint):
   from data.tokenization import vocab_fingerprint
   assert card["vocab_sha256"] == vocab_fingerprint(TINY_VOCAB)
   with open(os.path.join(TINY, "bert_config.json")) as f:
-    assert card["bert_config"] == {k: v for k, v in json.load(f).items()
-                                   if k in card["bert_config"]}
+    official = json.load(f)
+  assert card["bert_config"] == {k: official[k] for k in BertConfig.FIELDS}
   assert card["init_checkpoint"] == tiny_checkpoint
   assert card["flags"]["learning_rate"] == 1e-3 and card["flags"]["num_train_steps"] == 6
   assert "helpfull" not in card["flags"]  # this program's flags only
@@ -132,8 +133,9 @@ def test_an_untrained_head_is_refused_unless_allowed(tiny_checkpoint, tmp_path, 
       % (output_dir, tiny_checkpoint))
   assert not os.path.exists(output_dir)
   caplog.set_level("INFO")
-  run_flags(*common_flags(tiny_checkpoint, output_dir) + ["--do_predict",
-                                                          "--allow_untrained_head"])
+  # The features are cached elsewhere, so nothing else creates the output folder.
+  run_flags(*common_flags(tiny_checkpoint, output_dir) + [
+      "--do_predict", "--allow_untrained_head", "--cache_dir=%s" % (tmp_path / "cache")])
   assert "the classifier head starts from random values" in caplog.text
   with open(os.path.join(output_dir, "test_results.tsv")) as f:
     assert len(f.read().splitlines()) == 1 + 33
@@ -177,3 +179,38 @@ def test_eval_results_name_their_checkpoint(trained, tiny_checkpoint):
   assert results["global_step"] == 6 and results["num_examples"] == 100
   with open(os.path.join(output_dir, "eval_results.json")) as f:
     assert json.load(f)["checkpoint"] == results["checkpoint"]
+
+
+@pytest.mark.slow
+def test_another_task_is_refused(tiny_checkpoint, tmp_path):
+  """A Jigsaw model may read other files through the csv task, but it is no SST-2 model."""
+  output_dir = str(tmp_path / "jigsaw")
+  run_flags(*common_flags(tiny_checkpoint, output_dir) + ["--do_train", "--num_train_steps=2"])
+  with pytest.raises(FlagError) as error:
+    run_flags("--output_dir=" + output_dir, "--do_eval", "--task_name=sst-2",
+              "--data_dir=" + SST2)
+  assert str(error.value) == (
+      "%s says the model was trained for task jigsaw_toxic, but this run has "
+      "--task_name=sst-2. Drop the flag (or use --task_name=csv to read another file layout "
+      "with the model's labels), or train a new model into another --output_dir"
+      % os.path.join(output_dir, "model_card.json"))
+  # Through the csv task, with the model's labels, the same SST-2 file is fine.
+  results = run_flags("--output_dir=" + output_dir, "--do_eval", "--task_name=csv",
+                      "--eval_file=" + os.path.join(SST2, "dev.tsv"), "--text_column=sentence",
+                      "--label_column=label")["eval"]
+  assert results["num_examples"] == 100 and results["global_step"] == 2
+
+
+def test_header_and_quoting_flags_reach_the_reader():
+  import csv as csv_module
+  from run_classifier import make_processor, parse_flags
+  processor = make_processor(parse_flags([
+      "run_classifier.py", "--task_name=csv", "--text_column=0", "--label_column=1",
+      "--nohas_header", "--predict_has_header", "--quoting=none"]))
+  assert [processor.has_header_for(s) for s in ("train", "dev", "test")] == [False, False, True]
+  assert processor.quoting_of("a.csv") == csv_module.QUOTE_NONE
+  default = make_processor(parse_flags(["run_classifier.py", "--task_name=csv",
+                                        "--text_column=text", "--label_column=label"]))
+  assert [default.has_header_for(s) for s in ("train", "dev", "test")] == [True, True, True]
+  assert (default.quoting_of("a.csv"), default.quoting_of("a.tsv")) == (
+      csv_module.QUOTE_MINIMAL, csv_module.QUOTE_NONE)

@@ -237,7 +237,11 @@ def check_task_and_model_flags(f, card=None):
   if f.bert_config_file:
     if not tf.io.gfile.exists(f.bert_config_file):
       raise FlagError("--bert_config_file=%s does not exist" % f.bert_config_file)
-    config = BertConfig.from_json_file(f.bert_config_file)
+    try:
+      config = BertConfig.from_json_file(f.bert_config_file)
+    except ValueError as e:
+      raise FlagError("--bert_config_file=%s cannot be used: %s. Pass the bert_config.json "
+                      "that came with the checkpoint" % (f.bert_config_file, e))
   if config is not None and f.max_seq_length > config.max_position_embeddings:
     raise FlagError("--max_seq_length=%d exceeds max_position_embeddings=%d in %s. Pass "
                     "--max_seq_length=%d or less" % (

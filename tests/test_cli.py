@@ -235,3 +235,12 @@ def test_xla_training_terminates(tmp_path, tiny_checkpoint):
   assert result.returncode == 0, result.stderr[-3000:]
   assert "step 3/3  loss" in result.stderr
   assert any(name.startswith("model.ckpt-3") for name in os.listdir(output_dir))
+
+
+def test_a_broken_bert_config_is_a_flag_error(tmp_path, tiny_checkpoint):
+  config = tmp_path / "bert_config.json"
+  config.write_text(u'{"vocab_size": 30522, "hidden_size": 130, "num_attention_heads": 4}')
+  assert _refused(tmp_path, tiny_checkpoint, "--do_train", "--bert_config_file=%s" % config) == (
+      "--bert_config_file=%s cannot be used: %s: hidden_size 130 is not a multiple of "
+      "num_attention_heads 4. Pass the bert_config.json that came with the checkpoint"
+      % (config, config))

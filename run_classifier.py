@@ -155,13 +155,6 @@ class FlagError(ValueError):
 
 # --- Validation (once, before any work) -----------------------------------------------
 
-def validate_flags(f, card=None):
-  """Checks every flag once, before any work. Returns the BertConfig (None with a hub module
-  without config). card is the model card of --output_dir, if any."""
-  check_run_flags(f)
-  return check_task_and_model_flags(f, card)
-
-
 def check_run_flags(f):
   """The checks that need no file: modes, sizes, rates, devices and their combinations."""
   if not (f.do_train or f.do_eval or f.do_predict):
@@ -530,11 +523,10 @@ def head_checkpoint(f, num_outputs):
   return source
 
 
-def describe_checkpoint(path):
-  """'<path> (global step N)', for the log and the results files."""
+def describe_checkpoint(path, step):
+  """'<path> (global step N)', for the log."""
   if path is None:
     return "no checkpoint (random head)"
-  step = checkpoint_global_step(path)
   return "%s (global step %s)" % (path, step if step is not None else "unknown")
 
 
@@ -568,7 +560,8 @@ def run_eval(f, estimator, processor, split, checkpoint):
                               is_regression=processor.is_regression,
                               dynamic_padding=f.dynamic_padding)
   log.info("evaluating %d examples (+%d padding) in %d batches with %s", len(examples),
-           meta["num_padding"], steps, describe_checkpoint(checkpoint))
+           meta["num_padding"], steps,
+           describe_checkpoint(checkpoint, checkpoint and checkpoint_global_step(checkpoint)))
   raw = estimator.evaluate(input_fn=input_fn, steps=steps,
                            checkpoint_path=_restore_path(f, checkpoint))
   results = {k: _plain(v) for k, v in raw.items()}
@@ -610,8 +603,9 @@ def run_predict(f, estimator, processor, split, checkpoint):
   input_fn = input_fn_builder(split.record_files, f.max_seq_length, is_training=False,
                               is_regression=processor.is_regression,
                               dynamic_padding=f.dynamic_padding)
+  step = checkpoint_global_step(checkpoint) if checkpoint else None
   log.info("predicting %d examples (+%d padding) with %s", len(examples), meta["num_padding"],
-           describe_checkpoint(checkpoint))
+           describe_checkpoint(checkpoint, step))
   rows = {}
   for prediction in estimator.predict(input_fn=input_fn, yield_single_examples=True,
                                       checkpoint_path=_restore_path(f, checkpoint)):
@@ -627,8 +621,8 @@ def run_predict(f, estimator, processor, split, checkpoint):
   path = os.path.join(f.output_dir, "test_results.tsv")
   write_predictions(path, examples, rows, processor)
   with tf.io.gfile.GFile(os.path.join(f.output_dir, "test_results.json"), "w") as out:
-    json.dump({"checkpoint": checkpoint, "global_step": checkpoint_global_step(checkpoint)
-               if checkpoint else None, "predict_file": processor.file_for("test"),
+    json.dump({"checkpoint": checkpoint, "global_step": step,
+               "predict_file": processor.file_for("test"),
                "rows": len(examples), "labels": processor.labels}, out, indent=2,
               sort_keys=True)
   log.info("wrote %d predictions to %s", len(examples), path)

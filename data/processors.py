@@ -146,8 +146,8 @@ class DataProcessor(object):
   def _rows_to_examples(self, table, columns, split):
     """The examples of a table's rows. A row that cannot make an example is an error naming
     its line, or, with skip_malformed_rows, a skip counted by cause. A predict file's labels
-    are not read: predicting needs none."""
-    label_column = columns.label if split != "test" else None
+    are not read (columns gives them no label column): predicting needs none."""
+    label_column = columns.label
     needed = max(i for i in (columns.text_a, columns.text_b, label_column, columns.guid)
                  if i is not None)
     width = len(table.header) if table.header else _usual_width(table)
@@ -232,18 +232,6 @@ def _column_name(table, index):
   return table.header[index] if table.header else index
 
 
-def _optional(table, name):
-  """Index of a column that only some files of a task have (e.g. labels in a test file)."""
-  return table.header.index(name) if table.header and name in table.header else None
-
-
-def _label_column(table, name, split, flag_hint):
-  """A label column is required in train and dev files, optional in test files."""
-  if split == "test":
-    return _optional(table, name)
-  return table.column_index(name, flag_hint)
-
-
 # --- GLUE ---------------------------------------------------------------------
 
 
@@ -261,8 +249,10 @@ class HeaderProcessor(DataProcessor):
         text_a=table.column_index(self.text_a_column, "the %s column" % self.text_a_column),
         text_b=(table.column_index(self.text_b_column, "the %s column" % self.text_b_column)
                 if self.text_b_column else None),
-        label=_label_column(table, self.label_column, split,
-                            self.label_hint or "the %s column" % self.label_column),
+        # A predict file's labels are not read, so it needs no label column.
+        label=(table.column_index(self.label_column,
+                                  self.label_hint or "the %s column" % self.label_column)
+               if split != "test" else None),
         guid=ids[0] if ids else None)
 
 
@@ -487,13 +477,6 @@ class CsvProcessor(DataProcessor):
              path, ", ".join(found))
     return found
 
-  def _test_file_has_labels(self, table):
-    """A test file may leave out the label column; a train or dev file may not."""
-    column = str(self.label_column)
-    if column.isdigit():
-      return len(table.rows[0][1]) > int(column)
-    return bool(table.header) and column in table.header
-
   def _check_no_header_as_data(self, table, label_index, split):
     """A header read as data (a headered file with --nohas_header) would make its label
     cell, e.g. 'label', a class. Its signs: the first row's label appears on no other row,
@@ -536,12 +519,10 @@ class CsvProcessor(DataProcessor):
 
   def columns(self, table, split):
     label = None
-    if self.label_column is not None and (split != "test" or
-                                          self._test_file_has_labels(table)):
+    if self.label_column is not None and split != "test":  # predict files' labels: unread
       label = table.column_index(self.label_column, "--label_column")
-      if split != "test":
-        self._check_no_header_as_data(table, label, split)
-        self._check_header_is_not_data(table, label, split)
+      self._check_no_header_as_data(table, label, split)
+      self._check_header_is_not_data(table, label, split)
     if table.header is not None and str(self.text_column).isdigit():
       # Columns by position and a header: say which line was taken as the header, so a
       # headerless file (e.g. a predict file without labels) cannot lose a row unseen.

@@ -145,12 +145,13 @@ def test_flag_errors_name_the_flag_and_the_fix(tmp_path, tiny_checkpoint):
                                         ("mnli_mm", "mnli-mm"), ("MRPC", "mrpc")])
 def test_task_aliases_are_one_list(alias, task):
   from data.processors import canonical_task_name, get_processor
-  from run_classifier import validate_flags
+  from run_classifier import check_run_flags, check_task_and_model_flags
   assert canonical_task_name(alias) == task and get_processor(alias).name == task
   values = parse_flags(["run_classifier.py", "--task_name=" + alias, "--output_dir=/tmp/x",
                         "--do_eval", "--bert_config_file=" + os.path.join(TINY, "bert_config.json"),
                         "--vocab_file=" + os.path.join(TINY, "vocab.txt")])
-  assert validate_flags(values).hidden_size == 128  # accepted, and the config read
+  check_run_flags(values)
+  assert check_task_and_model_flags(values).hidden_size == 128  # accepted, config read
 
 
 def test_vocab_that_disagrees_with_config(tmp_path, tiny_checkpoint):

@@ -154,20 +154,35 @@ def _prefix(text, limit):
 
 class TruncationCount(object):
   """How many examples were longer than max_seq_length, and the longest one's length in
-  tokens ([CLS]/[SEP] included). Texts past CHARS_PER_TOKEN * max_seq_length characters
-  are encoded from a prefix, so for them the length is a lower bound: `longest` is exact
-  while it is at most max_seq_length, and 'at least' beyond."""
+  tokens ([CLS]/[SEP] included). A text encoded from a prefix (see encode_leading_tokens)
+  has at least that many tokens, so the longest length is exact only when the longest
+  example was encoded whole: longest_exact says which."""
 
-  def __init__(self, truncated=0, longest=0):
+  def __init__(self, truncated=0, longest=0, longest_exact=True):
     self.truncated = truncated
     self.longest = longest
+    self.longest_exact = bool(longest_exact)
+
+  def count(self, length, exact, max_seq_length):
+    self.truncated += length > max_seq_length
+    if length > self.longest or (length == self.longest and not exact):
+      self.longest, self.longest_exact = length, exact
 
   def add(self, other):
     self.truncated += other.truncated
-    self.longest = max(self.longest, other.longest)
+    if other.longest > self.longest or (other.longest == self.longest and
+                                        not other.longest_exact):
+      self.longest, self.longest_exact = other.longest, other.longest_exact
 
   def as_dict(self):
-    return {"truncated": self.truncated, "longest_tokens": self.longest}
+    return {"truncated": self.truncated, "longest_tokens": self.longest,
+            "longest_tokens_exact": self.longest_exact}
+
+
+def _from_prefix(text, ids, max_tokens):
+  """Whether encode_leading_tokens gave a text's ids from a prefix (not the whole text)."""
+  return (len(text) > CHARS_PER_TOKEN * max_tokens and len(ids) >= max_tokens and
+          len(_prefix(text, CHARS_PER_TOKEN * max_tokens)) < len(text))
 
 
 def convert_examples(examples, labels, max_seq_length, tokenizer, chunk_size=2048,
@@ -192,8 +207,9 @@ def convert_examples(examples, labels, max_seq_length, tokenizer, chunk_size=204
       if truncation is not None:
         pair = ids_b.get(i)
         length = len(ids_a[i]) + 2 + (len(pair) + 1 if pair is not None else 0)
-        truncation.truncated += length > max_seq_length
-        truncation.longest = max(truncation.longest, length)
+        exact = not (_from_prefix(example.text_a, ids_a[i], max_seq_length) or
+                     pair is not None and _from_prefix(example.text_b, pair, max_seq_length))
+        truncation.count(length, exact, max_seq_length)
       yield features_from_ids(ids_a[i], ids_b.get(i), label_id_for(example.label, label_map),
                               first_example_id + first + i, max_seq_length, cls_id, sep_id)
     done = first + len(chunk)

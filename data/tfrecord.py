@@ -233,21 +233,21 @@ class _Featurisation(object):
     its length (plain Python file writes; the parent turns pieces into TFRecord files)."""
     truncation = TruncationCount()
     with open(path, "wb") as out:
-      out.write(b"\0" * (2 * _FRAME.size))  # the count goes here once it is known
+      out.write(b"\0" * (3 * _FRAME.size))  # the count goes here once it is known
       for record in self.records(index, truncation):
         out.write(_FRAME.pack(len(record)))
         out.write(record)
       out.seek(0)
-      out.write(_FRAME.pack(truncation.truncated) + _FRAME.pack(truncation.longest))
+      out.write(_FRAME.pack(truncation.truncated) + _FRAME.pack(truncation.longest) +
+                _FRAME.pack(truncation.longest_exact))
 
 
 def _read_piece_file(path, truncation):
   with open(path, "rb") as f:
     data = f.read()
   size = _FRAME.size
-  truncation.add(TruncationCount(_FRAME.unpack_from(data, 0)[0],
-                                 _FRAME.unpack_from(data, size)[0]))
-  position = 2 * size
+  truncation.add(TruncationCount(*[_FRAME.unpack_from(data, i * size)[0] for i in range(3)]))
+  position = 3 * size
   while position < len(data):
     (length,) = _FRAME.unpack_from(data, position)
     position += size
@@ -412,5 +412,5 @@ def report_changes(record_path, metadata):
     max_len = metadata["max_seq_length"]
     log.info("%s: %d examples were longer than max_seq_length=%d and were truncated (the "
              "longest has %s%d tokens)", record_path, metadata["truncated"], max_len,
-             "at least " if metadata["longest_tokens"] > max_len else "",
+             "" if metadata.get("longest_tokens_exact") else "at least ",
              metadata["longest_tokens"])

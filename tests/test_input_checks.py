@@ -180,14 +180,24 @@ def test_truncated_and_empty_texts_are_counted(tmp_path, caplog):
     truncated = sum(1 for n in lengths if n > 64)
     assert (meta["truncated"], meta["empty_texts"]) == (truncated, 2)
     assert truncated == 118
-    # Texts past 8 x 64 characters are encoded from a prefix: a lower bound beyond 64.
-    assert 64 < meta["longest_tokens"] <= max(lengths)
+    # The longest comment is encoded from a prefix (past 8 x 64 characters): its length is
+    # a lower bound, and marked so.
+    assert 64 < meta["longest_tokens"] < max(lengths)
+    assert meta["longest_tokens_exact"] is False
     with open(path + ".meta.json") as f:
       assert json.load(f)["truncated"] == truncated
   assert ("2 examples have an empty or whitespace-only text; they are kept and featurised "
           "as [CLS] [SEP]") in caplog.text
-  assert "%d examples were longer than max_seq_length=64 and were truncated" % truncated \
-      in caplog.text
+  assert ("%d examples were longer than max_seq_length=64 and were truncated (the longest has "
+          "at least" % truncated) in caplog.text
+  # Sentences encoded whole: the longest length is exact.
+  sentences = sst2(SST2_TRAIN).get_examples("train")
+  whole = max(len(tokenizer.convert_tokens_to_ids(tokenizer.tokenize(e.text_a))) + 2
+              for e in sentences)
+  meta = build_records(sentences, str(tmp_path / "sst2.tf_record"),
+                       dict(settings, max_seq_length=40), tokenizer, num_workers=2)
+  assert (meta["longest_tokens"], meta["longest_tokens_exact"]) == (whole, True) and whole > 40
+  assert "the longest has %d tokens)" % whole in caplog.text
 
 
 def test_each_file_has_its_own_layout(tmp_path):

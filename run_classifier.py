@@ -314,6 +314,8 @@ def apply_model_card(f, card):
           f.bert_config_file).to_dict())
   except model_card.CardMismatch as e:
     raise FlagError(str(e))
+  except ValueError as e:  # a bert_config.json that cannot be read
+    raise FlagError("--bert_config_file=%s cannot be used: %s" % (f.bert_config_file, e))
   if not given["labels"] and card["labels"]:
     f.labels = card["labels"]
   if not given["do_lower_case"]:
@@ -333,10 +335,12 @@ def apply_model_card(f, card):
                     % (f.vocab_file, where, card["vocab_file"], card["vocab_sha256"]))
   if not given["bert_config_file"] and not f.bert_hub_module_handle:
     f.bert_config_file = None  # check_task_and_model_flags takes the card's config
-  # How the training files were read, for files laid out the same way.
-  for name in _LAYOUT_FLAGS:
-    if not f[name].present and name in card["flags"]:
-      setattr(f, name, card["flags"][name])
+  # How the training files were read, for files of the same task (another task's
+  # files have their own layout).
+  if (canonical_task_name(f.task_name) or f.task_name) == card["task"]:
+    for name in _LAYOUT_FLAGS:
+      if not f[name].present and name in card["flags"]:
+        setattr(f, name, card["flags"][name])
   log.info("model card %s: task %s, %s, max_seq_length %d, do_lower_case=%s", where,
            card["task"], "labels " + ",".join(card["labels"]) if card["labels"] else
            "regression", card["max_seq_length"], card["do_lower_case"])

@@ -127,13 +127,15 @@ def num_padding_rows(num_examples, multiple):
 CHARS_PER_TOKEN = 8
 
 
-def encode_leading_tokens(tokenizer, texts, max_tokens):
+def encode_leading_tokens(tokenizer, texts, max_tokens, from_prefix=None):
   """Token ids of each text, exact in at least their first max_tokens ids.
 
   Long texts are encoded from a prefix cut at a space. Tokenization never joins
   characters across a space, so the prefix's ids are the leading ids of the whole
   text; when a prefix yields fewer than max_tokens ids the whole text is encoded.
-  Only the leading ids matter, since longer texts are truncated anyway.
+  Only the leading ids matter, since longer texts are truncated anyway. from_prefix,
+  if given, is a set that receives the indices of the texts encoded from a prefix
+  (their length in ids is a lower bound).
   """
   limit = CHARS_PER_TOKEN * max_tokens
   cut = [_prefix(text, limit) for text in texts]
@@ -142,6 +144,10 @@ def encode_leading_tokens(tokenizer, texts, max_tokens):
           if len(part) < len(text) and len(got) < max_tokens]
   for i, full in zip(redo, tokenizer.encode_batch([texts[i] for i in redo])):
     ids[i] = full
+  if from_prefix is not None:
+    redone = set(redo)
+    from_prefix.update(i for i, (text, part) in enumerate(zip(texts, cut))
+                       if len(part) < len(text) and i not in redone)
   return ids
 
 
@@ -155,8 +161,8 @@ def _prefix(text, limit):
 class TruncationCount(object):
   """How many examples were longer than max_seq_length, and the longest one's length in
   tokens ([CLS]/[SEP] included). A text encoded from a prefix (see encode_leading_tokens)
-  has at least that many tokens, so the longest length is exact only when the longest
-  example was encoded whole: longest_exact says which."""
+  has more tokens than its ids count, perhaps more than any other, so the longest length
+  is exact only when no text was encoded from a prefix: longest_exact says which."""
 
   def __init__(self, truncated=0, longest=0, longest_exact=True):
     self.truncated = truncated
@@ -165,24 +171,18 @@ class TruncationCount(object):
 
   def count(self, length, exact, max_seq_length):
     self.truncated += length > max_seq_length
-    if length > self.longest or (length == self.longest and not exact):
-      self.longest, self.longest_exact = length, exact
+    self.longest = max(self.longest, length)
+    self.longest_exact = self.longest_exact and exact
 
   def add(self, other):
     self.truncated += other.truncated
-    if other.longest > self.longest or (other.longest == self.longest and
-                                        not other.longest_exact):
-      self.longest, self.longest_exact = other.longest, other.longest_exact
+    self.longest = max(self.longest, other.longest)
+    self.longest_exact = self.longest_exact and other.longest_exact
 
   def as_dict(self):
     return {"truncated": self.truncated, "longest_tokens": self.longest,
             "longest_tokens_exact": self.longest_exact}
 
-
-def _from_prefix(text, ids, max_tokens):
-  """Whether encode_leading_tokens gave a text's ids from a prefix (not the whole text)."""
-  return (len(text) > CHARS_PER_TOKEN * max_tokens and len(ids) >= max_tokens and
-          len(_prefix(text, CHARS_PER_TOKEN * max_tokens)) < len(text))
 
 
 def convert_examples(examples, labels, max_seq_length, tokenizer, chunk_size=2048,
@@ -199,17 +199,18 @@ def convert_examples(examples, labels, max_seq_length, tokenizer, chunk_size=204
   next_report = report_every
   for first in range(0, len(examples), chunk_size):
     chunk = examples[first:first + chunk_size]
-    ids_a = encode_leading_tokens(tokenizer, [e.text_a for e in chunk], max_seq_length)
+    partial_a, partial_b = set(), set()
+    ids_a = encode_leading_tokens(tokenizer, [e.text_a for e in chunk], max_seq_length,
+                                  partial_a)
     pairs = [i for i, e in enumerate(chunk) if e.text_b is not None]
     ids_b = dict(zip(pairs, encode_leading_tokens(tokenizer, [chunk[i].text_b for i in pairs],
-                                                  max_seq_length)))
+                                                  max_seq_length, partial_b)))
+    partial_b = set(pairs[j] for j in partial_b)
     for i, example in enumerate(chunk):
       if truncation is not None:
         pair = ids_b.get(i)
         length = len(ids_a[i]) + 2 + (len(pair) + 1 if pair is not None else 0)
-        exact = not (_from_prefix(example.text_a, ids_a[i], max_seq_length) or
-                     pair is not None and _from_prefix(example.text_b, pair, max_seq_length))
-        truncation.count(length, exact, max_seq_length)
+        truncation.count(length, i not in partial_a and i not in partial_b, max_seq_length)
       yield features_from_ids(ids_a[i], ids_b.get(i), label_id_for(example.label, label_map),
                               first_example_id + first + i, max_seq_length, cls_id, sep_id)
     done = first + len(chunk)

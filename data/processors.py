@@ -276,14 +276,19 @@ class ColaProcessor(DataProcessor):
 
   def columns(self, table, split):
     first = table.rows[0][1]
+    label = 1 if split != "test" else None  # predict files' labels are not read
     if [f.strip() for f in first[:2]] == ["index", "sentence"]:
+      if split != "test":
+        raise DataError(table.path, "this is CoLA's unlabelled test layout (index, sentence)",
+                        "use it as the predict file, and give a labelled file for %s"
+                        % {"train": "training", "dev": "evaluation"}[split], line=1)
       table.header = [f.strip() for f in first]
       table.rows = table.rows[1:]
       return Columns(text_a=1, guid=0)
     if len(first) >= 4:
-      return Columns(text_a=3, label=1)
+      return Columns(text_a=3, label=label)
     if len(first) == 2:
-      return Columns(text_a=0, label=1)
+      return Columns(text_a=0, label=label)
     raise DataError(table.path, "CoLA rows have 2 or 4 columns but this one has %d" % len(first),
                     "give GLUE's CoLA files", line=table.rows[0][0])
 

@@ -24,7 +24,7 @@ from data.features import (TruncationCount, convert_examples, num_padding_rows,
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: reading and truncation counts in the metadata
 SEQUENCE_FIELDS = ("input_ids", "input_mask", "segment_ids")
 SCALAR_INT_FIELDS = ("is_real_example", "example_id")
 LABEL_FIELD = "label_ids"

@@ -264,3 +264,18 @@ def test_an_unlabelled_rte_row_in_training_is_an_error(tmp_path):
   error = error_of(get_processor("rte", data_dir=str(tmp_path)))
   assert (error.line, error.column) == (8, "label")
   assert "the label is -1 (GLUE's mark for an unlabelled row)" in str(error)
+
+
+def test_cola_predict_files_labels_are_not_read_and_its_test_layout_is_not_training_data(
+    tmp_path):
+  lines = read_lines(sample_path("glue", "CoLA", "dev.tsv"))
+  lines[2] = lines[2].split("\t")[0] + "\t?"  # a label no one checks in a predict file
+  write_lines(tmp_path / "test.tsv", lines)
+  processor = get_processor("cola", data_dir=str(tmp_path))
+  test = processor.get_examples("test")
+  assert len(test) == 100 and {e.label for e in test} == {None}
+  write_lines(tmp_path / "train.tsv", ["index\tsentence", "0\tBill whistled.", ""])
+  error = error_of(processor)
+  assert str(error) == (
+      "%s, line 1: this is CoLA's unlabelled test layout (index, sentence). Fix: use it as the "
+      "predict file, and give a labelled file for training" % (tmp_path / "train.tsv"))

@@ -116,6 +116,13 @@ def test_another_vocabulary_or_casing_is_refused(trained, tiny_checkpoint, tmp_p
                           "--vocab_file=%s" % vocab))
   assert str(error.value).startswith(
       "--vocab_file=%s is not the vocabulary the model was trained with" % vocab)
+  config = tmp_path / "bert_config.json"
+  config.write_text(u'{"vocab_size": 30522,')
+  with pytest.raises(FlagError) as error:
+    run_flags(*sst2_flags(tiny_checkpoint, output_dir, "--do_predict",
+                          "--bert_config_file=%s" % config))
+  assert str(error.value).startswith("--bert_config_file=%s cannot be used: %s is not valid "
+                                     "JSON" % (config, config))
 
 
 @pytest.mark.slow

@@ -357,24 +357,28 @@ def _same_task_family(task, trained_task):
 def check_card_matches_task(card, processor, output_dir):
   """The task's labels and head must be the model's: same names, same order."""
   where = model_card.card_path(output_dir)
-  head = "regression" if processor.is_regression else "classification"
   try:
-    model_card.check_agrees(card, where, head=head, labels=processor.labels)
+    model_card.check_agrees(card, where, head=head_of(processor), labels=processor.labels)
   except model_card.CardMismatch as e:
     raise FlagError(str(e))
 
 
+def head_of(processor):
+  """The head a task's labels need, as the model card names it."""
+  return "regression" if processor.is_regression else "classification"
+
+
 def write_model_card(f, processor, vocab_file, tokenizer, bert_config):
+  """Writes the card into --output_dir (run() has created it)."""
   card = model_card.build_card(
       task=processor.name, labels=processor.labels,
-      head="regression" if processor.is_regression else "classification",
+      head=head_of(processor),
       max_seq_length=f.max_seq_length, do_lower_case=tokenizer.do_lower_case,
       vocab_file=os.path.abspath(vocab_file) if "://" not in vocab_file else vocab_file,
       vocab_sha256=tokenization.vocab_fingerprint(vocab_file),
       bert_config=bert_config.to_dict() if bert_config else None,
       init_checkpoint=f.init_checkpoint, hub_module=f.bert_hub_module_handle,
       flags={name: f[name].value for name in sorted(f) if name in _OWN_FLAGS})
-  tf.io.gfile.makedirs(f.output_dir)
   with tf.io.gfile.GFile(model_card.card_path(f.output_dir), "w") as out:
     out.write(model_card.to_json(card))
   log.info("wrote the model card %s", model_card.card_path(f.output_dir))

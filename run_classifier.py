@@ -1,4 +1,5 @@
-r"""Fine-tune BERT for text classification or regression with (TPU)Estimator.
+r"""Fine-tune BERT for text classification, multi-label, soft-target or regression heads
+with (TPU)Estimator.
 
 The same graph runs on CPU, GPU and TPU: --use_tpu switches TPUEstimator between a
 Cloud TPU and the local device. This file reads the flags, validates them once,
@@ -30,12 +31,14 @@ from data.errors import DataError
 from data.input_fn import input_fn_builder
 from data.processors import TASK_NAMES, canonical_task_name, get_processor
 from data.tfrecord import build_records, file_sha256
+from modeling import bias_metrics
 from modeling.bert import BertConfig
 from modeling.checkpoint import checkpoint_global_step, head_shape
 from modeling.compat import setup_tensorflow
 from modeling.estimator import build_estimator, xla_session_config
 from modeling.model_fn import TRAIN_LOSS_NAME, model_fn_builder
 from modeling.progress import ProgressHook, format_seconds
+from spec import labels as label_specs
 from spec import model_card
 
 log = logging.getLogger("run_classifier")
@@ -112,8 +115,19 @@ def define_flags(flag_values):
   string("gcp_project", None, "GCP project of the TPU (found from metadata if unset).")
   string("master", None, "TensorFlow master URL (alternative to --tpu_name).")
   integer("num_tpu_cores", 8, "TPU cores to use, with --use_tpu.")
-  string("label_column", None, "Label column: name or 0-based position "
-         "(jigsaw_toxic: one of the six labels, default toxic; csv: required).")
+  string("label_column", None, "Label column(s): a name or 0-based position, or several "
+         "separated by commas for a multi-label, soft-target or regression head with one "
+         "output each (jigsaw_toxic: default toxic, e.g. toxic,severe_toxic,obscene,threat,"
+         "insult,identity_hate; jigsaw_bias: default target; csv: required).")
+  boolean("auxiliary_targets", False, "jigsaw_bias: add soft-target outputs for the "
+          "auxiliary toxicity columns (severe_toxicity, obscene, identity_attack, insult, "
+          "threat, sexual_explicit) that the train file fills on every row.")
+  enum("head", "auto", ("auto",) + label_specs.HEAD_KINDS,
+       "What the labels are: 'classification' (one column naming a class; softmax), "
+       "'multi_label' (several 0/1 columns; sigmoid each), 'soft_target' (fractions in "
+       "[0, 1]; sigmoid cross-entropy against the fraction), 'regression' (numbers; squared "
+       "error), or 'auto': the task's own (csv and jigsaw_toxic: classification for one "
+       "label column, multi_label for several; jigsaw_bias: soft_target; sts-b: regression).")
   string("text_column", None, "csv task: text column (name or 0-based position).")
   string("text_b_column", None, "csv task: optional second text for pairs.")
   string("id_column", None, "csv task: optional id column for the outputs.")
@@ -292,7 +306,8 @@ def apply_model_card(f, card):
   where = model_card.card_path(f.output_dir)
   given = {name: f[name].present for name in ("task_name", "labels", "do_lower_case",
                                               "max_seq_length", "vocab_file",
-                                              "bert_config_file", "bert_hub_module_handle")}
+                                              "bert_config_file", "bert_hub_module_handle",
+                                              "head", "label_column")}
   if not given["task_name"]:
     f.task_name = card["task"]
   elif not _same_task_family(canonical_task_name(f.task_name) or f.task_name, card["task"]):
@@ -304,6 +319,12 @@ def apply_model_card(f, card):
     f.bert_hub_module_handle = card["hub_module"]
   if not given["max_seq_length"]:
     f.max_seq_length = card["max_seq_length"]
+  # The head's outputs are the card's: its kind and, unless this run reads other files'
+  # columns for them, its label columns.
+  if not given["head"]:
+    f.head = card["head"]
+  if not given["label_column"] and card["label_columns"]:
+    f.label_column = ",".join(card["label_columns"])
   try:
     model_card.check_agrees(card, where, labels=f.labels if given["labels"] else None,
                             do_lower_case=f.do_lower_case if given["do_lower_case"] else None,
@@ -342,8 +363,8 @@ def apply_model_card(f, card):
       if not f[name].present and name in card["flags"]:
         setattr(f, name, card["flags"][name])
   log.info("model card %s: task %s, %s, max_seq_length %d, do_lower_case=%s", where,
-           card["task"], "labels " + ",".join(card["labels"]) if card["labels"] else
-           "regression", card["max_seq_length"], card["do_lower_case"])
+           card["task"], label_specs.from_card(card["label_spec"]).describe(),
+           card["max_seq_length"], card["do_lower_case"])
 
 
 def _same_task_family(task, trained_task):
@@ -355,24 +376,24 @@ def _same_task_family(task, trained_task):
 
 
 def check_card_matches_task(card, processor, output_dir):
-  """The task's labels and head must be the model's: same names, same order."""
+  """The task's head and labels must be the model's: the same kind, the same classes in
+  the same order, and as many label columns, with the same names for the same task (a
+  csv run may read the model's labels from columns named otherwise)."""
   where = model_card.card_path(output_dir)
+  spec = processor.label_spec
   try:
-    model_card.check_agrees(card, where, head=head_of(processor), labels=processor.labels)
+    model_card.check_agrees(card, where, head=spec.kind, labels=spec.classes,
+                            num_outputs=spec.num_outputs)
+    if processor.name == card["task"] and card["label_columns"]:
+      model_card.check_agrees(card, where, label_columns=list(spec.columns))
   except model_card.CardMismatch as e:
     raise FlagError(str(e))
-
-
-def head_of(processor):
-  """The head a task's labels need, as the model card names it."""
-  return "regression" if processor.is_regression else "classification"
 
 
 def write_model_card(f, processor, vocab_file, tokenizer, bert_config):
   """Writes the card into --output_dir (run() has created it)."""
   card = model_card.build_card(
-      task=processor.name, labels=processor.labels,
-      head=head_of(processor),
+      task=processor.name, label_spec=processor.label_spec,
       max_seq_length=f.max_seq_length, do_lower_case=tokenizer.do_lower_case,
       vocab_file=os.path.abspath(vocab_file) if "://" not in vocab_file else vocab_file,
       vocab_sha256=tokenization.vocab_fingerprint(vocab_file),
@@ -385,21 +406,50 @@ def write_model_card(f, processor, vocab_file, tokenizer, bert_config):
 
 
 _OWN_FLAGS = set(parse_flags(["run_classifier.py"]))  # this program's flags, not absl's
-_LAYOUT_FLAGS = ("text_column", "text_b_column", "label_column", "id_column", "has_header",
-                 "delimiter", "quoting")
+_LAYOUT_FLAGS = ("text_column", "text_b_column", "id_column", "has_header", "delimiter",
+                 "quoting")
 
 
 # --- Wiring -----------------------------------------------------------------------------
 
+def label_columns_of(value):
+  """--label_column's columns: one, or several separated by commas."""
+  if value is None:
+    return None
+  columns = [c.strip() for c in str(value).split(",")]
+  if not all(columns):
+    raise FlagError("--label_column=%s has an empty column name: separate the columns with "
+                    "single commas, e.g. --label_column=toxic,insult" % value)
+  return columns
+
+
 def make_processor(f):
+  """The task's processor; FlagError for a head or label columns the task cannot take."""
   files = {"train": f.train_file, "dev": f.eval_file, "test": f.predict_file}
-  return get_processor(f.task_name, data_dir=f.data_dir, files=files,
-                       skip_malformed_rows=f.skip_malformed_rows, text_column=f.text_column,
-                       text_b_column=f.text_b_column, label_column=f.label_column,
-                       id_column=f.id_column, has_header=f.has_header, delimiter=f.delimiter,
-                       labels=f.labels, quoting=f.quoting,
-                       split_headers={"train": f.train_has_header, "dev": f.eval_has_header,
-                                      "test": f.predict_has_header})
+  try:
+    processor = get_processor(
+        f.task_name, data_dir=f.data_dir, files=files,
+        skip_malformed_rows=f.skip_malformed_rows, text_column=f.text_column,
+        text_b_column=f.text_b_column, label_columns=label_columns_of(f.label_column),
+        id_column=f.id_column, has_header=f.has_header, delimiter=f.delimiter,
+        labels=f.labels, quoting=f.quoting, head=None if f.head == "auto" else f.head,
+        auxiliary_targets=f.auxiliary_targets,
+        split_headers={"train": f.train_has_header, "dev": f.eval_has_header,
+                       "test": f.predict_has_header})
+  except ValueError as e:
+    raise FlagError(str(e))
+  return processor
+
+
+def label_spec_of(processor):
+  """The processor's label spec (for csv, read from the train file unless --labels gives
+  the classes); FlagError for a head that cannot take those labels."""
+  try:
+    return processor.label_spec
+  except ValueError as e:
+    if isinstance(e, DataError):
+      raise
+    raise FlagError(str(e))
 
 
 def make_tokenizer(f):
@@ -443,11 +493,12 @@ def featurise(f, processor, split, examples, tokenizer, vocab_file, pad_to_multi
   source = processor.file_for(split)
   settings = {
       "task": processor.name, "split": split, "source_file": source,
-      "source_sha256": file_sha256(source), "labels": processor.labels,
-      "is_regression": processor.is_regression, "max_seq_length": f.max_seq_length,
+      "source_sha256": file_sha256(source), "label_spec": processor.label_spec.to_card(),
+      "max_seq_length": f.max_seq_length,
       "vocab_sha256": tokenization.vocab_fingerprint(vocab_file),
       "do_lower_case": tokenizer.do_lower_case,
-      "columns": [f.text_column, f.text_b_column, f.label_column, f.id_column,
+      # (the label columns are the label spec's)
+      "columns": [f.text_column, f.text_b_column, f.id_column,
                   processor.has_header_for(split), f.delimiter, f.quoting,
                   f.skip_malformed_rows],
       "read": processor.accounts.get(split),  # lines, records, rows skipped by cause
@@ -499,7 +550,7 @@ def prepare_splits(f, processor, tokenizer, vocab_file):
   return splits
 
 
-def head_checkpoint(f, num_outputs):
+def head_checkpoint(f, label_spec):
   """The checkpoint that eval and predict take the classifier head from, checked.
 
   That is the newest checkpoint in --output_dir, else --init_checkpoint when it holds
@@ -522,12 +573,11 @@ def head_checkpoint(f, num_outputs):
             "evaluate" if f.do_eval else "predict", f.output_dir,
             "--init_checkpoint=%s is a pre-trained encoder without a head" % f.init_checkpoint
             if f.init_checkpoint else "no --init_checkpoint was given"))
-  if shape[0] != num_outputs:
+  if shape[0] != label_spec.num_outputs:
     raise FlagError("the classifier head in %s has %d outputs, but this run has %d (%s): the "
                     "checkpoint was trained for another task or label set. Use the labels it "
                     "was trained with, or another --output_dir" % (
-                        source, shape[0], num_outputs,
-                        "labels " + ",".join(f.labels) if f.labels else "the task's labels"))
+                        source, shape[0], label_spec.num_outputs, label_spec.describe()))
   return source
 
 
@@ -546,7 +596,7 @@ def run_train(f, estimator, processor, split, num_train_steps):
                       loss_tensor_name=TRAIN_LOSS_NAME, fetch_loss=not f.use_tpu,
                       report=log.info)
   input_fn = input_fn_builder(split.record_files, f.max_seq_length, is_training=True,
-                              is_regression=processor.is_regression, seed=f.seed,
+                              label_spec=processor.label_spec, seed=f.seed,
                               dynamic_padding=f.dynamic_padding)
   start = time.time()
   estimator.train(input_fn=input_fn, max_steps=num_train_steps, hooks=[hook])
@@ -565,7 +615,7 @@ def run_eval(f, estimator, processor, split, checkpoint):
   examples, meta = split.examples, split.metadata
   steps = meta["num_records"] // f.eval_batch_size
   input_fn = input_fn_builder(split.record_files, f.max_seq_length, is_training=False,
-                              is_regression=processor.is_regression,
+                              label_spec=processor.label_spec,
                               dynamic_padding=f.dynamic_padding)
   log.info("evaluating %d examples (+%d padding) in %d batches with %s", len(examples),
            meta["num_padding"], steps,
@@ -580,11 +630,62 @@ def run_eval(f, estimator, processor, split, checkpoint):
   if results["num_examples"] != len(examples):
     raise RuntimeError("eval counted %d examples but the dev file has %d" %
                        (results["num_examples"], len(examples)))
-  if not processor.is_regression:
+  for key in sorted(k for k, v in results.items() if isinstance(v, float) and math.isnan(v)):
+    log.warning("eval %s is undefined on this dev set (e.g. an AUC of a column with no "
+                "positive or no negative row); recorded as null", key)
+    results[key] = None
+  if processor.label_spec.kind == "classification":
     results["majority_baseline_accuracy"] = majority_accuracy(examples)
+  if processor.name == "jigsaw_bias":
+    results.update(run_bias_report(f, estimator, processor, split, checkpoint))
   results["checkpoint"] = checkpoint
   write_eval_results(f.output_dir, results)
   return results
+
+
+def run_bias_report(f, estimator, processor, split, checkpoint):
+  """The Jigsaw Unintended Bias competition metric on the dev split, with its per-identity
+  table (bias_metrics.csv) and chart (bias_metrics.png). Returns the summary figures for
+  eval_results, prefixed bias_."""
+  identities = [c for c in bias_metrics.IDENTITY_COLUMNS
+                if any(c in e.extras for e in split.examples)]
+  if not identities:
+    log.warning("%s has none of the identity columns %s: no bias metric",
+                processor.file_for("dev"), ", ".join(bias_metrics.IDENTITY_COLUMNS))
+    return {}
+  outputs = predict_outputs(f, estimator, processor.label_spec, split, checkpoint)
+  spec = processor.label_spec
+  # The toxicity score: the target column's output (soft target: it comes first), or the
+  # probability of class "1" (classification of target >= 0.5).
+  if spec.kind == "classification":
+    scores = [o[spec.classes.index("1")] for o in outputs]
+    targets = [float(e.label) for e in split.examples]
+  else:
+    scores = [o[0] for o in outputs]
+    targets = [e.label[0] for e in split.examples]
+  values = {name: [identity_value(e.extras.get(name, "")) for e in split.examples]
+            for name in identities}
+  table, summary = bias_metrics.bias_report(scores, targets, values)
+  csv_path, png_path = bias_metrics.write_bias_report(f.output_dir, table, summary)
+  log.info("bias metric (Jigsaw Unintended Bias): final %.4f, overall AUC %.4f, power means: "
+           "subgroup %.4f, BPSN %.4f, BNSP %.4f, over %s; per identity in %s and %s",
+           summary["final_metric"], summary["overall_auc"], summary["power_mean_subgroup_auc"],
+           summary["power_mean_bpsn_auc"], summary["power_mean_bnsp_auc"],
+           ", ".join(summary["identities_scored"]), csv_path, png_path)
+  for metric, names in sorted(summary["undefined"].items()):
+    if names:
+      log.warning("bias metric: %s is undefined for %s (no positive or no negative row); "
+                  "the power mean is over the others", metric, ", ".join(names))
+  if summary["note"]:
+    log.warning("bias metric: %s", summary["note"])
+  figures = ("final_metric", "overall_auc", "power_mean_subgroup_auc", "power_mean_bpsn_auc",
+             "power_mean_bnsp_auc")
+  return {"bias_" + k: None if math.isnan(summary[k]) else summary[k] for k in figures}
+
+
+def identity_value(cell):
+  """An identity column's cell as a fraction; NaN when empty (not annotated)."""
+  return float(cell) if cell.strip() else float("nan")
 
 
 def majority_accuracy(examples):
@@ -608,12 +709,27 @@ def write_eval_results(output_dir, results):
 
 def run_predict(f, estimator, processor, split, checkpoint):
   examples, meta = split.examples, split.metadata
-  input_fn = input_fn_builder(split.record_files, f.max_seq_length, is_training=False,
-                              is_regression=processor.is_regression,
-                              dynamic_padding=f.dynamic_padding)
   step = checkpoint_global_step(checkpoint) if checkpoint else None
   log.info("predicting %d examples (+%d padding) with %s", len(examples), meta["num_padding"],
            describe_checkpoint(checkpoint, step))
+  outputs = predict_outputs(f, estimator, processor.label_spec, split, checkpoint)
+  path = os.path.join(f.output_dir, "test_results.tsv")
+  write_predictions(path, examples, outputs, processor.label_spec)
+  with tf.io.gfile.GFile(os.path.join(f.output_dir, "test_results.json"), "w") as out:
+    json.dump({"checkpoint": checkpoint, "global_step": step,
+               "predict_file": processor.file_for("test"),
+               "rows": len(examples), "labels": processor.label_spec.classes,
+               "label_spec": processor.label_spec.to_card()}, out, indent=2,
+              sort_keys=True)
+  log.info("wrote %d predictions to %s", len(examples), path)
+  return path
+
+
+def predict_outputs(f, estimator, label_spec, split, checkpoint):
+  """The head's outputs (a list of floats) for every example of a split, in input order;
+  padding rows are dropped, and a row lost or predicted twice is an error."""
+  input_fn = input_fn_builder(split.record_files, f.max_seq_length, is_training=False,
+                              label_spec=label_spec, dynamic_padding=f.dynamic_padding)
   rows = {}
   for prediction in estimator.predict(input_fn=input_fn, yield_single_examples=True,
                                       checkpoint_path=_restore_path(f, checkpoint)):
@@ -622,38 +738,22 @@ def run_predict(f, estimator, processor, split, checkpoint):
     example_id = int(prediction["example_id"])
     if example_id in rows:
       raise RuntimeError("example %d was predicted twice" % example_id)
-    rows[example_id] = prediction
-  if sorted(rows) != list(range(len(examples))):
+    rows[example_id] = prediction["outputs"].tolist()
+  if sorted(rows) != list(range(len(split.examples))):
     raise RuntimeError("predicted %d rows for %d examples: rows were lost" %
-                       (len(rows), len(examples)))
-  path = os.path.join(f.output_dir, "test_results.tsv")
-  write_predictions(path, examples, rows, processor)
-  with tf.io.gfile.GFile(os.path.join(f.output_dir, "test_results.json"), "w") as out:
-    json.dump({"checkpoint": checkpoint, "global_step": step,
-               "predict_file": processor.file_for("test"),
-               "rows": len(examples), "labels": processor.labels}, out, indent=2,
-              sort_keys=True)
-  log.info("wrote %d predictions to %s", len(examples), path)
-  return path
+                       (len(rows), len(split.examples)))
+  return [rows[i] for i in range(len(split.examples))]
 
 
-def write_predictions(path, examples, rows, processor):
-  """One line per input row, in input order: id, per-class probabilities, predicted label."""
+def write_predictions(path, examples, outputs, label_spec):
+  """One line per input row, in input order: id, the label spec's prediction columns
+  (e.g. per-class probabilities and the predicted class), then carried-through columns."""
   extras = sorted(set(k for e in examples for k in e.extras))
-  if processor.is_regression:
-    header = ["id", "prediction"]
-  else:
-    header = ["id"] + ["probability_%s" % label for label in processor.labels] + ["prediction"]
+  header = ["id"] + label_spec.prediction_header()
   with tf.io.gfile.GFile(path, "w") as out:
     out.write("\t".join(header + extras) + "\n")
     for i, example in enumerate(examples):
-      prediction = rows[i]
-      if processor.is_regression:
-        values = ["%.6f" % prediction["predictions"]]
-      else:
-        probabilities = prediction["probabilities"]
-        best = max(range(len(probabilities)), key=lambda k: probabilities[k])
-        values = ["%.6f" % p for p in probabilities] + [processor.labels[best]]
+      values = label_spec.prediction_cells(outputs[i])
       line = [_one_line(example.guid)] + values + [_one_line(example.extras.get(k, ""))
                                                     for k in extras]
       out.write("\t".join(line) + "\n")
@@ -674,25 +774,23 @@ def run(f):
   bert_config = check_task_and_model_flags(f, card)
   setup_tensorflow()
   processor = make_processor(f)
+  label_spec = label_spec_of(processor)
   if card:
     check_card_matches_task(card, processor, f.output_dir)
   tokenizer, vocab_file = make_tokenizer(f)
-  labels = processor.labels
-  log.info("task %s: %s", processor.name,
-           "regression" if processor.is_regression else "labels %s" % ", ".join(labels))
-  num_outputs = 1 if processor.is_regression else len(labels)
+  log.info("task %s: %s", processor.name, label_spec.describe())
   if (f.do_eval or f.do_predict) and not f.do_train:
-    checkpoint = head_checkpoint(f, num_outputs)  # refused before any work
+    checkpoint = head_checkpoint(f, label_spec)  # refused before any work
   tf.io.gfile.makedirs(f.output_dir)
   splits = prepare_splits(f, processor, tokenizer, vocab_file)
   num_train_steps = num_train_steps_for(f, len(splits["train"].examples)) if f.do_train else 0
 
   model_fn = model_fn_builder(
       bert_config=bert_config or BertConfig(vocab_size=len(tokenizer.vocab)),
-      num_labels=num_outputs, init_checkpoint=f.init_checkpoint,
+      label_spec=label_spec, init_checkpoint=f.init_checkpoint,
       learning_rate=f.learning_rate, num_train_steps=num_train_steps,
       num_warmup_steps=int(num_train_steps * f.warmup_proportion), use_tpu=f.use_tpu,
-      is_regression=processor.is_regression, hub_module_handle=f.bert_hub_module_handle,
+      hub_module_handle=f.bert_hub_module_handle,
       gradient_accumulation_steps=f.gradient_accumulation_steps,
       precision="float16" if f.use_fp16 else "bfloat16" if f.use_bf16 else "float32",
       xla_global_step_fix=f.use_xla)

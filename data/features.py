@@ -18,7 +18,8 @@ class InputFeatures(object):
   segment_ids are the padded max_seq_length lists the model reads, built on
   demand: the record writer needs only the compact form, and building three
   padded lists per row was a third of featurisation time.
-  label_id is an int class index, or a float target for regression.
+  label_id is the label's record value (spec/labels.py): an int class index, or a tuple
+  of floats, one per label column.
   is_real_example is False for the rows added to fill the last batch.
   example_id is the example's position in its split (PADDING_EXAMPLE_ID for padding),
   so predictions can be put back in input order and counted.
@@ -73,23 +74,6 @@ def truncate_pair(tokens_a, tokens_b, max_length):
       tokens_b.pop()
 
 
-def label_map_for(labels):
-  return {label: i for i, label in enumerate(labels)} if labels else None
-
-
-def label_id_for(label, label_map):
-  """The class index (or float target when label_map is None) of a label.
-
-  An unlabelled example (label None) gets 0: only predict reads it, and predict
-  ignores labels.
-  """
-  if label is None:
-    return 0.0 if label_map is None else 0
-  if label_map is None:
-    return float(label)
-  return label_map[label]
-
-
 def features_from_ids(ids_a, ids_b, label_id, example_id, max_seq_length, cls_id, sep_id):
   """[CLS] a [SEP] (b [SEP]), truncated to max_seq_length as Google does."""
   if ids_b is None:  # the common single-text case, built with as few list operations as possible
@@ -103,18 +87,25 @@ def features_from_ids(ids_a, ids_b, label_id, example_id, max_seq_length, cls_id
                        max_seq_length, label_id, True, example_id)
 
 
-def convert_example(example, example_id, label_map, max_seq_length, tokenizer):
-  """Builds the InputFeatures of one example. label_map is None for regression."""
+def label_value(example, label_spec):
+  """The record value of an example's label (spec/labels.py), or the spec's value for rows
+  whose labels are not read (predict files) when it has none."""
+  if example.label is None:
+    return label_spec.unlabelled_value()
+  return label_spec.record_value(example.label)
+
+
+def convert_example(example, example_id, label_spec, max_seq_length, tokenizer):
+  """Builds the InputFeatures of one example."""
   ids_b = tokenizer.encode(example.text_b) if example.text_b is not None else None
   return features_from_ids(tokenizer.encode(example.text_a), ids_b,
-                           label_id_for(example.label, label_map), example_id, max_seq_length,
+                           label_value(example, label_spec), example_id, max_seq_length,
                            tokenizer.vocab[CLS_TOKEN], tokenizer.vocab[SEP_TOKEN])
 
 
-def padding_features(max_seq_length, is_regression):
+def padding_features(max_seq_length, unlabelled):
   """An all-zero row with is_real_example=False, used to fill the last batch."""
-  return InputFeatures([], 0, max_seq_length, 0.0 if is_regression else 0, False,
-                       PADDING_EXAMPLE_ID)
+  return InputFeatures([], 0, max_seq_length, unlabelled, False, PADDING_EXAMPLE_ID)
 
 
 def num_padding_rows(num_examples, multiple):
@@ -185,15 +176,14 @@ class TruncationCount(object):
 
 
 
-def convert_examples(examples, labels, max_seq_length, tokenizer, chunk_size=2048,
+def convert_examples(examples, label_spec, max_seq_length, tokenizer, chunk_size=2048,
                      report_every=20000, first_example_id=0, truncation=None):
   """Yields InputFeatures for each example in order, logging progress on long inputs.
 
-  Texts are encoded a chunk at a time with tokenizer.encode_batch, which the
-  Rust tokenizer runs on all cores. truncation (a TruncationCount) counts the
-  examples that did not fit.
+  label_spec (spec/labels.py) gives each label's record value. Texts are encoded a chunk
+  at a time with tokenizer.encode_batch, which the Rust tokenizer runs on all cores.
+  truncation (a TruncationCount) counts the examples that did not fit.
   """
-  label_map = label_map_for(labels)
   cls_id, sep_id = tokenizer.vocab[CLS_TOKEN], tokenizer.vocab[SEP_TOKEN]
   start = time.time()
   next_report = report_every
@@ -211,7 +201,7 @@ def convert_examples(examples, labels, max_seq_length, tokenizer, chunk_size=204
         pair = ids_b.get(i)
         length = len(ids_a[i]) + 2 + (len(pair) + 1 if pair is not None else 0)
         truncation.count(length, i not in partial_a and i not in partial_b, max_seq_length)
-      yield features_from_ids(ids_a[i], ids_b.get(i), label_id_for(example.label, label_map),
+      yield features_from_ids(ids_a[i], ids_b.get(i), label_value(example, label_spec),
                               first_example_id + first + i, max_seq_length, cls_id, sep_id)
     done = first + len(chunk)
     if done >= next_report and done < len(examples):

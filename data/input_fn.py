@@ -37,11 +37,12 @@ def bucket_boundaries(max_seq_length, width=BUCKET_WIDTH):
   return list(range(width + 1, max_seq_length + 1, width))
 
 
-def input_fn_builder(input_file, max_seq_length, is_training, is_regression, seed=None,
+def input_fn_builder(input_file, max_seq_length, is_training, label_spec, seed=None,
                      dynamic_padding=False):
   """Returns input_fn(params) reading batches of params['batch_size'] records.
 
-  Training shuffles (seeded) and repeats. Every mode drops the remainder so that
+  label_spec (spec/labels.py) gives the label's dtype and shape. Training shuffles
+  (seeded) and repeats. Every mode drops the remainder so that
   batch shapes are static as a TPU needs; eval and predict files are padded to
   whole batches when they are written, so no real example is dropped.
 
@@ -50,7 +51,7 @@ def input_fn_builder(input_file, max_seq_length, is_training, is_regression, see
   grouped into buckets of similar length (BUCKET_WIDTH tokens), so a batch
   holds little padding; eval and predict keep the file's order and only trim.
   """
-  spec = parsing_spec(max_seq_length, is_regression)
+  spec = parsing_spec(max_seq_length, label_spec)
   files = input_file if isinstance(input_file, (list, tuple)) else [input_file]
 
   def input_fn(params):

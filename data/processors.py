@@ -8,12 +8,12 @@ their columns are called rather than where they happen to sit.
 import collections
 import csv
 import logging
-import math
 import os
 import re
 
 from data.errors import DataError
 from data.table import delimiter_for, quoting_for, read_table
+from spec.labels import MISSING_VALUES, LabelError, build_spec
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,8 @@ class InputExample(object):
   """One row of input.
 
   guid: the id written next to its prediction (the file's id column, else the row number).
-  label: a label string, a float for regression, or None for an unlabelled row.
+  label: the value its label spec parsed from the label cells (a class index, or a tuple
+    of floats), or None for a row whose labels are not read (a predict file).
   extras: other columns carried through to the outputs (e.g. Jigsaw identity columns).
   """
 
@@ -43,26 +44,36 @@ class InputExample(object):
 class Columns(object):
   """Which columns of a table make up an example. Each is an index or None."""
 
-  def __init__(self, text_a, text_b=None, label=None, guid=None, extras=()):
+  def __init__(self, text_a, text_b=None, labels=None, guid=None, extras=()):
     self.text_a = text_a
     self.text_b = text_b
-    self.label = label
+    self.labels = labels  # the label columns' indices, or None: labels not read
     self.guid = guid
     self.extras = extras  # (name, index) pairs
 
 
 class DataProcessor(object):
-  """Base class. Subclasses set `name`, `labels`, `split_files` and implement `columns`."""
+  """Base class. Subclasses set `name`, `labels`, `split_files` and implement `columns`.
+
+  The label spec (spec/labels.py) says what a row's label cells mean; the head kind
+  picks it: the task's default_head unless the user chose one of its heads.
+  """
 
   name = None
-  labels = None  # list of label strings; None for regression
-  is_regression = False
+  labels = None  # the class names, for a classification head
+  heads = ("classification",)  # the head kinds this task's labels can train; first = default
   delimiter = "\t"
   quoting = csv.QUOTE_NONE  # GLUE files are unquoted TSV: a quote is just a character.
   has_header = True
   split_files = {}
 
-  def __init__(self, data_dir=None, files=None, skip_malformed_rows=False, quoting="auto"):
+  def __init__(self, data_dir=None, files=None, skip_malformed_rows=False, quoting="auto",
+               head=None):
+    if head is not None and head not in self.heads:
+      raise ValueError("--head=%s cannot be used with task %s; its labels train: %s"
+                       % (head, self.name, ", ".join(self.heads)))
+    self.head = head
+    self._label_spec = None
     self.data_dir = data_dir
     self.files = dict(files or {})
     self.skip_malformed_rows = skip_malformed_rows
@@ -124,32 +135,58 @@ class DataProcessor(object):
   def columns(self, table, split):
     raise NotImplementedError
 
-  def parse_label(self, raw, path, line, column):
-    """Checks a raw label against the label list. Returns the label, or None when unlabelled."""
-    value = raw.strip()
-    if value in self.labels:
-      return value
-    if value in MISSING_VALUES:
-      raise MissingLabel(path, "the label is %s" % ("empty" if not value else
-                                                    "%r, a missing value" % value),
-                         "fill in one of %s, remove the row, or pass --skip_malformed_rows to "
-                         "skip and count such rows%s" % (
-                             ", ".join(self.labels),
-                             " (if %r is a class, list every class with --labels)" % value
-                             if value else ""),
-                         line=line, column=column)
-    raise DataError(path, "unknown label %r; task %s has labels %s"
-                    % (value, self.name, ", ".join(self.labels)),
-                    "correct the row, or pick the right --task_name / --label_column",
-                    line=line, column=column)
+  # -- labels --------------------------------------------------------------
+  @property
+  def head_kind(self):
+    return self.head or self.default_head()
+
+  def default_head(self):
+    return self.heads[0]
+
+  @property
+  def label_columns(self):
+    """The label columns, as the spec and the model card name them."""
+    return (self.label_column,)
+
+  @property
+  def label_spec(self):
+    """The spec of this task's labels with the chosen head (spec/labels.py)."""
+    if self._label_spec is None:
+      kind = self.head_kind
+      self._label_spec = build_spec(kind, self.label_columns,
+                                    self.labels if kind == "classification" else None)
+    return self._label_spec
+
+  def check_row(self, path, line, fields, columns):
+    """A task's own checks of a row's other cells (DataError); none by default."""
+
+  def label_cell(self, cell, path, line, column):
+    """A task's own reading of one raw label cell before the spec parses it (e.g. RTE's
+    0/1 for its class names). Raises DataError; the default passes the cell on."""
+    return cell
+
+  def parse_labels(self, cells, path, line, column_names):
+    """The spec's value of a row's label cells. A missing value is a MissingLabel (which
+    --skip_malformed_rows may skip); any other bad value is a DataError naming the column."""
+    cells = [self.label_cell(c, path, line, name) for c, name in zip(cells, column_names)]
+    try:
+      return self.label_spec.parse(cells)
+    except LabelError as e:
+      column = column_names[e.index]
+      if e.missing:
+        raise MissingLabel(path, e.problem, "%s, or pass --skip_malformed_rows to skip and "
+                           "count such rows%s" % (e.fix, e.hint), line=line, column=column)
+      raise DataError(path, "task %s: %s" % (self.name, e.problem), e.fix + e.hint,
+                      line=line, column=column)
 
   def _rows_to_examples(self, table, columns, split):
     """The examples of a table's rows. A row that cannot make an example is an error naming
     its line, or, with skip_malformed_rows, a skip counted by cause. A predict file's labels
     are not read (columns gives them no label column): predicting needs none."""
-    label_column = columns.label
-    needed = max(i for i in (columns.text_a, columns.text_b, label_column, columns.guid)
-                 if i is not None)
+    label_columns = columns.labels
+    label_names = [_column_name(table, i) for i in label_columns or ()]
+    needed = max(i for i in (columns.text_a, columns.text_b, columns.guid) +
+                 tuple(label_columns or ()) if i is not None)
     width = len(table.header) if table.header else _usual_width(table)
     examples = []
     skipped = {}
@@ -157,14 +194,15 @@ class DataProcessor(object):
       try:
         _check_row_width(table, line, fields, needed, width)
         label = None
-        if label_column is not None:
-          label = self.parse_label(fields[label_column], table.path, line,
-                                   _column_name(table, label_column))
+        if label_columns is not None:
+          label = self.parse_labels([fields[i] for i in label_columns], table.path, line,
+                                    label_names)
       except MalformedRow as e:
         if not self.skip_malformed_rows:
           raise
         skipped[e.cause] = skipped.get(e.cause, 0) + 1
         continue
+      self.check_row(table.path, line, fields, columns)
       guid = fields[columns.guid] if columns.guid is not None else str(row_number)
       extras = {name: fields[i] for name, i in columns.extras if i < len(fields)}
       text_b = fields[columns.text_b] if columns.text_b is not None else None
@@ -174,11 +212,6 @@ class DataProcessor(object):
           "%d rows with %s" % (n, cause) for cause, n in sorted(skipped.items())))
     self.skipped[split] = skipped
     return examples
-
-
-# Label cells that mean "no value" (as pandas reads them), unless they are declared labels.
-MISSING_VALUES = frozenset(["", "nan", "NaN", "NAN", "NA", "N/A", "n/a", "null", "NULL",
-                            "None", "#N/A"])
 
 
 class MalformedRow(DataError):
@@ -250,9 +283,8 @@ class HeaderProcessor(DataProcessor):
         text_b=(table.column_index(self.text_b_column, "the %s column" % self.text_b_column)
                 if self.text_b_column else None),
         # A predict file's labels are not read, so it needs no label column.
-        label=(table.column_index(self.label_column,
-                                  self.label_hint or "the %s column" % self.label_column)
-               if split != "test" else None),
+        labels=(tuple(table.column_index(c, self.label_hint or "the %s column" % c)
+                      for c in self.label_columns) if split != "test" else None),
         guid=ids[0] if ids else None)
 
 
@@ -271,12 +303,13 @@ class ColaProcessor(DataProcessor):
   copy, or the test file with an `index<TAB>sentence` header."""
   name = "cola"
   labels = ["0", "1"]
+  label_column = "label"
   has_header = False
   split_files = GLUE_FILES
 
   def columns(self, table, split):
     first = table.rows[0][1]
-    label = 1 if split != "test" else None  # predict files' labels are not read
+    labels = (1,) if split != "test" else None  # predict files' labels are not read
     if [f.strip() for f in first[:2]] == ["index", "sentence"]:
       if split != "test":
         raise DataError(table.path, "this is CoLA's unlabelled test layout (index, sentence)",
@@ -286,9 +319,9 @@ class ColaProcessor(DataProcessor):
       table.rows = table.rows[1:]
       return Columns(text_a=1, guid=0)
     if len(first) >= 4:
-      return Columns(text_a=3, label=label)
+      return Columns(text_a=3, labels=labels)
     if len(first) == 2:
-      return Columns(text_a=0, label=label)
+      return Columns(text_a=0, labels=labels)
     raise DataError(table.path, "CoLA rows have 2 or 4 columns but this one has %d" % len(first),
                     "give GLUE's CoLA files", line=table.rows[0][0])
 
@@ -311,15 +344,15 @@ class RteProcessor(HeaderProcessor):
   text_a_column, text_b_column, label_column = "sentence1", "sentence2", "label"
   id_columns = ("index", "idx")
 
-  def parse_label(self, raw, path, line, column):
-    value = raw.strip()
+  def label_cell(self, cell, path, line, column):
+    value = cell.strip()
     if value == "-1":  # GLUE's mark for an unlabelled row: no class to train or score on
       raise MissingLabel(path, "the label is -1 (GLUE's mark for an unlabelled row)",
                          "use this file for predicting, or pass --skip_malformed_rows to skip "
                          "and count such rows", line=line, column=column)
     if value in ("0", "1"):
       return self.labels[int(value)]
-    return DataProcessor.parse_label(self, raw, path, line, column)
+    return cell
 
 
 class MnliProcessor(HeaderProcessor):
@@ -348,26 +381,9 @@ class StsbProcessor(HeaderProcessor):
   """STS-B: a similarity score in [0, 5], learnt by regression."""
   name = "sts-b"
   labels = None
-  is_regression = True
+  heads = ("regression",)
   split_files = GLUE_FILES
   text_a_column, text_b_column, label_column = "sentence1", "sentence2", "score"
-
-  def parse_label(self, raw, path, line, column):
-    return _parse_float(raw, path, line, column, "a score between 0 and 5")
-
-
-def _parse_float(raw, path, line, column, what):
-  if not raw.strip():
-    raw = "nan"  # An empty cell is a missing value, as pandas reads it.
-  try:
-    value = float(raw)
-  except ValueError:
-    raise DataError(path, "%r is not a number" % raw, "give %s" % what, line=line, column=column)
-  if math.isnan(value):
-    raise MissingLabel(path, "the value is NaN (empty or 'nan')",
-                       "fill in %s, remove the row, or pass --skip_malformed_rows to skip and "
-                       "count such rows" % what, line=line, column=column)
-  return value
 
 
 # --- Jigsaw -------------------------------------------------------------------
@@ -393,21 +409,83 @@ class JigsawProcessor(HeaderProcessor):
 
 
 class JigsawToxicProcessor(JigsawProcessor):
-  """Kaggle Toxic Comment Classification: one of the six 0/1 label columns."""
+  """Kaggle Toxic Comment Classification: one of the six 0/1 label columns (a
+  classification head, 0/1), or several at once (a multi-label head, one output each)."""
   name = "jigsaw_toxic"
   labels = ["0", "1"]
+  heads = ("classification", "multi_label", "soft_target")
   label_hint = "--label_column"
 
-  def __init__(self, label_column="toxic", **kwargs):
+  def __init__(self, label_columns=("toxic",), **kwargs):
     super(JigsawToxicProcessor, self).__init__(**kwargs)
-    self.label_column = label_column
+    self._label_columns = tuple(label_columns)
+
+  @property
+  def label_columns(self):
+    return self._label_columns
+
+  def default_head(self):
+    return "classification" if len(self._label_columns) == 1 else "multi_label"
+
+
+JIGSAW_BIAS_AUXILIARY_COLUMNS = ("severe_toxicity", "obscene", "identity_attack", "insult",
+                                 "threat", "sexual_explicit")
 
 
 class JigsawBiasProcessor(JigsawProcessor):
-  """Kaggle Unintended Bias: label is target >= 0.5; identity columns are carried through."""
+  """Kaggle Unintended Bias: the fraction of raters who found a comment toxic (`target`),
+  learnt as a soft target; more soft-target columns (e.g. the auxiliary toxicity
+  subtypes) may follow it. The classification head learns target >= 0.5 instead. The
+  identity columns are carried through to the outputs and the bias metric."""
   name = "jigsaw_bias"
   labels = ["0", "1"]
-  label_column = "target"
+  heads = ("soft_target", "classification")
+  label_hint = "--label_column"
+
+  def __init__(self, label_columns=("target",), auxiliary_targets=False, **kwargs):
+    super(JigsawBiasProcessor, self).__init__(**kwargs)
+    self._label_columns = tuple(label_columns)
+    self.auxiliary_targets = auxiliary_targets
+    if self.head_kind == "classification" and (self._label_columns != ("target",) or
+                                               auxiliary_targets):
+      raise ValueError("--head=classification on task jigsaw_bias learns target >= 0.5 and "
+                       "reads only the target column; drop --label_column and "
+                       "--auxiliary_targets")
+    if self._label_columns[0] != "target":
+      raise ValueError("task jigsaw_bias: the first label column must be target (the bias "
+                       "metric scores it), not %s; list other columns after it, e.g. "
+                       "--label_column=target,%s" % (self._label_columns[0],
+                                                     self._label_columns[0]))
+
+  @property
+  def label_columns(self):
+    if self.auxiliary_targets and not hasattr(self, "_with_auxiliary"):
+      self._with_auxiliary = self._label_columns + self._auxiliary_columns()
+    return self._with_auxiliary if self.auxiliary_targets else self._label_columns
+
+  def _auxiliary_columns(self):
+    """The auxiliary toxicity columns the train file has, filled on every row; those
+    missing or with empty cells are left out, and the log says which."""
+    path = self.file_for("train")
+    table = read_table(path, self.delimiter, True, self.quoting_of(path))
+    found, left_out = [], []
+    for name in JIGSAW_BIAS_AUXILIARY_COLUMNS:
+      if name in self._label_columns:
+        continue
+      if name not in table.header:
+        left_out.append("%s (no such column)" % name)
+        continue
+      index = table.header.index(name)
+      empty = sum(1 for _, fields in table.rows
+                  if len(fields) <= index or fields[index].strip() in MISSING_VALUES)
+      if empty:
+        left_out.append("%s (%d empty cells)" % (name, empty))
+      else:
+        found.append(name)
+    log.info("--auxiliary_targets: %s%s", "adding soft-target outputs for " + ", ".join(found)
+             if found else "no auxiliary column is usable",
+             "; left out: " + ", ".join(left_out) if left_out else "")
+    return tuple(found)
 
   def columns(self, table, split):
     columns = super(JigsawBiasProcessor, self).columns(table, split)
@@ -415,12 +493,38 @@ class JigsawBiasProcessor(JigsawProcessor):
                            if name in table.header)
     return columns
 
-  def parse_label(self, raw, path, line, column):
-    target = _parse_float(raw, path, line, column, "a target in [0, 1]")
-    if not 0.0 <= target <= 1.0:
-      raise DataError(path, "target %r is outside [0, 1]" % raw,
-                      "give the toxicity fraction in [0, 1]", line=line, column=column)
+  def check_row(self, path, line, fields, columns):
+    """Identity cells are fractions in [0, 1], or empty where the row was not annotated
+    (the bias metric reads them)."""
+    for name, index in columns.extras:
+      cell = fields[index].strip() if index < len(fields) else ""
+      if not cell:
+        continue
+      try:
+        value = float(cell)
+      except ValueError:
+        value = float("nan")
+      if not 0.0 <= value <= 1.0:
+        raise DataError(path, "identity value %r is not a fraction in [0, 1]" % cell,
+                        "give the fraction of raters who saw the identity mentioned, or "
+                        "leave the cell empty", line=line, column=name)
+
+  def label_cell(self, cell, path, line, column):
+    if self.head_kind != "classification":
+      return cell
+    target = _target_fraction(cell, path, line, column)
     return "1" if target >= 0.5 else "0"
+
+
+def _target_fraction(cell, path, line, column):
+  """A target fraction in [0, 1] from a cell, as the soft-target spec reads it."""
+  try:
+    return build_spec("soft_target", [column]).parse([cell])[0]
+  except LabelError as e:
+    error = MissingLabel if e.missing else DataError
+    raise error(path, e.problem, e.fix + ("" if not e.missing else ", or pass "
+                                          "--skip_malformed_rows to skip and count such rows"),
+                line=line, column=column)
 
 
 # --- Any CSV/TSV --------------------------------------------------------------
@@ -431,22 +535,28 @@ class CsvProcessor(DataProcessor):
   fields in .csv files but are plain characters in .tsv/.txt files unless quoting says
   otherwise."""
   name = "csv"
+  heads = ("classification", "multi_label", "soft_target", "regression")
   split_files = {"train": ("train.csv", "train.tsv"),
                  "dev": ("dev.csv", "dev.tsv", "valid.csv", "valid.tsv"),
                  "test": ("test.csv", "test.tsv")}
 
-  def __init__(self, text_column, label_column, text_b_column=None, id_column=None,
+  def __init__(self, text_column, label_columns, text_b_column=None, id_column=None,
                has_header=True, delimiter=None, labels=None, split_headers=None, **kwargs):
     super(CsvProcessor, self).__init__(**kwargs)
     self.text_column = text_column
     self.text_b_column = text_b_column
-    self.label_column = label_column
+    self._label_columns = tuple(label_columns or ())
+    self.label_column = self._label_columns[0] if self._label_columns else None
     self.id_column = id_column
     self.has_header = has_header
     # {split: True/False} where one file's layout differs from the others'.
     self.split_headers = {k: v for k, v in (split_headers or {}).items() if v is not None}
     self.explicit_delimiter = delimiter
     self._labels = list(labels) if labels else None
+    if self._labels and self.head_kind != "classification":
+      raise ValueError("--labels lists the classes of a classification head; a %s head's "
+                       "outputs are its label columns (%s): drop --labels"
+                       % (self.head_kind, ", ".join(self._label_columns)))
 
   def delimiter_of(self, path):
     return delimiter_for(path, self.explicit_delimiter)
@@ -458,7 +568,17 @@ class CsvProcessor(DataProcessor):
     return self.split_headers.get(split, self.has_header)
 
   @property
+  def label_columns(self):
+    return self._label_columns
+
+  def default_head(self):
+    return "classification" if len(self._label_columns) <= 1 else "multi_label"
+
+  @property
   def labels(self):
+    """The classes of a classification head: --labels, else found in the train file."""
+    if self.head_kind != "classification":
+      return None
     if self._labels is None:
       self._labels = self._labels_from_train_file()
     return self._labels
@@ -523,11 +643,11 @@ class CsvProcessor(DataProcessor):
                       "has none), or add a header line" % _header_flag(split), line=1)
 
   def columns(self, table, split):
-    label = None
-    if self.label_column is not None and split != "test":  # predict files' labels: unread
-      label = table.column_index(self.label_column, "--label_column")
-      self._check_no_header_as_data(table, label, split)
-      self._check_header_is_not_data(table, label, split)
+    labels = None
+    if self._label_columns and split != "test":  # predict files' labels: unread
+      labels = tuple(table.column_index(c, "--label_column") for c in self._label_columns)
+      self._check_no_header_as_data(table, labels[0], split)
+      self._check_header_is_not_data(table, labels[0], split)
     if table.header is not None and str(self.text_column).isdigit():
       # Columns by position and a header: say which line was taken as the header, so a
       # headerless file (e.g. a predict file without labels) cannot lose a row unseen.
@@ -538,7 +658,7 @@ class CsvProcessor(DataProcessor):
         text_a=table.column_index(self.text_column, "--text_column"),
         text_b=(table.column_index(self.text_b_column, "--text_b_column")
                 if self.text_b_column is not None else None),
-        label=label,
+        labels=labels,
         guid=(table.column_index(self.id_column, "--id_column")
               if self.id_column is not None else None))
 
@@ -577,22 +697,32 @@ def canonical_task_name(task_name):
 
 
 def get_processor(task_name, data_dir=None, files=None, skip_malformed_rows=False,
-                  text_column=None, text_b_column=None, label_column=None, id_column=None,
+                  text_column=None, text_b_column=None, label_columns=None, id_column=None,
                   has_header=True, delimiter=None, labels=None, quoting="auto",
-                  split_headers=None):
-  """Builds the processor for a task name (case-insensitive; TASK_ALIASES also accepted)."""
+                  split_headers=None, head=None, auxiliary_targets=False):
+  """Builds the processor for a task name (case-insensitive; TASK_ALIASES also accepted).
+  label_columns is a list of column names or positions (a string is one column); head
+  is a head kind of spec/labels.py, None for the task's default. auxiliary_targets
+  (jigsaw_bias) adds the auxiliary toxicity columns as soft targets. ValueError for a
+  head or label columns the task cannot take."""
+  if auxiliary_targets and canonical_task_name(task_name) != "jigsaw_bias":
+    raise ValueError("--auxiliary_targets is for task jigsaw_bias; list extra label "
+                     "columns with --label_column instead")
   name = canonical_task_name(task_name)
+  if isinstance(label_columns, str):
+    label_columns = [label_columns]
   common = dict(data_dir=data_dir, files=files, skip_malformed_rows=skip_malformed_rows,
-                quoting=quoting)
+                quoting=quoting, head=head)
   if name in GLUE_PROCESSORS:
     return GLUE_PROCESSORS[name](**common)
   if name == "jigsaw_toxic":
-    return JigsawToxicProcessor(label_column=label_column or "toxic", **common)
+    return JigsawToxicProcessor(label_columns=label_columns or ("toxic",), **common)
   if name == "jigsaw_bias":
-    return JigsawBiasProcessor(**common)
+    return JigsawBiasProcessor(label_columns=label_columns or ("target",),
+                               auxiliary_targets=auxiliary_targets, **common)
   if name == "csv":
     return CsvProcessor(text_column=text_column, text_b_column=text_b_column,
-                        label_column=label_column, id_column=id_column, has_header=has_header,
-                        split_headers=split_headers,
+                        label_columns=label_columns, id_column=id_column,
+                        has_header=has_header, split_headers=split_headers,
                         delimiter=delimiter, labels=labels, **common)
   raise ValueError("unknown task %r; known tasks: %s" % (task_name, ", ".join(TASK_NAMES)))

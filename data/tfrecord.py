@@ -21,21 +21,26 @@ import tensorflow.compat.v1 as tf
 
 from data.features import (TruncationCount, convert_examples, num_padding_rows,
                            padding_features)
+from spec import labels as label_specs
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2  # 2: reading and truncation counts in the metadata
+SCHEMA_VERSION = 3  # 2: reading and truncation counts in the metadata; 3: label specs
 SEQUENCE_FIELDS = ("input_ids", "input_mask", "segment_ids")
 SCALAR_INT_FIELDS = ("is_real_example", "example_id")
 LABEL_FIELD = "label_ids"
 
 
-def parsing_spec(max_seq_length, is_regression):
-  """{name: FixedLenFeature} for tf.io.parse_single_example; the writer emits exactly these."""
+def parsing_spec(max_seq_length, label_spec):
+  """{name: FixedLenFeature} for tf.io.parse_single_example; the writer emits exactly these.
+  The label's dtype and shape are the label spec's: a scalar int64 class index (Google's
+  layout), or a float32 vector with one value per label column."""
   spec = {name: tf.io.FixedLenFeature([max_seq_length], tf.int64) for name in SEQUENCE_FIELDS}
   for name in SCALAR_INT_FIELDS:
     spec[name] = tf.io.FixedLenFeature([], tf.int64)
-  spec[LABEL_FIELD] = tf.io.FixedLenFeature([], tf.float32 if is_regression else tf.int64)
+  width = label_spec.record_width
+  spec[LABEL_FIELD] = tf.io.FixedLenFeature([] if width is None else [width],
+                                            tf.as_dtype(label_spec.record_dtype))
   return spec
 
 
@@ -48,11 +53,12 @@ class ExampleSerializer(object):
   precomputed varints, and each padding 0 is the single byte 0x00; the framing in
   front of them depends only on their packed size, and is cached by it. The map
   entries after input_ids (mask, flag, label, segments) depend only on the segment
-  lengths, the flag and a class label, so they are cached as one piece of bytes.
+  lengths, the flag and a class label, so they are cached as one piece of bytes; a
+  float label vector is packed between cached pieces.
   """
 
-  def __init__(self, is_regression):
-    self.is_regression = is_regression
+  def __init__(self, label_spec):
+    self.float_labels = label_spec.record_dtype == "float32"
     self._entries = {}
     self._framings = {}
 
@@ -76,16 +82,17 @@ class ExampleSerializer(object):
     return _length_delimited(1, entries)  # Example.features, whose map entries are field 1
 
   def _entries_after_input_ids(self, features):
-    """input_mask, is_real_example, label_ids and segment_ids: cached, but for a float label."""
+    """input_mask, is_real_example, label_ids and segment_ids: cached, but for float labels."""
     shape = (len(features.token_ids), features.num_first_segment, features.max_seq_length,
              features.is_real_example)
-    if self.is_regression:
+    if self.float_labels:
       before_label, after_label = self._cached(shape, lambda: (
           _int64_map_entry("input_mask", features.input_mask) +
           _int64_map_entry("is_real_example", [int(features.is_real_example)]),
           _int64_map_entry("segment_ids", features.segment_ids)))
+      values = features.label_id
       label = _map_entry(LABEL_FIELD, _length_delimited(2, _length_delimited(
-          1, struct.pack("<f", features.label_id))))  # Feature.float_list.value, packed
+          1, struct.pack("<%df" % len(values), *values))))  # Feature.float_list.value, packed
       return before_label + label + after_label
     return self._cached(shape + (features.label_id,), lambda: b"".join((
         _int64_map_entry("input_mask", features.input_mask),
@@ -207,9 +214,8 @@ class _Featurisation(object):
 
   def __init__(self, examples, settings, tokenizer, num_padding, ranges):
     self.examples = examples
-    self.labels = settings["labels"]
+    self.label_spec = label_specs.from_card(settings["label_spec"])
     self.max_seq_length = settings["max_seq_length"]
-    self.is_regression = settings["is_regression"]
     self.tokenizer = tokenizer
     self.num_padding = num_padding
     self.ranges = ranges
@@ -218,13 +224,14 @@ class _Featurisation(object):
     """The serialised records of piece index; the padding rows follow the last piece.
     truncation counts the examples longer than max_seq_length."""
     start, end = self.ranges[index]
-    serialize = ExampleSerializer(self.is_regression)
-    for features in convert_examples(self.examples[start:end], self.labels,
+    serialize = ExampleSerializer(self.label_spec)
+    for features in convert_examples(self.examples[start:end], self.label_spec,
                                      self.max_seq_length, self.tokenizer,
                                      first_example_id=start, truncation=truncation):
       yield serialize(features)
     if index == len(self.ranges) - 1 and self.num_padding:
-      padding = serialize(padding_features(self.max_seq_length, self.is_regression))
+      padding = serialize(padding_features(self.max_seq_length,
+                                           self.label_spec.unlabelled_value()))
       for _ in range(self.num_padding):
         yield padding
 
@@ -350,7 +357,7 @@ def build_records(examples, record_path, settings, tokenizer, pad_to_multiple=0,
                   num_workers=1):
   """Writes (or reuses) the records of one split. Returns the metadata dict.
 
-  settings must hold everything that shapes the features: labels, is_regression,
+  settings must hold everything that shapes the features: label_spec (its card entry),
   max_seq_length, vocab and casing, source file hashes. pad_to_multiple > 0 appends
   padding rows (is_real_example=0) so the files hold whole batches. With
   num_shards > 1 the examples are split into that many contiguous files

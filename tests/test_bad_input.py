@@ -25,7 +25,7 @@ def test_missing_column_in_generic_csv_names_the_flag(tmp_path):
   path = tmp_path / "train.csv"
   path.write_text(u"sentence,label\nhi,1\n")
   err, message = _error(get_processor("csv", data_dir=str(tmp_path), text_column="text",
-                                      label_column="label"))
+                                      label_columns=["label"]))
   assert err.line == 1 and err.column == "text"
   assert "pass --text_column=<one of those names>" in message
 
@@ -35,7 +35,7 @@ def test_unknown_label(tmp_path):
   path.write_text(u"sentence\tlabel\ngood\t1\nbad\t2\n")
   err, message = _error(get_processor("sst-2", data_dir=str(tmp_path)))
   assert (err.path, err.line, err.column) == (str(path), 3, "label")
-  assert "unknown label '2'; task sst-2 has labels 0, 1" in message
+  assert "task sst-2: unknown label '2'; the labels are 0, 1" in message
 
 
 def test_unknown_label_after_a_multiline_comment_names_its_first_line(tmp_path):
@@ -50,7 +50,8 @@ def test_nan_target(tmp_path):
   path.write_text(u"id,comment_text,target\n1,fine,0.1\n2,hmm,\n")
   err, message = _error(get_processor("jigsaw_bias", data_dir=str(tmp_path)))
   assert (err.path, err.line, err.column) == (str(path), 3, "target")
-  assert "NaN" in message and "fill in a target in [0, 1], remove the row" in message
+  assert "the value is empty" in message and "fill in a fraction in [0, 1], remove the row" \
+      in message
   path.write_text(u"id,comment_text,target\n1,fine,nan\n")
   err, _ = _error(get_processor("jigsaw_bias", data_dir=str(tmp_path)))
   assert err.line == 2

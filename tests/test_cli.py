@@ -219,7 +219,7 @@ def test_command_line_exit_codes_and_messages(tmp_path, tiny_checkpoint):
   assert data_error.returncode == 1
   assert "Traceback" not in data_error.stdout + data_error.stderr
   assert data_error.stderr.strip().splitlines()[-1].startswith(
-      "run_classifier: data error: %s, line 3, column 'toxic': unknown label '7'"
+      "run_classifier: data error: %s, line 3, column 'toxic': task jigsaw_toxic: unknown label '7'"
       % (data / "train.csv"))
   usage = run_cli("--help")  # absl prints the module docstring and exits 1
   assert ("  python run_classifier.py --task_name=jigsaw_toxic --data_dir=... \\\n"

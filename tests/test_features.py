@@ -15,6 +15,9 @@ from data.features import convert_example, convert_examples, num_padding_rows, t
 from data.input_fn import input_fn_builder
 from data.processors import InputExample, get_processor
 from data.tfrecord import build_records, metadata_path
+from spec.labels import MultiLabel, Regression, SingleLabel
+
+BINARY = SingleLabel(["label"], ["0", "1"])
 
 
 def test_truncate_pair_takes_from_the_longer_side():
@@ -29,13 +32,13 @@ def test_truncate_pair_takes_from_the_longer_side():
 def test_pair_features_exact_ids(tiny_vocab):
   tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
   example = InputExample("g", "Hello world, hello world!", "Goodbye.", label="1")
-  f = convert_example(example, 7, {"0": 0, "1": 1}, 10, tokenizer)
+  f = convert_example(example, 7, BINARY, 10, tokenizer)
   # 7 slots for 6 + 2 tokens: the longer text a loses its "!".
   # [CLS] hello world , hello world [SEP] goodbye . [SEP]
   assert f.input_ids == [101, 7592, 2088, 1010, 7592, 2088, 102, 9119, 1012, 102]
   assert f.segment_ids == [0] * 7 + [1] * 3
   assert f.input_mask == [1] * 10
-  padded = convert_example(InputExample("g", "Hello!", "Bye"), 0, {"0": 0}, 8, tokenizer)
+  padded = convert_example(InputExample("g", "Hello!", "Bye"), 0, BINARY, 8, tokenizer)
   assert padded.input_ids == [101, 7592, 999, 102, 9061, 102, 0, 0]
   assert padded.segment_ids == [0, 0, 0, 0, 1, 1, 0, 0]
   assert padded.input_mask == [1] * 6 + [0, 0]
@@ -50,10 +53,9 @@ def test_features_equal_googles_convert_single_example(tiny_vocab):
   tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
   processor = get_processor("mrpc", data_dir=sample_path("glue", "MRPC"))
   examples = processor.get_examples("train") + processor.get_examples("dev")
-  label_map = {"0": 0, "1": 1}
   for max_len in (16, 48):
     for i, example in enumerate(examples):
-      ours = convert_example(example, i, label_map, max_len, tokenizer)
+      ours = convert_example(example, i, BINARY, max_len, tokenizer)
       theirs = run_classifier.convert_single_example(
           i, run_classifier.InputExample(example.guid, example.text_a, example.text_b,
                                          example.label),
@@ -81,9 +83,14 @@ def test_features_are_compact_and_checked():
 
 def test_unlabelled_and_regression_labels(tiny_vocab):
   tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
-  assert convert_example(InputExample("a", "x"), 0, {"0": 0}, 8, tokenizer).label_id == 0
-  assert convert_example(InputExample("a", "x", label=2.5), 0, None, 8, tokenizer).label_id == 2.5
-  empty = convert_example(InputExample("a", "   "), 0, {"0": 0}, 8, tokenizer)
+  assert convert_example(InputExample("a", "x"), 0, BINARY, 8, tokenizer).label_id == 0
+  assert convert_example(InputExample("a", "x", label="1"), 0, BINARY, 8,
+                         tokenizer).label_id == 1  # the class index
+  assert convert_example(InputExample("a", "x", label=(2.5,)), 0, Regression(["y"]), 8,
+                         tokenizer).label_id == (2.5,)
+  assert convert_example(InputExample("a", "x"), 0, MultiLabel(["a", "b"]), 8,
+                         tokenizer).label_id == (0.0, 0.0)  # an unlabelled row: the spec's value
+  empty = convert_example(InputExample("a", "   "), 0, BINARY, 8, tokenizer)
   assert empty.input_ids == [101, 102, 0, 0, 0, 0, 0, 0]
 
 
@@ -93,7 +100,7 @@ def test_padding_rows():
 
 
 def _settings(tiny_vocab, **overrides):
-  settings = {"labels": ["0", "1"], "is_regression": False, "max_seq_length": 16,
+  settings = {"label_spec": BINARY.to_card(), "max_seq_length": 16,
               "vocab_sha256": tokenization.vocab_fingerprint(tiny_vocab), "source_sha256": "x"}
   settings.update(overrides)
   return settings
@@ -124,10 +131,10 @@ def test_records_round_trip_with_padding_and_metadata(tmp_path, tiny_vocab):
   assert (meta["num_examples"], meta["num_padding"], meta["num_records"]) == (13, 3, 16)
   with open(metadata_path(path)) as f:
     on_disk = json.load(f)
-  assert on_disk["labels"] == ["0", "1"] and on_disk["max_seq_length"] == 16
+  assert on_disk["label_spec"]["classes"] == ["0", "1"] and on_disk["max_seq_length"] == 16
   assert on_disk["vocab_sha256"] == tokenization.vocab_fingerprint(tiny_vocab)
 
-  batch, rows = _read_all(input_fn_builder(path, 16, False, False), 4)
+  batch, rows = _read_all(input_fn_builder(path, 16, False, BINARY), 4)
   assert len(rows) == 4
   assert {k: v.dtype for k, v in batch.items()} == {
       "input_ids": tf.int32, "input_mask": tf.int32, "segment_ids": tf.int32,
@@ -136,7 +143,7 @@ def test_records_round_trip_with_padding_and_metadata(tmp_path, tiny_vocab):
   real = np.concatenate([r["is_real_example"] for r in rows])
   assert ids[real == 1].tolist() == list(range(13))  # every real example once, in order
   assert ids[real == 0].tolist() == [-1, -1, -1]
-  expected = list(convert_examples(examples, ["0", "1"], 16, tokenizer))
+  expected = list(convert_examples(examples, BINARY, 16, tokenizer))
   input_ids = np.concatenate([r["input_ids"] for r in rows])
   for i, features in enumerate(expected):
     assert input_ids[i].tolist() == features.input_ids
@@ -145,13 +152,35 @@ def test_records_round_trip_with_padding_and_metadata(tmp_path, tiny_vocab):
 
 def test_regression_records_carry_float_labels(tmp_path, tiny_vocab):
   tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
-  examples = [InputExample(str(i), "pair", "text", label=i * 0.5) for i in range(3)]
+  examples = [InputExample(str(i), "pair", "text", label=(i * 0.5,)) for i in range(3)]
   path = str(tmp_path / "r.tf_record")
-  build_records(examples, path, _settings(tiny_vocab, labels=None, is_regression=True),
-                tokenizer, pad_to_multiple=3)
-  batch, rows = _read_all(input_fn_builder(path, 16, False, True), 3)
+  spec = Regression(["score"])
+  build_records(examples, path, _settings(tiny_vocab, label_spec=spec.to_card()),
+                tokenizer, pad_to_multiple=4)
+  batch, rows = _read_all(input_fn_builder(path, 16, False, spec), 4)
   assert batch["label_ids"].dtype == tf.float32
-  assert rows[0]["label_ids"].tolist() == [0.0, 0.5, 1.0]
+  assert rows[0]["label_ids"].tolist() == [[0.0], [0.5], [1.0], [0.0]]  # the last is padding
+
+
+def test_multi_label_records_carry_one_float_per_column(tmp_path, tiny_vocab):
+  """Real Jigsaw Toxic rows, all six label columns: the records hold each row's six 0/1
+  values as read from the file."""
+  tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
+  columns = ["toxic", "severe_toxic", "obscene", "threat", "insult", "identity_hate"]
+  processor = get_processor("jigsaw_toxic", data_dir=sample_path("jigsaw_toxic_sample"),
+                            label_columns=columns)
+  examples = processor.get_examples("train")
+  path = str(tmp_path / "m.tf_record")
+  build_records(examples, path, _settings(tiny_vocab, label_spec=processor.label_spec.to_card()),
+                tokenizer, pad_to_multiple=8)
+  batch, rows = _read_all(input_fn_builder(path, 16, False, processor.label_spec), 8)
+  labels = np.concatenate([r["label_ids"] for r in rows])
+  assert batch["label_ids"].shape.as_list() == [8, 6] and labels.shape == (272, 6)
+  import csv
+  with open(sample_path("jigsaw_toxic_sample", "train.csv"), newline="", encoding="utf-8") as f:
+    expected = [[float(row[c]) for c in columns] for row in csv.DictReader(f)]
+  assert labels[:267].tolist() == expected
+  assert labels[267:].tolist() == [[0.0] * 6] * 5  # padding rows
 
 
 def test_cache_is_reused_and_stale_cache_rebuilt(tmp_path, tiny_vocab, caplog):
@@ -163,7 +192,8 @@ def test_cache_is_reused_and_stale_cache_rebuilt(tmp_path, tiny_vocab, caplog):
   again = build_records(_examples(5), path, _settings(tiny_vocab), tokenizer)
   assert again == first and os.path.getmtime(path) == mtime
   assert "reusing cached features" in caplog.text
-  for change in ({"max_seq_length": 24}, {"source_sha256": "changed"}, {"labels": ["1", "0"]}):
+  for change in ({"max_seq_length": 24}, {"source_sha256": "changed"},
+                 {"label_spec": SingleLabel(["label"], ["1", "0"]).to_card()}):
     rebuilt = build_records(_examples(5), path, _settings(tiny_vocab, **change), tokenizer)
     assert rebuilt["fingerprint"] != first["fingerprint"]
     assert "are stale (inputs changed): rebuilding" in caplog.text
@@ -178,7 +208,7 @@ def test_training_input_shuffles_with_seed_and_repeats(tmp_path, tiny_vocab):
 
   def first_batches(seed, count):
     with tf.Graph().as_default():
-      fn = input_fn_builder(path, 16, True, False, seed=seed)
+      fn = input_fn_builder(path, 16, True, BINARY, seed=seed)
       batch = tf.data.make_one_shot_iterator(fn({"batch_size": 4})).get_next()
       with tf.Session() as session:
         return [session.run(batch["example_id"]).tolist() for _ in range(count)]
@@ -200,8 +230,8 @@ def test_dynamic_padding_trims_batches_and_loses_nothing(tmp_path, tiny_vocab):
   path = str(tmp_path / "dev.tf_record")
   build_records(examples, path, _settings(tiny_vocab, max_seq_length=32), tokenizer,
                 pad_to_multiple=4)
-  _, fixed = _read_all(input_fn_builder(path, 32, False, False), 4)
-  _, trimmed = _read_all(input_fn_builder(path, 32, False, False, dynamic_padding=True), 4)
+  _, fixed = _read_all(input_fn_builder(path, 32, False, BINARY), 4)
+  _, trimmed = _read_all(input_fn_builder(path, 32, False, BINARY, dynamic_padding=True), 4)
   assert len(fixed) == len(trimmed) == 6
   for full, cut in zip(fixed, trimmed):
     length = int(full["input_mask"].sum(1).max())
@@ -218,7 +248,7 @@ def test_length_buckets_in_training(tmp_path, tiny_vocab):
   path = str(tmp_path / "train.tf_record")
   build_records(examples, path, _settings(tiny_vocab, max_seq_length=64), tokenizer)
   with tf.Graph().as_default():
-    fn = input_fn_builder(path, 64, True, False, seed=3, dynamic_padding=True)
+    fn = input_fn_builder(path, 64, True, BINARY, seed=3, dynamic_padding=True)
     batch = tf.data.make_one_shot_iterator(fn({"batch_size": 4})).get_next()
     with tf.Session() as session:
       batches = [session.run(batch) for _ in range(30)]
@@ -231,7 +261,7 @@ def test_length_buckets_in_training(tmp_path, tiny_vocab):
   assert sorted(seen) == list(range(40))  # every example is drawn
 
 
-def _example_proto(features, is_regression):
+def _example_proto(features, float_labels):
   """The tf.train.Example of InputFeatures built field by field with protobuf (the reference)."""
   def ints(values):
     return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
@@ -240,17 +270,19 @@ def _example_proto(features, is_regression):
             for name in ("input_ids", "input_mask", "segment_ids")}
   fields["is_real_example"] = ints([int(features.is_real_example)])
   fields["example_id"] = ints([features.example_id])
-  fields["label_ids"] = (tf.train.Feature(float_list=tf.train.FloatList(value=[features.label_id]))
-                         if is_regression else ints([features.label_id]))
+  fields["label_ids"] = (tf.train.Feature(float_list=tf.train.FloatList(value=features.label_id))
+                         if float_labels else ints([features.label_id]))
   return tf.train.Example(features=tf.train.Features(feature=fields))
 
 
-@pytest.mark.parametrize("is_regression", [False, True])
-def test_fast_serializer_equals_protobuf_deterministic_bytes(is_regression):
+@pytest.mark.parametrize("spec", [BINARY, Regression(["score"]), MultiLabel(list("abcdef"))],
+                         ids=lambda spec: spec.kind)
+def test_fast_serializer_equals_protobuf_deterministic_bytes(spec):
   from data.features import InputFeatures
   from data.tfrecord import ExampleSerializer
   rng = np.random.RandomState(0)
-  serialize = ExampleSerializer(is_regression)
+  serialize = ExampleSerializer(spec)
+  float_labels = spec.record_width is not None
   for n in range(200):
     length = rng.randint(0, 65)
     token_ids = list(rng.randint(0, 250000 if n % 5 == 0 else 30522, length))
@@ -258,9 +290,9 @@ def test_fast_serializer_equals_protobuf_deterministic_bytes(is_regression):
       token_ids[-1] = -int(rng.randint(1, 5))  # never from a tokenizer, but must not garble
     features = InputFeatures(
         token_ids, length // 2, 64,
-        float(rng.rand()) if is_regression else int(rng.randint(0, 300)), bool(n % 7),
-        int(rng.randint(-1, 10 ** 12)))
-    expected = _example_proto(features, is_regression).SerializeToString(deterministic=True)
+        tuple(float(v) for v in rng.rand(spec.record_width) * 10 - 2) if float_labels
+        else int(rng.randint(0, 300)), bool(n % 7), int(rng.randint(-1, 10 ** 12)))
+    expected = _example_proto(features, float_labels).SerializeToString(deterministic=True)
     assert serialize(features) == expected
 
 
@@ -271,13 +303,12 @@ def test_prefix_encoding_gives_the_features_of_whole_texts(tiny_vocab, max_seq_l
   tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
   jigsaw = get_processor("csv", files={"train": sample_path(
       "jigsaw_toxic_balanced", "comments.csv")}, text_column="0",
-      label_column="1", has_header=False).get_examples("train")
+      label_columns=["1"], has_header=False).get_examples("train")
   mrpc = get_processor("mrpc", data_dir=sample_path("glue", "MRPC")).get_examples("dev")
   for examples in (jigsaw, mrpc):
-    label_map = {"0": 0, "1": 1}
-    fast = list(convert_examples(examples, ["0", "1"], max_seq_length, tokenizer))
+    fast = list(convert_examples(examples, BINARY, max_seq_length, tokenizer))
     for i, example in enumerate(examples):
-      slow = convert_example(example, i, label_map, max_seq_length, tokenizer)
+      slow = convert_example(example, i, BINARY, max_seq_length, tokenizer)
       assert fast[i].as_dict() == slow.as_dict(), example.text_a[:100]
   assert max(len(e.text_a) for e in jigsaw) > 8 * 128  # the prefix path was taken
 
@@ -321,7 +352,7 @@ def test_sharded_records_hold_the_same_records_in_order(tmp_path, tiny_vocab, sh
       ["one.tf_record", "one.tf_record.meta.json", "many.tf_record.meta.json"] + expected_names)
   assert sharded["num_records"] == 24 and sharded["num_padding"] == 1
   assert _records(sharded["files"]) == _records(single["files"])
-  _, rows = _read_all(input_fn_builder(sharded["files"], 16, False, False), 8)
+  _, rows = _read_all(input_fn_builder(sharded["files"], 16, False, BINARY), 8)
   ids = np.concatenate([r["example_id"] for r in rows])
   assert ids.tolist() == list(range(23)) + [-1]
   again = build_records(examples, str(tmp_path / "many.tf_record"), _settings(tiny_vocab),

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import small_config, write_small_vocab
+from conftest import THREE_CLASSES, small_config, write_small_vocab
 from modeling.bert import BertModel
 from modeling.head import head_logits
 from modeling.model_fn import model_fn_builder
@@ -25,13 +25,13 @@ def _save_random_classifier(config, path, num_labels):
 
 def _predict(config, checkpoint, hub_handle, features):
   with tf.Graph().as_default():
-    model_fn = model_fn_builder(config, 3, checkpoint, 1e-4, 0, 0, use_tpu=False,
+    model_fn = model_fn_builder(config, THREE_CLASSES, checkpoint, 1e-4, 0, 0, use_tpu=False,
                                 hub_module_handle=hub_handle)
     spec = model_fn({k: tf.constant(v) for k, v in features.items()}, None,
                     tf.estimator.ModeKeys.PREDICT, {})
     with tf.Session() as session:
       session.run([tf.global_variables_initializer(), tf.tables_initializer()])
-      return session.run(spec.predictions["probabilities"])
+      return session.run(spec.predictions["outputs"])
 
 
 def test_exported_hub_module_gives_the_same_logits(tmp_path):

@@ -14,6 +14,7 @@ from data import tokenization
 from data.errors import DataError
 from data.processors import InputExample, get_processor
 from data.tfrecord import build_records
+from spec.labels import SingleLabel
 
 SST2_TRAIN = sample_path("glue", "SST-2", "train.tsv")
 JIGSAW_TRAIN = sample_path("jigsaw_toxic_sample", "train.csv")
@@ -34,7 +35,7 @@ def write_lines(path, lines):
 def sst2(path, **kwargs):
   """The csv task on an SST-2 layout file: sentence<TAB>label with a header."""
   return get_processor("csv", files={"train": str(path), "test": str(path)},
-                       text_column="sentence", label_column="label", **kwargs)
+                       text_column="sentence", label_columns=["label"], **kwargs)
 
 
 def error_of(processor, split="train"):
@@ -98,14 +99,14 @@ def test_more_fields_than_the_header_is_an_error_or_a_counted_skip(tmp_path):
   lines = [",".join(['"%s"' % r[0].replace('"', '""'), r[1]]) for r in rows]
   lines[with_comma] = rows[with_comma][0] + "," + rows[with_comma][1]  # the quotes forgotten
   path = write_lines(tmp_path / "comments.csv", lines + [""])
-  processor = get_processor("csv", files={"train": path}, text_column="0", label_column="1",
+  processor = get_processor("csv", files={"train": path}, text_column="0", label_columns=["1"],
                             has_header=False)
   error = error_of(processor)
   assert error.line == with_comma + 1
   fields = len(next(csv.reader([lines[with_comma]])))
   assert ("the row has %d fields but most rows have 2: a delimiter (',') inside a text "
           "that is not quoted would cut the text there" % fields) in str(error)
-  skipping = get_processor("csv", files={"train": path}, text_column="0", label_column="1",
+  skipping = get_processor("csv", files={"train": path}, text_column="0", label_columns=["1"],
                            has_header=False, skip_malformed_rows=True)
   assert len(skipping.get_examples("train")) == 399
   assert skipping.skipped == {"train": {"too many fields": 1}}
@@ -133,7 +134,7 @@ def test_an_empty_or_nan_label_is_an_error_or_a_counted_skip(tmp_path, missing, 
 
 def test_a_header_read_as_data_is_caught(tmp_path):
   processor = get_processor("csv", files={"train": SST2_TRAIN}, text_column="0",
-                            label_column="1", has_header=False)
+                            label_columns=["1"], has_header=False)
   with pytest.raises(DataError) as error:
     processor.labels  # the label list is read first, before any example
   assert error.value.line == 1
@@ -142,8 +143,8 @@ def test_a_header_read_as_data_is_caught(tmp_path):
 
 
 def test_labels_given_are_the_only_labels_in_the_train_file_too(tmp_path):
-  error = error_of(sst2(SST2_TRAIN, labels=["0"]))
-  assert "unknown label '1'; task csv has labels 0" in str(error)
+  error = error_of(sst2(SST2_TRAIN, labels=["0", "neutral"]))
+  assert "task csv: unknown label '1'; the labels are 0, neutral" in str(error)
   assert error.line == next(i for i, line in enumerate(read_lines(SST2_TRAIN))
                             if line.endswith("\t1")) + 1
 
@@ -154,13 +155,13 @@ def test_predict_files_need_no_labels(tmp_path):
   lines[4] = lines[4].split("\t")[0] + "\t"  # a missing one
   path = write_lines(tmp_path / "test.tsv", lines)
   processor = get_processor("csv", files={"train": SST2_TRAIN, "test": path},
-                            text_column="sentence", label_column="label")
+                            text_column="sentence", label_columns=["label"])
   examples = processor.get_examples("test")
   assert len(examples) == 300 and {e.label for e in examples} == {None}
   no_labels = write_lines(tmp_path / "unlabelled.tsv",
                           [line.split("\t")[0] for line in read_lines(SST2_TRAIN)])
   processor = get_processor("csv", files={"train": SST2_TRAIN, "test": no_labels},
-                            text_column="sentence", label_column="label")
+                            text_column="sentence", label_columns=["label"])
   assert len(processor.get_examples("test")) == 300
 
 
@@ -172,7 +173,7 @@ def test_truncated_and_empty_texts_are_counted(tmp_path, caplog):
   examples += [InputExample("e1", "   "), InputExample("e2", "")]
   lengths = [len(tokenizer.convert_tokens_to_ids(tokenizer.tokenize(e.text_a))) + 2
              for e in examples]  # every text encoded whole, the slow way
-  settings = {"labels": ["0", "1"], "is_regression": False, "max_seq_length": 64,
+  settings = {"label_spec": SingleLabel(["toxic"], ["0", "1"]).to_card(), "max_seq_length": 64,
               "vocab_sha256": "v", "source_sha256": "s"}
   for workers in (1, 2):
     path = str(tmp_path / ("w%d.tf_record" % workers))
@@ -207,14 +208,14 @@ def test_each_file_has_its_own_layout(tmp_path):
   predict = write_lines(tmp_path / "test.csv", ["text,label"] + [
       "%s,%s" % (text, i % 2) for i, text in enumerate(sentences)] + [""])
   processor = get_processor("csv", files={"train": COMMENTS, "test": predict},
-                            text_column="0", label_column="1", has_header=False,
+                            text_column="0", label_columns=["1"], has_header=False,
                             split_headers={"test": True, "dev": None})
   assert len(processor.get_examples("train")) == 400
   assert [e.text_a for e in processor.get_examples("test")] == sentences
   reordered = write_lines(tmp_path / "dev.csv", ["label,id,text"] + [
       "%s,row%d,%s" % (i % 2, i, text) for i, text in enumerate(sentences)] + [""])
   by_name = get_processor("csv", files={"train": predict, "dev": reordered},
-                          text_column="text", label_column="label")
+                          text_column="text", label_columns=["label"])
   assert [e.text_a for e in by_name.get_examples("dev")] == sentences
   assert [e.text_a for e in by_name.get_examples("train")] == sentences
 
@@ -222,7 +223,7 @@ def test_each_file_has_its_own_layout(tmp_path):
 def test_a_headerless_file_read_with_a_header_is_caught():
   """The default --has_header on a headerless file would take its first row as a header."""
   processor = get_processor("csv", files={"train": COMMENTS}, text_column="0",
-                            label_column="1")
+                            label_columns=["1"])
   with pytest.raises(DataError) as error:
     processor.labels
   first_label = read_lines(COMMENTS)[0].rsplit(",", 1)[1]
@@ -245,14 +246,14 @@ def test_a_long_quoted_comment_with_commas_is_no_swallowed_rows(tmp_path):
     writer.writerow(["text", "label"])
     writer.writerows([rows[0], [comment, "1"], rows[1]])
   examples = get_processor("csv", files={"train": str(path)}, text_column="text",
-                           label_column="label").get_examples("train")
+                           label_columns=["label"]).get_examples("train")
   assert [e.text_a for e in examples] == [rows[0][0], comment, rows[1][0]]
   assert comment.count("\n") > 5
 
 
 def test_a_header_flag_for_the_file_overrides_the_header_guess():
   processor = get_processor("csv", files={"train": SST2_TRAIN}, text_column="0",
-                            label_column="1", has_header=False, split_headers={"train": False})
+                            label_columns=["1"], has_header=False, split_headers={"train": False})
   assert processor.labels == ["0", "1", "label"]  # as the user insists: line 1 is data
 
 

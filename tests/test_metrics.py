@@ -1,29 +1,23 @@
 """Eval metrics: exact statistics against independent references, padding never counted."""
 
-import itertools
+import functools
 
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+from conftest import pairwise_auc
 from modeling import metrics
-
-
-def brute_force_auc(scores, labels):
-  """P(score of a random positive > score of a random negative), ties counting half."""
-  pos = [s for s, l in zip(scores, labels) if l]
-  neg = [s for s, l in zip(scores, labels) if not l]
-  wins = sum(1.0 if p > n else 0.5 if p == n else 0.0 for p, n in itertools.product(pos, neg))
-  return wins / (len(pos) * len(neg))
 
 
 def test_roc_auc_equals_pairwise_definition():
   rng = np.random.RandomState(0)
   scores = np.round(rng.rand(200), 2)  # rounding makes ties
   labels = rng.rand(200) > 0.6
-  assert metrics.roc_auc(scores, labels) == pytest.approx(brute_force_auc(scores, labels), 1e-12)
+  assert metrics.roc_auc(scores, labels) == pytest.approx(pairwise_auc(scores, labels), 1e-12)
   assert metrics.roc_auc([0.1, 0.9], [0, 1]) == 1.0
   assert metrics.roc_auc([0.5, 0.5], [0, 1]) == 0.5
+  assert np.isnan(metrics.roc_auc([0.2, 0.7], [1, 1]))  # no negative row: undefined
 
 
 def test_spearman_and_pearson_against_formulas():
@@ -94,7 +88,7 @@ def test_streamed_binary_metrics_ignore_padding_rows():
   p, r = tp / float(tp + fp), tp / float(tp + fn)
   assert result["f1"] == pytest.approx(2 * p * r / (p + r), 1e-5)
   assert result["mcc"] == pytest.approx(metrics.matthews_corrcoef(tp, tn, fp, fn), 1e-6)
-  assert result["auc"] == pytest.approx(brute_force_auc(probs[:, 1], y), 1e-5)
+  assert result["auc"] == pytest.approx(pairwise_auc(probs[:, 1], y), 1e-5)
 
 
 def test_multiclass_has_no_binary_metrics():
@@ -112,9 +106,9 @@ def test_streamed_regression_metrics():
   targets = rng.rand(21).astype(np.float32) * 5
   predictions = (targets + rng.randn(21) * 0.5).astype(np.float32)
   real = np.array([1] * 19 + [0, 0], np.int32)
-  result = _stream(metrics.regression_metrics, _split(
-      {"per_example_loss": (predictions - targets) ** 2, "targets": targets,
-       "predictions": predictions, "is_real_example": real}, 4))
+  result = _stream(functools.partial(metrics.regression_metrics, columns=["score"]), _split(
+      {"per_example_loss": (predictions - targets) ** 2, "targets": targets[:, None],
+       "predictions": predictions[:, None], "is_real_example": real}, 4))
   assert result["num_examples"] == 19
   assert result["pearson"] == pytest.approx(np.corrcoef(predictions[:19], targets[:19])[0, 1],
                                             1e-5)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import model_features, small_config
+from conftest import THREE_CLASSES, model_features, small_config
 from modeling.bert import BertModel
 from modeling.loss_scale import DynamicLossScale
 from modeling.model_fn import model_fn_builder
@@ -41,7 +41,7 @@ def _train_steps(precision, feed_inf=False):
   config = small_config()
   with tf.Graph().as_default():
     features = model_features(config)
-    spec = model_fn_builder(config, 3, None, 1e-3, 10, 0, use_tpu=False,
+    spec = model_fn_builder(config, THREE_CLASSES, None, 1e-3, 10, 0, use_tpu=False,
                             precision=precision)(features, None, tf.estimator.ModeKeys.TRAIN, {})
     names = sorted((v.name, v.dtype.base_dtype.name) for v in tf.trainable_variables())
     with tf.Session() as session:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import model_features, small_config
+from conftest import THREE_CLASSES, model_features, small_config
 from modeling.model_fn import model_fn_builder
 from modeling.optimization import (AdamWeightDecayOptimizer, NO_DECAY_PATTERNS,
                                    create_train_op, learning_rate_schedule)
@@ -104,7 +104,7 @@ def test_one_training_step_changes_every_trainable_variable():
   config = small_config()
   with tf.Graph().as_default():
     features = model_features(config)
-    model_fn = model_fn_builder(config, 3, None, 1e-3, num_train_steps=10, num_warmup_steps=5,
+    model_fn = model_fn_builder(config, THREE_CLASSES, None, 1e-3, num_train_steps=10, num_warmup_steps=5,
                                 use_tpu=False)
     spec = model_fn(features, None, tf.estimator.ModeKeys.TRAIN, {})
     trainable = tf.trainable_variables()

@@ -80,7 +80,7 @@ def test_jigsaw_toxic_sample_all_splits_and_label_columns():
     rows = list(csv.DictReader(f))
   for column in ("toxic", "severe_toxic", "obscene", "threat", "insult", "identity_hate"):
     examples = get_processor("jigsaw_toxic", data_dir=data_dir,
-                             label_column=column).get_examples("train")
+                             label_columns=[column]).get_examples("train")
     assert [e.label for e in examples] == [r[column] for r in rows]
 
 
@@ -99,18 +99,24 @@ def test_jigsaw_bias_on_fractional_scores(tmp_path, corpus, rows):
       writer.writerow([r[""], r["tweet"], repr(target), "0.0", ""])
   examples = get_processor("jigsaw_bias", data_dir=str(tmp_path)).get_examples("train")
   assert len(examples) == rows
-  toxic = sum(1 for r in table if (int(r["hate_speech"]) + int(r["offensive_language"])) * 2 >=
-              int(r["count"]))
-  assert label_counts(examples) == {"1": toxic, "0": rows - toxic}
-  assert toxic == {300: 252, 24783: 20637}[rows]
+  # The default soft-target head keeps each fraction exactly as written.
+  assert [e.label for e in examples] == [
+      ((int(r["hate_speech"]) + int(r["offensive_language"])) / float(r["count"]),)
+      for r in table]
   assert examples[3].extras == {"male": "0.0", "female": ""}
   assert examples[3].text_a == table[3]["tweet"]
+  # The classification head learns target >= 0.5 instead.
+  binary = get_processor("jigsaw_bias", data_dir=str(tmp_path), head="classification")
+  toxic = sum(1 for r in table if (int(r["hate_speech"]) + int(r["offensive_language"])) * 2 >=
+              int(r["count"]))
+  assert label_counts(binary.get_examples("train")) == {"1": toxic, "0": rows - toxic}
+  assert toxic == {300: 252, 24783: 20637}[rows]
 
 
 @pytest.mark.parametrize("corpus,rows", _cases({SAMPLES: [(400,)], FULL_DATASETS: [(12180,)]}))
 def test_generic_csv_without_header_by_position(corpus, rows):
   path = os.path.join(corpus, "jigsaw_toxic_balanced", "comments.csv")
-  processor = get_processor("csv", files={"train": path}, text_column="0", label_column="1",
+  processor = get_processor("csv", files={"train": path}, text_column="0", label_columns=["1"],
                             has_header=False)
   examples = processor.get_examples("train")
   assert len(examples) == rows
@@ -123,7 +129,7 @@ def test_generic_tsv_with_header_pairs_and_ids(tmp_path):
   path = tmp_path / "pairs.tsv"
   path.write_text(u"qid\tleft\tright\ty\nA\tone\tuno\tsame\nB\ttwo\tdos\tdiff\n")
   processor = get_processor("csv", files={"train": str(path), "test": str(path)},
-                            text_column="left", text_b_column="right", label_column="y",
+                            text_column="left", text_b_column="right", label_columns=["y"],
                             id_column="qid")
   examples = processor.get_examples("train")
   assert [(e.guid, e.text_a, e.text_b, e.label) for e in examples] == [
@@ -135,7 +141,7 @@ def test_generic_test_file_may_lack_labels(tmp_path):
   (tmp_path / "train.csv").write_text(u"text,label\na,x\nb,y\n")
   (tmp_path / "test.csv").write_text(u"text\nc\n\"d, e\"\n")
   processor = get_processor("csv", data_dir=str(tmp_path), text_column="text",
-                            label_column="label")
+                            label_columns=["label"])
   test = processor.get_examples("test")
   assert [(e.text_a, e.label) for e in test] == [("c", None), ("d, e", None)]
 
@@ -186,9 +192,9 @@ def test_stsb_is_regression(tmp_path):
   _write_tsv(tmp_path / "dev.tsv", header,
              [["0", "main", "f", "2012", "1", "s", "s", "A man.", "A person.", "3.800"]])
   processor = get_processor("sts-b", data_dir=str(tmp_path))
-  assert processor.is_regression and processor.labels is None
+  assert processor.label_spec.kind == "regression" and processor.labels is None
   (example,) = processor.get_examples("dev")
-  assert (example.text_a, example.text_b, example.label) == ("A man.", "A person.", 3.8)
+  assert (example.text_a, example.text_b, example.label) == ("A man.", "A person.", (3.8,))
 
 
 def test_cola_glue_four_column_and_test_layouts(tmp_path):

@@ -49,7 +49,7 @@ def test_splits_are_seeded_disjoint_and_labelled_by_sign(ground_truth, tmp_path)
   assert _rows(str(tmp_path / "b" / "dev.csv")) == dev
   # The project's generic CSV processor reads them back row for row.
   processor = get_processor("csv", data_dir=str(tmp_path / "a"), text_column="sentence",
-                            label_column="label", id_column="id")
+                            label_columns=["label"], id_column="id")
   assert len(processor.get_examples("train")) == 8445
   assert processor.labels == ["negative", "positive"]
   assert [e.label for e in processor.get_examples("test")] == [None] * 12

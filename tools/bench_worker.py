@@ -143,6 +143,11 @@ def featurise_google(rows, args, path):
   return time.time() - start, "bert.tokenization.FullTokenizer"
 
 
+def binary_label_spec():
+  from spec.labels import SingleLabel
+  return SingleLabel(["label"], ["0", "1"])
+
+
 def featurise_ours(rows, args, path, tokenizer_kind="fast"):
   from data import fast_tokenization
   from data.processors import InputExample
@@ -150,8 +155,10 @@ def featurise_ours(rows, args, path, tokenizer_kind="fast"):
   from data.tokenization import FullTokenizer
   fast = tokenizer_kind == "fast" and fast_tokenization.available()
   tokenizer = (fast_tokenization.FastTokenizer if fast else FullTokenizer)(args.vocab, True)
-  examples = [InputExample(str(i), text, label=label) for i, (text, label) in enumerate(rows)]
-  settings = {"labels": ["0", "1"], "is_regression": False, "max_seq_length": args.seq,
+  spec = binary_label_spec()
+  examples = [InputExample(str(i), text, label=label)
+              for i, (text, label) in enumerate(rows)]
+  settings = {"label_spec": spec.to_card(), "max_seq_length": args.seq,
               "source": args.data, "benchmark": True, "tokenizer": tokenizer_kind}
   start = time.time()
   build_records(examples, path, settings, tokenizer, num_shards=args.workers,
@@ -213,9 +220,9 @@ def our_model_and_input(args, record_path, total_steps):
   from modeling.model_fn import SEQ_LENGTH_NAME, model_fn_builder
   setup_tensorflow()
   config = BertConfig(**bert_shape(args.model))
-  model_fn = model_fn_builder(config, 2, None, 2e-5, total_steps, args.warmup, use_tpu=False,
-                              xla_global_step_fix=args.xla)
-  input_fn = input_fn_builder(record_path, args.seq, True, False, seed=1,
+  model_fn = model_fn_builder(config, binary_label_spec(), None, 2e-5, total_steps,
+                              args.warmup, use_tpu=False, xla_global_step_fix=args.xla)
+  input_fn = input_fn_builder(record_path, args.seq, True, binary_label_spec(), seed=1,
                               dynamic_padding=args.dynamic_padding)
   return model_fn, input_fn, SEQ_LENGTH_NAME
 

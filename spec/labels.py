@@ -1,0 +1,275 @@
+"""Label specifications: what a task's labels are, in one object per label shape.
+
+A spec is plain Python, shared by data/ and modeling/. It owns:
+- parsing and validating a row's raw label cells (`parse`): a class name, or a tuple of
+  floats, one per label column;
+- the value a record stores for it (`record_value`) and its schema (`record_dtype`,
+  `record_width`);
+- which loss and which metrics the head uses (`loss`, `metrics`: names that
+  modeling/heads.py and modeling/metrics.py implement) and how many outputs it has;
+- the prediction columns of test_results.tsv (`prediction_header`, `prediction_cells`);
+- what the model card says about the labels (`to_card`, `from_card`).
+
+| kind            | a row's label              | record               | loss                  |
+|-----------------|----------------------------|----------------------|-----------------------|
+| classification  | one class name             | int64 class index    | softmax cross-entropy |
+| multi_label     | several 0/1 columns        | float32 [columns]    | sigmoid cross-entropy |
+| soft_target     | fractions in [0, 1]        | float32 [columns]    | sigmoid cross-entropy |
+| regression      | numbers                    | float32 [columns]    | squared error         |
+
+Adding a label shape means one subclass here (and its test file).
+"""
+
+import math
+
+# Cells that mean "no value" (as pandas reads them), unless a class is named so.
+MISSING_VALUES = frozenset(["", "nan", "NaN", "NAN", "NA", "N/A", "n/a", "null", "NULL",
+                            "None", "#N/A"])
+
+HEAD_KINDS = ("classification", "multi_label", "soft_target", "regression")
+
+
+def float32_text(value):
+  """A float32 output as text that reads back as the same float32 (9 significant digits):
+  fixed decimals would turn small probabilities into ties or zeros."""
+  return "%.9g" % value
+
+
+class LabelError(ValueError):
+  """A label cell a spec cannot take. index is the cell's position among the label columns;
+  missing is True when the cell holds no value (an empty or NaN cell), which a run may
+  skip and count; fix says what would make it valid."""
+
+  def __init__(self, problem, fix, index=0, missing=False, hint=""):
+    super(LabelError, self).__init__("%s. Fix: %s%s" % (problem, fix, hint))
+    self.problem = problem
+    self.fix = fix
+    self.index = index
+    self.missing = missing
+    self.hint = hint  # a last remark, after any fix the caller adds
+
+
+class LabelSpec(object):
+  """The base class. columns are the label columns (names, or positions as strings)."""
+
+  kind = None
+  loss = None          # "softmax_cross_entropy", "sigmoid_cross_entropy", "squared_error"
+  metrics = None       # the metric family in modeling/metrics.py
+  record_dtype = None  # "int64" or "float32"
+
+  def __init__(self, columns):
+    self.columns = tuple(str(c) for c in columns)
+    if not self.columns:
+      raise ValueError("a label specification needs at least one label column")
+    if len(set(self.columns)) != len(self.columns):
+      raise ValueError("label column listed twice: %s" % ", ".join(self.columns))
+
+  @property
+  def num_outputs(self):
+    return len(self.columns)
+
+  @property
+  def record_width(self):
+    """None for one scalar per record, else the length of the stored vector."""
+    return len(self.columns)
+
+  @property
+  def classes(self):
+    """Class names in the order of the outputs (classification only)."""
+    return None
+
+  def parse(self, cells):
+    """The label of one row's label cells (one per column), or LabelError."""
+    raise NotImplementedError
+
+  def record_value(self, label):
+    """What a record stores for a parsed label: the floats themselves, here."""
+    return label
+
+  def unlabelled_value(self):
+    """The value stored for a row whose label is not read (predict files, padding)."""
+    return (0.0,) * self.record_width
+
+  def prediction_header(self):
+    return ["prediction_%s" % c for c in self.columns]
+
+  def prediction_cells(self, outputs):
+    """The text cells of one prediction, given the head's outputs for the row."""
+    return [float32_text(v) for v in outputs]
+
+  def describe(self):
+    return "%s head on %s" % (self.kind, ", ".join(self.columns))
+
+  def to_card(self):
+    return {"kind": self.kind, "columns": list(self.columns), "classes": self.classes}
+
+  def __eq__(self, other):
+    return type(self) is type(other) and self.to_card() == other.to_card()
+
+  def __ne__(self, other):
+    return not self == other
+
+  def __repr__(self):
+    return "%s(%s)" % (type(self).__name__, self.to_card())
+
+
+class SingleLabel(LabelSpec):
+  """One column naming one of several classes; the head's outputs are the classes."""
+
+  kind = "classification"
+  loss = "softmax_cross_entropy"
+  metrics = "classification"
+  record_dtype = "int64"
+
+  def __init__(self, columns, classes):
+    super(SingleLabel, self).__init__(columns)
+    if len(self.columns) != 1:
+      raise ValueError("a classification head reads one label column, not %d (%s); for "
+                       "several 0/1 columns use the multi_label head"
+                       % (len(self.columns), ", ".join(self.columns)))
+    self._classes = [str(c) for c in classes]
+    if len(self._classes) < 2:
+      raise ValueError("a classification head needs at least 2 classes, not %d (%s)"
+                       % (len(self._classes), ", ".join(self._classes) or "none"))
+    if len(set(self._classes)) != len(self._classes):
+      raise ValueError("class listed twice: %s" % ", ".join(self._classes))
+    self._index = {c: i for i, c in enumerate(self._classes)}
+
+  @property
+  def classes(self):
+    return list(self._classes)
+
+  @property
+  def num_outputs(self):
+    return len(self._classes)
+
+  @property
+  def record_width(self):
+    return None
+
+  def parse(self, cells):
+    value = cells[0].strip()
+    if value in self._index:
+      return value
+    if value in MISSING_VALUES:
+      raise LabelError("the label is %s" % ("empty" if not value else
+                                            "%r, a missing value" % value),
+                       "fill in one of %s, remove the row" % ", ".join(self._classes),
+                       missing=True,
+                       hint=(" (if %r is a class, list every class with --labels)" % value
+                             if value else ""))
+    raise LabelError("unknown label %r; the labels are %s" % (value, ", ".join(self._classes)),
+                     "correct the row, or pick the right --task_name / --label_column")
+
+  def record_value(self, label):
+    return self._index[label]
+
+  def unlabelled_value(self):
+    return 0
+
+  def prediction_header(self):
+    return ["probability_%s" % c for c in self._classes] + ["prediction"]
+
+  def prediction_cells(self, outputs):
+    best = max(range(len(outputs)), key=lambda k: outputs[k])
+    return [float32_text(p) for p in outputs] + [self._classes[best]]
+
+  def describe(self):
+    return "labels %s" % ",".join(self._classes)
+
+
+def parse_number(cell, index, what):
+  """A finite float from a cell; LabelError (missing for empty/NaN cells) otherwise."""
+  text = cell.strip()
+  if text in MISSING_VALUES:
+    raise LabelError("the value is %s" % ("empty" if not text else "%r, a missing value" % text),
+                     "fill in %s, remove the row" % what, index=index, missing=True)
+  try:
+    value = float(text)
+  except ValueError:
+    raise LabelError("%r is not a number" % cell, "give %s" % what, index=index)
+  if math.isnan(value):
+    raise LabelError("the value is NaN", "fill in %s, remove the row" % what, index=index,
+                     missing=True)
+  if math.isinf(value):
+    raise LabelError("the value %r is infinite" % cell, "give %s" % what, index=index)
+  return value
+
+
+class MultiLabel(LabelSpec):
+  """Several 0/1 columns, each its own yes/no question (e.g. Jigsaw Toxic's six labels)."""
+
+  kind = "multi_label"
+  loss = "sigmoid_cross_entropy"
+  metrics = "multi_label"
+  record_dtype = "float32"
+
+  def parse(self, cells):
+    values = []
+    for i, cell in enumerate(cells):
+      value = parse_number(cell, i, "0 or 1")
+      if value not in (0.0, 1.0):
+        raise LabelError("%r is not 0 or 1" % cell, "a multi-label column holds 0 or 1; for "
+                         "fractions use --head=soft_target", index=i)
+      values.append(value)
+    return tuple(values)
+
+  def prediction_header(self):
+    return ["probability_%s" % c for c in self.columns]
+
+
+class SoftTarget(LabelSpec):
+  """Fractions in [0, 1] (e.g. the share of raters who found a comment toxic), learnt with
+  sigmoid cross-entropy against the fraction itself."""
+
+  kind = "soft_target"
+  loss = "sigmoid_cross_entropy"
+  metrics = "soft_target"
+  record_dtype = "float32"
+
+  def parse(self, cells):
+    values = []
+    for i, cell in enumerate(cells):
+      value = parse_number(cell, i, "a fraction in [0, 1]")
+      if not 0.0 <= value <= 1.0:
+        raise LabelError("target %r is outside [0, 1]" % cell, "give a fraction in [0, 1], or "
+                         "use --head=regression for other numbers", index=i)
+      values.append(value)
+    return tuple(values)
+
+
+class Regression(LabelSpec):
+  """Numbers of any range (e.g. STS-B's similarity in [0, 5]), learnt by squared error."""
+
+  kind = "regression"
+  loss = "squared_error"
+  metrics = "regression"
+  record_dtype = "float32"
+
+  def parse(self, cells):
+    return tuple(parse_number(cell, i, "a number") for i, cell in enumerate(cells))
+
+  def prediction_header(self):
+    if len(self.columns) == 1:
+      return ["prediction"]
+    return super(Regression, self).prediction_header()
+
+
+SPECS = {spec.kind: spec for spec in (SingleLabel, MultiLabel, SoftTarget, Regression)}
+
+
+def build_spec(kind, columns, classes=None):
+  """The spec of a head kind over label columns (classes: classification only)."""
+  if kind not in SPECS:
+    raise ValueError("unknown head %r; heads: %s" % (kind, ", ".join(HEAD_KINDS)))
+  if kind == "classification":
+    return SingleLabel(columns, classes or ())
+  if classes:
+    raise ValueError("a %s head has no class list (its outputs are the label columns %s); "
+                     "drop --labels" % (kind, ", ".join(str(c) for c in columns)))
+  return SPECS[kind](columns)
+
+
+def from_card(entry):
+  """The spec a model card's "label_spec" entry describes."""
+  return build_spec(entry["kind"], entry["columns"], entry.get("classes"))

@@ -1,0 +1,108 @@
+"""Label specifications (spec/labels.py): parsing, record values, prediction columns and
+the model card entry of each head, on real label cells."""
+
+import csv
+import io
+
+import pytest
+
+from conftest import sample_path
+from spec import labels
+from spec.labels import LabelError, MultiLabel, Regression, SingleLabel, SoftTarget
+
+TOXIC_COLUMNS = ["toxic", "severe_toxic", "obscene", "threat", "insult", "identity_hate"]
+
+
+def _rows(path):
+  with io.open(path, encoding="utf-8", newline="") as f:
+    return list(csv.DictReader(f))
+
+
+def test_single_label_parses_class_names_into_their_index():
+  spec = SingleLabel(["label"], ["negative", "positive"])
+  assert spec.parse([" positive "]) == "positive"
+  assert spec.record_value("positive") == 1 and spec.unlabelled_value() == 0
+  assert (spec.num_outputs, spec.record_width, spec.record_dtype) == (2, None, "int64")
+  assert spec.prediction_header() == ["probability_negative", "probability_positive",
+                                      "prediction"]
+  assert spec.prediction_cells([0.25, 0.75]) == ["0.25", "0.75", "positive"]
+  assert spec.prediction_cells([0.99999994, 1.1920929e-07]) == [
+      "0.99999994", "1.1920929e-07", "negative"]
+  with pytest.raises(LabelError) as error:
+    spec.parse(["neutral"])
+  assert str(error.value) == ("unknown label 'neutral'; the labels are negative, positive. Fix: "
+                              "correct the row, or pick the right --task_name / --label_column")
+  with pytest.raises(LabelError) as error:
+    spec.parse(["NA"])
+  assert error.value.missing and error.value.problem == "the label is 'NA', a missing value"
+
+
+def test_single_label_refuses_what_cannot_be_a_classifier():
+  with pytest.raises(ValueError, match="at least 2 classes, not 1"):
+    SingleLabel(["label"], ["0"])
+  with pytest.raises(ValueError, match="class listed twice: 0, 1, 0"):
+    SingleLabel(["label"], ["0", "1", "0"])
+  with pytest.raises(ValueError, match="reads one label column, not 2 .*multi_label"):
+    SingleLabel(["toxic", "insult"], ["0", "1"])
+
+
+def test_multi_label_reads_the_six_jigsaw_columns_of_every_row():
+  rows = _rows(sample_path("jigsaw_toxic_sample", "train.csv"))
+  spec = MultiLabel(TOXIC_COLUMNS)
+  parsed = [spec.parse([r[c] for c in TOXIC_COLUMNS]) for r in rows]
+  assert len(parsed) == 267
+  assert parsed == [tuple(float(r[c]) for c in TOXIC_COLUMNS) for r in rows]
+  assert {v for p in parsed for v in p} == {0.0, 1.0}
+  assert spec.record_width == 6 and spec.num_outputs == 6
+  assert spec.prediction_header() == ["probability_%s" % c for c in TOXIC_COLUMNS]
+  with pytest.raises(LabelError) as error:
+    spec.parse(["0", "0", "0.5", "0", "0", "0"])
+  assert error.value.index == 2 and "use --head=soft_target" in str(error.value)
+
+
+def test_soft_target_keeps_fractions_and_refuses_values_outside_0_1():
+  rows = _rows(sample_path("davidson_hate_offensive", "labeled_data.csv"))
+  spec = SoftTarget(["target"])
+  for r in rows:
+    fraction = (int(r["hate_speech"]) + int(r["offensive_language"])) / float(r["count"])
+    assert spec.parse([repr(fraction)]) == (fraction,)
+  with pytest.raises(LabelError) as error:
+    spec.parse(["1.5"])
+  assert "target '1.5' is outside [0, 1]" in str(error.value)
+  with pytest.raises(LabelError) as error:
+    spec.parse([""])
+  assert error.value.missing
+
+
+def test_regression_takes_any_finite_number():
+  rows = _rows(sample_path("davidson_hate_offensive", "labeled_data.csv"))
+  spec = Regression(["offensive_language"])
+  assert [spec.parse([r["offensive_language"]])[0] for r in rows] == [
+      float(r["offensive_language"]) for r in rows]
+  assert spec.prediction_header() == ["prediction"]
+  assert Regression(["a", "b"]).prediction_header() == ["prediction_a", "prediction_b"]
+  for bad, message in (("abc", "'abc' is not a number"), ("inf", "is infinite")):
+    with pytest.raises(LabelError, match=message):
+      spec.parse([bad])
+  with pytest.raises(LabelError) as error:
+    spec.parse(["nan"])
+  assert error.value.missing
+
+
+@pytest.mark.parametrize("spec", [SingleLabel(["y"], ["b", "a"]), MultiLabel(TOXIC_COLUMNS),
+                                  SoftTarget(["target", "insult"]), Regression(["score"])],
+                         ids=lambda s: s.kind)
+def test_the_card_entry_rebuilds_the_same_spec(spec):
+  entry = spec.to_card()
+  assert labels.from_card(entry) == spec
+  assert entry["kind"] == spec.kind and entry["columns"] == list(spec.columns)
+
+
+def test_build_spec_names_what_is_wrong():
+  with pytest.raises(ValueError, match="unknown head 'softmax'; heads: classification, "
+                                       "multi_label, soft_target, regression"):
+    labels.build_spec("softmax", ["y"])
+  with pytest.raises(ValueError, match="a regression head has no class list .*drop --labels"):
+    labels.build_spec("regression", ["y"], ["0", "1"])
+  with pytest.raises(ValueError, match="label column listed twice: toxic, toxic"):
+    MultiLabel(["toxic", "toxic"])

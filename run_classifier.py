@@ -28,8 +28,10 @@ import tensorflow.compat.v1 as tf
 
 from data import fast_tokenization, tokenization
 from data.errors import DataError
+from data.features import Truncation
 from data.input_fn import input_fn_builder
 from data.processors import TASK_NAMES, canonical_task_name, get_processor
+from data import weights as weights_lib
 from data.tfrecord import build_records, file_sha256
 from modeling import bias_metrics
 from modeling.bert import BertConfig
@@ -119,6 +121,23 @@ def define_flags(flag_values):
          "separated by commas for a multi-label, soft-target or regression head with one "
          "output each (jigsaw_toxic: default toxic, e.g. toxic,severe_toxic,obscene,threat,"
          "insult,identity_hate; jigsaw_bias: default target; csv: required).")
+  list_("class_weights", None, "Training: weight each row's loss by its class, one "
+        "positive number per class in the head's class order, or 'balanced' (n / (classes "
+        "* rows of the class)). Classification heads only.")
+  string("sample_weight_column", None, "Training: a train-file column (name or 0-based "
+         "position) of per-row weights >= 0 that multiply each row's loss.")
+  boolean("identity_weights", False, "jigsaw_bias training: weight rows as the top public "
+          "solutions did (more weight for non-toxic rows that mention an identity and toxic "
+          "rows that mention none; see the README), normalised to mean 1.")
+  enum("truncation", "head", ["head", "tail", "head_tail"], "Which tokens of a text "
+       "longer than --max_seq_length are kept: the first (head, Google's), the last (tail), "
+       "or the first --truncation_head_tokens and the last that still fit (head_tail, as "
+       "the Jigsaw winners kept the start and the end of long comments).")
+  integer("truncation_head_tokens", None, "head_tail: how many of the kept tokens come "
+          "from the start of the text (default: a quarter of the room, e.g. 127 of 510).")
+  enum("pooling", "cls", ["cls", "mean"], "What the head reads: 'cls' (BERT's pooled "
+       "[CLS] output, as Google's classifier) or 'mean' (the last layer averaged over the "
+       "real tokens).")
   boolean("auxiliary_targets", False, "jigsaw_bias: add soft-target outputs for the "
           "auxiliary toxicity columns (severe_toxicity, obscene, identity_attack, insult, "
           "threat, sexual_explicit) that the train file fills on every row.")
@@ -209,6 +228,11 @@ def check_run_flags(f):
     if f.dynamic_padding:
       raise FlagError("--dynamic_padding cannot be used with --use_tpu: a TPU compiles one "
                       "static shape, so batches stay padded to --max_seq_length there")
+  if not f.do_train:
+    for name in ("class_weights", "sample_weight_column", "identity_weights"):
+      if f[name].present:
+        raise FlagError("--%s weighs the training loss; it does nothing without --do_train"
+                        % name)
   if f.max_seq_length < 3:
     raise FlagError("--max_seq_length=%d is too short: [CLS] text [SEP] needs at least 3"
                     % f.max_seq_length)
@@ -227,7 +251,14 @@ def check_task_and_model_flags(f, card=None):
   if canonical_task_name(f.task_name) is None:
     raise FlagError("--task_name=%s is unknown; use one of: %s" %
                     (f.task_name, ", ".join(TASK_NAMES)))
-  if canonical_task_name(f.task_name) == "csv":
+  task = canonical_task_name(f.task_name)
+  if f["labels"].present and task != "csv":
+    raise FlagError("--labels lists the classes of a csv task's label column; task %s has "
+                    "its own labels. Drop --labels" % task)
+  if f["label_column"].present and task not in ("csv", "jigsaw_toxic", "jigsaw_bias"):
+    raise FlagError("--label_column picks label columns of the csv and Jigsaw tasks; task %s "
+                    "reads its own. Drop --label_column" % task)
+  if task == "csv":
     # Predicting needs no labels; training and evaluating do.
     needed = ["text_column"] + (["label_column"] if f.do_train or f.do_eval else [])
     for name in needed:
@@ -307,7 +338,8 @@ def apply_model_card(f, card):
   given = {name: f[name].present for name in ("task_name", "labels", "do_lower_case",
                                               "max_seq_length", "vocab_file",
                                               "bert_config_file", "bert_hub_module_handle",
-                                              "head", "label_column")}
+                                              "head", "label_column", "pooling",
+                                              "truncation", "truncation_head_tokens")}
   if not given["task_name"]:
     f.task_name = card["task"]
   elif not _same_task_family(canonical_task_name(f.task_name) or f.task_name, card["task"]):
@@ -323,10 +355,23 @@ def apply_model_card(f, card):
   # columns for them, its label columns.
   if not given["head"]:
     f.head = card["head"]
+  if not given["pooling"]:
+    f.pooling = card["pooling"]
+  if not given["truncation"]:
+    f.truncation = card["truncation"]["mode"]
+  if not given["truncation_head_tokens"]:
+    f.truncation_head_tokens = card["truncation"].get("head_tokens")
+  if f.auxiliary_targets and card["label_columns"]:
+    log.info("--auxiliary_targets: the model card lists the label columns (%s)",
+             ", ".join(card["label_columns"]))
+    f.auxiliary_targets = False  # the card's columns already say which
   if not given["label_column"] and card["label_columns"]:
     f.label_column = ",".join(card["label_columns"])
   try:
     model_card.check_agrees(card, where, labels=f.labels if given["labels"] else None,
+                            pooling=f.pooling if given["pooling"] else None,
+                            truncation=truncation_of(f).as_dict()
+                            if given["truncation"] or given["truncation_head_tokens"] else None,
                             do_lower_case=f.do_lower_case if given["do_lower_case"] else None,
                             hub_module=f.bert_hub_module_handle
                             if given["bert_hub_module_handle"] else None)
@@ -384,7 +429,8 @@ def check_card_matches_task(card, processor, output_dir):
   try:
     model_card.check_agrees(card, where, head=spec.kind, labels=spec.classes,
                             num_outputs=spec.num_outputs)
-    if processor.name == card["task"] and card["label_columns"]:
+    same_names = card["label_columns"] and set(spec.columns) == set(card["label_columns"])
+    if card["label_columns"] and (processor.name == card["task"] or same_names):
       model_card.check_agrees(card, where, label_columns=list(spec.columns))
   except model_card.CardMismatch as e:
     raise FlagError(str(e))
@@ -393,7 +439,8 @@ def check_card_matches_task(card, processor, output_dir):
 def write_model_card(f, processor, vocab_file, tokenizer, bert_config):
   """Writes the card into --output_dir (run() has created it)."""
   card = model_card.build_card(
-      task=processor.name, label_spec=processor.label_spec,
+      task=processor.name, label_spec=processor.label_spec, pooling=f.pooling,
+      truncation=truncation_of(f).as_dict(),
       max_seq_length=f.max_seq_length, do_lower_case=tokenizer.do_lower_case,
       vocab_file=os.path.abspath(vocab_file) if "://" not in vocab_file else vocab_file,
       vocab_sha256=tokenization.vocab_fingerprint(vocab_file),
@@ -411,6 +458,15 @@ _LAYOUT_FLAGS = ("text_column", "text_b_column", "id_column", "has_header", "del
 
 
 # --- Wiring -----------------------------------------------------------------------------
+
+def truncation_of(f):
+  """The truncation strategy of --truncation and --truncation_head_tokens."""
+  try:
+    return Truncation(f.truncation, f.truncation_head_tokens)
+  except ValueError as e:
+    raise FlagError("--truncation=%s --truncation_head_tokens=%s: %s" % (
+        f.truncation, f.truncation_head_tokens, e))
+
 
 def label_columns_of(value):
   """--label_column's columns: one, or several separated by commas."""
@@ -433,7 +489,7 @@ def make_processor(f):
         text_b_column=f.text_b_column, label_columns=label_columns_of(f.label_column),
         id_column=f.id_column, has_header=f.has_header, delimiter=f.delimiter,
         labels=f.labels, quoting=f.quoting, head=None if f.head == "auto" else f.head,
-        auxiliary_targets=f.auxiliary_targets,
+        auxiliary_targets=f.auxiliary_targets, weight_column=f.sample_weight_column,
         split_headers={"train": f.train_has_header, "dev": f.eval_has_header,
                        "test": f.predict_has_header})
   except ValueError as e:
@@ -486,7 +542,8 @@ def take_fraction(examples, fraction, seed):
   return [examples[i] for i in chosen]
 
 
-def featurise(f, processor, split, examples, tokenizer, vocab_file, pad_to_multiple):
+def featurise(f, processor, split, examples, tokenizer, vocab_file, pad_to_multiple,
+              weights=None):
   """Writes (or reuses) the split's TFRecords. Returns (record_files, metadata)."""
   cache_dir = f.cache_dir or os.path.join(f.output_dir, "features")
   record_path = os.path.join(cache_dir, "%s.tf_record" % split)
@@ -494,6 +551,7 @@ def featurise(f, processor, split, examples, tokenizer, vocab_file, pad_to_multi
   settings = {
       "task": processor.name, "split": split, "source_file": source,
       "source_sha256": file_sha256(source), "label_spec": processor.label_spec.to_card(),
+      "truncation": truncation_of(f).as_dict(),
       "max_seq_length": f.max_seq_length,
       "vocab_sha256": tokenization.vocab_fingerprint(vocab_file),
       "do_lower_case": tokenizer.do_lower_case,
@@ -506,7 +564,8 @@ def featurise(f, processor, split, examples, tokenizer, vocab_file, pad_to_multi
   if split == "train":
     settings.update(train_fraction=f.train_fraction, seed=f.seed)
   metadata = build_records(examples, record_path, settings, tokenizer, pad_to_multiple,
-                           num_shards=f.num_record_shards, num_workers=f.featurise_workers)
+                           num_shards=f.num_record_shards, num_workers=f.featurise_workers,
+                           weights=weights)
   return metadata["files"], metadata
 
 
@@ -539,15 +598,79 @@ def prepare_splits(f, processor, tokenizer, vocab_file):
     if len(examples) != len(all_train):
       log.info("--train_fraction=%g: training on %d of %d rows", f.train_fraction,
                len(examples), len(all_train))
+    weights = training_weights(f, processor, examples)
     splits["train"] = Split(examples, *featurise(f, processor, "train", examples, tokenizer,
-                                                 vocab_file, 0))
-  for split, wanted, batch_size in (("dev", f.do_eval, f.eval_batch_size),
+                                                 vocab_file, 0, weights))
+  # The bias metric of jigsaw_bias predicts the dev records too: pad them for both sizes.
+  dev_multiple = (_lcm(f.eval_batch_size, f.predict_batch_size)
+                  if processor.name == "jigsaw_bias" else f.eval_batch_size)
+  for split, wanted, batch_size in (("dev", f.do_eval, dev_multiple),
                                     ("test", f.do_predict, f.predict_batch_size)):
     if wanted:
       examples = processor.get_examples(split)
       splits[split] = Split(examples, *featurise(f, processor, split, examples, tokenizer,
                                                  vocab_file, batch_size))
   return splits
+
+
+def training_weights(f, processor, examples):
+  """Each train row's loss weight: the product of the class, column and identity weights
+  asked for (None when none is). FlagError for weights the head cannot take."""
+  spec = processor.label_spec
+  parts = []
+  try:
+    if f.class_weights:
+      if spec.kind != "classification":
+        raise FlagError("--class_weights weighs the classes of a classification head; a %s "
+                        "head has none. Use --sample_weight_column for per-row weights"
+                        % spec.kind)
+      by_class = (weights_lib.balanced_class_weights(examples, spec.classes)
+                  if f.class_weights == ["balanced"] else
+                  weights_lib.parse_class_weights(f.class_weights, spec.classes))
+      log.info("class weights: %s", ", ".join("%s %.4g" % (c, by_class[c])
+                                               for c in spec.classes))
+      parts.append(weights_lib.class_weighted(examples, by_class))
+  except ValueError as e:
+    raise FlagError(str(e))
+  if f.sample_weight_column is not None:
+    parts.append(weights_lib.column_weights(examples, str(f.sample_weight_column),
+                                            processor.file_for("train")))
+  if f.identity_weights:
+    if processor.name != "jigsaw_bias":
+      raise FlagError("--identity_weights is for task jigsaw_bias (its identity columns)")
+    parts.append(jigsaw_identity_weights(examples, spec, processor.file_for("train")))
+  if not parts:
+    return None
+  combined = [1.0] * len(examples)
+  for part in parts:
+    combined = [a * b for a, b in zip(combined, part)]
+  log.info("training weights: min %.4g, mean %.4g, max %.4g over %d rows", min(combined),
+           sum(combined) / len(combined), max(combined), len(combined))
+  return combined
+
+
+def jigsaw_identity_weights(examples, spec, processor_train_file):
+  """data/weights.identity_weights on Jigsaw rows: toxic when target >= 0.5, mentioning an
+  identity when any of the nine scored identity values is >= 0.5."""
+  if spec.kind == "classification":
+    toxic = [e.label == "1" for e in examples]
+  else:
+    toxic = [e.label[0] >= 0.5 for e in examples]
+  present = [c for c in bias_metrics.IDENTITY_COLUMNS if any(c in e.extras for e in examples)]
+  if not present:
+    raise DataError(processor_train_file, "--identity_weights needs the identity columns "
+                    "(%s), and the train file has none" % ", ".join(bias_metrics.IDENTITY_COLUMNS),
+                    "add them, or drop --identity_weights")
+  mentions = [any(identity_value(e.extras.get(c, "")) >= 0.5 for c in present)
+              for e in examples]
+  (log.info if any(mentions) else log.warning)(
+      "identity weights: %d of %d train rows mention an identity (%s)", sum(mentions),
+      len(examples), ", ".join(present))
+  return weights_lib.identity_weights(toxic, mentions)
+
+
+def _lcm(a, b):
+  return a * b // math.gcd(a, b)
 
 
 def head_checkpoint(f, label_spec):
@@ -597,7 +720,8 @@ def run_train(f, estimator, processor, split, num_train_steps):
                       report=log.info)
   input_fn = input_fn_builder(split.record_files, f.max_seq_length, is_training=True,
                               label_spec=processor.label_spec, seed=f.seed,
-                              dynamic_padding=f.dynamic_padding)
+                              dynamic_padding=f.dynamic_padding,
+                              weighted=split.metadata["weighted"])
   start = time.time()
   estimator.train(input_fn=input_fn, max_steps=num_train_steps, hooks=[hook])
   log.info("training done in %s", format_seconds(time.time() - start))
@@ -666,7 +790,12 @@ def run_bias_report(f, estimator, processor, split, checkpoint):
   values = {name: [identity_value(e.extras.get(name, "")) for e in split.examples]
             for name in identities}
   table, summary = bias_metrics.bias_report(scores, targets, values)
-  csv_path, png_path = bias_metrics.write_bias_report(f.output_dir, table, summary)
+  paths = []
+  for name, content in bias_metrics.bias_report_files(table, summary):
+    paths.append(os.path.join(f.output_dir, name))
+    with tf.io.gfile.GFile(paths[-1], "wb") as out:  # a bucket on TPU
+      out.write(content)
+  csv_path, png_path = paths
   log.info("bias metric (Jigsaw Unintended Bias): final %.4f, overall AUC %.4f, power means: "
            "subgroup %.4f, BPSN %.4f, BNSP %.4f, over %s; per identity in %s and %s",
            summary["final_metric"], summary["overall_auc"], summary["power_mean_subgroup_auc"],
@@ -772,6 +901,7 @@ def run(f):
   if card:
     apply_model_card(f, card)
   bert_config = check_task_and_model_flags(f, card)
+  truncation_of(f)
   setup_tensorflow()
   processor = make_processor(f)
   label_spec = label_spec_of(processor)
@@ -793,7 +923,7 @@ def run(f):
       hub_module_handle=f.bert_hub_module_handle,
       gradient_accumulation_steps=f.gradient_accumulation_steps,
       precision="float16" if f.use_fp16 else "bfloat16" if f.use_bf16 else "float32",
-      xla_global_step_fix=f.use_xla)
+      xla_global_step_fix=f.use_xla, pooling=f.pooling)
   estimator = make_estimator(f, model_fn)
 
   outcome = {}

@@ -1,6 +1,7 @@
 """InputExample -> InputFeatures: tokenize, truncate, add [CLS]/[SEP], pad."""
 
 import logging
+import numbers
 import time
 
 from data.tokenization import CLS_TOKEN, SEP_TOKEN
@@ -61,11 +62,100 @@ class InputFeatures(object):
     return {name: getattr(self, name) for name in self.__slots__}
 
 
+HEAD, TAIL, HEAD_TAIL = "head", "tail", "head_tail"
+
+
+class Truncation(object):
+  """Which ids of a text longer than its room (the slots it may fill) are kept.
+
+  head (the default) keeps the first ids, as Google's BERT does. tail keeps the last
+  ones: the end of a review or a forum reply often carries its verdict. head_tail keeps
+  the first head_tokens ids and the last ones that still fit, dropping the middle: the
+  Jigsaw competition winners kept the start and the end of long comments (head 128 +
+  tail 382 of 510 is a common choice).
+
+  head_tokens is only for head_tail. Left out, it is a quarter of the room rounded down
+  (127 of 510, 3 of 14), so one strategy suits every max_seq_length. When head_tokens is
+  at least the room, that text keeps its head only (the room is all head): the room
+  varies between max_seq_length values and between the two texts of a pair, and one
+  setting should serve them all rather than fail on some examples. 0 keeps the end only,
+  as tail does. A text that fits is kept whole in every mode.
+  """
+
+  MODES = (HEAD, TAIL, HEAD_TAIL)
+
+  def __init__(self, mode=HEAD, head_tokens=None):
+    if not isinstance(mode, str) or mode not in self.MODES:
+      raise ValueError("truncation mode %r is not one of %s" % (mode, ", ".join(self.MODES)))
+    if head_tokens is not None:
+      if mode != HEAD_TAIL:
+        raise ValueError("head_tokens=%r is only for truncation mode %s, not %s" %
+                         (head_tokens, HEAD_TAIL, mode))
+      if (isinstance(head_tokens, bool) or not isinstance(head_tokens, numbers.Integral) or
+          head_tokens < 0):
+        raise ValueError("head_tokens must be a whole number of tokens >= 0 (or None for a "
+                         "quarter of the room), not %r" % (head_tokens,))
+      head_tokens = int(head_tokens)
+    self.mode = mode
+    self.head_tokens = head_tokens
+
+  def head_length(self, room):
+    """How many of the kept ids of a text longer than room come from its start."""
+    if self.mode == HEAD:
+      return room
+    if self.mode == TAIL:
+      return 0
+    return min(room, room // 4 if self.head_tokens is None else self.head_tokens)
+
+  def keep(self, ids, room):
+    """The ids of one text kept in room slots: all of them when they fit, else head_length
+    ids from its start and the rest from its end."""
+    room = max(room, 0)
+    if len(ids) <= room:
+      return ids
+    head = self.head_length(room)
+    return ids[:head] + ids[len(ids) - (room - head):]
+
+  def as_dict(self):
+    """What the records depend on, for the record cache's fingerprint and the card."""
+    if self.mode == HEAD_TAIL:
+      return {"mode": self.mode, "head_tokens": self.head_tokens}
+    return {"mode": self.mode}
+
+  @classmethod
+  def from_dict(cls, values):
+    return cls(values["mode"], values.get("head_tokens"))
+
+  def __eq__(self, other):
+    if not isinstance(other, Truncation):
+      return NotImplemented
+    return self.as_dict() == other.as_dict()
+
+  def __ne__(self, other):
+    equal = self.__eq__(other)
+    return equal if equal is NotImplemented else not equal
+
+  def __hash__(self):
+    return hash((self.mode, self.head_tokens))
+
+  def __repr__(self):
+    if self.mode == HEAD_TAIL:
+      return "Truncation(%r, head_tokens=%r)" % (self.mode, self.head_tokens)
+    return "Truncation(%r)" % (self.mode,)
+
+
+def _keeps_head_only(strategy):
+  """True for head (None): only a text's leading ids matter, so it may be encoded from a
+  prefix."""
+  return strategy is None or strategy.mode == HEAD
+
+
 def truncate_pair(tokens_a, tokens_b, max_length):
   """Trims the longer of two token lists one token at a time until both fit, in place.
 
   Taking from the longer one keeps more of the shorter text than cutting each in
-  proportion would, which is what Google's BERT does.
+  proportion would, which is what Google's BERT does. Tokens go from the end: the head
+  strategy. pair_lengths gives the same lengths without the lists.
   """
   while len(tokens_a) + len(tokens_b) > max_length:
     if len(tokens_a) > len(tokens_b):
@@ -74,15 +164,51 @@ def truncate_pair(tokens_a, tokens_b, max_length):
       tokens_b.pop()
 
 
-def features_from_ids(ids_a, ids_b, label_id, example_id, max_seq_length, cls_id, sep_id):
-  """[CLS] a [SEP] (b [SEP]), truncated to max_seq_length as Google does."""
-  if ids_b is None:  # the common single-text case, built with as few list operations as possible
+def pair_lengths(len_a, len_b, max_length):
+  """How many ids of each text truncate_pair keeps, in closed form.
+
+  Google's rule takes one token at a time from the longer text (from b on a tie). So
+  when the shorter text fits in half the room the longer one gets what it leaves;
+  otherwise both end up at half the room, a taking the odd one. Every strategy keeps
+  these lengths and differs only in which ids fill them; the loop would take one step
+  per dropped token of a whole-text encoding.
+  """
+  if len_a + len_b <= max_length:
+    return len_a, len_b
+  if len_a > len_b and max_length - len_b >= len_b:
+    return max_length - len_b, len_b
+  if len_a <= len_b and max_length - len_a >= len_a:
+    return len_a, max_length - len_a
+  return max_length - max_length // 2, max_length // 2
+
+
+def features_from_ids(ids_a, ids_b, label_id, example_id, max_seq_length, cls_id, sep_id,
+                      strategy=None):
+  """[CLS] a [SEP] (b [SEP]), truncated to max_seq_length.
+
+  strategy (a Truncation, None for head) says which ids a truncated text keeps. A single
+  text has max_seq_length - 2 slots. A pair has max_seq_length - 3, shared by Google's
+  rule (pair_lengths): the longer text is trimmed one token at a time. Each text then
+  keeps its allotted length as the strategy says, as if it were a single text with that
+  room: tail drops ids from its start, head_tail from its middle (keeping head_tokens, or
+  a quarter of its allotted length, from its start). head is Google's code path, unchanged.
+  """
+  if strategy is None or strategy.mode == HEAD:  # inline: this runs once per example
+    if ids_b is None:  # the common single-text case, built with as few list operations
+      token_ids = [cls_id]
+      token_ids += ids_a[:max_seq_length - 2]
+      token_ids.append(sep_id)
+      return InputFeatures(token_ids, len(token_ids), max_seq_length, label_id, True, example_id)
+    ids_a, ids_b = list(ids_a), list(ids_b)
+    truncate_pair(ids_a, ids_b, max_seq_length - 3)
+  elif ids_b is None:
     token_ids = [cls_id]
-    token_ids += ids_a[:max_seq_length - 2]
+    token_ids += strategy.keep(ids_a, max_seq_length - 2)
     token_ids.append(sep_id)
     return InputFeatures(token_ids, len(token_ids), max_seq_length, label_id, True, example_id)
-  ids_a, ids_b = list(ids_a), list(ids_b)
-  truncate_pair(ids_a, ids_b, max_seq_length - 3)
+  else:
+    keep_a, keep_b = pair_lengths(len(ids_a), len(ids_b), max_seq_length - 3)
+    ids_a, ids_b = list(strategy.keep(ids_a, keep_a)), list(strategy.keep(ids_b, keep_b))
   return InputFeatures([cls_id] + ids_a + [sep_id] + ids_b + [sep_id], len(ids_a) + 2,
                        max_seq_length, label_id, True, example_id)
 
@@ -95,12 +221,13 @@ def label_value(example, label_spec):
   return label_spec.record_value(example.label)
 
 
-def convert_example(example, example_id, label_spec, max_seq_length, tokenizer):
-  """Builds the InputFeatures of one example."""
+def convert_example(example, example_id, label_spec, max_seq_length, tokenizer, strategy=None):
+  """Builds the InputFeatures of one example from its whole texts; strategy (a Truncation,
+  None for head) says which ids a long text keeps."""
   ids_b = tokenizer.encode(example.text_b) if example.text_b is not None else None
   return features_from_ids(tokenizer.encode(example.text_a), ids_b,
                            label_value(example, label_spec), example_id, max_seq_length,
-                           tokenizer.vocab[CLS_TOKEN], tokenizer.vocab[SEP_TOKEN])
+                           tokenizer.vocab[CLS_TOKEN], tokenizer.vocab[SEP_TOKEN], strategy)
 
 
 def padding_features(max_seq_length, unlabelled):
@@ -142,6 +269,19 @@ def encode_leading_tokens(tokenizer, texts, max_tokens, from_prefix=None):
   return ids
 
 
+def encode_kept_tokens(tokenizer, texts, max_tokens, strategy=None, from_prefix=None):
+  """Token ids of each text, exact in every id the strategy can keep of it.
+
+  head keeps leading ids only, so texts go through encode_leading_tokens' fast prefix
+  path (from_prefix receives the indices encoded from a prefix). tail and head_tail keep
+  the end of a text, so texts are encoded whole: a text's last ids cannot be told from a
+  prefix, and whole texts give exact lengths (from_prefix receives nothing).
+  """
+  if _keeps_head_only(strategy):
+    return encode_leading_tokens(tokenizer, texts, max_tokens, from_prefix)
+  return tokenizer.encode_batch(texts)
+
+
 def _prefix(text, limit):
   if len(text) <= limit:
     return text
@@ -153,7 +293,10 @@ class TruncationCount(object):
   """How many examples were longer than max_seq_length, and the longest one's length in
   tokens ([CLS]/[SEP] included). A text encoded from a prefix (see encode_leading_tokens)
   has more tokens than its ids count, perhaps more than any other, so the longest length
-  is exact only when no text was encoded from a prefix: longest_exact says which."""
+  is exact only when no text was encoded from a prefix: longest_exact says which. Only
+  the head strategy encodes prefixes, and a prefix is used only when it holds at least
+  max_seq_length ids, so the truncated count is the same for every strategy, and the
+  longest length is always exact with tail and head_tail."""
 
   def __init__(self, truncated=0, longest=0, longest_exact=True):
     self.truncated = truncated
@@ -177,12 +320,14 @@ class TruncationCount(object):
 
 
 def convert_examples(examples, label_spec, max_seq_length, tokenizer, chunk_size=2048,
-                     report_every=20000, first_example_id=0, truncation=None):
+                     report_every=20000, first_example_id=0, truncation=None, strategy=None):
   """Yields InputFeatures for each example in order, logging progress on long inputs.
 
   label_spec (spec/labels.py) gives each label's record value. Texts are encoded a chunk
   at a time with tokenizer.encode_batch, which the Rust tokenizer runs on all cores.
-  truncation (a TruncationCount) counts the examples that did not fit.
+  truncation (a TruncationCount) counts the examples that did not fit. strategy (a
+  Truncation, None for head) says which ids of a long text are kept; with tail and
+  head_tail texts are encoded whole (encode_kept_tokens).
   """
   cls_id, sep_id = tokenizer.vocab[CLS_TOKEN], tokenizer.vocab[SEP_TOKEN]
   start = time.time()
@@ -190,11 +335,11 @@ def convert_examples(examples, label_spec, max_seq_length, tokenizer, chunk_size
   for first in range(0, len(examples), chunk_size):
     chunk = examples[first:first + chunk_size]
     partial_a, partial_b = set(), set()
-    ids_a = encode_leading_tokens(tokenizer, [e.text_a for e in chunk], max_seq_length,
-                                  partial_a)
+    ids_a = encode_kept_tokens(tokenizer, [e.text_a for e in chunk], max_seq_length, strategy,
+                               partial_a)
     pairs = [i for i, e in enumerate(chunk) if e.text_b is not None]
-    ids_b = dict(zip(pairs, encode_leading_tokens(tokenizer, [chunk[i].text_b for i in pairs],
-                                                  max_seq_length, partial_b)))
+    ids_b = dict(zip(pairs, encode_kept_tokens(tokenizer, [chunk[i].text_b for i in pairs],
+                                               max_seq_length, strategy, partial_b)))
     partial_b = set(pairs[j] for j in partial_b)
     for i, example in enumerate(chunk):
       if truncation is not None:
@@ -202,7 +347,8 @@ def convert_examples(examples, label_spec, max_seq_length, tokenizer, chunk_size
         length = len(ids_a[i]) + 2 + (len(pair) + 1 if pair is not None else 0)
         truncation.count(length, i not in partial_a and i not in partial_b, max_seq_length)
       yield features_from_ids(ids_a[i], ids_b.get(i), label_value(example, label_spec),
-                              first_example_id + first + i, max_seq_length, cls_id, sep_id)
+                              first_example_id + first + i, max_seq_length, cls_id, sep_id,
+                              strategy)
     done = first + len(chunk)
     if done >= next_report and done < len(examples):
       next_report += report_every

@@ -38,10 +38,11 @@ def bucket_boundaries(max_seq_length, width=BUCKET_WIDTH):
 
 
 def input_fn_builder(input_file, max_seq_length, is_training, label_spec, seed=None,
-                     dynamic_padding=False):
+                     dynamic_padding=False, weighted=False):
   """Returns input_fn(params) reading batches of params['batch_size'] records.
 
-  label_spec (spec/labels.py) gives the label's dtype and shape. Training shuffles
+  label_spec (spec/labels.py) gives the label's dtype and shape; weighted records (of
+  training with weights) also hold each row's sample_weight. Training shuffles
   (seeded) and repeats. Every mode drops the remainder so that
   batch shapes are static as a TPU needs; eval and predict files are padded to
   whole batches when they are written, so no real example is dropped.
@@ -51,7 +52,7 @@ def input_fn_builder(input_file, max_seq_length, is_training, label_spec, seed=N
   grouped into buckets of similar length (BUCKET_WIDTH tokens), so a batch
   holds little padding; eval and predict keep the file's order and only trim.
   """
-  spec = parsing_spec(max_seq_length, label_spec)
+  spec = parsing_spec(max_seq_length, label_spec, weighted)
   files = input_file if isinstance(input_file, (list, tuple)) else [input_file]
 
   def input_fn(params):

@@ -24,7 +24,7 @@ class InputExample(object):
   """One row of input.
 
   guid: the id written next to its prediction (the file's id column, else the row number).
-  label: the value its label spec parsed from the label cells (a class index, or a tuple
+  label: the value its label spec parsed from the label cells (a class name, or a tuple
     of floats), or None for a row whose labels are not read (a predict file).
   extras: other columns carried through to the outputs (e.g. Jigsaw identity columns).
   """
@@ -61,6 +61,7 @@ class DataProcessor(object):
 
   name = None
   labels = None  # the class names, for a classification head
+  weight_column = None  # a train column of per-row weights, read into extras
   heads = ("classification",)  # the head kinds this task's labels can train; first = default
   delimiter = "\t"
   quoting = csv.QUOTE_NONE  # GLUE files are unquoted TSV: a quote is just a character.
@@ -104,6 +105,10 @@ class DataProcessor(object):
     table = read_table(path, self.delimiter_of(path), self.has_header_for(split),
                        self.quoting_of(path))
     columns = self.columns(table, split)
+    if self.weight_column is not None and split == "train":
+      columns.extras = tuple(columns.extras) + (
+          (str(self.weight_column),
+           table.column_index(self.weight_column, "--sample_weight_column")),)
     examples = self._rows_to_examples(table, columns, split)
     if table.blank_lines:
       log.warning("%s: %d empty lines held no record and were passed over", path, table.blank_lines)
@@ -482,9 +487,14 @@ class JigsawBiasProcessor(JigsawProcessor):
         left_out.append("%s (%d empty cells)" % (name, empty))
       else:
         found.append(name)
-    log.info("--auxiliary_targets: %s%s", "adding soft-target outputs for " + ", ".join(found)
-             if found else "no auxiliary column is usable",
-             "; left out: " + ", ".join(left_out) if left_out else "")
+    if not found:
+      raise DataError(path, "--auxiliary_targets found no auxiliary column filled on every "
+                      "row (%s)" % ", ".join(left_out),
+                      "fill one of %s, or drop --auxiliary_targets"
+                      % ", ".join(JIGSAW_BIAS_AUXILIARY_COLUMNS))
+    log.info("--auxiliary_targets: adding soft-target outputs for %s", ", ".join(found))
+    if left_out:
+      log.warning("--auxiliary_targets: left out %s", ", ".join(left_out))
     return tuple(found)
 
   def columns(self, table, split):
@@ -569,7 +579,8 @@ class CsvProcessor(DataProcessor):
 
   @property
   def label_columns(self):
-    return self._label_columns
+    # A predict-only run reads no label column; its head's outputs still need a name.
+    return self._label_columns or ("label",)
 
   def default_head(self):
     return "classification" if len(self._label_columns) <= 1 else "multi_label"
@@ -598,6 +609,12 @@ class CsvProcessor(DataProcessor):
       found = sorted(values, key=float)
     except ValueError:
       found = sorted(values)
+    if len(found) < 2:
+      raise DataError(path, "column %s holds %s, but a classifier needs at least two classes"
+                      % (self.label_column, "only the label %r" % found[0] if found else
+                         "no label"),
+                      "check --label_column, or list every class with --labels (e.g. "
+                      "--labels=0,1)", column=self.label_column)
     log.info("labels found in %s: %s (pass --labels to fix the list and its order)",
              path, ", ".join(found))
     return found
@@ -699,30 +716,35 @@ def canonical_task_name(task_name):
 def get_processor(task_name, data_dir=None, files=None, skip_malformed_rows=False,
                   text_column=None, text_b_column=None, label_columns=None, id_column=None,
                   has_header=True, delimiter=None, labels=None, quoting="auto",
-                  split_headers=None, head=None, auxiliary_targets=False):
+                  split_headers=None, head=None, auxiliary_targets=False,
+                  weight_column=None):
   """Builds the processor for a task name (case-insensitive; TASK_ALIASES also accepted).
   label_columns is a list of column names or positions (a string is one column); head
   is a head kind of spec/labels.py, None for the task's default. auxiliary_targets
-  (jigsaw_bias) adds the auxiliary toxicity columns as soft targets. ValueError for a
+  (jigsaw_bias) adds the auxiliary toxicity columns as soft targets. weight_column names
+  a train column of per-row weights (read into each example's extras). ValueError for a
   head or label columns the task cannot take."""
-  if auxiliary_targets and canonical_task_name(task_name) != "jigsaw_bias":
-    raise ValueError("--auxiliary_targets is for task jigsaw_bias; list extra label "
-                     "columns with --label_column instead")
   name = canonical_task_name(task_name)
   if isinstance(label_columns, str):
     label_columns = [label_columns]
+  if auxiliary_targets and name != "jigsaw_bias":
+    raise ValueError("--auxiliary_targets is for task jigsaw_bias; list extra label "
+                     "columns with --label_column instead")
   common = dict(data_dir=data_dir, files=files, skip_malformed_rows=skip_malformed_rows,
                 quoting=quoting, head=head)
   if name in GLUE_PROCESSORS:
-    return GLUE_PROCESSORS[name](**common)
-  if name == "jigsaw_toxic":
-    return JigsawToxicProcessor(label_columns=label_columns or ("toxic",), **common)
-  if name == "jigsaw_bias":
-    return JigsawBiasProcessor(label_columns=label_columns or ("target",),
-                               auxiliary_targets=auxiliary_targets, **common)
-  if name == "csv":
-    return CsvProcessor(text_column=text_column, text_b_column=text_b_column,
-                        label_columns=label_columns, id_column=id_column,
-                        has_header=has_header, split_headers=split_headers,
-                        delimiter=delimiter, labels=labels, **common)
-  raise ValueError("unknown task %r; known tasks: %s" % (task_name, ", ".join(TASK_NAMES)))
+    processor = GLUE_PROCESSORS[name](**common)
+  elif name == "jigsaw_toxic":
+    processor = JigsawToxicProcessor(label_columns=label_columns or ("toxic",), **common)
+  elif name == "jigsaw_bias":
+    processor = JigsawBiasProcessor(label_columns=label_columns or ("target",),
+                                    auxiliary_targets=auxiliary_targets, **common)
+  elif name == "csv":
+    processor = CsvProcessor(text_column=text_column, text_b_column=text_b_column,
+                             label_columns=label_columns, id_column=id_column,
+                             has_header=has_header, split_headers=split_headers,
+                             delimiter=delimiter, labels=labels, **common)
+  else:
+    raise ValueError("unknown task %r; known tasks: %s" % (task_name, ", ".join(TASK_NAMES)))
+  processor.weight_column = weight_column
+  return processor

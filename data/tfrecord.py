@@ -19,7 +19,7 @@ import traceback
 
 import tensorflow.compat.v1 as tf
 
-from data.features import (TruncationCount, convert_examples, num_padding_rows,
+from data.features import (Truncation, TruncationCount, convert_examples, num_padding_rows,
                            padding_features)
 from spec import labels as label_specs
 
@@ -29,9 +29,10 @@ SCHEMA_VERSION = 3  # 2: reading and truncation counts in the metadata; 3: label
 SEQUENCE_FIELDS = ("input_ids", "input_mask", "segment_ids")
 SCALAR_INT_FIELDS = ("is_real_example", "example_id")
 LABEL_FIELD = "label_ids"
+WEIGHT_FIELD = "sample_weight"  # only in weighted training records
 
 
-def parsing_spec(max_seq_length, label_spec):
+def parsing_spec(max_seq_length, label_spec, weighted=False):
   """{name: FixedLenFeature} for tf.io.parse_single_example; the writer emits exactly these.
   The label's dtype and shape are the label spec's: a scalar int64 class index (Google's
   layout), or a float32 vector with one value per label column."""
@@ -41,6 +42,8 @@ def parsing_spec(max_seq_length, label_spec):
   width = label_spec.record_width
   spec[LABEL_FIELD] = tf.io.FixedLenFeature([] if width is None else [width],
                                             tf.as_dtype(label_spec.record_dtype))
+  if weighted:
+    spec[WEIGHT_FIELD] = tf.io.FixedLenFeature([], tf.float32)
   return spec
 
 
@@ -54,11 +57,12 @@ class ExampleSerializer(object):
   front of them depends only on their packed size, and is cached by it. The map
   entries after input_ids (mask, flag, label, segments) depend only on the segment
   lengths, the flag and a class label, so they are cached as one piece of bytes; a
-  float label vector is packed between cached pieces.
+  float label vector and a weight (weighted=True) are packed between cached pieces.
   """
 
-  def __init__(self, label_spec):
+  def __init__(self, label_spec, weighted=False):
     self.float_labels = label_spec.record_dtype == "float32"
+    self.weighted = weighted
     self._entries = {}
     self._framings = {}
 
@@ -74,25 +78,29 @@ class ExampleSerializer(object):
     return self._int64_entry("input_ids",
                              _packed(features.token_ids) + b"\x00" * features.num_padding)
 
-  def __call__(self, features):
+  def __call__(self, features, weight=1.0):
     # Map entries sorted by key: example_id, input_ids, input_mask, is_real_example,
-    # label_ids, segment_ids. Only the first two change from row to row.
+    # label_ids, (sample_weight,) segment_ids. Only the first two change from row to row.
     entries = (self._int64_entry("example_id", _varint(features.example_id)) +
-               self._input_ids_entry(features) + self._entries_after_input_ids(features))
+               self._input_ids_entry(features) + self._entries_after_input_ids(features, weight))
     return _length_delimited(1, entries)  # Example.features, whose map entries are field 1
 
-  def _entries_after_input_ids(self, features):
-    """input_mask, is_real_example, label_ids and segment_ids: cached, but for float labels."""
+  def _entries_after_input_ids(self, features, weight):
+    """input_mask, is_real_example, label_ids, (sample_weight,) segment_ids: cached, but
+    for float labels and weights."""
     shape = (len(features.token_ids), features.num_first_segment, features.max_seq_length,
              features.is_real_example)
-    if self.float_labels:
+    if self.float_labels or self.weighted:
       before_label, after_label = self._cached(shape, lambda: (
           _int64_map_entry("input_mask", features.input_mask) +
           _int64_map_entry("is_real_example", [int(features.is_real_example)]),
           _int64_map_entry("segment_ids", features.segment_ids)))
-      values = features.label_id
-      label = _map_entry(LABEL_FIELD, _length_delimited(2, _length_delimited(
-          1, struct.pack("<%df" % len(values), *values))))  # Feature.float_list.value, packed
+      if self.float_labels:
+        label = _float_map_entry(LABEL_FIELD, features.label_id)
+      else:
+        label = _int64_map_entry(LABEL_FIELD, [features.label_id])
+      if self.weighted:
+        label += _float_map_entry(WEIGHT_FIELD, [weight])
       return before_label + label + after_label
     return self._cached(shape + (features.label_id,), lambda: b"".join((
         _int64_map_entry("input_mask", features.input_mask),
@@ -109,6 +117,12 @@ class ExampleSerializer(object):
 
 def _int64_map_entry(name, values):
   return _map_entry(name, _int64_feature(_packed(values)))
+
+
+def _float_map_entry(name, values):
+  """A float feature: Feature.float_list.value, packed little-endian float32s."""
+  return _map_entry(name, _length_delimited(2, _length_delimited(
+      1, struct.pack("<%df" % len(values), *values))))
 
 
 def _packed(values):
@@ -212,9 +226,11 @@ class _Featurisation(object):
   without touching TensorFlow; only the parent writes TFRecord files.
   """
 
-  def __init__(self, examples, settings, tokenizer, num_padding, ranges):
+  def __init__(self, examples, settings, tokenizer, num_padding, ranges, weights=None):
     self.examples = examples
+    self.weights = weights
     self.label_spec = label_specs.from_card(settings["label_spec"])
+    self.strategy = Truncation.from_dict(settings.get("truncation") or {"mode": "head"})
     self.max_seq_length = settings["max_seq_length"]
     self.tokenizer = tokenizer
     self.num_padding = num_padding
@@ -224,14 +240,15 @@ class _Featurisation(object):
     """The serialised records of piece index; the padding rows follow the last piece.
     truncation counts the examples longer than max_seq_length."""
     start, end = self.ranges[index]
-    serialize = ExampleSerializer(self.label_spec)
+    serialize = ExampleSerializer(self.label_spec, weighted=self.weights is not None)
     for features in convert_examples(self.examples[start:end], self.label_spec,
                                      self.max_seq_length, self.tokenizer,
-                                     first_example_id=start, truncation=truncation):
-      yield serialize(features)
+                                     first_example_id=start, truncation=truncation,
+                                     strategy=self.strategy):
+      yield serialize(features, self.weights[features.example_id] if self.weights else 1.0)
     if index == len(self.ranges) - 1 and self.num_padding:
       padding = serialize(padding_features(self.max_seq_length,
-                                           self.label_spec.unlabelled_value()))
+                                           self.label_spec.unlabelled_value()), 0.0)
       for _ in range(self.num_padding):
         yield padding
 
@@ -354,20 +371,22 @@ def _child(function, items):
 
 
 def build_records(examples, record_path, settings, tokenizer, pad_to_multiple=0, num_shards=1,
-                  num_workers=1):
+                  num_workers=1, weights=None):
   """Writes (or reuses) the records of one split. Returns the metadata dict.
 
   settings must hold everything that shapes the features: label_spec (its card entry),
-  max_seq_length, vocab and casing, source file hashes. pad_to_multiple > 0 appends
+  truncation (Truncation.as_dict(); head when absent), max_seq_length, vocab and casing, source file hashes. pad_to_multiple > 0 appends
   padding rows (is_real_example=0) so the files hold whole batches. With
   num_shards > 1 the examples are split into that many contiguous files
   (metadata["files"], in order); num_workers > 1 featurises in that many parallel
   processes (any number of shards, even one: workers write pieces of the
-  examples, which are joined into the shards in order).
+  examples, which are joined into the shards in order). weights (one float per
+  example, for training) adds the sample_weight field; padding rows weigh 0.
   """
   num_shards = max(1, num_shards)
   settings = dict(settings, pad_to_multiple=pad_to_multiple, num_examples=len(examples),
-                  num_shards=num_shards)
+                  num_shards=num_shards, weighted=weights is not None,
+                  weights_sha256=_weights_sha256(weights))
   key = fingerprint(settings)
   existing = read_metadata(record_path)
   if existing is not None and existing.get("fingerprint") == key and all(
@@ -387,7 +406,7 @@ def build_records(examples, record_path, settings, tokenizer, pad_to_multiple=0,
   ranges = [(start + a, start + b)
             for start, end in _shard_ranges(len(examples), num_shards)
             for a, b in _shard_ranges(end - start, pieces_per_shard)]
-  job = _Featurisation(examples, settings, tokenizer, num_padding, ranges)
+  job = _Featurisation(examples, settings, tokenizer, num_padding, ranges, weights)
   with _existing_objects_frozen():
     truncation = _write_shards(job, paths, pieces_per_shard, num_workers)
   for path in paths:
@@ -402,6 +421,12 @@ def build_records(examples, record_path, settings, tokenizer, pad_to_multiple=0,
            num_padding, len(paths))
   report_changes(record_path, metadata)
   return metadata
+
+
+def _weights_sha256(weights):
+  if weights is None:
+    return None
+  return hashlib.sha256(struct.pack("<%dd" % len(weights), *weights)).hexdigest()
 
 
 def _empty_texts(examples):

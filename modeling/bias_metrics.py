@@ -46,6 +46,7 @@ undefined, the final metric is NaN and summary["note"] says why; nothing is drop
 without being listed.
 """
 
+import io
 import math
 import os
 
@@ -213,24 +214,33 @@ def _format(value):
 
 
 def write_bias_report(output_dir, table, summary):
-  """Writes bias_metrics.csv (the table) and bias_metrics.png (a bar chart of the AUCs).
+  """Writes bias_metrics.csv and bias_metrics.png (see bias_report_files) into a local
+  output_dir. Returns (csv_path, png_path)."""
+  if not os.path.isdir(output_dir):
+    os.makedirs(output_dir)
+  paths = []
+  for name, content in bias_report_files(table, summary):
+    paths.append(os.path.join(output_dir, name))
+    with open(paths[-1], "wb") as f:
+      f.write(content)
+  return tuple(paths)
+
+
+def bias_report_files(table, summary):
+  """[(CSV_NAME, bytes), (PNG_NAME, bytes)]: the table as CSV and a bar chart of the AUCs,
+  for the caller to write anywhere (a local disk or a bucket).
 
   The CSV holds the table only, floats as their shortest exact decimal (repr; pandas
   reads them back exactly with float_precision="round_trip", to the last bit or so with
   its default parser), undefined AUCs as empty cells. The chart draws the three AUCs per identity,
-  marks undefined ones "n/a", and its title gives the final metric. Returns
-  (csv_path, png_path).
+  marks undefined ones "n/a", and its title gives the final metric.
   """
   # Figure + FigureCanvasAgg directly: no pyplot, no change to anyone's backend.
   from matplotlib.backends.backend_agg import FigureCanvasAgg
   from matplotlib.figure import Figure
 
-  if not os.path.isdir(output_dir):
-    os.makedirs(output_dir)
-  csv_path = os.path.join(output_dir, CSV_NAME)
-  png_path = os.path.join(output_dir, PNG_NAME)
-  with open(csv_path, "w", newline="", encoding="utf-8") as f:
-    table.to_csv(f, index=False, columns=list(TABLE_COLUMNS))  # floats: shortest exact repr
+  csv_text = io.StringIO(newline="")
+  table.to_csv(csv_text, index=False, columns=list(TABLE_COLUMNS))  # floats: shortest repr
 
   names = table["identity"].tolist()
   figure = Figure(figsize=(max(6.0, 1.1 * len(names) + 3.0), 4.8))
@@ -260,5 +270,6 @@ def write_bias_report(output_dir, table, summary):
     title += "\nn/a: AUC undefined (its rows lack a class); the power means skip it"
   axes.set_title(title, fontsize=10)
   figure.tight_layout()
-  figure.savefig(png_path, format="png", dpi=100)
-  return csv_path, png_path
+  png = io.BytesIO()
+  figure.savefig(png, format="png", dpi=100)
+  return [(CSV_NAME, csv_text.getvalue().encode("utf-8")), (PNG_NAME, png.getvalue())]

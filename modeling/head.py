@@ -11,6 +11,17 @@ from modeling.compat import static_shape
 HEAD_DROPOUT = 0.1
 
 
+POOLINGS = ("cls", "mean")
+
+
+def mean_pool(sequence_output, input_mask):
+  """The mean of sequence_output [batch, seq, hidden] over each row's real tokens
+  (input_mask [batch, seq] is 1 for them): [batch, hidden]. Padding never counts."""
+  mask = tf.cast(input_mask, sequence_output.dtype)[:, :, None]
+  total = tf.reduce_sum(sequence_output * mask, axis=1)
+  return total / tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)
+
+
 def head_logits(pooled_output, num_outputs, is_training, initializer_range=0.02):
   """pooled_output [batch, hidden] -> logits [batch, num_outputs]."""
   hidden = static_shape(pooled_output)[-1]

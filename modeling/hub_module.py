@@ -26,12 +26,18 @@ def _hub():
   return hub
 
 
-def hub_pooled_output(handle, features, is_training):
+def hub_pooled_output(handle, features, is_training, pooling="cls"):
+  """The module's pooled output [batch, hidden]; with pooling "mean", the mean of its
+  sequence output over the real tokens instead."""
   hub = _hub()
   module = hub.Module(handle, tags=TAGS_TRAIN if is_training else set(), trainable=True)
   inputs = {"input_ids": features["input_ids"], "input_mask": features["input_mask"],
             "segment_ids": features["segment_ids"]}
-  return module(inputs=inputs, signature="tokens", as_dict=True)["pooled_output"]
+  outputs = module(inputs=inputs, signature="tokens", as_dict=True)
+  if pooling == "mean":
+    from modeling.head import mean_pool
+    return mean_pool(outputs["sequence_output"], features["input_mask"])
+  return outputs["pooled_output"]
 
 
 def tokenization_info(handle):

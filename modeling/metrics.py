@@ -28,10 +28,11 @@ def average_ranks(values):
 
 
 def pearson(x, y):
+  """Pearson's correlation; NaN (undefined) for fewer than 2 rows or a constant side."""
   x = np.asarray(x, dtype=np.float64)
   y = np.asarray(y, dtype=np.float64)
   if len(x) < 2 or x.std() == 0 or y.std() == 0:
-    return 0.0
+    return float("nan")
   return float(np.corrcoef(x, y)[0, 1])
 
 

@@ -17,11 +17,13 @@ SEQ_LENGTH_NAME = "batch_seq_length"
 def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, num_train_steps,
                      num_warmup_steps, use_tpu, use_one_hot_embeddings=None,
                      hub_module_handle=None, gradient_accumulation_steps=1,
-                     precision="float32", xla_global_step_fix=False):
+                     precision="float32", xla_global_step_fix=False, pooling="cls"):
   """Returns a model_fn(features, labels, mode, params) for TPUEstimator.
 
   label_spec (spec/labels.py) gives the head's outputs, its loss, its metrics and the
-  label's shape in `features`. With hub_module_handle the encoder comes from a TF1 hub module instead of
+  label's shape in `features`. pooling "cls" feeds the head BERT's pooled output
+  (tanh(dense([CLS])), Google's classifier); "mean" feeds it the mean of the last layer
+  over the real tokens (the pooler is then unused). With hub_module_handle the encoder comes from a TF1 hub module instead of
   BertModel; init_checkpoint still initialises any variable it names (e.g. the head).
   gradient_accumulation_steps > 1 applies the mean gradient of that many batches
   (num_train_steps then counts updates, not batches). precision "float16" (GPU,
@@ -30,6 +32,8 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
   if use_one_hot_embeddings is None:
     use_one_hot_embeddings = use_tpu
   num_outputs = label_spec.num_outputs
+  if pooling not in head.POOLINGS:
+    raise ValueError("pooling %r is not one of %s" % (pooling, ", ".join(head.POOLINGS)))
 
   def model_fn(features, labels, mode, params):
     del labels, params  # Labels travel inside `features`; batch size is the input_fn's business.
@@ -39,7 +43,7 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
     # Named so that hooks and benchmarks can see how long (dynamically padded) batches are.
     tf.identity(tf.shape(features["input_ids"])[1], name=SEQ_LENGTH_NAME)
     pooled = encode(bert_config, features, is_training, use_one_hot_embeddings,
-                    hub_module_handle, compute_dtype=tf.as_dtype(precision))
+                    hub_module_handle, compute_dtype=tf.as_dtype(precision), pooling=pooling)
     logits = head.head_logits(pooled, num_outputs, is_training, bert_config.initializer_range)
     label_ids = features["label_ids"]
     per_example_loss, outputs = head.loss_and_outputs(label_spec, logits, label_ids)
@@ -49,6 +53,8 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
                                        report=is_training)
     spec = tf.estimator.tpu.TPUEstimatorSpec
     if mode == tf.estimator.ModeKeys.TRAIN:
+      if "sample_weight" in features:  # class, column or identity weights
+        per_example_loss *= features["sample_weight"]
       loss = tf.identity(tf.reduce_mean(per_example_loss), name=TRAIN_LOSS_NAME)
       loss_scale = DynamicLossScale() if precision == "float16" else None
       train_op = create_train_op(loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu,
@@ -71,12 +77,15 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
 
 
 def encode(bert_config, features, is_training, use_one_hot_embeddings, hub_module_handle=None,
-           compute_dtype=tf.float32):
-  """The pooled output [batch, hidden] of BertModel or of a TF1 BERT hub module."""
+           compute_dtype=tf.float32, pooling="cls"):
+  """What the head reads [batch, hidden], from BertModel or a TF1 BERT hub module: the
+  pooled output, or with pooling "mean" the last layer's mean over the real tokens."""
   if hub_module_handle:
     from modeling.hub_module import hub_pooled_output  # Only hub users need tensorflow_hub.
-    return hub_pooled_output(hub_module_handle, features, is_training)
+    return hub_pooled_output(hub_module_handle, features, is_training, pooling)
   model = BertModel(bert_config, is_training, features["input_ids"], features["input_mask"],
                     features["segment_ids"], use_one_hot_embeddings=use_one_hot_embeddings,
-                    compute_dtype=compute_dtype, pooled_only=True)
+                    compute_dtype=compute_dtype, pooled_only=pooling == "cls")
+  if pooling == "mean":
+    return head.mean_pool(model.get_sequence_output(), features["input_mask"])
   return model.get_pooled_output()

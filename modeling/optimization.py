@@ -114,11 +114,10 @@ def create_train_op(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
     if accumulation_steps > 1:
       raise ValueError("gradient accumulation is not supported on TPU")
     optimizer = tf.tpu.CrossShardOptimizer(optimizer)
-  tvars = tf.trainable_variables()
   if loss_scale is not None and accumulation_steps > 1:
     raise ValueError("float16 loss scaling and gradient accumulation cannot be combined")
   scaled = loss_scale.scale_loss(loss) if loss_scale is not None else loss
-  grads = [g for g, _ in optimizer.compute_gradients(scaled, tvars)]
+  grads, tvars = _trained(optimizer.compute_gradients(scaled, tf.trainable_variables()))
 
   def apply(gradients):
     clipped, _ = tf.clip_by_global_norm(gradients, clip_norm=CLIP_NORM)
@@ -134,6 +133,16 @@ def create_train_op(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
   if accumulation_steps <= 1:
     return apply(grads)
   return _accumulating_train_op(grads, tvars, apply, accumulation_steps)
+
+
+def _trained(grads_and_vars):
+  """(gradients, variables) of the variables the loss depends on. Others (e.g. BERT's
+  pooler under mean pooling) have no gradient: they are left as they are, and logged."""
+  unused = [v.op.name for g, v in grads_and_vars if g is None]
+  if unused:
+    tf.logging.info("not trained (the loss does not depend on them): %s", ", ".join(unused))
+  used = [(g, v) for g, v in grads_and_vars if g is not None]
+  return [g for g, _ in used], [v for _, v in used]
 
 
 def _loss_scaled_train_op(grads, apply, loss_scale, global_step):

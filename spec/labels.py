@@ -6,7 +6,7 @@ A spec is plain Python, shared by data/ and modeling/. It owns:
 - the value a record stores for it (`record_value`) and its schema (`record_dtype`,
   `record_width`);
 - which loss and which metrics the head uses (`loss`, `metrics`: names that
-  modeling/heads.py and modeling/metrics.py implement) and how many outputs it has;
+  modeling/head.py and modeling/metrics.py implement) and how many outputs it has;
 - the prediction columns of test_results.tsv (`prediction_header`, `prediction_cells`);
 - what the model card says about the labels (`to_card`, `from_card`).
 

@@ -25,14 +25,17 @@ def card_path(output_dir):
 
 
 def build_card(task, label_spec, max_seq_length, do_lower_case, vocab_file, vocab_sha256,
-               bert_config, init_checkpoint, hub_module, flags):
+               bert_config, init_checkpoint, hub_module, flags, pooling="cls",
+               truncation=None):
   """The card's content as a dict. label_spec is a spec/labels.py LabelSpec; its kind,
   classes and output count are also shown at the top level, for readers."""
   return {
       "format": CARD_FORMAT, "version": CARD_VERSION, "task": task,
       "label_spec": label_spec.to_card(), "head": label_spec.kind,
       "labels": label_spec.classes, "label_columns": list(label_spec.columns),
-      "num_outputs": label_spec.num_outputs, "max_seq_length": max_seq_length,
+      "num_outputs": label_spec.num_outputs, "pooling": pooling,
+      "truncation": truncation or {"mode": "head"},
+      "max_seq_length": max_seq_length,
       "do_lower_case": bool(do_lower_case), "vocab_file": vocab_file,
       "vocab_sha256": vocab_sha256, "bert_config": bert_config,
       "init_checkpoint": init_checkpoint, "hub_module": hub_module, "flags": flags,
@@ -64,8 +67,10 @@ def _upgraded_from_version_1(card):
   """A version 1 card (a classification or a one-output regression head) in version 2's
   terms. Its label column was recorded only when a flag named it; otherwise
   label_columns is None (unknown: the task's default applies and is not checked)."""
-  card = dict(card, version=CARD_VERSION)
-  column = (card.get("flags") or {}).get("label_column")
+  card = dict(card, version=CARD_VERSION, pooling="cls", truncation={"mode": "head"})
+  # Version 1 read --label_column only for these tasks; others ignored the flag.
+  column = (card.get("flags") or {}).get("label_column") if card["task"] in (
+      "csv", "jigsaw_toxic") else None
   card["label_columns"] = [str(column)] if column is not None else None
   card["label_spec"] = {"kind": card["head"], "columns": card["label_columns"] or ["label"],
                         "classes": card.get("labels")}

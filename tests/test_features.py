@@ -261,7 +261,7 @@ def test_length_buckets_in_training(tmp_path, tiny_vocab):
   assert sorted(seen) == list(range(40))  # every example is drawn
 
 
-def _example_proto(features, float_labels):
+def _example_proto(features, float_labels, weight=None):
   """The tf.train.Example of InputFeatures built field by field with protobuf (the reference)."""
   def ints(values):
     return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
@@ -272,16 +272,19 @@ def _example_proto(features, float_labels):
   fields["example_id"] = ints([features.example_id])
   fields["label_ids"] = (tf.train.Feature(float_list=tf.train.FloatList(value=features.label_id))
                          if float_labels else ints([features.label_id]))
+  if weight is not None:
+    fields["sample_weight"] = tf.train.Feature(float_list=tf.train.FloatList(value=[weight]))
   return tf.train.Example(features=tf.train.Features(feature=fields))
 
 
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
 @pytest.mark.parametrize("spec", [BINARY, Regression(["score"]), MultiLabel(list("abcdef"))],
                          ids=lambda spec: spec.kind)
-def test_fast_serializer_equals_protobuf_deterministic_bytes(spec):
+def test_fast_serializer_equals_protobuf_deterministic_bytes(spec, weighted):
   from data.features import InputFeatures
   from data.tfrecord import ExampleSerializer
   rng = np.random.RandomState(0)
-  serialize = ExampleSerializer(spec)
+  serialize = ExampleSerializer(spec, weighted)
   float_labels = spec.record_width is not None
   for n in range(200):
     length = rng.randint(0, 65)
@@ -292,8 +295,10 @@ def test_fast_serializer_equals_protobuf_deterministic_bytes(spec):
         token_ids, length // 2, 64,
         tuple(float(v) for v in rng.rand(spec.record_width) * 10 - 2) if float_labels
         else int(rng.randint(0, 300)), bool(n % 7), int(rng.randint(-1, 10 ** 12)))
-    expected = _example_proto(features, float_labels).SerializeToString(deterministic=True)
-    assert serialize(features) == expected
+    weight = float(rng.rand() * 3) if weighted else None
+    expected = _example_proto(features, float_labels, weight).SerializeToString(
+        deterministic=True)
+    assert (serialize(features, weight) if weighted else serialize(features)) == expected
 
 
 @pytest.mark.parametrize("max_seq_length", [16, 128])

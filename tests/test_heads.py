@@ -233,14 +233,15 @@ def test_soft_target_run_on_jigsaw_bias_reports_the_competition_metric(tmp_path,
 @pytest.mark.slow
 def test_regression_on_any_numeric_column_of_a_csv(tmp_path, tiny_checkpoint):
   """Davidson's tweets: how many raters found each tweet offensive, learnt by regression
-  from a plain csv; predictions and Pearson agree with each other."""
+  from a plain csv with mean pooling; predictions and Pearson agree with each other, and a
+  run from the model card alone predicts the same (it takes the pooling from the card)."""
   output_dir = str(tmp_path / "out")
   data = sample_path("davidson_hate_offensive", "labeled_data.csv")
   run_flags(*_tiny_flags(tiny_checkpoint, output_dir) + [
       "--task_name=csv", "--train_file=" + data, "--eval_file=" + data,
       "--predict_file=" + data, "--text_column=tweet", "--label_column=offensive_language",
-      "--id_column=0", "--head=regression", "--do_train", "--do_eval", "--do_predict",
-      "--num_train_steps=12"])
+      "--id_column=0", "--head=regression", "--pooling=mean", "--do_train", "--do_eval",
+      "--do_predict", "--num_train_steps=12"])
   rows = _predictions(os.path.join(output_dir, "test_results.tsv"))
   truth = list(csv.DictReader(io.open(data, encoding="utf-8", newline="")))
   assert len(rows) == 300 and list(rows[0]) == ["id", "prediction"]
@@ -252,3 +253,86 @@ def test_regression_on_any_numeric_column_of_a_csv(tmp_path, tiny_checkpoint):
                                              abs=1e-4)
   assert results["mse"] == pytest.approx(float(np.mean((predicted - actual) ** 2)), rel=1e-4)
   assert results["loss"] == pytest.approx(results["mse"], rel=1e-4)
+  with open(os.path.join(output_dir, "model_card.json")) as f:
+    card = json.load(f)
+  assert (card["head"], card["label_columns"], card["pooling"]) == (
+      "regression", ["offensive_language"], "mean")
+  os.rename(os.path.join(output_dir, "test_results.tsv"), str(tmp_path / "first.tsv"))
+  run_flags("--output_dir=" + output_dir, "--do_predict", "--predict_file=" + data)
+  assert _predictions(os.path.join(output_dir, "test_results.tsv")) == rows
+  from run_classifier import FlagError
+  with pytest.raises(FlagError, match="says pooling=mean, but this run has cls"):
+    run_flags("--output_dir=" + output_dir, "--do_predict", "--predict_file=" + data,
+              "--pooling=cls")
+
+
+def test_mean_pooling_averages_the_last_layer_over_real_tokens():
+  from conftest import model_features, small_config
+  from modeling.bert import BertModel
+  from modeling.model_fn import encode
+  config = small_config()
+  with tf.Graph().as_default():
+    features = model_features(config, batch=3, seq=10)
+    mask = np.array([[1] * 10, [1] * 4 + [0] * 6, [1] * 7 + [0] * 3], np.int32)
+    features["input_mask"] = tf.constant(mask)
+    with tf.variable_scope("a"):
+      pooled = encode(config, features, False, False, pooling="mean")
+    with tf.variable_scope("a", reuse=True):
+      sequence = BertModel(config, False, features["input_ids"], features["input_mask"],
+                           features["segment_ids"]).get_sequence_output()
+    with tf.Session() as session:
+      session.run(tf.global_variables_initializer())
+      pooled, sequence = session.run([pooled, sequence])
+  expected = [sequence[i, :mask[i].sum()].mean(axis=0) for i in range(3)]
+  np.testing.assert_allclose(pooled, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_flags_a_head_cannot_use_are_refused_before_any_work(tmp_path, tiny_checkpoint):
+  from run_classifier import FlagError
+  output_dir = str(tmp_path / "never")
+  flags = common_flags(tiny_checkpoint, output_dir)
+  cases = [
+      (["--class_weights=1,2", "--do_eval"],
+       "--class_weights weighs the training loss; it does nothing without --do_train"),
+      (["--task_name=sst-2", "--labels=0,1", "--do_train"],
+       "--labels lists the classes of a csv task's label column; task sst-2 has its own"),
+      (["--task_name=sst-2", "--label_column=label", "--do_train"],
+       "--label_column picks label columns of the csv and Jigsaw tasks; task sst-2 reads"),
+      (["--head=regression", "--do_train"],
+       "--head=regression cannot be used with task jigsaw_toxic; its labels train: "
+       "classification, multi_label, soft_target"),
+      (["--label_column=toxic,,insult", "--do_train"],
+       "--label_column=toxic,,insult has an empty column name"),
+      (["--auxiliary_targets", "--do_train"], "--auxiliary_targets is for task jigsaw_bias"),
+      (["--truncation_head_tokens=-3", "--truncation=head_tail", "--do_train"],
+       "head_tokens must be a whole number of tokens >= 0"),
+      (["--label_column=toxic,insult", "--class_weights=balanced", "--do_train"],
+       "--class_weights weighs the classes of a classification head; a multi_label head"),
+  ]
+  for extra, message in cases:
+    with pytest.raises(FlagError) as error:
+      run_flags(*flags + extra)
+    assert message in str(error.value), extra
+    assert not os.path.exists(os.path.join(output_dir, "model_card.json"))
+
+
+@pytest.mark.slow
+def test_jigsaw_bias_classification_head_and_other_batch_sizes(tmp_path, tiny_checkpoint):
+  """target >= 0.5 as two classes; the bias metric's own pass over the dev rows works with
+  an eval batch size that does not divide the predict batch size."""
+  output_dir = str(tmp_path / "out")
+  run_flags(*_tiny_flags(tiny_checkpoint, output_dir) + [
+      "--task_name=jigsaw_bias", "--data_dir=" + BIAS, "--head=classification",
+      "--eval_batch_size=16", "--predict_batch_size=12", "--do_train", "--do_eval",
+      "--num_train_steps=4"])
+  with open(os.path.join(output_dir, "eval_results.json")) as f:
+    results = json.load(f)
+  assert results["num_examples"] == 400 and 0.0 <= results["accuracy"] <= 1.0
+  truth = list(csv.DictReader(io.open(os.path.join(BIAS, "dev.csv"), encoding="utf-8",
+                                      newline="")))
+  toxic = sum(1 for t in truth if float(t["target"]) >= 0.5)
+  assert results["majority_baseline_accuracy"] == pytest.approx(
+      max(toxic, 400 - toxic) / 400.0)
+  assert 0.0 < results["bias_final_metric"] < 1.0
+  with open(os.path.join(output_dir, "features", "dev.tf_record.meta.json")) as f:
+    assert json.load(f)["num_padding"] == 32  # 400 + 32 = 432, a multiple of 16 and 12

@@ -33,6 +33,8 @@ def test_spearman_and_pearson_against_formulas():
   a, b = np.array([3.0, 1.0, 4.0, 1.5, 5.0]), np.array([2.0, 7.0, 1.0, 8.0, 2.5])
   d = metrics.average_ranks(a) - metrics.average_ranks(b)
   assert metrics.spearman(a, b) == pytest.approx(1 - 6 * (d ** 2).sum() / (5 * 24))
+  assert np.isnan(metrics.pearson([2.0, 2.0, 2.0], [1.0, 2.0, 3.0]))  # constant: undefined
+  assert np.isnan(metrics.spearman([1.0], [1.0]))
 
 
 def test_matthews_correlation():

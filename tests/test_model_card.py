@@ -221,3 +221,22 @@ def test_header_and_quoting_flags_reach_the_reader():
   assert [default.has_header_for(s) for s in ("train", "dev", "test")] == [True, True, True]
   assert (default.quoting_of("a.csv"), default.quoting_of("a.tsv")) == (
       csv_module.QUOTE_MINIMAL, csv_module.QUOTE_NONE)
+
+
+def test_a_version_1_card_is_read_in_version_2_terms():
+  """Cards written before label specs: a jigsaw_toxic model with its label column named by
+  the flag, and an SST-2 model whose ignored --label_column must not become its column."""
+  from spec import model_card
+  old = {"format": model_card.CARD_FORMAT, "version": 1, "task": "jigsaw_toxic",
+         "labels": ["0", "1"], "head": "classification", "num_outputs": 2,
+         "flags": {"label_column": "insult"}}
+  card = model_card.from_json(json.dumps(old), "old/model_card.json")
+  assert (card["version"], card["label_columns"], card["pooling"], card["truncation"]) == (
+      2, ["insult"], "cls", {"mode": "head"})
+  assert card["label_spec"] == {"kind": "classification", "columns": ["insult"],
+                                "classes": ["0", "1"]}
+  glue = dict(old, task="sst-2", flags={"label_column": "whatever"})
+  assert model_card.from_json(json.dumps(glue), "x")["label_columns"] is None
+  with pytest.raises(ValueError, match="has card version 7; this program reads versions 1 "
+                                       "and 2"):
+    model_card.from_json(json.dumps(dict(old, version=7)), "x")

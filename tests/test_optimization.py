@@ -100,12 +100,12 @@ def test_gradients_are_clipped_to_global_norm_one():
   np.testing.assert_allclose(m, [0.1 * 0.6, 0.1 * 0.8, 0, 0], atol=1e-6)  # (1-b1) * clipped
 
 
-def test_one_training_step_changes_every_trainable_variable():
-  config = small_config()
+def _one_training_step(config, **options):
+  """The trainable variables' names, and their values before and after one step."""
   with tf.Graph().as_default():
     features = model_features(config)
-    model_fn = model_fn_builder(config, THREE_CLASSES, None, 1e-3, num_train_steps=10, num_warmup_steps=5,
-                                use_tpu=False)
+    model_fn = model_fn_builder(config, THREE_CLASSES, None, 1e-3, num_train_steps=10,
+                                num_warmup_steps=5, use_tpu=False, **options)
     spec = model_fn(features, None, tf.estimator.ModeKeys.TRAIN, {})
     trainable = tf.trainable_variables()
     with tf.Session() as session:
@@ -113,7 +113,25 @@ def test_one_training_step_changes_every_trainable_variable():
       before = session.run(trainable)
       session.run(spec.train_op)
       after = session.run(trainable)
-  names = [v.name for v in trainable]
+  return [v.name for v in trainable], before, after
+
+
+@pytest.mark.parametrize("accumulation_steps", [1, 2])
+def test_mean_pooling_trains_everything_but_the_unused_pooler(accumulation_steps):
+  config = small_config()
+  names, before, after = _one_training_step(
+      config, pooling="mean", gradient_accumulation_steps=accumulation_steps)
+  changed = [n for n, b, a in zip(names, before, after) if not np.array_equal(b, a)]
+  unchanged = [n for n in names if n not in changed]
+  if accumulation_steps == 1:
+    assert unchanged == ["bert/pooler/dense/kernel:0", "bert/pooler/dense/bias:0"]
+  else:  # the first of two accumulated batches applies nothing yet
+    assert changed == []
+
+
+def test_one_training_step_changes_every_trainable_variable():
+  config = small_config()
+  names, before, after = _one_training_step(config)
   assert "output_weights:0" in names and "bert/pooler/dense/kernel:0" in names
   assert len(names) == 2 + 5 + 2 + config.num_hidden_layers * 16
   unchanged = [n for n, b, a in zip(names, before, after) if np.array_equal(b, a)]

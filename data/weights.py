@@ -1,0 +1,91 @@
+"""Per-row training weights: by class, from a column, or by identity (Jigsaw Bias).
+
+A weight multiplies a row's loss in training (eval and predict are unweighted). Each
+function returns one float per example, in order, and says nothing about flags.
+"""
+
+import collections
+import math
+
+from data.errors import DataError
+
+
+def balanced_class_weights(examples, classes):
+  """{class: n / (k * n_class)} over the examples' labels: each class then weighs as much
+  in the loss as if the classes were equally frequent (k classes, n rows). A class with no
+  row is an error: its weight would be infinite."""
+  counts = collections.Counter(e.label for e in examples)
+  missing = [c for c in classes if not counts[c]]
+  if missing:
+    raise ValueError("--class_weights=balanced: the train file has no row of class %s, so "
+                     "its weight is undefined; give the weights as a list instead"
+                     % ", ".join(missing))
+  n = float(sum(counts[c] for c in classes))
+  return {c: n / (len(classes) * counts[c]) for c in classes}
+
+
+def parse_class_weights(values, classes):
+  """{class: weight} from one positive number per class, in the classes' order."""
+  if len(values) != len(classes):
+    raise ValueError("--class_weights has %d values but the head has %d classes (%s): give "
+                     "one weight per class, in that order, or 'balanced'"
+                     % (len(values), len(classes), ", ".join(classes)))
+  weights = {}
+  for value, cls in zip(values, classes):
+    try:
+      weight = float(value)
+    except ValueError:
+      raise ValueError("--class_weights: %r (for class %s) is not a number" % (value, cls))
+    if not weight > 0 or math.isinf(weight):
+      raise ValueError("--class_weights: the weight of class %s is %r; weights must be "
+                       "positive and finite" % (cls, value))
+    weights[cls] = weight
+  return weights
+
+
+def class_weighted(examples, weights):
+  """Each example's weight: that of its class."""
+  return [weights[e.label] for e in examples]
+
+
+def column_weights(examples, column, path):
+  """The weights in an example column (read into example.extras): positive finite
+  numbers. A bad cell is a DataError naming the row's id and the column."""
+  result = []
+  for e in examples:
+    cell = e.extras.get(column)
+    try:
+      weight = float(cell)
+    except (TypeError, ValueError):
+      weight = float("nan")
+    if not weight >= 0 or math.isinf(weight):
+      raise DataError(path, "row %s has weight %r in column %s; weights must be numbers >= 0"
+                      % (e.guid, cell, column), "fix the cell, or drop --sample_weight_column",
+                      column=column)
+    result.append(weight)
+  if not any(result):
+    raise DataError(path, "every weight in column %s is 0: nothing would be learnt" % column,
+                    "give positive weights, or drop --sample_weight_column", column=column)
+  return result
+
+
+def identity_weights(is_toxic, mentions_identity):
+  """Identity weighting after the top public Jigsaw Unintended Bias solutions, with the
+  sum normalised to the row count (mean 1):
+
+    w = 1/4
+      + 1/4 if the row mentions an identity (any identity value >= 0.5)
+      + 1/4 if it is toxic and mentions none        (background positive)
+      + 1/4 if it is not toxic and mentions one     (subgroup negative)
+
+  so non-toxic rows that mention an identity (the model's usual false positives) weigh
+  3/4 before normalising, toxic rows 1/2, and non-toxic rows that mention none 1/4. The
+  public kernels wrote the background-positive term as "toxic and some identity value
+  < 0.5" (empty cells as 0), which holds for nearly every toxic row; here it is "toxic and
+  mentions none", the rows that term was meant for. is_toxic and mentions_identity are
+  one bool per row.
+  """
+  raw = [0.25 + 0.25 * m + 0.25 * (t and not m) + 0.25 * ((not t) and m)
+         for t, m in zip(is_toxic, mentions_identity)]
+  mean = sum(raw) / len(raw)
+  return [w / mean for w in raw]

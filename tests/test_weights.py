@@ -1,0 +1,130 @@
+"""Training weights: by class, from a column, by identity; how records carry them and how
+the training loss applies them."""
+
+import csv
+import io
+import os
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+from conftest import (SAMPLES, THREE_CLASSES, TINY, TINY_VOCAB, model_features, run_flags,
+                      sample_path, small_config)
+from data import weights
+from data.errors import DataError
+from data.processors import get_processor
+
+BIAS = os.path.join(SAMPLES, "jigsaw_bias_davidson")
+NINE = ["male", "female", "homosexual_gay_or_lesbian", "christian", "jewish", "muslim",
+        "black", "white", "psychiatric_or_mental_illness"]
+
+
+def test_balanced_class_weights_on_sst2():
+  examples = get_processor("sst-2", data_dir=sample_path("glue", "SST-2")).get_examples("train")
+  n1 = sum(1 for e in examples if e.label == "1")
+  n0 = len(examples) - n1
+  by_class = weights.balanced_class_weights(examples, ["0", "1"])
+  assert by_class == pytest.approx({"0": 300 / (2.0 * n0), "1": 300 / (2.0 * n1)})
+  per_row = weights.class_weighted(examples, by_class)
+  assert sum(per_row) == pytest.approx(300)  # balanced weights keep the mean at 1
+  with pytest.raises(ValueError, match="no row of class 2"):
+    weights.balanced_class_weights(examples, ["0", "1", "2"])
+
+
+def test_class_weight_lists_are_checked():
+  assert weights.parse_class_weights(["1", "2.5"], ["0", "1"]) == {"0": 1.0, "1": 2.5}
+  with pytest.raises(ValueError, match="has 3 values but the head has 2 classes"):
+    weights.parse_class_weights(["1", "2", "3"], ["0", "1"])
+  with pytest.raises(ValueError, match="the weight of class 1 is '0'"):
+    weights.parse_class_weights(["1", "0"], ["0", "1"])
+  with pytest.raises(ValueError, match="'heavy' .* is not a number"):
+    weights.parse_class_weights(["heavy", "1"], ["0", "1"])
+
+
+def test_column_weights_read_from_a_real_column(tmp_path):
+  """Davidson's annotator count as a weight column of a csv."""
+  data = sample_path("davidson_hate_offensive", "labeled_data.csv")
+  processor = get_processor("csv", files={"train": data}, text_column="tweet",
+                            label_columns=["class"], weight_column="count")
+  examples = processor.get_examples("train")
+  with io.open(data, encoding="utf-8", newline="") as f:
+    counts = [float(r["count"]) for r in csv.DictReader(f)]
+  assert weights.column_weights(examples, "count", data) == counts
+  examples[5].extras["count"] = "-1"
+  with pytest.raises(DataError, match="row %s has weight '-1' in column count" %
+                     examples[5].guid):
+    weights.column_weights(examples, "count", data)
+
+
+def _bias_rows(split):
+  with io.open(os.path.join(BIAS, split + ".csv"), encoding="utf-8", newline="") as f:
+    return list(csv.DictReader(f))
+
+
+def reference_identity_weights(rows):
+  """The formula of the README, row by row, then scaled to mean 1."""
+  raw = []
+  for r in rows:
+    toxic = float(r["target"]) >= 0.5
+    mentions = any(r[c] and float(r[c]) >= 0.5 for c in NINE)
+    w = 0.25
+    if mentions:
+      w += 0.25
+    if toxic and not mentions:
+      w += 0.25
+    if mentions and not toxic:
+      w += 0.25
+    raw.append(w)
+  return [w * len(raw) / sum(raw) for w in raw]
+
+
+def test_identity_weights_formula_on_jigsaw_layout():
+  rows = _bias_rows("train")
+  toxic = [float(r["target"]) >= 0.5 for r in rows]
+  mentions = [any(r[c] and float(r[c]) >= 0.5 for c in NINE) for r in rows]
+  got = weights.identity_weights(toxic, mentions)
+  assert got == pytest.approx(reference_identity_weights(rows), rel=1e-12)
+  assert sum(got) == pytest.approx(len(rows))
+  assert len(set(round(w, 9) for w in got)) == 3  # 1/4, 1/2 and 3/4 before scaling
+
+
+def _train_loss(sample_weight, seed=7):
+  """The train loss of one batch of model_features with these weights; dropout masks are
+  the same in every call (same graph, same seed)."""
+  config = small_config()
+  with tf.Graph().as_default():
+    tf.set_random_seed(seed)
+    features = model_features(config)
+    # Made in every call, so that each op gets the same seed (TF1 derives it from the
+    # graph's op count).
+    weight = tf.constant(sample_weight or [1.0] * 4, tf.float32)
+    if sample_weight is not None:
+      features["sample_weight"] = weight
+    from modeling.model_fn import model_fn_builder
+    spec = model_fn_builder(config, THREE_CLASSES, None, 1e-3, 10, 0, use_tpu=False)(
+        features, None, tf.estimator.ModeKeys.TRAIN, {})
+    with tf.Session() as session:
+      session.run(tf.global_variables_initializer())
+      return float(session.run(spec.loss))
+
+
+def test_the_training_loss_is_the_mean_of_weighted_row_losses():
+  per_row = [_train_loss([4.0 if j == i else 0.0 for j in range(4)]) for i in range(4)]
+  assert _train_loss(None) == pytest.approx(np.mean(per_row), rel=1e-5)
+  w = [0.5, 2.0, 1.0, 0.0]
+  assert _train_loss(w) == pytest.approx(np.mean(np.multiply(w, per_row)), rel=1e-5)
+
+
+@pytest.mark.slow
+def test_identity_weights_reach_the_training_records(tmp_path, tiny_checkpoint):
+  output_dir = str(tmp_path / "out")
+  run_flags("--task_name=jigsaw_bias", "--data_dir=" + BIAS, "--identity_weights",
+            "--bert_config_file=" + os.path.join(TINY, "bert_config.json"),
+            "--vocab_file=" + TINY_VOCAB, "--init_checkpoint=" + tiny_checkpoint,
+            "--output_dir=" + output_dir, "--max_seq_length=16", "--train_batch_size=8",
+            "--do_train", "--num_train_steps=2")
+  record = os.path.join(output_dir, "features", "train.tf_record")
+  written = [tf.train.Example.FromString(r).features.feature["sample_weight"].float_list.value[0]
+             for r in tf.io.tf_record_iterator(record)]
+  assert written == pytest.approx(reference_identity_weights(_bias_rows("train")), rel=1e-6)

@@ -40,6 +40,7 @@ from modeling.compat import setup_tensorflow
 from modeling.estimator import build_estimator, xla_session_config
 from modeling.model_fn import TRAIN_LOSS_NAME, model_fn_builder
 from modeling.progress import ProgressHook, format_seconds
+from spec import config
 from spec import labels as label_specs
 from spec import model_card
 
@@ -174,12 +175,26 @@ def define_flags(flag_values):
 
 
 def parse_flags(argv):
-  """The flag values of a command line (argv[0] is the program's name), without absl's
+  """The configuration of a command line (argv[0] is the program's name), without absl's
   global FLAGS: for running the pipeline from Python and from tests."""
   values = flags.FlagValues()
   define_flags(values)
   values(list(argv))
-  return values
+  return config_from_flags(values)
+
+
+def config_from_flags(flag_values):
+  """The typed configuration (spec/config.py) of parsed flags; `given` names the flags
+  set on the command line. A value of the wrong type or choice is a FlagError."""
+  values = {}
+  for name in config.option_names():
+    value = flag_values[name].value
+    values[name] = tuple(value) if isinstance(value, list) else value
+  given = frozenset(name for name in config.option_names() if flag_values[name].present)
+  try:
+    return config.RunConfig(given=given, **values)
+  except config.ConfigError as e:
+    raise FlagError(str(e))
 
 
 class FlagError(ValueError):
@@ -188,128 +203,128 @@ class FlagError(ValueError):
 
 # --- Validation (once, before any work) -----------------------------------------------
 
-def check_run_flags(f):
+def check_run_flags(c):
   """The checks that need no file: modes, sizes, rates, devices and their combinations."""
-  if not (f.do_train or f.do_eval or f.do_predict):
+  if not (c.do_train or c.do_eval or c.do_predict):
     raise FlagError("nothing to do: pass at least one of --do_train, --do_eval, --do_predict")
-  if not f.output_dir:
+  if not c.output_dir:
     raise FlagError("--output_dir is required")
-  _check_positive(f, ("train_batch_size", "eval_batch_size", "predict_batch_size",
+  _check_positive(c, ("train_batch_size", "eval_batch_size", "predict_batch_size",
                       "save_checkpoints_steps", "iterations_per_loop", "log_every_steps",
                       "gradient_accumulation_steps", "num_record_shards", "featurise_workers"))
-  if f.learning_rate <= 0:
+  if c.learning_rate <= 0:
     raise FlagError("--learning_rate=%g must be > 0 (BERT fine-tuning uses 2e-5 to 5e-5)" %
-                    f.learning_rate)
-  if not 0.0 < f.train_fraction <= 1.0:
+                    c.learning_rate)
+  if not 0.0 < c.train_fraction <= 1.0:
     raise FlagError("--train_fraction=%g must be in (0, 1]; e.g. 0.1 trains on 10%% of the rows"
-                    % f.train_fraction)
-  if not 0.0 <= f.warmup_proportion < 1.0:
-    raise FlagError("--warmup_proportion=%g must be in [0, 1)" % f.warmup_proportion)
-  if f.do_train and f.num_train_steps <= 0 and f.num_train_epochs <= 0:
+                    % c.train_fraction)
+  if not 0.0 <= c.warmup_proportion < 1.0:
+    raise FlagError("--warmup_proportion=%g must be in [0, 1)" % c.warmup_proportion)
+  if c.do_train and c.num_train_steps <= 0 and c.num_train_epochs <= 0:
     raise FlagError("--num_train_epochs=%g must be > 0, or give --num_train_steps" %
-                    f.num_train_epochs)
-  if f.tokenizer == "fast" and not fast_tokenization.available():
+                    c.num_train_epochs)
+  if c.tokenizer == "fast" and not fast_tokenization.available():
     raise FlagError("--tokenizer=fast needs the `tokenizers` package: pip install -r "
                     "requirements.txt (or pass --tokenizer=python)")
-  if f.use_fp16 and f.use_bf16:
+  if c.use_fp16 and c.use_bf16:
     raise FlagError("pass one of --use_fp16 (GPU) and --use_bf16 (TPU), not both")
-  if f.use_fp16 and f.gradient_accumulation_steps > 1:
+  if c.use_fp16 and c.gradient_accumulation_steps > 1:
     raise FlagError("--use_fp16 cannot be combined with --gradient_accumulation_steps yet: "
                     "drop one of them")
-  if f.use_tpu:
-    _validate_tpu_flags(f)
-    if f.use_fp16:
+  if c.use_tpu:
+    _validate_tpu_flags(c)
+    if c.use_fp16:
       raise FlagError("--use_fp16 is for GPUs; on a TPU pass --use_bf16")
-    if f.use_xla:
+    if c.use_xla:
       raise FlagError("--use_xla is implied on a TPU (everything there is XLA); drop it")
-    if f.gradient_accumulation_steps > 1:
+    if c.gradient_accumulation_steps > 1:
       raise FlagError("--gradient_accumulation_steps cannot be used with --use_tpu: use a "
                       "larger --train_batch_size spread over the TPU cores instead")
-    if f.dynamic_padding:
+    if c.dynamic_padding:
       raise FlagError("--dynamic_padding cannot be used with --use_tpu: a TPU compiles one "
                       "static shape, so batches stay padded to --max_seq_length there")
-  if not f.do_train:
+  if not c.do_train:
     for name in ("class_weights", "sample_weight_column", "identity_weights"):
-      if f[name].present:
+      if c.is_given(name):
         raise FlagError("--%s weighs the training loss; it does nothing without --do_train"
                         % name)
-  if f.max_seq_length < 3:
+  if c.max_seq_length < 3:
     raise FlagError("--max_seq_length=%d is too short: [CLS] text [SEP] needs at least 3"
-                    % f.max_seq_length)
-  if f.init_checkpoint and not tf.io.gfile.exists(f.init_checkpoint + ".index"):
+                    % c.max_seq_length)
+  if c.init_checkpoint and not tf.io.gfile.exists(c.init_checkpoint + ".index"):
     raise FlagError("--init_checkpoint=%s: no file %s.index. Give the checkpoint prefix, e.g. "
                     ".../bert_model.ckpt (not the .index or .data file)" %
-                    (f.init_checkpoint, f.init_checkpoint))
+                    (c.init_checkpoint, c.init_checkpoint))
 
 
-def check_task_and_model_flags(f, card=None):
+def check_task_and_model_flags(c, card=None):
   """The task and the pre-trained model. card is the model card of --output_dir
   (apply_model_card has taken its settings); the vocabulary and the BERT config then need
   no flags. Returns the BertConfig (None with a hub module without config)."""
-  if not f.task_name:
+  if not c.task_name:
     raise FlagError("--task_name is required (or a model card in --output_dir)")
-  if canonical_task_name(f.task_name) is None:
+  if canonical_task_name(c.task_name) is None:
     raise FlagError("--task_name=%s is unknown; use one of: %s" %
-                    (f.task_name, ", ".join(TASK_NAMES)))
-  task = canonical_task_name(f.task_name)
-  if f["labels"].present and task != "csv":
+                    (c.task_name, ", ".join(TASK_NAMES)))
+  task = canonical_task_name(c.task_name)
+  if c.is_given("labels") and task != "csv":
     raise FlagError("--labels lists the classes of a csv task's label column; task %s has "
                     "its own labels. Drop --labels" % task)
-  if f["label_column"].present and task not in ("csv", "jigsaw_toxic", "jigsaw_bias"):
+  if c.is_given("label_column") and task not in ("csv", "jigsaw_toxic", "jigsaw_bias"):
     raise FlagError("--label_column picks label columns of the csv and Jigsaw tasks; task %s "
                     "reads its own. Drop --label_column" % task)
   if task == "csv":
     # Predicting needs no labels; training and evaluating do.
-    needed = ["text_column"] + (["label_column"] if f.do_train or f.do_eval else [])
+    needed = ["text_column"] + (["label_column"] if c.do_train or c.do_eval else [])
     for name in needed:
-      if getattr(f, name) is None:
+      if getattr(c, name) is None:
         raise FlagError("--task_name=csv needs --%s (a column name, or a 0-based position "
                         "with --nohas_header)" % name)
-  if not f.bert_hub_module_handle:
+  if not c.bert_hub_module_handle:
     for name in ("bert_config_file", "vocab_file"):
-      if not getattr(f, name) and not (card and card["bert_config"]):
+      if not getattr(c, name) and not (card and card["bert_config"]):
         raise FlagError("--%s is required (or give --bert_hub_module_handle)" % name)
   config = None
-  if card and card["bert_config"] and not f.bert_config_file:
+  if card and card["bert_config"] and not c.bert_config_file:
     config = BertConfig.from_dict(card["bert_config"])
-  if f.bert_config_file:
-    if not tf.io.gfile.exists(f.bert_config_file):
-      raise FlagError("--bert_config_file=%s does not exist" % f.bert_config_file)
+  if c.bert_config_file:
+    if not tf.io.gfile.exists(c.bert_config_file):
+      raise FlagError("--bert_config_file=%s does not exist" % c.bert_config_file)
     try:
-      config = BertConfig.from_json_file(f.bert_config_file)
+      config = BertConfig.from_json_file(c.bert_config_file)
     except ValueError as e:
       raise FlagError("--bert_config_file=%s cannot be used: %s. Pass the bert_config.json "
-                      "that came with the checkpoint" % (f.bert_config_file, e))
-  if config is not None and f.max_seq_length > config.max_position_embeddings:
+                      "that came with the checkpoint" % (c.bert_config_file, e))
+  if config is not None and c.max_seq_length > config.max_position_embeddings:
     raise FlagError("--max_seq_length=%d exceeds max_position_embeddings=%d in %s. Pass "
                     "--max_seq_length=%d or less" % (
-                        f.max_seq_length, config.max_position_embeddings,
-                        f.bert_config_file or model_card.card_path(f.output_dir),
+                        c.max_seq_length, config.max_position_embeddings,
+                        c.bert_config_file or model_card.card_path(c.output_dir),
                         config.max_position_embeddings))
-  if f.vocab_file and config is not None:
+  if c.vocab_file and config is not None:
     tokenization.check_vocab_matches_config(
-        f.vocab_file, config.vocab_size,
-        f.bert_config_file or model_card.card_path(f.output_dir))
+        c.vocab_file, config.vocab_size,
+        c.bert_config_file or model_card.card_path(c.output_dir))
   return config
 
 
 
-def _check_positive(f, names):
+def _check_positive(c, names):
   for name in names:
-    if getattr(f, name) <= 0:
-      raise FlagError("--%s=%d must be a positive integer" % (name, getattr(f, name)))
+    if getattr(c, name) <= 0:
+      raise FlagError("--%s=%d must be a positive integer" % (name, getattr(c, name)))
 
 
-def _validate_tpu_flags(f):
-  if not (f.tpu_name or f.master):
+def _validate_tpu_flags(c):
+  if not (c.tpu_name or c.master):
     raise FlagError("--use_tpu needs --tpu_name (or --master)")
-  if not f.output_dir.startswith("gs://"):
+  if not c.output_dir.startswith("gs://"):
     raise FlagError("--use_tpu needs --output_dir on Cloud Storage (gs://bucket/path): the TPU "
                     "cannot write to this machine's disk")
   for name in ("train_batch_size", "eval_batch_size", "predict_batch_size"):
-    if getattr(f, name) % f.num_tpu_cores:
+    if getattr(c, name) % c.num_tpu_cores:
       raise FlagError("--%s=%d must be a multiple of --num_tpu_cores=%d (each core gets an "
-                      "equal share)" % (name, getattr(f, name), f.num_tpu_cores))
+                      "equal share)" % (name, getattr(c, name), c.num_tpu_cores))
 
 
 # --- The model card ------------------------------------------------------------------
@@ -331,85 +346,86 @@ def read_model_card(output_dir):
     raise FlagError(str(e))
 
 
-def apply_model_card(f, card):
-  """Takes the model's settings from its card where no flag gives them; a flag that
-  contradicts the card is a FlagError naming both values."""
-  where = model_card.card_path(f.output_dir)
-  given = {name: f[name].present for name in ("task_name", "labels", "do_lower_case",
+def apply_model_card(c, card):
+  """The configuration with the model's settings from its card where no flag gives them;
+  a flag that contradicts the card is a FlagError naming both values."""
+  where = model_card.card_path(c.output_dir)
+  given = {name: c.is_given(name) for name in ("task_name", "labels", "do_lower_case",
                                               "max_seq_length", "vocab_file",
                                               "bert_config_file", "bert_hub_module_handle",
                                               "head", "label_column", "pooling",
                                               "truncation", "truncation_head_tokens")}
   if not given["task_name"]:
-    f.task_name = card["task"]
-  elif not _same_task_family(canonical_task_name(f.task_name) or f.task_name, card["task"]):
+    c = c.replace(task_name=card["task"])
+  elif not _same_task_family(canonical_task_name(c.task_name) or c.task_name, card["task"]):
     raise FlagError("%s says the model was trained for task %s, but this run has --task_name=%s."
                     " Drop the flag (or use --task_name=csv to read another file layout with "
                     "the model's labels), or train a new model into another --output_dir"
-                    % (where, card["task"], f.task_name))
+                    % (where, card["task"], c.task_name))
   if not given["bert_hub_module_handle"] and card["hub_module"]:
-    f.bert_hub_module_handle = card["hub_module"]
+    c = c.replace(bert_hub_module_handle=card["hub_module"])
   if not given["max_seq_length"]:
-    f.max_seq_length = card["max_seq_length"]
+    c = c.replace(max_seq_length=card["max_seq_length"])
   # The head's outputs are the card's: its kind and, unless this run reads other files'
   # columns for them, its label columns.
   if not given["head"]:
-    f.head = card["head"]
+    c = c.replace(head=card["head"])
   if not given["pooling"]:
-    f.pooling = card["pooling"]
+    c = c.replace(pooling=card["pooling"])
   if not given["truncation"]:
-    f.truncation = card["truncation"]["mode"]
+    c = c.replace(truncation=card["truncation"]["mode"])
   if not given["truncation_head_tokens"]:
-    f.truncation_head_tokens = card["truncation"].get("head_tokens")
-  if f.auxiliary_targets and card["label_columns"]:
+    c = c.replace(truncation_head_tokens=card["truncation"].get("head_tokens"))
+  if c.auxiliary_targets and card["label_columns"]:
     log.info("--auxiliary_targets: the model card lists the label columns (%s)",
              ", ".join(card["label_columns"]))
-    f.auxiliary_targets = False  # the card's columns already say which
+    c = c.replace(auxiliary_targets=False)  # the card's columns already say which
   if not given["label_column"] and card["label_columns"]:
-    f.label_column = ",".join(card["label_columns"])
+    c = c.replace(label_column=",".join(card["label_columns"]))
   try:
-    model_card.check_agrees(card, where, labels=f.labels if given["labels"] else None,
-                            pooling=f.pooling if given["pooling"] else None,
-                            truncation=truncation_of(f).as_dict()
+    model_card.check_agrees(card, where, labels=c.labels if given["labels"] else None,
+                            pooling=c.pooling if given["pooling"] else None,
+                            truncation=truncation_of(c).as_dict()
                             if given["truncation"] or given["truncation_head_tokens"] else None,
-                            do_lower_case=f.do_lower_case if given["do_lower_case"] else None,
-                            hub_module=f.bert_hub_module_handle
+                            do_lower_case=c.do_lower_case if given["do_lower_case"] else None,
+                            hub_module=c.bert_hub_module_handle
                             if given["bert_hub_module_handle"] else None)
-    if given["bert_config_file"] and tf.io.gfile.exists(f.bert_config_file):
+    if given["bert_config_file"] and tf.io.gfile.exists(c.bert_config_file):
       model_card.check_agrees(card, where, bert_config=BertConfig.from_json_file(
-          f.bert_config_file).to_dict())
+          c.bert_config_file).to_dict())
   except model_card.CardMismatch as e:
     raise FlagError(str(e))
   except ValueError as e:  # a bert_config.json that cannot be read
-    raise FlagError("--bert_config_file=%s cannot be used: %s" % (f.bert_config_file, e))
+    raise FlagError("--bert_config_file=%s cannot be used: %s" % (c.bert_config_file, e))
   if not given["labels"] and card["labels"]:
-    f.labels = card["labels"]
+    c = c.replace(labels=tuple(card["labels"]))
   if not given["do_lower_case"]:
-    f.do_lower_case = card["do_lower_case"]
+    c = c.replace(do_lower_case=card["do_lower_case"])
   if not given["vocab_file"] and not card["hub_module"]:
-    f.vocab_file = card["vocab_file"]
-    if not tf.io.gfile.exists(f.vocab_file):
+    c = c.replace(vocab_file=card["vocab_file"])
+    if not tf.io.gfile.exists(c.vocab_file):
       raise FlagError("%s names the vocabulary %s, which no longer exists: pass --vocab_file="
                       "<the same vocab.txt> (its sha256 must be %s)"
-                      % (where, f.vocab_file, card["vocab_sha256"]))
-  if f.vocab_file and not tf.io.gfile.exists(f.vocab_file):
-    raise FlagError("--vocab_file=%s does not exist" % f.vocab_file)
-  if f.vocab_file and tokenization.vocab_fingerprint(f.vocab_file) != card["vocab_sha256"]:
+                      % (where, c.vocab_file, card["vocab_sha256"]))
+  if c.vocab_file and not tf.io.gfile.exists(c.vocab_file):
+    raise FlagError("--vocab_file=%s does not exist" % c.vocab_file)
+  if c.vocab_file and tokenization.vocab_fingerprint(c.vocab_file) != card["vocab_sha256"]:
     raise FlagError("--vocab_file=%s is not the vocabulary the model was trained with (%s names "
                     "%s, sha256 %s): token ids would not mean what the model learnt. Pass the "
                     "model's own vocab.txt, or drop --vocab_file"
-                    % (f.vocab_file, where, card["vocab_file"], card["vocab_sha256"]))
-  if not given["bert_config_file"] and not f.bert_hub_module_handle:
-    f.bert_config_file = None  # check_task_and_model_flags takes the card's config
+                    % (c.vocab_file, where, card["vocab_file"], card["vocab_sha256"]))
+  if not given["bert_config_file"] and not c.bert_hub_module_handle:
+    c = c.replace(bert_config_file=None)  # check_task_and_model_flags takes the card's config
   # How the training files were read, for files of the same task (another task's
   # files have their own layout).
-  if (canonical_task_name(f.task_name) or f.task_name) == card["task"]:
+  if (canonical_task_name(c.task_name) or c.task_name) == card["task"]:
     for name in _LAYOUT_FLAGS:
-      if not f[name].present and name in card["flags"]:
-        setattr(f, name, card["flags"][name])
+      if not c.is_given(name) and name in card["flags"]:
+        c = c.replace(**{name: card["flags"][name]})
   log.info("model card %s: task %s, %s, max_seq_length %d, do_lower_case=%s", where,
            card["task"], label_specs.from_card(card["label_spec"]).describe(),
            card["max_seq_length"], card["do_lower_case"])
+  return c
 
 
 def _same_task_family(task, trained_task):
@@ -436,36 +452,35 @@ def check_card_matches_task(card, processor, output_dir):
     raise FlagError(str(e))
 
 
-def write_model_card(f, processor, vocab_file, tokenizer, bert_config):
+def write_model_card(c, processor, vocab_file, tokenizer, bert_config):
   """Writes the card into --output_dir (run() has created it)."""
   card = model_card.build_card(
-      task=processor.name, label_spec=processor.label_spec, pooling=f.pooling,
-      truncation=truncation_of(f).as_dict(),
-      max_seq_length=f.max_seq_length, do_lower_case=tokenizer.do_lower_case,
+      task=processor.name, label_spec=processor.label_spec, pooling=c.pooling,
+      truncation=truncation_of(c).as_dict(),
+      max_seq_length=c.max_seq_length, do_lower_case=tokenizer.do_lower_case,
       vocab_file=os.path.abspath(vocab_file) if "://" not in vocab_file else vocab_file,
       vocab_sha256=tokenization.vocab_fingerprint(vocab_file),
       bert_config=bert_config.to_dict() if bert_config else None,
-      init_checkpoint=f.init_checkpoint, hub_module=f.bert_hub_module_handle,
-      flags={name: f[name].value for name in sorted(f) if name in _OWN_FLAGS})
-  with tf.io.gfile.GFile(model_card.card_path(f.output_dir), "w") as out:
+      init_checkpoint=c.init_checkpoint, hub_module=c.bert_hub_module_handle,
+      flags=c.as_dict())
+  with tf.io.gfile.GFile(model_card.card_path(c.output_dir), "w") as out:
     out.write(model_card.to_json(card))
-  log.info("wrote the model card %s", model_card.card_path(f.output_dir))
+  log.info("wrote the model card %s", model_card.card_path(c.output_dir))
 
 
-_OWN_FLAGS = set(parse_flags(["run_classifier.py"]))  # this program's flags, not absl's
 _LAYOUT_FLAGS = ("text_column", "text_b_column", "id_column", "has_header", "delimiter",
                  "quoting")
 
 
 # --- Wiring -----------------------------------------------------------------------------
 
-def truncation_of(f):
+def truncation_of(c):
   """The truncation strategy of --truncation and --truncation_head_tokens."""
   try:
-    return Truncation(f.truncation, f.truncation_head_tokens)
+    return Truncation(c.truncation, c.truncation_head_tokens)
   except ValueError as e:
     raise FlagError("--truncation=%s --truncation_head_tokens=%s: %s" % (
-        f.truncation, f.truncation_head_tokens, e))
+        c.truncation, c.truncation_head_tokens, e))
 
 
 def label_columns_of(value):
@@ -479,19 +494,19 @@ def label_columns_of(value):
   return columns
 
 
-def make_processor(f):
+def make_processor(c):
   """The task's processor; FlagError for a head or label columns the task cannot take."""
-  files = {"train": f.train_file, "dev": f.eval_file, "test": f.predict_file}
+  files = {"train": c.train_file, "dev": c.eval_file, "test": c.predict_file}
   try:
     processor = get_processor(
-        f.task_name, data_dir=f.data_dir, files=files,
-        skip_malformed_rows=f.skip_malformed_rows, text_column=f.text_column,
-        text_b_column=f.text_b_column, label_columns=label_columns_of(f.label_column),
-        id_column=f.id_column, has_header=f.has_header, delimiter=f.delimiter,
-        labels=f.labels, quoting=f.quoting, head=None if f.head == "auto" else f.head,
-        auxiliary_targets=f.auxiliary_targets, weight_column=f.sample_weight_column,
-        split_headers={"train": f.train_has_header, "dev": f.eval_has_header,
-                       "test": f.predict_has_header})
+        c.task_name, data_dir=c.data_dir, files=files,
+        skip_malformed_rows=c.skip_malformed_rows, text_column=c.text_column,
+        text_b_column=c.text_b_column, label_columns=label_columns_of(c.label_column),
+        id_column=c.id_column, has_header=c.has_header, delimiter=c.delimiter,
+        labels=c.labels, quoting=c.quoting, head=None if c.head == "auto" else c.head,
+        auxiliary_targets=c.auxiliary_targets, weight_column=c.sample_weight_column,
+        split_headers={"train": c.train_has_header, "dev": c.eval_has_header,
+                       "test": c.predict_has_header})
   except ValueError as e:
     raise FlagError(str(e))
   return processor
@@ -508,29 +523,29 @@ def label_spec_of(processor):
     raise FlagError(str(e))
 
 
-def make_tokenizer(f):
+def make_tokenizer(c):
   """The tokenizer, with the vocabulary of --vocab_file or of the hub module."""
-  vocab_file, do_lower_case = f.vocab_file, f.do_lower_case
+  vocab_file, do_lower_case = c.vocab_file, c.do_lower_case
   if not vocab_file:
     from modeling.hub_module import tokenization_info
-    vocab_file, do_lower_case = tokenization_info(f.bert_hub_module_handle)
+    vocab_file, do_lower_case = tokenization_info(c.bert_hub_module_handle)
     log.info("vocabulary from the hub module: %s (do_lower_case=%s)", vocab_file, do_lower_case)
-  warning = tokenization.casing_mismatch_warning(do_lower_case, f.init_checkpoint)
+  warning = tokenization.casing_mismatch_warning(do_lower_case, c.init_checkpoint)
   if warning:
     log.warning(warning)
-  use_fast = f.tokenizer == "fast" or (f.tokenizer == "auto" and fast_tokenization.available())
+  use_fast = c.tokenizer == "fast" or (c.tokenizer == "auto" and fast_tokenization.available())
   tokenizer_class = fast_tokenization.FastTokenizer if use_fast else tokenization.FullTokenizer
   return tokenizer_class(vocab_file, do_lower_case), vocab_file
 
 
-def make_estimator(f, model_fn):
-  session_config = xla_session_config() if f.use_xla else None
+def make_estimator(c, model_fn):
+  session_config = xla_session_config() if c.use_xla else None
   return build_estimator(
-      model_fn, f.output_dir, f.use_tpu, f.train_batch_size, f.eval_batch_size,
-      f.predict_batch_size, save_checkpoints_steps=f.save_checkpoints_steps,
-      iterations_per_loop=f.iterations_per_loop, num_tpu_cores=f.num_tpu_cores, seed=f.seed,
-      log_step_count_steps=f.log_every_steps * 10, tpu_name=f.tpu_name, tpu_zone=f.tpu_zone,
-      gcp_project=f.gcp_project, master=f.master, session_config=session_config)
+      model_fn, c.output_dir, c.use_tpu, c.train_batch_size, c.eval_batch_size,
+      c.predict_batch_size, save_checkpoints_steps=c.save_checkpoints_steps,
+      iterations_per_loop=c.iterations_per_loop, num_tpu_cores=c.num_tpu_cores, seed=c.seed,
+      log_step_count_steps=c.log_every_steps * 10, tpu_name=c.tpu_name, tpu_zone=c.tpu_zone,
+      gcp_project=c.gcp_project, master=c.master, session_config=session_config)
 
 
 def take_fraction(examples, fraction, seed):
@@ -542,39 +557,39 @@ def take_fraction(examples, fraction, seed):
   return [examples[i] for i in chosen]
 
 
-def featurise(f, processor, split, examples, tokenizer, vocab_file, pad_to_multiple,
+def featurise(c, processor, split, examples, tokenizer, vocab_file, pad_to_multiple,
               weights=None):
   """Writes (or reuses) the split's TFRecords. Returns (record_files, metadata)."""
-  cache_dir = f.cache_dir or os.path.join(f.output_dir, "features")
+  cache_dir = c.cache_dir or os.path.join(c.output_dir, "features")
   record_path = os.path.join(cache_dir, "%s.tf_record" % split)
   source = processor.file_for(split)
   settings = {
       "task": processor.name, "split": split, "source_file": source,
       "source_sha256": file_sha256(source), "label_spec": processor.label_spec.to_card(),
-      "truncation": truncation_of(f).as_dict(),
-      "max_seq_length": f.max_seq_length,
+      "truncation": truncation_of(c).as_dict(),
+      "max_seq_length": c.max_seq_length,
       "vocab_sha256": tokenization.vocab_fingerprint(vocab_file),
       "do_lower_case": tokenizer.do_lower_case,
       # (the label columns are the label spec's)
-      "columns": [f.text_column, f.text_b_column, f.id_column,
-                  processor.has_header_for(split), f.delimiter, f.quoting,
-                  f.skip_malformed_rows],
+      "columns": [c.text_column, c.text_b_column, c.id_column,
+                  processor.has_header_for(split), c.delimiter, c.quoting,
+                  c.skip_malformed_rows],
       "read": processor.accounts.get(split),  # lines, records, rows skipped by cause
   }
   if split == "train":
-    settings.update(train_fraction=f.train_fraction, seed=f.seed)
+    settings.update(train_fraction=c.train_fraction, seed=c.seed)
   metadata = build_records(examples, record_path, settings, tokenizer, pad_to_multiple,
-                           num_shards=f.num_record_shards, num_workers=f.featurise_workers,
+                           num_shards=c.num_record_shards, num_workers=c.featurise_workers,
                            weights=weights)
   return metadata["files"], metadata
 
 
-def num_train_steps_for(f, num_examples):
+def num_train_steps_for(c, num_examples):
   """Optimizer updates: each takes train_batch_size * gradient_accumulation_steps examples."""
-  if f.num_train_steps > 0:
-    return f.num_train_steps
-  per_update = f.train_batch_size * f.gradient_accumulation_steps
-  return max(1, int(math.ceil(num_examples * f.num_train_epochs / per_update)))
+  if c.num_train_steps > 0:
+    return c.num_train_steps
+  per_update = c.train_batch_size * c.gradient_accumulation_steps
+  return max(1, int(math.ceil(num_examples * c.num_train_epochs / per_update)))
 
 
 # --- The three modes --------------------------------------------------------------------
@@ -588,54 +603,54 @@ class Split(object):
     self.metadata = metadata
 
 
-def prepare_splits(f, processor, tokenizer, vocab_file):
+def prepare_splits(c, processor, tokenizer, vocab_file):
   """Reads, validates and featurises every split the requested modes need, before any
   training: a bad eval or predict file stops the run in seconds, not after training."""
   splits = {}
-  if f.do_train:
+  if c.do_train:
     all_train = processor.get_examples("train")
-    examples = take_fraction(all_train, f.train_fraction, f.seed)
+    examples = take_fraction(all_train, c.train_fraction, c.seed)
     if len(examples) != len(all_train):
-      log.info("--train_fraction=%g: training on %d of %d rows", f.train_fraction,
+      log.info("--train_fraction=%g: training on %d of %d rows", c.train_fraction,
                len(examples), len(all_train))
-    weights = training_weights(f, processor, examples)
-    splits["train"] = Split(examples, *featurise(f, processor, "train", examples, tokenizer,
+    weights = training_weights(c, processor, examples)
+    splits["train"] = Split(examples, *featurise(c, processor, "train", examples, tokenizer,
                                                  vocab_file, 0, weights))
   # The bias metric of jigsaw_bias predicts the dev records too: pad them for both sizes.
-  dev_multiple = (_lcm(f.eval_batch_size, f.predict_batch_size)
-                  if processor.name == "jigsaw_bias" else f.eval_batch_size)
-  for split, wanted, batch_size in (("dev", f.do_eval, dev_multiple),
-                                    ("test", f.do_predict, f.predict_batch_size)):
+  dev_multiple = (_lcm(c.eval_batch_size, c.predict_batch_size)
+                  if processor.name == "jigsaw_bias" else c.eval_batch_size)
+  for split, wanted, batch_size in (("dev", c.do_eval, dev_multiple),
+                                    ("test", c.do_predict, c.predict_batch_size)):
     if wanted:
       examples = processor.get_examples(split)
-      splits[split] = Split(examples, *featurise(f, processor, split, examples, tokenizer,
+      splits[split] = Split(examples, *featurise(c, processor, split, examples, tokenizer,
                                                  vocab_file, batch_size))
   return splits
 
 
-def training_weights(f, processor, examples):
+def training_weights(c, processor, examples):
   """Each train row's loss weight: the product of the class, column and identity weights
   asked for (None when none is). FlagError for weights the head cannot take."""
   spec = processor.label_spec
   parts = []
   try:
-    if f.class_weights:
+    if c.class_weights:
       if spec.kind != "classification":
         raise FlagError("--class_weights weighs the classes of a classification head; a %s "
                         "head has none. Use --sample_weight_column for per-row weights"
                         % spec.kind)
       by_class = (weights_lib.balanced_class_weights(examples, spec.classes)
-                  if f.class_weights == ["balanced"] else
-                  weights_lib.parse_class_weights(f.class_weights, spec.classes))
+                  if c.class_weights == ("balanced",) else
+                  weights_lib.parse_class_weights(c.class_weights, spec.classes))
       log.info("class weights: %s", ", ".join("%s %.4g" % (c, by_class[c])
                                                for c in spec.classes))
       parts.append(weights_lib.class_weighted(examples, by_class))
   except ValueError as e:
     raise FlagError(str(e))
-  if f.sample_weight_column is not None:
-    parts.append(weights_lib.column_weights(examples, str(f.sample_weight_column),
+  if c.sample_weight_column is not None:
+    parts.append(weights_lib.column_weights(examples, str(c.sample_weight_column),
                                             processor.file_for("train")))
-  if f.identity_weights:
+  if c.identity_weights:
     if processor.name != "jigsaw_bias":
       raise FlagError("--identity_weights is for task jigsaw_bias (its identity columns)")
     parts.append(jigsaw_identity_weights(examples, spec, processor.file_for("train")))
@@ -673,7 +688,7 @@ def _lcm(a, b):
   return a * b // math.gcd(a, b)
 
 
-def head_checkpoint(f, label_spec):
+def head_checkpoint(c, label_spec):
   """The checkpoint that eval and predict take the classifier head from, checked.
 
   That is the newest checkpoint in --output_dir, else --init_checkpoint when it holds
@@ -681,10 +696,10 @@ def head_checkpoint(f, label_spec):
   predictions would be random: refused unless --allow_untrained_head. A head with
   another number of outputs belongs to another task: refused.
   """
-  source = tf.train.latest_checkpoint(f.output_dir) or f.init_checkpoint
+  source = tf.train.latest_checkpoint(c.output_dir) or c.init_checkpoint
   shape = head_shape(source) if source else None
   if shape is None:
-    if f.allow_untrained_head:
+    if c.allow_untrained_head:
       log.warning("--allow_untrained_head: the classifier head starts from random values, so "
                   "predictions are random")
       return None
@@ -693,9 +708,9 @@ def head_checkpoint(f, label_spec):
         "%s. Fine-tune first (add --do_train, which saves the model in --output_dir), or point "
         "--output_dir at a fine-tuned model's folder or --init_checkpoint at a fine-tuned "
         "checkpoint. --allow_untrained_head runs anyway, with random predictions" % (
-            "evaluate" if f.do_eval else "predict", f.output_dir,
-            "--init_checkpoint=%s is a pre-trained encoder without a head" % f.init_checkpoint
-            if f.init_checkpoint else "no --init_checkpoint was given"))
+            "evaluate" if c.do_eval else "predict", c.output_dir,
+            "--init_checkpoint=%s is a pre-trained encoder without a head" % c.init_checkpoint
+            if c.init_checkpoint else "no --init_checkpoint was given"))
   if shape[0] != label_spec.num_outputs:
     raise FlagError("the classifier head in %s has %d outputs, but this run has %d (%s): the "
                     "checkpoint was trained for another task or label set. Use the labels it "
@@ -711,16 +726,16 @@ def describe_checkpoint(path, step):
   return "%s (global step %s)" % (path, step if step is not None else "unknown")
 
 
-def run_train(f, estimator, processor, split, num_train_steps):
-  per_update = f.train_batch_size * f.gradient_accumulation_steps
+def run_train(c, estimator, processor, split, num_train_steps):
+  per_update = c.train_batch_size * c.gradient_accumulation_steps
   log.info("training: %d examples, batch %d, %d steps", len(split.examples), per_update,
            num_train_steps)
-  hook = ProgressHook(num_train_steps, per_update, f.log_every_steps,
-                      loss_tensor_name=TRAIN_LOSS_NAME, fetch_loss=not f.use_tpu,
+  hook = ProgressHook(num_train_steps, per_update, c.log_every_steps,
+                      loss_tensor_name=TRAIN_LOSS_NAME, fetch_loss=not c.use_tpu,
                       report=log.info)
-  input_fn = input_fn_builder(split.record_files, f.max_seq_length, is_training=True,
-                              label_spec=processor.label_spec, seed=f.seed,
-                              dynamic_padding=f.dynamic_padding,
+  input_fn = input_fn_builder(split.record_files, c.max_seq_length, is_training=True,
+                              label_spec=processor.label_spec, seed=c.seed,
+                              dynamic_padding=c.dynamic_padding,
                               weighted=split.metadata["weighted"])
   start = time.time()
   estimator.train(input_fn=input_fn, max_steps=num_train_steps, hooks=[hook])
@@ -728,24 +743,24 @@ def run_train(f, estimator, processor, split, num_train_steps):
   return hook
 
 
-def _restore_path(f, checkpoint):
+def _restore_path(c, checkpoint):
   """What Estimator restores: a checkpoint of --output_dir by path; None for the
   initialisation from --init_checkpoint (a fine-tuned head there, or none at all)."""
-  in_output_dir = tf.train.latest_checkpoint(f.output_dir)
+  in_output_dir = tf.train.latest_checkpoint(c.output_dir)
   return checkpoint if checkpoint and checkpoint == in_output_dir else None
 
 
-def run_eval(f, estimator, processor, split, checkpoint):
+def run_eval(c, estimator, processor, split, checkpoint):
   examples, meta = split.examples, split.metadata
-  steps = meta["num_records"] // f.eval_batch_size
-  input_fn = input_fn_builder(split.record_files, f.max_seq_length, is_training=False,
+  steps = meta["num_records"] // c.eval_batch_size
+  input_fn = input_fn_builder(split.record_files, c.max_seq_length, is_training=False,
                               label_spec=processor.label_spec,
-                              dynamic_padding=f.dynamic_padding)
+                              dynamic_padding=c.dynamic_padding)
   log.info("evaluating %d examples (+%d padding) in %d batches with %s", len(examples),
            meta["num_padding"], steps,
            describe_checkpoint(checkpoint, checkpoint and checkpoint_global_step(checkpoint)))
   raw = estimator.evaluate(input_fn=input_fn, steps=steps,
-                           checkpoint_path=_restore_path(f, checkpoint))
+                           checkpoint_path=_restore_path(c, checkpoint))
   results = {k: _plain(v) for k, v in raw.items()}
   # Estimator's own "loss" averages per-batch means, so a part-padded last batch would
   # weigh too much; eval_loss is the exact mean over real examples.
@@ -761,13 +776,13 @@ def run_eval(f, estimator, processor, split, checkpoint):
   if processor.label_spec.kind == "classification":
     results["majority_baseline_accuracy"] = majority_accuracy(examples)
   if processor.name == "jigsaw_bias":
-    results.update(run_bias_report(f, estimator, processor, split, checkpoint))
+    results.update(run_bias_report(c, estimator, processor, split, checkpoint))
   results["checkpoint"] = checkpoint
-  write_eval_results(f.output_dir, results)
+  write_eval_results(c.output_dir, results)
   return results
 
 
-def run_bias_report(f, estimator, processor, split, checkpoint):
+def run_bias_report(c, estimator, processor, split, checkpoint):
   """The Jigsaw Unintended Bias competition metric on the dev split, with its per-identity
   table (bias_metrics.csv) and chart (bias_metrics.png). Returns the summary figures for
   eval_results, prefixed bias_."""
@@ -777,7 +792,7 @@ def run_bias_report(f, estimator, processor, split, checkpoint):
     log.warning("%s has none of the identity columns %s: no bias metric",
                 processor.file_for("dev"), ", ".join(bias_metrics.IDENTITY_COLUMNS))
     return {}
-  outputs = predict_outputs(f, estimator, processor.label_spec, split, checkpoint)
+  outputs = predict_outputs(c, estimator, processor.label_spec, split, checkpoint)
   spec = processor.label_spec
   # The toxicity score: the target column's output (soft target: it comes first), or the
   # probability of class "1" (classification of target >= 0.5).
@@ -792,7 +807,7 @@ def run_bias_report(f, estimator, processor, split, checkpoint):
   table, summary = bias_metrics.bias_report(scores, targets, values)
   paths = []
   for name, content in bias_metrics.bias_report_files(table, summary):
-    paths.append(os.path.join(f.output_dir, name))
+    paths.append(os.path.join(c.output_dir, name))
     with tf.io.gfile.GFile(paths[-1], "wb") as out:  # a bucket on TPU
       out.write(content)
   csv_path, png_path = paths
@@ -836,15 +851,15 @@ def write_eval_results(output_dir, results):
     log.info("  eval %s = %s", key, results[key])
 
 
-def run_predict(f, estimator, processor, split, checkpoint):
+def run_predict(c, estimator, processor, split, checkpoint):
   examples, meta = split.examples, split.metadata
   step = checkpoint_global_step(checkpoint) if checkpoint else None
   log.info("predicting %d examples (+%d padding) with %s", len(examples), meta["num_padding"],
            describe_checkpoint(checkpoint, step))
-  outputs = predict_outputs(f, estimator, processor.label_spec, split, checkpoint)
-  path = os.path.join(f.output_dir, "test_results.tsv")
+  outputs = predict_outputs(c, estimator, processor.label_spec, split, checkpoint)
+  path = os.path.join(c.output_dir, "test_results.tsv")
   write_predictions(path, examples, outputs, processor.label_spec)
-  with tf.io.gfile.GFile(os.path.join(f.output_dir, "test_results.json"), "w") as out:
+  with tf.io.gfile.GFile(os.path.join(c.output_dir, "test_results.json"), "w") as out:
     json.dump({"checkpoint": checkpoint, "global_step": step,
                "predict_file": processor.file_for("test"),
                "rows": len(examples), "labels": processor.label_spec.classes,
@@ -854,14 +869,14 @@ def run_predict(f, estimator, processor, split, checkpoint):
   return path
 
 
-def predict_outputs(f, estimator, label_spec, split, checkpoint):
+def predict_outputs(c, estimator, label_spec, split, checkpoint):
   """The head's outputs (a list of floats) for every example of a split, in input order;
   padding rows are dropped, and a row lost or predicted twice is an error."""
-  input_fn = input_fn_builder(split.record_files, f.max_seq_length, is_training=False,
-                              label_spec=label_spec, dynamic_padding=f.dynamic_padding)
+  input_fn = input_fn_builder(split.record_files, c.max_seq_length, is_training=False,
+                              label_spec=label_spec, dynamic_padding=c.dynamic_padding)
   rows = {}
   for prediction in estimator.predict(input_fn=input_fn, yield_single_examples=True,
-                                      checkpoint_path=_restore_path(f, checkpoint)):
+                                      checkpoint_path=_restore_path(c, checkpoint)):
     if not prediction["is_real_example"]:
       continue
     example_id = int(prediction["example_id"])
@@ -894,48 +909,49 @@ def _one_line(text):
 
 # --- main --------------------------------------------------------------------------------
 
-def run(f):
-  """Runs the requested modes. Returns a dict of what was produced (for callers and tests)."""
-  check_run_flags(f)
-  card = read_model_card(f.output_dir)
+def run(c):
+  """Runs the requested modes of a configuration (spec/config.py RunConfig). Returns a dict
+  of what was produced (for callers and tests)."""
+  check_run_flags(c)
+  card = read_model_card(c.output_dir)
   if card:
-    apply_model_card(f, card)
-  bert_config = check_task_and_model_flags(f, card)
-  truncation_of(f)
+    c = apply_model_card(c, card)
+  bert_config = check_task_and_model_flags(c, card)
+  truncation_of(c)
   setup_tensorflow()
-  processor = make_processor(f)
+  processor = make_processor(c)
   label_spec = label_spec_of(processor)
   if card:
-    check_card_matches_task(card, processor, f.output_dir)
-  tokenizer, vocab_file = make_tokenizer(f)
+    check_card_matches_task(card, processor, c.output_dir)
+  tokenizer, vocab_file = make_tokenizer(c)
   log.info("task %s: %s", processor.name, label_spec.describe())
-  if (f.do_eval or f.do_predict) and not f.do_train:
-    checkpoint = head_checkpoint(f, label_spec)  # refused before any work
-  tf.io.gfile.makedirs(f.output_dir)
-  splits = prepare_splits(f, processor, tokenizer, vocab_file)
-  num_train_steps = num_train_steps_for(f, len(splits["train"].examples)) if f.do_train else 0
+  if (c.do_eval or c.do_predict) and not c.do_train:
+    checkpoint = head_checkpoint(c, label_spec)  # refused before any work
+  tf.io.gfile.makedirs(c.output_dir)
+  splits = prepare_splits(c, processor, tokenizer, vocab_file)
+  num_train_steps = num_train_steps_for(c, len(splits["train"].examples)) if c.do_train else 0
 
   model_fn = model_fn_builder(
       bert_config=bert_config or BertConfig(vocab_size=len(tokenizer.vocab)),
-      label_spec=label_spec, init_checkpoint=f.init_checkpoint,
-      learning_rate=f.learning_rate, num_train_steps=num_train_steps,
-      num_warmup_steps=int(num_train_steps * f.warmup_proportion), use_tpu=f.use_tpu,
-      hub_module_handle=f.bert_hub_module_handle,
-      gradient_accumulation_steps=f.gradient_accumulation_steps,
-      precision="float16" if f.use_fp16 else "bfloat16" if f.use_bf16 else "float32",
-      xla_global_step_fix=f.use_xla, pooling=f.pooling)
-  estimator = make_estimator(f, model_fn)
+      label_spec=label_spec, init_checkpoint=c.init_checkpoint,
+      learning_rate=c.learning_rate, num_train_steps=num_train_steps,
+      num_warmup_steps=int(num_train_steps * c.warmup_proportion), use_tpu=c.use_tpu,
+      hub_module_handle=c.bert_hub_module_handle,
+      gradient_accumulation_steps=c.gradient_accumulation_steps,
+      precision="float16" if c.use_fp16 else "bfloat16" if c.use_bf16 else "float32",
+      xla_global_step_fix=c.use_xla, pooling=c.pooling)
+  estimator = make_estimator(c, model_fn)
 
   outcome = {}
-  if f.do_train:
-    write_model_card(f, processor, vocab_file, tokenizer, bert_config)
-    outcome["train_progress"] = run_train(f, estimator, processor, splits["train"],
+  if c.do_train:
+    write_model_card(c, processor, vocab_file, tokenizer, bert_config)
+    outcome["train_progress"] = run_train(c, estimator, processor, splits["train"],
                                           num_train_steps).history
-    checkpoint = tf.train.latest_checkpoint(f.output_dir)
-  if f.do_eval:
-    outcome["eval"] = run_eval(f, estimator, processor, splits["dev"], checkpoint)
-  if f.do_predict:
-    outcome["predictions"] = run_predict(f, estimator, processor, splits["test"], checkpoint)
+    checkpoint = tf.train.latest_checkpoint(c.output_dir)
+  if c.do_eval:
+    outcome["eval"] = run_eval(c, estimator, processor, splits["dev"], checkpoint)
+  if c.do_predict:
+    outcome["predictions"] = run_predict(c, estimator, processor, splits["test"], checkpoint)
   return outcome
 
 
@@ -945,7 +961,7 @@ def main(argv):
   logging.getLogger().setLevel(logging.INFO)
   tf.get_logger().setLevel(getattr(logging, flags.FLAGS.tf_log_level))
   try:
-    run(flags.FLAGS)
+    run(config_from_flags(flags.FLAGS))
   except FlagError as e:
     sys.stderr.write("run_classifier: flag error: %s\n" % e)
     sys.exit(2)

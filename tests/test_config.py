@@ -1,0 +1,66 @@
+"""The typed configuration (spec/config.py): the flags build it, Python builds it without
+absl, and its values are checked once."""
+
+import os
+
+import pytest
+
+from conftest import JIGSAW, TINY, TINY_VOCAB
+from run_classifier import FlagError, define_flags, parse_flags, run
+from spec import config
+from spec.config import ConfigError, RunConfig
+
+
+def test_every_flag_is_a_config_field_with_the_same_default():
+  from absl import flags
+  values = flags.FlagValues()
+  define_flags(values)
+  assert sorted(values) == sorted(config.option_names())
+  for name in config.option_names():
+    default = values[name].default
+    default = tuple(default) if isinstance(default, list) else default
+    assert default == config.default(name), name
+
+
+def test_given_names_the_flags_on_the_command_line():
+  c = parse_flags(["run_classifier.py", "--task_name=sst-2", "--max_seq_length=128",
+                   "--labels=0,1", "--nodo_lower_case"])
+  assert c.given == {"task_name", "max_seq_length", "labels", "do_lower_case"}
+  assert (c.max_seq_length, c.labels, c.do_lower_case) == (128, ("0", "1"), False)
+  # Built directly, a field counts as given when it differs from its default.
+  assert RunConfig(max_seq_length=64, do_train=True).given == {"max_seq_length", "do_train"}
+
+
+def test_values_are_checked_for_type_and_choice():
+  for bad, message in ((dict(max_seq_length="64"), "max_seq_length must be int, not '64'"),
+                       (dict(head="softmax"), "head='softmax' is not one of auto, "
+                                              "classification, multi_label"),
+                       (dict(do_train=1), "do_train must be bool, not 1"),
+                       (dict(labels=["0", "1"]), "labels must be a tuple of strings"),
+                       (dict(learning_rate=True), "learning_rate must be float, not True"),
+                       (dict(given=frozenset(["speed"])), "given names unknown options: speed")):
+    with pytest.raises(ConfigError) as error:
+      RunConfig(**bad)
+    assert message in str(error.value)
+  with pytest.raises(FlagError, match="nothing to do"):
+    run(RunConfig(output_dir="/tmp/never"))
+
+
+@pytest.mark.slow
+def test_run_takes_a_config_built_in_python(tmp_path, tiny_checkpoint):
+  """No absl at all: a RunConfig trains, predicts and writes its card."""
+  output_dir = str(tmp_path / "out")
+  outcome = run(RunConfig(
+      task_name="jigsaw_toxic", data_dir=JIGSAW, bert_config_file=os.path.join(
+          TINY, "bert_config.json"), vocab_file=TINY_VOCAB, init_checkpoint=tiny_checkpoint,
+      output_dir=output_dir, max_seq_length=32, train_batch_size=8, predict_batch_size=8,
+      num_train_steps=3, do_train=True, do_predict=True))
+  assert outcome["train_progress"] and outcome["predictions"].endswith("test_results.tsv")
+  with open(outcome["predictions"]) as f:
+    assert len(f.read().splitlines()) == 1 + 33
+  # A later config gives only what differs; the card gives the rest, and a contradiction
+  # is refused.
+  run(RunConfig(output_dir=output_dir, data_dir=JIGSAW, do_predict=True))
+  with pytest.raises(FlagError, match="says do_lower_case=True, but this run has False"):
+    run(RunConfig(output_dir=output_dir, data_dir=JIGSAW, do_predict=True,
+                  do_lower_case=False))

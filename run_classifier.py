@@ -31,6 +31,7 @@ from data.errors import DataError
 from data.features import Truncation
 from data.input_fn import input_fn_builder
 from data.processors import TASK_NAMES, canonical_task_name, get_processor
+from data import folds as folds_lib
 from data import weights as weights_lib
 from data.tfrecord import build_records, file_sha256
 from modeling import bias_metrics
@@ -139,6 +140,12 @@ def define_flags(flag_values):
   enum("pooling", "cls", ["cls", "mean"], "What the head reads: 'cls' (BERT's pooled "
        "[CLS] output, as Google's classifier) or 'mean' (the last layer averaged over the "
        "real tokens).")
+  integer("num_folds", 0, "k > 1: k-fold cross-validation on the train file (stratified by "
+          "label, seeded by --seed): each fold trains on the other folds' rows and is "
+          "evaluated and predicted on its own, into <output_dir>/fold_<i>; all folds give "
+          "out-of-fold predictions for every train row and the mean and std of each metric.")
+  integer("fold", -1, "With --num_folds: run only this fold (0-based), e.g. one per "
+          "machine; -1 runs them all in one command.")
   boolean("auxiliary_targets", False, "jigsaw_bias: add soft-target outputs for the "
           "auxiliary toxicity columns (severe_toxicity, obscene, identity_attack, insult, "
           "threat, sexual_explicit) that the train file fills on every row.")
@@ -558,11 +565,12 @@ def take_fraction(examples, fraction, seed):
 
 
 def featurise(c, processor, split, examples, tokenizer, vocab_file, pad_to_multiple,
-              weights=None):
-  """Writes (or reuses) the split's TFRecords. Returns (record_files, metadata)."""
+              weights=None, fold=None):
+  """Writes (or reuses) the split's TFRecords. Returns (record_files, metadata). With fold,
+  the train and dev splits both come from the train file."""
   cache_dir = c.cache_dir or os.path.join(c.output_dir, "features")
   record_path = os.path.join(cache_dir, "%s.tf_record" % split)
-  source = processor.file_for(split)
+  source = processor.file_for("train" if fold is not None else split)
   settings = {
       "task": processor.name, "split": split, "source_file": source,
       "source_sha256": file_sha256(source), "label_spec": processor.label_spec.to_card(),
@@ -578,6 +586,8 @@ def featurise(c, processor, split, examples, tokenizer, vocab_file, pad_to_multi
   }
   if split == "train":
     settings.update(train_fraction=c.train_fraction, seed=c.seed)
+  if fold is not None:
+    settings.update(fold=fold.index, num_folds=fold.num_folds, fold_seed=c.seed)
   metadata = build_records(examples, record_path, settings, tokenizer, pad_to_multiple,
                            num_shards=c.num_record_shards, num_workers=c.featurise_workers,
                            weights=weights)
@@ -603,25 +613,33 @@ class Split(object):
     self.metadata = metadata
 
 
-def prepare_splits(c, processor, tokenizer, vocab_file):
+def prepare_splits(c, processor, tokenizer, vocab_file, fold=None):
   """Reads, validates and featurises every split the requested modes need, before any
-  training: a bad eval or predict file stops the run in seconds, not after training."""
+  training: a bad eval or predict file stops the run in seconds, not after training.
+  With fold (a FoldPlan) the train file's rows of the other folds are the train split and
+  its own fold's rows the dev split."""
   splits = {}
+  if fold is not None:
+    all_train, held_out = fold.split(processor.get_examples("train"))
+    splits["dev"] = Split(held_out, *featurise(
+        c, processor, "dev", held_out, tokenizer, vocab_file,
+        _lcm(c.eval_batch_size, c.predict_batch_size), fold=fold))
   if c.do_train:
-    all_train = processor.get_examples("train")
+    if fold is None:
+      all_train = processor.get_examples("train")
     examples = take_fraction(all_train, c.train_fraction, c.seed)
     if len(examples) != len(all_train):
       log.info("--train_fraction=%g: training on %d of %d rows", c.train_fraction,
                len(examples), len(all_train))
     weights = training_weights(c, processor, examples)
     splits["train"] = Split(examples, *featurise(c, processor, "train", examples, tokenizer,
-                                                 vocab_file, 0, weights))
+                                                 vocab_file, 0, weights, fold=fold))
   # The bias metric of jigsaw_bias predicts the dev records too: pad them for both sizes.
   dev_multiple = (_lcm(c.eval_batch_size, c.predict_batch_size)
                   if processor.name == "jigsaw_bias" else c.eval_batch_size)
   for split, wanted, batch_size in (("dev", c.do_eval, dev_multiple),
                                     ("test", c.do_predict, c.predict_batch_size)):
-    if wanted:
+    if wanted and split not in splits:
       examples = processor.get_examples(split)
       splits[split] = Split(examples, *featurise(c, processor, split, examples, tokenizer,
                                                  vocab_file, batch_size))
@@ -910,9 +928,17 @@ def _one_line(text):
 # --- main --------------------------------------------------------------------------------
 
 def run(c):
-  """Runs the requested modes of a configuration (spec/config.py RunConfig). Returns a dict
-  of what was produced (for callers and tests)."""
+  """Runs the requested modes of a configuration (spec/config.py RunConfig), or its k-fold
+  cross-validation. Returns a dict of what was produced (for callers and tests)."""
   check_run_flags(c)
+  if c.num_folds:
+    return run_folds(c)
+  return run_once(c)
+
+
+def run_once(c, fold=None):
+  """One model: train, eval, predict. With fold (a FoldPlan), the train file's rows of
+  the other folds train it, and its own fold's rows are its dev split."""
   card = read_model_card(c.output_dir)
   if card:
     c = apply_model_card(c, card)
@@ -928,7 +954,7 @@ def run(c):
   if (c.do_eval or c.do_predict) and not c.do_train:
     checkpoint = head_checkpoint(c, label_spec)  # refused before any work
   tf.io.gfile.makedirs(c.output_dir)
-  splits = prepare_splits(c, processor, tokenizer, vocab_file)
+  splits = prepare_splits(c, processor, tokenizer, vocab_file, fold)
   num_train_steps = num_train_steps_for(c, len(splits["train"].examples)) if c.do_train else 0
 
   model_fn = model_fn_builder(
@@ -950,9 +976,124 @@ def run(c):
     checkpoint = tf.train.latest_checkpoint(c.output_dir)
   if c.do_eval:
     outcome["eval"] = run_eval(c, estimator, processor, splits["dev"], checkpoint)
+  if fold is not None:
+    outcome["oof"] = predict_outputs(c, estimator, label_spec, splits["dev"], checkpoint)
+    outcome["label_spec"] = label_spec
+    write_fold_predictions(os.path.join(c.output_dir, "oof_predictions.tsv"),
+                           splits["dev"].examples, [fold.index] * len(splits["dev"].examples),
+                           outcome["oof"], label_spec)
   if c.do_predict:
     outcome["predictions"] = run_predict(c, estimator, processor, splits["test"], checkpoint)
   return outcome
+
+
+# --- k-fold cross-validation ------------------------------------------------------------
+
+class FoldPlan(object):
+  """Fold `index` of `num_folds`; assignment[i] is train row i's fold."""
+
+  def __init__(self, num_folds, index, assignment):
+    self.num_folds = num_folds
+    self.index = index
+    self.assignment = assignment
+
+  def split(self, examples):
+    """(the other folds' examples, this fold's), each in file order."""
+    if len(examples) != len(self.assignment):
+      raise RuntimeError("the train file has %d rows but the folds were assigned for %d"
+                         % (len(examples), len(self.assignment)))
+    own = [e for e, a in zip(examples, self.assignment) if a == self.index]
+    return [e for e, a in zip(examples, self.assignment) if a != self.index], own
+
+
+def fold_strata(examples, label_spec):
+  """What the folds are stratified by: the class; for 0/1 or fractional columns whether
+  the first is >= 0.5; for numbers the quintile of the first."""
+  if label_spec.kind == "classification":
+    return [e.label for e in examples]
+  if label_spec.kind == "regression":
+    return folds_lib.quantile_bins([e.label[0] for e in examples])
+  return [e.label[0] >= 0.5 for e in examples]
+
+
+def run_folds(c):
+  """k-fold cross-validation: one model per fold in <output_dir>/fold_<i>, each trained on
+  the other folds' rows and evaluated and predicted on its own. With every fold run,
+  oof_predictions.tsv holds an out-of-fold prediction for every train row (in file order)
+  and folds_summary.json the mean and std of each metric over the folds."""
+  if not c.do_train:
+    raise FlagError("--num_folds=%d trains one model per fold: add --do_train" % c.num_folds)
+  if c.num_folds < 2:
+    raise FlagError("--num_folds=%d: k-fold needs at least 2 folds" % c.num_folds)
+  if not -1 <= c.fold < c.num_folds:
+    raise FlagError("--fold=%d is not a fold of --num_folds=%d: give 0 to %d, or -1 for all"
+                    % (c.fold, c.num_folds, c.num_folds - 1))
+  processor = make_processor(c)
+  label_spec = label_spec_of(processor)
+  examples = processor.get_examples("train")
+  try:
+    assignment = folds_lib.assign_folds(fold_strata(examples, label_spec), c.num_folds, c.seed)
+  except ValueError as e:
+    raise FlagError(str(e))
+  chosen = list(range(c.num_folds)) if c.fold == -1 else [c.fold]
+  evals, outputs = {}, {}
+  for i in chosen:
+    log.info("fold %d of %d (0-based): training on %d rows, evaluating on %d", i, c.num_folds,
+             len(examples) - assignment.count(i), assignment.count(i))
+    fold_config = c.replace(
+        output_dir=os.path.join(c.output_dir, "fold_%d" % i), do_eval=True,
+        cache_dir=os.path.join(c.cache_dir, "fold_%d" % i) if c.cache_dir else None)
+    outcome = run_once(fold_config, FoldPlan(c.num_folds, i, assignment))
+    evals[i], outputs[i] = outcome["eval"], outcome["oof"]
+  tf.io.gfile.makedirs(c.output_dir)
+  summary = fold_summary(evals, c, [assignment.count(i) for i in range(c.num_folds)])
+  with tf.io.gfile.GFile(os.path.join(c.output_dir, "folds_summary.json"), "w") as out:
+    json.dump(summary, out, indent=2, sort_keys=True)
+  for name, figures in sorted(summary["metrics"].items()):
+    log.info("  %d-fold %s = %.4f +- %.4f", len(chosen), name, figures["mean"], figures["std"])
+  result = {"folds": evals, "summary": summary}
+  if len(chosen) == c.num_folds:
+    by_row = {}
+    for i in chosen:
+      rows = [r for r, a in enumerate(assignment) if a == i]
+      by_row.update(zip(rows, outputs[i]))
+    path = os.path.join(c.output_dir, "oof_predictions.tsv")
+    write_fold_predictions(path, examples, assignment, [by_row[r] for r in range(len(examples))],
+                           label_spec)
+    log.info("wrote out-of-fold predictions for all %d train rows to %s", len(examples), path)
+    result["oof_predictions"] = path
+  return result
+
+
+def fold_summary(evals, c, sizes):
+  """The folds' metrics: each numeric one's mean and sample std over the folds run, and
+  its value per fold (a metric undefined on some fold is averaged over the others, and
+  the folds it lacks are listed)."""
+  names = sorted(set(k for e in evals.values() for k, v in e.items()
+                     if isinstance(v, (int, float)) and not isinstance(v, bool)
+                     and k not in ("global_step", "num_examples")) |
+                 set(k for e in evals.values() for k, v in e.items() if v is None))
+  metrics = {}
+  for name in names:
+    values = {i: e.get(name) for i, e in evals.items()}
+    defined = [v for v in values.values() if v is not None]
+    if not defined:
+      continue
+    mean, std = folds_lib.mean_and_std(defined)
+    metrics[name] = {"mean": mean, "std": std, "per_fold": {str(i): v for i, v in
+                                                             sorted(values.items())},
+                     "undefined_on_folds": [i for i, v in sorted(values.items()) if v is None]}
+  return {"num_folds": c.num_folds, "folds_run": sorted(evals), "seed": c.seed,
+          "fold_sizes": sizes, "metrics": metrics}
+
+
+def write_fold_predictions(path, examples, fold_of, outputs, label_spec):
+  """Out-of-fold predictions: id, fold, the head's prediction columns, one line per row."""
+  with tf.io.gfile.GFile(path, "w") as out:
+    out.write("\t".join(["id", "fold"] + label_spec.prediction_header()) + "\n")
+    for example, fold, values in zip(examples, fold_of, outputs):
+      out.write("\t".join([_one_line(example.guid), str(fold)] +
+                           label_spec.prediction_cells(values)) + "\n")
 
 
 def main(argv):

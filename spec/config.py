@@ -89,6 +89,8 @@ class RunConfig(object):
   save_checkpoints_steps: int = 1000
   log_every_steps: int = 10
   allow_untrained_head: bool = False
+  num_folds: int = 0
+  fold: int = -1
   # Speed.
   num_record_shards: int = 1
   featurise_workers: int = 1

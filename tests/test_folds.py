@@ -1,0 +1,89 @@
+"""k-fold cross-validation: stratified, seeded fold assignment, and a run that gives
+every train row an out-of-fold prediction and the mean and std of each metric."""
+
+import csv
+import io
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import JIGSAW, common_flags, pairwise_auc, run_flags, sample_path
+from data import folds
+from data.processors import get_processor
+
+
+def test_folds_are_stratified_balanced_and_seeded():
+  examples = get_processor("sst-2", data_dir=sample_path("glue", "SST-2")).get_examples("train")
+  labels = [e.label for e in examples]
+  assignment = folds.assign_folds(labels, 5, seed=3)
+  assert sorted(set(assignment)) == [0, 1, 2, 3, 4]
+  sizes = [assignment.count(i) for i in range(5)]
+  assert sizes == [60] * 5  # 300 rows
+  for label in ("0", "1"):
+    per_fold = [sum(1 for l, a in zip(labels, assignment) if l == label and a == i)
+                for i in range(5)]
+    assert max(per_fold) - min(per_fold) <= 1, (label, per_fold)  # stratified
+  assert folds.assign_folds(labels, 5, seed=3) == assignment  # seeded
+  assert folds.assign_folds(labels, 5, seed=4) != assignment
+  with pytest.raises(ValueError, match="needs at least 2 folds"):
+    folds.assign_folds(labels, 1, 0)
+  with pytest.raises(ValueError, match="--num_folds=400 is more than the 300 train rows"):
+    folds.assign_folds(labels, 400, 0)
+
+
+def test_quantile_bins_and_fold_statistics():
+  assert folds.quantile_bins([5.0, 1.0, 3.0, 2.0, 4.0], 5) == [4, 0, 2, 1, 3]
+  mean, std = folds.mean_and_std([0.8, 0.9, 1.0])
+  assert mean == pytest.approx(0.9) and std == pytest.approx(0.1)
+  assert folds.mean_and_std([0.7]) == (0.7, 0.0)
+
+
+def _tsv(path):
+  with io.open(path, encoding="utf-8", newline="") as f:
+    return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+@pytest.mark.slow
+def test_three_folds_in_one_command(tmp_path, tiny_checkpoint):
+  output_dir = str(tmp_path / "cv")
+  result = run_flags(*common_flags(tiny_checkpoint, output_dir) + [
+      "--num_folds=3", "--do_train", "--num_train_steps=3", "--eval_batch_size=16",
+      "--predict_batch_size=16"])
+  train = os.path.join(JIGSAW, "train.csv")
+  with io.open(train, encoding="utf-8", newline="") as f:
+    truth = list(csv.DictReader(f))
+  oof = _tsv(os.path.join(output_dir, "oof_predictions.tsv"))
+  # Every train row once, in file order, with the fold it was held out in.
+  assert [r["id"] for r in oof] == [t["id"] for t in truth]
+  assert sorted(set(r["fold"] for r in oof)) == ["0", "1", "2"]
+  with open(os.path.join(output_dir, "folds_summary.json")) as f:
+    summary = json.load(f)
+  assert summary["fold_sizes"] == [sum(1 for r in oof if r["fold"] == str(i)) for i in range(3)]
+  assert sum(summary["fold_sizes"]) == 267 and max(summary["fold_sizes"]) - min(
+      summary["fold_sizes"]) <= 1
+  aucs = []
+  for i in range(3):
+    fold_dir = os.path.join(output_dir, "fold_%d" % i)
+    with open(os.path.join(fold_dir, "eval_results.json")) as f:
+      results = json.load(f)
+    rows = [(float(r["probability_1"]), t["toxic"] == "1") for r, t in zip(oof, truth)
+            if r["fold"] == str(i)]
+    assert results["num_examples"] == len(rows)
+    # Each fold's eval is that of its own held-out rows' written predictions.
+    assert results["auc"] == pytest.approx(pairwise_auc(*zip(*rows)), abs=1e-6)
+    aucs.append(results["auc"])
+    assert os.path.exists(os.path.join(fold_dir, "model_card.json"))
+  assert summary["metrics"]["auc"]["mean"] == pytest.approx(np.mean(aucs))
+  assert summary["metrics"]["auc"]["std"] == pytest.approx(np.std(aucs, ddof=1))
+  assert result["oof_predictions"].endswith("oof_predictions.tsv")
+  # One fold alone (as on its own machine) trains on the same rows: the same figures, up
+  # to the CPU's multi-threaded rounding, which can flip near-ties of this barely trained
+  # model.
+  again = run_flags(*common_flags(tiny_checkpoint, str(tmp_path / "one")) + [
+      "--num_folds=3", "--fold=1", "--do_train", "--num_train_steps=3",
+      "--eval_batch_size=16", "--predict_batch_size=16"])
+  assert again["folds"][1]["auc"] == pytest.approx(aucs[1], abs=0.02)
+  assert again["folds"][1]["num_examples"] == summary["fold_sizes"][1]
+  assert not os.path.exists(str(tmp_path / "one" / "oof_predictions.tsv"))

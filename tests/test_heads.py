@@ -336,3 +336,46 @@ def test_jigsaw_bias_classification_head_and_other_batch_sizes(tmp_path, tiny_ch
   assert 0.0 < results["bias_final_metric"] < 1.0
   with open(os.path.join(output_dir, "features", "dev.tf_record.meta.json")) as f:
     assert json.load(f)["num_padding"] == 32  # 400 + 32 = 432, a multiple of 16 and 12
+
+
+@pytest.mark.tf1_only
+def test_a_checkpoint_fine_tuned_by_googles_run_classifier_loads_and_predicts_the_same(
+    tmp_path):
+  """bert-tensorflow's run_classifier.create_model (Google's classifier graph) on BERT-Tiny's
+  config, saved as a fine-tuned checkpoint: our model_fn restores its head by Google's
+  variable names and gives the same probabilities."""
+  from conftest import google_bert, model_features
+  from modeling.bert import BertConfig
+  from modeling.checkpoint import head_shape
+  from modeling.model_fn import model_fn_builder
+  google = google_bert("run_classifier")
+  google_modeling = google_bert("modeling")
+  config_path = os.path.join(TINY, "bert_config.json")
+  config = BertConfig.from_json_file(config_path)
+  checkpoint = str(tmp_path / "google_fine_tuned.ckpt")
+  with tf.Graph().as_default():
+    tf.set_random_seed(3)
+    features = model_features(config, batch=5, seq=16)
+    _, _, _, probabilities = google.create_model(
+        google_modeling.BertConfig.from_json_file(config_path), False,
+        features["input_ids"], features["input_mask"], features["segment_ids"],
+        features["label_ids"], 3, False)
+    with tf.Session() as session:
+      session.run(tf.global_variables_initializer())
+      # A trained head is not near zero: give it values, as fine-tuning would.
+      for variable in tf.trainable_variables():
+        if variable.op.name in ("output_weights", "output_bias"):
+          session.run(variable.assign(tf.random.normal(variable.shape, stddev=0.5, seed=4)))
+      expected = session.run(probabilities)
+      tf.train.Saver().save(session, checkpoint)
+  assert head_shape(checkpoint) == [3, 128]
+  with tf.Graph().as_default():
+    features = model_features(config, batch=5, seq=16)
+    spec = model_fn_builder(config, SingleLabel(["label"], ["0", "1", "2"]), checkpoint, 1e-3,
+                            0, 0, use_tpu=False)(features, None, tf.estimator.ModeKeys.PREDICT,
+                                                 {})
+    with tf.Session() as session:
+      session.run(tf.global_variables_initializer())  # init_from_checkpoint sets the values
+      ours = session.run(spec.predictions["outputs"])
+  np.testing.assert_allclose(ours, expected, atol=1e-5)
+  assert not np.allclose(expected, 1.0 / 3, atol=1e-3)  # the head really does something

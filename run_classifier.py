@@ -530,17 +530,17 @@ def label_spec_of(processor):
     raise FlagError(str(e))
 
 
-def make_tokenizer(c):
-  """The tokenizer, with the vocabulary of --vocab_file or of the hub module."""
-  vocab_file, do_lower_case = c.vocab_file, c.do_lower_case
+def make_tokenizer(vocab_file, do_lower_case, hub_module, init_checkpoint, choice):
+  """(tokenizer, vocab_file): the vocabulary of vocab_file, or of the hub module when
+  there is none; choice is --tokenizer (auto, fast or python)."""
   if not vocab_file:
     from modeling.hub_module import tokenization_info
-    vocab_file, do_lower_case = tokenization_info(c.bert_hub_module_handle)
+    vocab_file, do_lower_case = tokenization_info(hub_module)
     log.info("vocabulary from the hub module: %s (do_lower_case=%s)", vocab_file, do_lower_case)
-  warning = tokenization.casing_mismatch_warning(do_lower_case, c.init_checkpoint)
+  warning = tokenization.casing_mismatch_warning(do_lower_case, init_checkpoint)
   if warning:
     log.warning(warning)
-  use_fast = c.tokenizer == "fast" or (c.tokenizer == "auto" and fast_tokenization.available())
+  use_fast = choice == "fast" or (choice == "auto" and fast_tokenization.available())
   tokenizer_class = fast_tokenization.FastTokenizer if use_fast else tokenization.FullTokenizer
   return tokenizer_class(vocab_file, do_lower_case), vocab_file
 
@@ -594,12 +594,12 @@ def featurise(c, processor, split, examples, tokenizer, vocab_file, pad_to_multi
   return metadata["files"], metadata
 
 
-def num_train_steps_for(c, num_examples):
-  """Optimizer updates: each takes train_batch_size * gradient_accumulation_steps examples."""
-  if c.num_train_steps > 0:
-    return c.num_train_steps
-  per_update = c.train_batch_size * c.gradient_accumulation_steps
-  return max(1, int(math.ceil(num_examples * c.num_train_epochs / per_update)))
+def num_train_steps_for(num_examples, num_train_steps, num_train_epochs, per_update):
+  """Optimizer updates: num_train_steps when given (> 0), else enough epochs' worth of
+  updates of per_update examples (batch size times accumulation steps)."""
+  if num_train_steps > 0:
+    return num_train_steps
+  return max(1, int(math.ceil(num_examples * num_train_epochs / per_update)))
 
 
 # --- The three modes --------------------------------------------------------------------
@@ -706,7 +706,7 @@ def _lcm(a, b):
   return a * b // math.gcd(a, b)
 
 
-def head_checkpoint(c, label_spec):
+def head_checkpoint(output_dir, init_checkpoint, allow_untrained_head, mode, label_spec):
   """The checkpoint that eval and predict take the classifier head from, checked.
 
   That is the newest checkpoint in --output_dir, else --init_checkpoint when it holds
@@ -714,10 +714,10 @@ def head_checkpoint(c, label_spec):
   predictions would be random: refused unless --allow_untrained_head. A head with
   another number of outputs belongs to another task: refused.
   """
-  source = tf.train.latest_checkpoint(c.output_dir) or c.init_checkpoint
+  source = tf.train.latest_checkpoint(output_dir) or init_checkpoint
   shape = head_shape(source) if source else None
   if shape is None:
-    if c.allow_untrained_head:
+    if allow_untrained_head:
       log.warning("--allow_untrained_head: the classifier head starts from random values, so "
                   "predictions are random")
       return None
@@ -726,9 +726,9 @@ def head_checkpoint(c, label_spec):
         "%s. Fine-tune first (add --do_train, which saves the model in --output_dir), or point "
         "--output_dir at a fine-tuned model's folder or --init_checkpoint at a fine-tuned "
         "checkpoint. --allow_untrained_head runs anyway, with random predictions" % (
-            "evaluate" if c.do_eval else "predict", c.output_dir,
-            "--init_checkpoint=%s is a pre-trained encoder without a head" % c.init_checkpoint
-            if c.init_checkpoint else "no --init_checkpoint was given"))
+            mode, output_dir,
+            "--init_checkpoint=%s is a pre-trained encoder without a head" % init_checkpoint
+            if init_checkpoint else "no --init_checkpoint was given"))
   if shape[0] != label_spec.num_outputs:
     raise FlagError("the classifier head in %s has %d outputs, but this run has %d (%s): the "
                     "checkpoint was trained for another task or label set. Use the labels it "
@@ -761,10 +761,10 @@ def run_train(c, estimator, processor, split, num_train_steps):
   return hook
 
 
-def _restore_path(c, checkpoint):
+def _restore_path(output_dir, checkpoint):
   """What Estimator restores: a checkpoint of --output_dir by path; None for the
   initialisation from --init_checkpoint (a fine-tuned head there, or none at all)."""
-  in_output_dir = tf.train.latest_checkpoint(c.output_dir)
+  in_output_dir = tf.train.latest_checkpoint(output_dir)
   return checkpoint if checkpoint and checkpoint == in_output_dir else None
 
 
@@ -778,7 +778,7 @@ def run_eval(c, estimator, processor, split, checkpoint):
            meta["num_padding"], steps,
            describe_checkpoint(checkpoint, checkpoint and checkpoint_global_step(checkpoint)))
   raw = estimator.evaluate(input_fn=input_fn, steps=steps,
-                           checkpoint_path=_restore_path(c, checkpoint))
+                           checkpoint_path=_restore_path(c.output_dir, checkpoint))
   results = {k: _plain(v) for k, v in raw.items()}
   # Estimator's own "loss" averages per-batch means, so a part-padded last batch would
   # weigh too much; eval_loss is the exact mean over real examples.
@@ -894,7 +894,7 @@ def predict_outputs(c, estimator, label_spec, split, checkpoint):
                               label_spec=label_spec, dynamic_padding=c.dynamic_padding)
   rows = {}
   for prediction in estimator.predict(input_fn=input_fn, yield_single_examples=True,
-                                      checkpoint_path=_restore_path(c, checkpoint)):
+                                      checkpoint_path=_restore_path(c.output_dir, checkpoint)):
     if not prediction["is_real_example"]:
       continue
     example_id = int(prediction["example_id"])
@@ -949,13 +949,19 @@ def run_once(c, fold=None):
   label_spec = label_spec_of(processor)
   if card:
     check_card_matches_task(card, processor, c.output_dir)
-  tokenizer, vocab_file = make_tokenizer(c)
+  tokenizer, vocab_file = make_tokenizer(c.vocab_file, c.do_lower_case,
+                                         c.bert_hub_module_handle, c.init_checkpoint,
+                                         c.tokenizer)
   log.info("task %s: %s", processor.name, label_spec.describe())
   if (c.do_eval or c.do_predict) and not c.do_train:
-    checkpoint = head_checkpoint(c, label_spec)  # refused before any work
+    checkpoint = head_checkpoint(  # refused before any work
+        c.output_dir, c.init_checkpoint, c.allow_untrained_head,
+        "evaluate" if c.do_eval else "predict", label_spec)
   tf.io.gfile.makedirs(c.output_dir)
   splits = prepare_splits(c, processor, tokenizer, vocab_file, fold)
-  num_train_steps = num_train_steps_for(c, len(splits["train"].examples)) if c.do_train else 0
+  num_train_steps = num_train_steps_for(
+      len(splits["train"].examples), c.num_train_steps, c.num_train_epochs,
+      c.train_batch_size * c.gradient_accumulation_steps) if c.do_train else 0
 
   model_fn = model_fn_builder(
       bert_config=bert_config or BertConfig(vocab_size=len(tokenizer.vocab)),
@@ -1046,7 +1052,8 @@ def run_folds(c):
     outcome = run_once(fold_config, FoldPlan(c.num_folds, i, assignment))
     evals[i], outputs[i] = outcome["eval"], outcome["oof"]
   tf.io.gfile.makedirs(c.output_dir)
-  summary = fold_summary(evals, c, [assignment.count(i) for i in range(c.num_folds)])
+  summary = fold_summary(evals, c.num_folds, c.seed,
+                         [assignment.count(i) for i in range(c.num_folds)])
   with tf.io.gfile.GFile(os.path.join(c.output_dir, "folds_summary.json"), "w") as out:
     json.dump(summary, out, indent=2, sort_keys=True)
   for name, figures in sorted(summary["metrics"].items()):
@@ -1065,7 +1072,7 @@ def run_folds(c):
   return result
 
 
-def fold_summary(evals, c, sizes):
+def fold_summary(evals, num_folds, seed, sizes):
   """The folds' metrics: each numeric one's mean and sample std over the folds run, and
   its value per fold (a metric undefined on some fold is averaged over the others, and
   the folds it lacks are listed)."""
@@ -1083,7 +1090,7 @@ def fold_summary(evals, c, sizes):
     metrics[name] = {"mean": mean, "std": std, "per_fold": {str(i): v for i, v in
                                                              sorted(values.items())},
                      "undefined_on_folds": [i for i, v in sorted(values.items()) if v is None]}
-  return {"num_folds": c.num_folds, "folds_run": sorted(evals), "seed": c.seed,
+  return {"num_folds": num_folds, "folds_run": sorted(evals), "seed": seed,
           "fold_sizes": sizes, "metrics": metrics}
 
 

@@ -1026,7 +1026,8 @@ def run_folds(c):
   """k-fold cross-validation: one model per fold in <output_dir>/fold_<i>, each trained on
   the other folds' rows and evaluated and predicted on its own. With every fold run,
   oof_predictions.tsv holds an out-of-fold prediction for every train row (in file order)
-  and folds_summary.json the mean and std of each metric over the folds."""
+  and folds_summary.json the mean and std of each metric over the folds; a single fold
+  (--fold) writes only into its own folder."""
   if not c.do_train:
     raise FlagError("--num_folds=%d trains one model per fold: add --do_train" % c.num_folds)
   if c.num_folds < 2:
@@ -1051,14 +1052,19 @@ def run_folds(c):
         cache_dir=os.path.join(c.cache_dir, "fold_%d" % i) if c.cache_dir else None)
     outcome = run_once(fold_config, FoldPlan(c.num_folds, i, assignment))
     evals[i], outputs[i] = outcome["eval"], outcome["oof"]
-  tf.io.gfile.makedirs(c.output_dir)
+  result = {"folds": evals}
+  if len(chosen) < c.num_folds:
+    # One fold of several, perhaps on one of several machines writing to the same
+    # --output_dir: its results stay in its own fold_<i> folder, and nothing is written
+    # beside the other folds'.
+    return result
   summary = fold_summary(evals, c.num_folds, c.seed,
                          [assignment.count(i) for i in range(c.num_folds)])
   with tf.io.gfile.GFile(os.path.join(c.output_dir, "folds_summary.json"), "w") as out:
     json.dump(summary, out, indent=2, sort_keys=True)
   for name, figures in sorted(summary["metrics"].items()):
-    log.info("  %d-fold %s = %.4f +- %.4f", len(chosen), name, figures["mean"], figures["std"])
-  result = {"folds": evals, "summary": summary}
+    log.info("  %d-fold %s = %.4f +- %.4f", c.num_folds, name, figures["mean"], figures["std"])
+  result["summary"] = summary
   if len(chosen) == c.num_folds:
     by_row = {}
     for i in chosen:

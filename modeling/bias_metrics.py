@@ -53,6 +53,8 @@ import os
 import numpy as np
 import pandas as pd
 
+from modeling.statistics import roc_auc
+
 IDENTITY_COLUMNS = ("male", "female", "homosexual_gay_or_lesbian", "christian", "jewish",
                     "muslim", "black", "white", "psychiatric_or_mental_illness")
 METRICS = ("subgroup_auc", "bpsn_auc", "bnsp_auc")
@@ -60,28 +62,6 @@ TABLE_COLUMNS = ("identity", "subgroup_size") + METRICS
 THRESHOLD = 0.5  # toxic when target >= 0.5; in a subgroup when its identity value >= 0.5
 CSV_NAME = "bias_metrics.csv"
 PNG_NAME = "bias_metrics.png"
-
-
-def _average_ranks(values):
-  """1-based ranks; tied values share the mean of their positions."""
-  _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
-  last = np.cumsum(counts).astype(np.float64)  # 1-based position of each value's last copy
-  return (last - (counts - 1) / 2.0)[inverse.reshape(-1)]
-
-
-def auc(scores, labels):
-  """ROC AUC by the rank-sum (Mann-Whitney U) identity, ties counting half.
-
-  NaN when labels lack positives or negatives.
-  """
-  scores = np.asarray(scores, dtype=np.float64)
-  labels = np.asarray(labels, dtype=bool)
-  num_pos = int(labels.sum())
-  num_neg = len(labels) - num_pos
-  if num_pos == 0 or num_neg == 0:
-    return float("nan")
-  rank_sum = _average_ranks(scores)[labels].sum()
-  return float((rank_sum - num_pos * (num_pos + 1) / 2.0) / (num_pos * num_neg))
 
 
 def power_mean(values, power):
@@ -174,14 +154,14 @@ def bias_report(scores, targets, identities, power=-5, overall_weight=0.25):
       member = columns[name] >= THRESHOLD
     bpsn = (member & ~toxic) | (~member & toxic)
     bnsp = (member & toxic) | (~member & ~toxic)
-    rows.append((name, int(member.sum()), auc(scores[member], toxic[member]),
-                 auc(scores[bpsn], toxic[bpsn]), auc(scores[bnsp], toxic[bnsp])))
+    rows.append((name, int(member.sum()), roc_auc(scores[member], toxic[member]),
+                 roc_auc(scores[bpsn], toxic[bpsn]), roc_auc(scores[bnsp], toxic[bnsp])))
   table = pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
   table["subgroup_size"] = table["subgroup_size"].astype(np.int64)
   for metric in METRICS:
     table[metric] = table[metric].astype(np.float64)
 
-  overall = auc(scores, toxic)
+  overall = roc_auc(scores, toxic)
   summary = {"overall_auc": overall}
   undefined = {}
   reasons = []

@@ -8,52 +8,11 @@ thresholds). Everything is weighted by is_real_example, so padding rows never co
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-
-# --- exact statistics on numpy arrays ----------------------------------------------
-
-def average_ranks(values):
-  """1-based ranks, ties sharing the mean of their positions (as in Spearman's rho)."""
-  values = np.asarray(values, dtype=np.float64)
-  order = np.argsort(values, kind="mergesort")
-  sorted_values = values[order]
-  ranks = np.empty(len(values), dtype=np.float64)
-  start = 0
-  while start < len(values):
-    end = start
-    while end + 1 < len(values) and sorted_values[end + 1] == sorted_values[start]:
-      end += 1
-    ranks[order[start:end + 1]] = (start + end) / 2.0 + 1.0
-    start = end + 1
-  return ranks
-
-
-def pearson(x, y):
-  """Pearson's correlation; NaN (undefined) for fewer than 2 rows or a constant side."""
-  x = np.asarray(x, dtype=np.float64)
-  y = np.asarray(y, dtype=np.float64)
-  if len(x) < 2 or x.std() == 0 or y.std() == 0:
-    return float("nan")
-  return float(np.corrcoef(x, y)[0, 1])
-
-
-def spearman(x, y):
-  return pearson(average_ranks(x), average_ranks(y))
-
-
-def roc_auc(scores, labels):
-  """Area under the ROC curve via the rank-sum (Mann-Whitney U) identity; ties count half.
-  NaN (undefined) when the labels lack a class."""
-  labels = np.asarray(labels).astype(bool)
-  num_pos, num_neg = int(labels.sum()), int((~labels).sum())
-  if num_pos == 0 or num_neg == 0:
-    return float("nan")
-  ranks = average_ranks(scores)
-  return float((ranks[labels].sum() - num_pos * (num_pos + 1) / 2.0) / (num_pos * num_neg))
-
-
-def matthews_corrcoef(tp, tn, fp, fn):
-  denominator = np.sqrt(float((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)))
-  return float((tp * tn - fp * fn) / denominator) if denominator else 0.0
+# The exact statistics, in plain numpy (shared with the TF-free bias metric; also
+# importable from here).
+from modeling.statistics import (average_ranks, f1_at_half, matthews_corrcoef,
+                                 mean_of_defined, mean_squared_error, pearson, roc_auc,
+                                 spearman)
 
 
 # --- streaming TF metrics -------------------------------------------------------------
@@ -93,27 +52,21 @@ def metric_fn_for(label_spec):
   labels (class ids [batch] or values [batch, n]), logits and outputs [batch, n]
   (probabilities, or a regression head's values) and is_real_example [batch].
   """
+  if label_spec.metrics == "classification":
+    def classification(per_example_loss, labels, logits, outputs, is_real_example):
+      del outputs
+      return classification_metrics(per_example_loss, labels, logits, is_real_example)
+    return classification
+
+  # The heads with one output per label column share one signature.
+  family = {"multi_label": multi_label_metrics, "soft_target": soft_target_metrics,
+            "regression": regression_metrics}[label_spec.metrics]
   columns = list(label_spec.columns)
 
-  def classification(per_example_loss, labels, logits, outputs, is_real_example):
-    del outputs
-    return classification_metrics(per_example_loss, labels, logits, is_real_example)
-
-  def multi_label(per_example_loss, labels, logits, outputs, is_real_example):
+  def per_column(per_example_loss, labels, logits, outputs, is_real_example):
     del logits
-    return multi_label_metrics(per_example_loss, labels, outputs, is_real_example, columns)
-
-  def soft_target(per_example_loss, labels, logits, outputs, is_real_example):
-    del logits
-    return soft_target_metrics(per_example_loss, labels, outputs, is_real_example, columns)
-
-  def regression(per_example_loss, labels, logits, outputs, is_real_example):
-    del logits
-    return regression_metrics(per_example_loss, labels, outputs, is_real_example, columns)
-
-  families = {"classification": classification, "multi_label": multi_label,
-              "soft_target": soft_target, "regression": regression}
-  return families[label_spec.metrics]
+    return family(per_example_loss, labels, outputs, is_real_example, columns)
+  return per_column
 
 
 def classification_metrics(per_example_loss, label_ids, logits, is_real_example):
@@ -189,13 +142,6 @@ def _per_column(name, fn, predicted, actual, columns, updates, with_mean):
   return result
 
 
-def mean_of_defined(values):
-  """The mean of the values that are not NaN (a metric undefined for a column, e.g. an AUC
-  where the column has no positive row); NaN when none is defined."""
-  defined = [v for v in values if not np.isnan(v)]
-  return float(np.mean(defined)) if defined else float("nan")
-
-
 def _common(per_example_loss, outputs, labels, is_real_example):
   weights = tf.cast(is_real_example, tf.float32)
   predicted = _collected_matrix(outputs, weights, "predicted")
@@ -203,18 +149,6 @@ def _common(per_example_loss, outputs, labels, is_real_example):
   metrics = {"eval_loss": tf.metrics.mean(per_example_loss, weights=weights),
              "num_examples": streaming_sum(weights, "num_examples")}
   return metrics, predicted[0], actual[0], [predicted[1], actual[1]]
-
-
-def f1_at_half(probabilities, labels):
-  """F1 of the positive class when a probability >= 0.5 predicts it (0 when undefined)."""
-  predicted, actual = np.asarray(probabilities) >= 0.5, np.asarray(labels) >= 0.5
-  tp = float(np.sum(predicted & actual))
-  denominator = float(np.sum(predicted) + np.sum(actual))
-  return 2.0 * tp / denominator if denominator else 0.0
-
-
-def mean_squared_error(predicted, actual):
-  return float(np.mean((np.asarray(predicted, np.float64) - np.asarray(actual, np.float64)) ** 2))
 
 
 def _auc_at_half(scores, targets):

@@ -13,7 +13,7 @@ import re
 
 from data.errors import DataError
 from data.table import delimiter_for, quoting_for, read_table
-from spec.labels import MISSING_VALUES, LabelError, build_spec
+from spec.labels import MISSING_VALUES, LabelError, SoftTarget, build_spec
 
 log = logging.getLogger(__name__)
 
@@ -165,17 +165,17 @@ class DataProcessor(object):
   def check_row(self, path, line, fields, columns):
     """A task's own checks of a row's other cells (DataError); none by default."""
 
-  def label_cell(self, cell, path, line, column):
-    """A task's own reading of one raw label cell before the spec parses it (e.g. RTE's
-    0/1 for its class names). Raises DataError; the default passes the cell on."""
+  def label_cell(self, cell, index):
+    """A task's own reading of one raw label cell (the index-th label column) before the
+    spec parses it, e.g. RTE's 0/1 for its class names. Raises LabelError; the default
+    passes the cell on."""
     return cell
 
   def parse_labels(self, cells, path, line, column_names):
     """The spec's value of a row's label cells. A missing value is a MissingLabel (which
     --skip_malformed_rows may skip); any other bad value is a DataError naming the column."""
-    cells = [self.label_cell(c, path, line, name) for c, name in zip(cells, column_names)]
     try:
-      return self.label_spec.parse(cells)
+      return self.label_spec.parse([self.label_cell(c, i) for i, c in enumerate(cells)])
     except LabelError as e:
       column = column_names[e.index]
       if e.missing:
@@ -349,12 +349,11 @@ class RteProcessor(HeaderProcessor):
   text_a_column, text_b_column, label_column = "sentence1", "sentence2", "label"
   id_columns = ("index", "idx")
 
-  def label_cell(self, cell, path, line, column):
+  def label_cell(self, cell, index):
     value = cell.strip()
     if value == "-1":  # GLUE's mark for an unlabelled row: no class to train or score on
-      raise MissingLabel(path, "the label is -1 (GLUE's mark for an unlabelled row)",
-                         "use this file for predicting, or pass --skip_malformed_rows to skip "
-                         "and count such rows", line=line, column=column)
+      raise LabelError("the label is -1 (GLUE's mark for an unlabelled row)",
+                       "use this file for predicting", index=index, missing=True)
     if value in ("0", "1"):
       return self.labels[int(value)]
     return cell
@@ -519,22 +518,14 @@ class JigsawBiasProcessor(JigsawProcessor):
                         "give the fraction of raters who saw the identity mentioned, or "
                         "leave the cell empty", line=line, column=name)
 
-  def label_cell(self, cell, path, line, column):
+  def label_cell(self, cell, index):
     if self.head_kind != "classification":
       return cell
-    target = _target_fraction(cell, path, line, column)
+    (target,) = _TARGET.parse([cell])  # the classification head reads target alone
     return "1" if target >= 0.5 else "0"
 
 
-def _target_fraction(cell, path, line, column):
-  """A target fraction in [0, 1] from a cell, as the soft-target spec reads it."""
-  try:
-    return build_spec("soft_target", [column]).parse([cell])[0]
-  except LabelError as e:
-    error = MissingLabel if e.missing else DataError
-    raise error(path, e.problem, e.fix + ("" if not e.missing else ", or pass "
-                                          "--skip_malformed_rows to skip and count such rows"),
-                line=line, column=column)
+_TARGET = SoftTarget(["target"])  # how a Jigsaw target cell is read: a fraction in [0, 1]
 
 
 # --- Any CSV/TSV --------------------------------------------------------------

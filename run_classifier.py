@@ -73,7 +73,7 @@ def define_flags(flag_values):
   string("output_dir", None, "Where checkpoints, features and results go.")
   string("cache_dir", None, "Where featurised TFRecords are cached. "
          "Default: <output_dir>/features.")
-  enum("tokenizer", "auto", ["auto", "fast", "python"],
+  enum("tokenizer", "auto", config.CHOICES["tokenizer"],
        "Tokenizer for the rare texts the exact shortcut declines: 'fast' (Hugging "
        "Face tokenizers, Rust, all cores), 'python' (this project's), or 'auto' "
        "(fast when installed). All give Google's FullTokenizer ids.")
@@ -131,15 +131,15 @@ def define_flags(flag_values):
   boolean("identity_weights", False, "jigsaw_bias training: weight rows as the top public "
           "solutions did (more weight for non-toxic rows that mention an identity and toxic "
           "rows that mention none; see the README), normalised to mean 1.")
-  enum("truncation", "head", ["head", "tail", "head_tail"], "Which tokens of a text "
+  enum("truncation", "head", config.CHOICES["truncation"], "Which tokens of a text "
        "longer than --max_seq_length are kept: the first (head, Google's), the last (tail), "
        "or the first --truncation_head_tokens and the last that still fit (head_tail, as "
        "the Jigsaw winners kept the start and the end of long comments).")
   integer("truncation_head_tokens", None, "head_tail: how many of the kept tokens come "
           "from the start of the text (default: a quarter of the room, e.g. 127 of 510).")
-  enum("pooling", "cls", ["cls", "mean"], "What the head reads: 'cls' (BERT's pooled "
-       "[CLS] output, as Google's classifier) or 'mean' (the last layer averaged over the "
-       "real tokens).")
+  enum("pooling", "cls", config.CHOICES["pooling"], "What the head reads: 'cls' (BERT's "
+       "pooled [CLS] output, as Google's classifier) or 'mean' (the last layer averaged over "
+       "the real tokens).")
   integer("num_folds", 0, "k > 1: k-fold cross-validation on the train file (stratified by "
           "label, seeded by --seed): each fold trains on the other folds' rows and is "
           "evaluated and predicted on its own, into <output_dir>/fold_<i>; all folds give "
@@ -149,7 +149,7 @@ def define_flags(flag_values):
   boolean("auxiliary_targets", False, "jigsaw_bias: add soft-target outputs for the "
           "auxiliary toxicity columns (severe_toxicity, obscene, identity_attack, insult, "
           "threat, sexual_explicit) that the train file fills on every row.")
-  enum("head", "auto", ("auto",) + label_specs.HEAD_KINDS,
+  enum("head", "auto", config.CHOICES["head"],
        "What the labels are: 'classification' (one column naming a class; softmax), "
        "'multi_label' (several 0/1 columns; sigmoid each), 'soft_target' (fractions in "
        "[0, 1]; sigmoid cross-entropy against the fraction), 'regression' (numbers; squared "
@@ -162,7 +162,7 @@ def define_flags(flag_values):
   for split in ("train", "eval", "predict"):
     boolean("%s_has_header" % split, None, "csv task: whether the %s file's first row is a "
             "header, where it differs from the other files (default: --has_header)" % split)
-  enum("quoting", "auto", ["auto", "csv", "none"],
+  enum("quoting", "auto", config.CHOICES["quoting"],
        "How double quotes are read: 'csv' (they enclose fields, which may then hold "
        "delimiters and newlines), 'none' (a quote is a plain character, as in Google's "
        "_read_tsv), or 'auto': csv for .csv files, none for .tsv/.txt files.")
@@ -170,7 +170,7 @@ def define_flags(flag_values):
          "else comma).")
   list_("labels", None, "csv task: the label values in order (default: sorted "
         "distinct values of the train file).")
-  enum("tf_log_level", "ERROR", ["DEBUG", "INFO", "WARNING", "ERROR"],
+  enum("tf_log_level", "ERROR", config.CHOICES["tf_log_level"],
        "How much of TensorFlow's own logging to show. This program's progress "
        "lines are always shown.")
   boolean("allow_untrained_head", False, "Evaluate or predict even when the classifier "
@@ -357,58 +357,52 @@ def apply_model_card(c, card):
   """The configuration with the model's settings from its card where no flag gives them;
   a flag that contradicts the card is a FlagError naming both values."""
   where = model_card.card_path(c.output_dir)
-  given = {name: c.is_given(name) for name in ("task_name", "labels", "do_lower_case",
-                                              "max_seq_length", "vocab_file",
-                                              "bert_config_file", "bert_hub_module_handle",
-                                              "head", "label_column", "pooling",
-                                              "truncation", "truncation_head_tokens")}
-  if not given["task_name"]:
+  if not c.is_given("task_name"):
     c = c.replace(task_name=card["task"])
   elif not _same_task_family(canonical_task_name(c.task_name) or c.task_name, card["task"]):
     raise FlagError("%s says the model was trained for task %s, but this run has --task_name=%s."
                     " Drop the flag (or use --task_name=csv to read another file layout with "
                     "the model's labels), or train a new model into another --output_dir"
                     % (where, card["task"], c.task_name))
-  if not given["bert_hub_module_handle"] and card["hub_module"]:
+  if not c.is_given("bert_hub_module_handle") and card["hub_module"]:
     c = c.replace(bert_hub_module_handle=card["hub_module"])
-  if not given["max_seq_length"]:
+  if not c.is_given("max_seq_length"):
     c = c.replace(max_seq_length=card["max_seq_length"])
   # The head's outputs are the card's: its kind and, unless this run reads other files'
   # columns for them, its label columns.
-  if not given["head"]:
+  if not c.is_given("head"):
     c = c.replace(head=card["head"])
-  if not given["pooling"]:
+  if not c.is_given("pooling"):
     c = c.replace(pooling=card["pooling"])
-  if not given["truncation"]:
+  if not c.is_given("truncation"):
     c = c.replace(truncation=card["truncation"]["mode"])
-  if not given["truncation_head_tokens"]:
+  if not c.is_given("truncation_head_tokens"):
     c = c.replace(truncation_head_tokens=card["truncation"].get("head_tokens"))
   if c.auxiliary_targets and card["label_columns"]:
     log.info("--auxiliary_targets: the model card lists the label columns (%s)",
              ", ".join(card["label_columns"]))
     c = c.replace(auxiliary_targets=False)  # the card's columns already say which
-  if not given["label_column"] and card["label_columns"]:
+  if not c.is_given("label_column") and card["label_columns"]:
     c = c.replace(label_column=",".join(card["label_columns"]))
   try:
-    model_card.check_agrees(card, where, labels=c.labels if given["labels"] else None,
-                            pooling=c.pooling if given["pooling"] else None,
-                            truncation=truncation_of(c).as_dict()
-                            if given["truncation"] or given["truncation_head_tokens"] else None,
-                            do_lower_case=c.do_lower_case if given["do_lower_case"] else None,
-                            hub_module=c.bert_hub_module_handle
-                            if given["bert_hub_module_handle"] else None)
-    if given["bert_config_file"] and tf.io.gfile.exists(c.bert_config_file):
+    truncation_given = c.is_given("truncation") or c.is_given("truncation_head_tokens")
+    model_card.check_agrees(card, where, labels=_if_given(c, "labels"),
+                            pooling=_if_given(c, "pooling"),
+                            truncation=truncation_of(c).as_dict() if truncation_given else None,
+                            do_lower_case=_if_given(c, "do_lower_case"),
+                            hub_module=_if_given(c, "bert_hub_module_handle"))
+    if c.is_given("bert_config_file") and tf.io.gfile.exists(c.bert_config_file):
       model_card.check_agrees(card, where, bert_config=BertConfig.from_json_file(
           c.bert_config_file).to_dict())
   except model_card.CardMismatch as e:
     raise FlagError(str(e))
   except ValueError as e:  # a bert_config.json that cannot be read
     raise FlagError("--bert_config_file=%s cannot be used: %s" % (c.bert_config_file, e))
-  if not given["labels"] and card["labels"]:
+  if not c.is_given("labels") and card["labels"]:
     c = c.replace(labels=tuple(card["labels"]))
-  if not given["do_lower_case"]:
+  if not c.is_given("do_lower_case"):
     c = c.replace(do_lower_case=card["do_lower_case"])
-  if not given["vocab_file"] and not card["hub_module"]:
+  if not c.is_given("vocab_file") and not card["hub_module"]:
     c = c.replace(vocab_file=card["vocab_file"])
     if not tf.io.gfile.exists(c.vocab_file):
       raise FlagError("%s names the vocabulary %s, which no longer exists: pass --vocab_file="
@@ -421,7 +415,7 @@ def apply_model_card(c, card):
                     "%s, sha256 %s): token ids would not mean what the model learnt. Pass the "
                     "model's own vocab.txt, or drop --vocab_file"
                     % (c.vocab_file, where, card["vocab_file"], card["vocab_sha256"]))
-  if not given["bert_config_file"] and not c.bert_hub_module_handle:
+  if not c.is_given("bert_config_file") and not c.bert_hub_module_handle:
     c = c.replace(bert_config_file=None)  # check_task_and_model_flags takes the card's config
   # How the training files were read, for files of the same task (another task's
   # files have their own layout).
@@ -433,6 +427,11 @@ def apply_model_card(c, card):
            card["task"], label_specs.from_card(card["label_spec"]).describe(),
            card["max_seq_length"], card["do_lower_case"])
   return c
+
+
+def _if_given(c, name):
+  """The option's value when it was given, else None (check_agrees skips None)."""
+  return getattr(c, name) if c.is_given(name) else None
 
 
 def _same_task_family(task, trained_task):
@@ -494,7 +493,7 @@ def label_columns_of(value):
   """--label_column's columns: one, or several separated by commas."""
   if value is None:
     return None
-  columns = [c.strip() for c in str(value).split(",")]
+  columns = [column.strip() for column in str(value).split(",")]
   if not all(columns):
     raise FlagError("--label_column=%s has an empty column name: separate the columns with "
                     "single commas, e.g. --label_column=toxic,insult" % value)
@@ -660,8 +659,8 @@ def training_weights(c, processor, examples):
       by_class = (weights_lib.balanced_class_weights(examples, spec.classes)
                   if c.class_weights == ("balanced",) else
                   weights_lib.parse_class_weights(c.class_weights, spec.classes))
-      log.info("class weights: %s", ", ".join("%s %.4g" % (c, by_class[c])
-                                               for c in spec.classes))
+      log.info("class weights: %s", ", ".join("%s %.4g" % (cls, by_class[cls])
+                                               for cls in spec.classes))
       parts.append(weights_lib.class_weighted(examples, by_class))
   except ValueError as e:
     raise FlagError(str(e))
@@ -682,19 +681,30 @@ def training_weights(c, processor, examples):
   return combined
 
 
+def jigsaw_targets(examples, spec):
+  """Each Jigsaw row's target: the fraction (soft target: the first label column), or 1.0
+  and 0.0 for the classes of target >= 0.5 (classification)."""
+  if spec.kind == "classification":
+    return [float(e.label) for e in examples]
+  return [e.label[0] for e in examples]
+
+
+def identity_columns_in(examples):
+  """The scored identity columns the examples carry (in their extras)."""
+  return [name for name in bias_metrics.IDENTITY_COLUMNS
+          if any(name in e.extras for e in examples)]
+
+
 def jigsaw_identity_weights(examples, spec, processor_train_file):
   """data/weights.identity_weights on Jigsaw rows: toxic when target >= 0.5, mentioning an
   identity when any of the nine scored identity values is >= 0.5."""
-  if spec.kind == "classification":
-    toxic = [e.label == "1" for e in examples]
-  else:
-    toxic = [e.label[0] >= 0.5 for e in examples]
-  present = [c for c in bias_metrics.IDENTITY_COLUMNS if any(c in e.extras for e in examples)]
+  toxic = [t >= 0.5 for t in jigsaw_targets(examples, spec)]
+  present = identity_columns_in(examples)
   if not present:
     raise DataError(processor_train_file, "--identity_weights needs the identity columns "
                     "(%s), and the train file has none" % ", ".join(bias_metrics.IDENTITY_COLUMNS),
                     "add them, or drop --identity_weights")
-  mentions = [any(identity_value(e.extras.get(c, "")) >= 0.5 for c in present)
+  mentions = [any(identity_value(e.extras.get(name, "")) >= 0.5 for name in present)
               for e in examples]
   (log.info if any(mentions) else log.warning)(
       "identity weights: %d of %d train rows mention an identity (%s)", sum(mentions),
@@ -804,8 +814,7 @@ def run_bias_report(c, estimator, processor, split, checkpoint):
   """The Jigsaw Unintended Bias competition metric on the dev split, with its per-identity
   table (bias_metrics.csv) and chart (bias_metrics.png). Returns the summary figures for
   eval_results, prefixed bias_."""
-  identities = [c for c in bias_metrics.IDENTITY_COLUMNS
-                if any(c in e.extras for e in split.examples)]
+  identities = identity_columns_in(split.examples)
   if not identities:
     log.warning("%s has none of the identity columns %s: no bias metric",
                 processor.file_for("dev"), ", ".join(bias_metrics.IDENTITY_COLUMNS))
@@ -814,12 +823,9 @@ def run_bias_report(c, estimator, processor, split, checkpoint):
   spec = processor.label_spec
   # The toxicity score: the target column's output (soft target: it comes first), or the
   # probability of class "1" (classification of target >= 0.5).
-  if spec.kind == "classification":
-    scores = [o[spec.classes.index("1")] for o in outputs]
-    targets = [float(e.label) for e in split.examples]
-  else:
-    scores = [o[0] for o in outputs]
-    targets = [e.label[0] for e in split.examples]
+  toxic_output = spec.classes.index("1") if spec.kind == "classification" else 0
+  scores = [o[toxic_output] for o in outputs]
+  targets = jigsaw_targets(split.examples, spec)
   values = {name: [identity_value(e.extras.get(name, "")) for e in split.examples]
             for name in identities}
   table, summary = bias_metrics.bias_report(scores, targets, values)

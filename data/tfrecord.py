@@ -375,11 +375,11 @@ def build_records(examples, record_path, settings, tokenizer, pad_to_multiple=0,
   """Writes (or reuses) the records of one split. Returns the metadata dict.
 
   settings must hold everything that shapes the features: label_spec (its card entry),
-  truncation (Truncation.as_dict(); head when absent), max_seq_length, vocab and casing, source file hashes. pad_to_multiple > 0 appends
-  padding rows (is_real_example=0) so the files hold whole batches. With
-  num_shards > 1 the examples are split into that many contiguous files
-  (metadata["files"], in order); num_workers > 1 featurises in that many parallel
-  processes (any number of shards, even one: workers write pieces of the
+  truncation (Truncation.as_dict(); head when absent), max_seq_length, vocab and casing,
+  source file hashes. pad_to_multiple > 0 appends padding rows (is_real_example=0) so the
+  files hold whole batches. With num_shards > 1 the examples are split into that many
+  contiguous files (metadata["files"], in order); num_workers > 1 featurises in that
+  many parallel processes (any number of shards, even one: workers write pieces of the
   examples, which are joined into the shards in order). weights (one float per
   example, for training) adds the sample_weight field; padding rows weigh 0.
   """

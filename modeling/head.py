@@ -7,11 +7,12 @@ Google's run_classifier, so its fine-tuned checkpoints load here too.
 import tensorflow.compat.v1 as tf
 
 from modeling.compat import static_shape
+from spec.config import CHOICES
 
 HEAD_DROPOUT = 0.1
 
 
-POOLINGS = ("cls", "mean")
+POOLINGS = CHOICES["pooling"]
 
 
 def mean_pool(sequence_output, input_mask):

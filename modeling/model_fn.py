@@ -23,8 +23,9 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
   label_spec (spec/labels.py) gives the head's outputs, its loss, its metrics and the
   label's shape in `features`. pooling "cls" feeds the head BERT's pooled output
   (tanh(dense([CLS])), Google's classifier); "mean" feeds it the mean of the last layer
-  over the real tokens (the pooler is then unused). With hub_module_handle the encoder comes from a TF1 hub module instead of
-  BertModel; init_checkpoint still initialises any variable it names (e.g. the head).
+  over the real tokens (the pooler is then unused). With hub_module_handle the encoder
+  comes from a TF1 hub module instead of BertModel; init_checkpoint still initialises any
+  variable it names (e.g. the head).
   gradient_accumulation_steps > 1 applies the mean gradient of that many batches
   (num_train_steps then counts updates, not batches). precision "float16" (GPU,
   with dynamic loss scaling) or "bfloat16" (TPU) runs the encoder in that precision.

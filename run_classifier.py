@@ -778,7 +778,9 @@ def _restore_path(output_dir, checkpoint):
   return checkpoint if checkpoint and checkpoint == in_output_dir else None
 
 
-def run_eval(c, estimator, processor, split, checkpoint):
+def run_eval(c, estimator, processor, split, checkpoint, outputs=None):
+  """The dev split's metrics into eval_results. outputs, when the caller has predicted
+  the split already (folds), spare the bias metric a second pass."""
   examples, meta = split.examples, split.metadata
   steps = meta["num_records"] // c.eval_batch_size
   input_fn = input_fn_builder(split.record_files, c.max_seq_length, is_training=False,
@@ -804,22 +806,24 @@ def run_eval(c, estimator, processor, split, checkpoint):
   if processor.label_spec.kind == "classification":
     results["majority_baseline_accuracy"] = majority_accuracy(examples)
   if processor.name == "jigsaw_bias":
-    results.update(run_bias_report(c, estimator, processor, split, checkpoint))
+    results.update(run_bias_report(c, estimator, processor, split, checkpoint, outputs))
   results["checkpoint"] = checkpoint
   write_eval_results(c.output_dir, results)
   return results
 
 
-def run_bias_report(c, estimator, processor, split, checkpoint):
+def run_bias_report(c, estimator, processor, split, checkpoint, outputs=None):
   """The Jigsaw Unintended Bias competition metric on the dev split, with its per-identity
-  table (bias_metrics.csv) and chart (bias_metrics.png). Returns the summary figures for
-  eval_results, prefixed bias_."""
+  table (bias_metrics.csv) and chart (bias_metrics.png), from the split's outputs
+  (predicted here unless given). Returns the summary figures for eval_results, prefixed
+  bias_."""
   identities = identity_columns_in(split.examples)
   if not identities:
     log.warning("%s has none of the identity columns %s: no bias metric",
                 processor.file_for("dev"), ", ".join(bias_metrics.IDENTITY_COLUMNS))
     return {}
-  outputs = predict_outputs(c, estimator, processor.label_spec, split, checkpoint)
+  if outputs is None:
+    outputs = predict_outputs(c, estimator, processor.label_spec, split, checkpoint)
   spec = processor.label_spec
   # The toxicity score: the target column's output (soft target: it comes first), or the
   # probability of class "1" (classification of target >= 0.5).
@@ -986,11 +990,12 @@ def run_once(c, fold=None):
     outcome["train_progress"] = run_train(c, estimator, processor, splits["train"],
                                           num_train_steps).history
     checkpoint = tf.train.latest_checkpoint(c.output_dir)
-  if c.do_eval:
-    outcome["eval"] = run_eval(c, estimator, processor, splits["dev"], checkpoint)
-  if fold is not None:
+  if fold is not None:  # the held-out fold's predictions, before its eval (which uses them)
     outcome["oof"] = predict_outputs(c, estimator, label_spec, splits["dev"], checkpoint)
-    outcome["label_spec"] = label_spec
+  if c.do_eval:
+    outcome["eval"] = run_eval(c, estimator, processor, splits["dev"], checkpoint,
+                               outcome.get("oof"))
+  if fold is not None:
     write_fold_predictions(os.path.join(c.output_dir, "oof_predictions.tsv"),
                            splits["dev"].examples, [fold.index] * len(splits["dev"].examples),
                            outcome["oof"], label_spec)

@@ -4,6 +4,7 @@
 #   ./run.sh test [--fast] [PYTEST ARGS]   the test suite on TF 1.15 (Python 3.7) and TF 2.15
 #                    (Python 3.9-3.11); --fast runs the quick tier only
 #   ./run.sh benchmark [ARGS]   fine-tuning speed against Google's run_classifier (tools/benchmark.py)
+#   ./run.sh benchmark predictor [ARGS]   the predictor against --do_predict (tools/bench_predictor.py)
 #   ./run.sh setup   create both Python environments from requirements.txt
 #   ./run.sh shell tf1|tf2 -- CMD...   run a command inside one environment
 set -Eeuo pipefail
@@ -128,7 +129,12 @@ cmd_benchmark() {
   cmd_setup
   local runner=tf2
   [ -x "$VENVS/tf2/bin/python" ] || runner=tf1
-  TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runner/bin/python" -m tools.benchmark "$@"
+  if [ "${1:-}" = predictor ]; then
+    shift
+    TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runner/bin/python" -m tools.bench_predictor "$@"
+  else
+    TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runner/bin/python" -m tools.benchmark "$@"
+  fi
 }
 
 case "${1:-}" in
@@ -137,5 +143,5 @@ case "${1:-}" in
   setup) shift; cmd_setup "$@" ;;
   test) shift; cmd_test "$@" ;;
   shell) shift; cmd_shell "$@" ;;
-  *) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -18,7 +18,9 @@ import logging
 import math
 import os
 import random
+import shutil
 import sys
+import tempfile
 import time
 
 from absl import app
@@ -38,12 +40,15 @@ from modeling import bias_metrics
 from modeling.bert import BertConfig
 from modeling.checkpoint import checkpoint_global_step, head_shape
 from modeling.compat import setup_tensorflow
+from modeling import export
 from modeling.estimator import build_estimator, xla_session_config
 from modeling.model_fn import TRAIN_LOSS_NAME, model_fn_builder
 from modeling.progress import ProgressHook, format_seconds
 from spec import config
 from spec import labels as label_specs
 from spec import model_card
+from spec import signature
+from serving.predictor import Predictor
 
 log = logging.getLogger("run_classifier")
 
@@ -87,6 +92,14 @@ def define_flags(flag_values):
   boolean("do_train", False, "Fine-tune on the train split.")
   boolean("do_eval", False, "Evaluate on the dev split.")
   boolean("do_predict", False, "Predict the test split into test_results.tsv.")
+  boolean("do_export", False, "Export the fine-tuned model as a SavedModel (a serving "
+          "signature on input_ids/input_mask/segment_ids; the model card and vocabulary as "
+          "assets) into --export_dir.")
+  string("export_dir", None, "Where --do_export writes the SavedModel (must not exist). "
+         "Default: <output_dir>/export/<unix seconds>, a version folder as TF Serving reads.")
+  string("saved_model", None, "Predict with this export alone (a --do_export folder, or an "
+         "output_dir whose export/ holds one; the newest is taken): with --do_predict, "
+         "--predict_file and --output_dir, and no model or training flag.")
   integer("train_batch_size", 32, "Global training batch size.")
   integer("eval_batch_size", 8, "Global eval batch size.")
   integer("predict_batch_size", 8, "Global predict batch size.")
@@ -212,10 +225,21 @@ class FlagError(ValueError):
 
 def check_run_flags(c):
   """The checks that need no file: modes, sizes, rates, devices and their combinations."""
-  if not (c.do_train or c.do_eval or c.do_predict):
-    raise FlagError("nothing to do: pass at least one of --do_train, --do_eval, --do_predict")
+  if not (c.do_train or c.do_eval or c.do_predict or c.do_export):
+    raise FlagError("nothing to do: pass at least one of --do_train, --do_eval, --do_predict, "
+                    "--do_export")
   if not c.output_dir:
     raise FlagError("--output_dir is required")
+  if c.saved_model:
+    _check_saved_model_flags(c)
+  if c.export_dir and not c.do_export:
+    raise FlagError("--export_dir says where --do_export writes the SavedModel: add "
+                    "--do_export, or drop --export_dir (to predict from an export, pass "
+                    "--saved_model)")
+  if c.export_dir and tf.io.gfile.exists(c.export_dir):
+    raise FlagError("--export_dir=%s already exists: an export never overwrites another. "
+                    "Pass a new folder, or leave --export_dir out for a new numbered version "
+                    "under <output_dir>/export" % c.export_dir)
   _check_positive(c, ("train_batch_size", "eval_batch_size", "predict_batch_size",
                       "save_checkpoints_steps", "iterations_per_loop", "log_every_steps",
                       "gradient_accumulation_steps", "num_record_shards", "featurise_workers"))
@@ -316,6 +340,20 @@ def check_task_and_model_flags(c, card=None):
 
 
 
+def _check_saved_model_flags(c):
+  """--saved_model predicts, and the export brings its own model and vocabulary."""
+  if not c.do_predict or c.do_train or c.do_eval or c.do_export:
+    raise FlagError("--saved_model=%s predicts with an export: pass --do_predict alone (train, "
+                    "evaluate and export from the model's --output_dir instead)" % c.saved_model)
+  for name in ("bert_config_file", "init_checkpoint", "vocab_file", "bert_hub_module_handle",
+               "num_folds"):
+    if c.is_given(name):
+      raise FlagError("--%s has no use with --saved_model: the export holds the model, its "
+                      "vocabulary and its model card. Drop --%s" % (name, name))
+  if c.use_tpu:
+    raise FlagError("--saved_model predicts on this machine's CPU/GPU: drop --use_tpu")
+
+
 def _check_positive(c, names):
   for name in names:
     if getattr(c, name) <= 0:
@@ -353,10 +391,11 @@ def read_model_card(output_dir):
     raise FlagError(str(e))
 
 
-def apply_model_card(c, card):
+def apply_model_card(c, card, where=None):
   """The configuration with the model's settings from its card where no flag gives them;
-  a flag that contradicts the card is a FlagError naming both values."""
-  where = model_card.card_path(c.output_dir)
+  a flag that contradicts the card is a FlagError naming both values. where: the card's
+  file, for messages (default: the one in --output_dir)."""
+  where = where or model_card.card_path(c.output_dir)
   if not c.is_given("task_name"):
     c = c.replace(task_name=card["task"])
   elif not _same_task_family(canonical_task_name(c.task_name) or c.task_name, card["task"]):
@@ -442,11 +481,11 @@ def _same_task_family(task, trained_task):
           (task in mnli and trained_task in mnli))
 
 
-def check_card_matches_task(card, processor, output_dir):
+def check_card_matches_task(card, processor, where):
   """The task's head and labels must be the model's: the same kind, the same classes in
   the same order, and as many label columns, with the same names for the same task (a
-  csv run may read the model's labels from columns named otherwise)."""
-  where = model_card.card_path(output_dir)
+  csv run may read the model's labels from columns named otherwise). where: the card's
+  file, for messages."""
   spec = processor.label_spec
   try:
     model_card.check_agrees(card, where, head=spec.kind, labels=spec.classes,
@@ -460,7 +499,15 @@ def check_card_matches_task(card, processor, output_dir):
 
 def write_model_card(c, processor, vocab_file, tokenizer, bert_config):
   """Writes the card into --output_dir (run() has created it)."""
-  card = model_card.build_card(
+  card = card_of_run(c, processor, vocab_file, tokenizer, bert_config)
+  with tf.io.gfile.GFile(model_card.card_path(c.output_dir), "w") as out:
+    out.write(model_card.to_json(card))
+  log.info("wrote the model card %s", model_card.card_path(c.output_dir))
+
+
+def card_of_run(c, processor, vocab_file, tokenizer, bert_config):
+  """The model card of the model this run trains (or, without a card, exports)."""
+  return model_card.build_card(
       task=processor.name, label_spec=processor.label_spec, pooling=c.pooling,
       truncation=truncation_of(c).as_dict(),
       max_seq_length=c.max_seq_length, do_lower_case=tokenizer.do_lower_case,
@@ -469,9 +516,6 @@ def write_model_card(c, processor, vocab_file, tokenizer, bert_config):
       bert_config=bert_config.to_dict() if bert_config else None,
       init_checkpoint=c.init_checkpoint, hub_module=c.bert_hub_module_handle,
       flags=c.as_dict())
-  with tf.io.gfile.GFile(model_card.card_path(c.output_dir), "w") as out:
-    out.write(model_card.to_json(card))
-  log.info("wrote the model card %s", model_card.card_path(c.output_dir))
 
 
 _LAYOUT_FLAGS = ("text_column", "text_b_column", "id_column", "has_header", "delimiter",
@@ -539,9 +583,7 @@ def make_tokenizer(vocab_file, do_lower_case, hub_module, init_checkpoint, choic
   warning = tokenization.casing_mismatch_warning(do_lower_case, init_checkpoint)
   if warning:
     log.warning(warning)
-  use_fast = choice == "fast" or (choice == "auto" and fast_tokenization.available())
-  tokenizer_class = fast_tokenization.FastTokenizer if use_fast else tokenization.FullTokenizer
-  return tokenizer_class(vocab_file, do_lower_case), vocab_file
+  return fast_tokenization.tokenizer_for(vocab_file, do_lower_case, choice), vocab_file
 
 
 def make_estimator(c, model_fn):
@@ -885,14 +927,19 @@ def run_predict(c, estimator, processor, split, checkpoint):
   log.info("predicting %d examples (+%d padding) with %s", len(examples), meta["num_padding"],
            describe_checkpoint(checkpoint, step))
   outputs = predict_outputs(c, estimator, processor.label_spec, split, checkpoint)
-  path = os.path.join(c.output_dir, "test_results.tsv")
+  return write_test_results(c.output_dir, processor, examples, outputs,
+                            {"checkpoint": checkpoint, "global_step": step})
+
+
+def write_test_results(output_dir, processor, examples, outputs, model):
+  """test_results.tsv (one line per predict row) and test_results.json (what predicted
+  them: model, e.g. the checkpoint and its step). Returns the .tsv's path."""
+  path = os.path.join(output_dir, "test_results.tsv")
   write_predictions(path, examples, outputs, processor.label_spec)
-  with tf.io.gfile.GFile(os.path.join(c.output_dir, "test_results.json"), "w") as out:
-    json.dump({"checkpoint": checkpoint, "global_step": step,
-               "predict_file": processor.file_for("test"),
-               "rows": len(examples), "labels": processor.label_spec.classes,
-               "label_spec": processor.label_spec.to_card()}, out, indent=2,
-              sort_keys=True)
+  with tf.io.gfile.GFile(os.path.join(output_dir, "test_results.json"), "w") as out:
+    json.dump(dict(model, predict_file=processor.file_for("test"), rows=len(examples),
+                   labels=processor.label_spec.classes,
+                   label_spec=processor.label_spec.to_card()), out, indent=2, sort_keys=True)
   log.info("wrote %d predictions to %s", len(examples), path)
   return path
 
@@ -941,6 +988,8 @@ def run(c):
   """Runs the requested modes of a configuration (spec/config.py RunConfig), or its k-fold
   cross-validation. Returns a dict of what was produced (for callers and tests)."""
   check_run_flags(c)
+  if c.saved_model:
+    return {"predictions": run_saved_model(c)}
   if c.num_folds:
     return run_folds(c)
   return run_once(c)
@@ -958,15 +1007,15 @@ def run_once(c, fold=None):
   processor = make_processor(c)
   label_spec = label_spec_of(processor)
   if card:
-    check_card_matches_task(card, processor, c.output_dir)
+    check_card_matches_task(card, processor, model_card.card_path(c.output_dir))
   tokenizer, vocab_file = make_tokenizer(c.vocab_file, c.do_lower_case,
                                          c.bert_hub_module_handle, c.init_checkpoint,
                                          c.tokenizer)
   log.info("task %s: %s", processor.name, label_spec.describe())
-  if (c.do_eval or c.do_predict) and not c.do_train:
+  if (c.do_eval or c.do_predict or c.do_export) and not c.do_train:
     checkpoint = head_checkpoint(  # refused before any work
-        c.output_dir, c.init_checkpoint, c.allow_untrained_head,
-        "evaluate" if c.do_eval else "predict", label_spec)
+        c.output_dir, c.init_checkpoint, c.allow_untrained_head and not c.do_export,
+        "evaluate" if c.do_eval else "predict" if c.do_predict else "export", label_spec)
   tf.io.gfile.makedirs(c.output_dir)
   splits = prepare_splits(c, processor, tokenizer, vocab_file, fold)
   num_train_steps = num_train_steps_for(
@@ -1001,7 +1050,63 @@ def run_once(c, fold=None):
                            outcome["oof"], label_spec)
   if c.do_predict:
     outcome["predictions"] = run_predict(c, estimator, processor, splits["test"], checkpoint)
+  if c.do_export:
+    card_json = (model_card.to_json(card) if card else model_card.to_json(card_of_run(
+        c, processor, vocab_file, tokenizer, bert_config)))
+    outcome["export"] = run_export(c, bert_config or BertConfig(vocab_size=len(tokenizer.vocab)),
+                                   label_spec, checkpoint, card_json, vocab_file)
   return outcome
+
+
+def run_export(c, bert_config, label_spec, checkpoint, card_json, vocab_file):
+  """The SavedModel of checkpoint, built on this machine's CPU (also after a TPU run), into
+  --export_dir or a new version folder under <output_dir>/export. Returns its path."""
+  export_dir = c.export_dir or export.versioned_export_dir(os.path.join(c.output_dir, "export"))
+  model_fn = model_fn_builder(
+      bert_config=bert_config, label_spec=label_spec, init_checkpoint=None, learning_rate=0.0,
+      num_train_steps=0, num_warmup_steps=0, use_tpu=False,
+      hub_module_handle=c.bert_hub_module_handle, pooling=c.pooling)
+  staging = tempfile.mkdtemp(prefix="model-card-")
+  try:
+    card_file = os.path.join(staging, signature.CARD_ASSET)
+    with open(card_file, "w") as out:
+      out.write(card_json)
+    export.export_saved_model(
+        model_fn, checkpoint, export_dir, signature.output_name(label_spec),
+        {signature.CARD_ASSET: card_file, signature.VOCAB_ASSET: vocab_file})
+  finally:
+    shutil.rmtree(staging, ignore_errors=True)
+  log.info("exported %s to %s: predict from it alone with --saved_model=%s, or load it in "
+           "Python with serving.predictor.Predictor", describe_checkpoint(
+               checkpoint, checkpoint_global_step(checkpoint)), export_dir, export_dir)
+  return export_dir
+
+
+def run_saved_model(c):
+  """--saved_model: the predict file's rows scored by an export alone, into
+  test_results.tsv in --output_dir. The export's model card gives the task, the file
+  layout, the labels and the tokenisation; flags that contradict it are refused."""
+  setup_tensorflow()
+  try:
+    predictor = Predictor(c.saved_model, tokenizer=c.tokenizer, batch_size=c.predict_batch_size)
+  except ValueError as e:
+    raise FlagError("--saved_model=%s: %s" % (c.saved_model, e))
+  with predictor:
+    where = os.path.join(predictor.export_dir, "assets", signature.CARD_ASSET)
+    c = apply_model_card(c, dict(predictor.card, hub_module=None), where)
+    truncation_of(c)
+    processor = make_processor(c)
+    label_spec_of(processor)
+    check_card_matches_task(predictor.card, processor, where)
+    examples = processor.get_examples("test")
+    tf.io.gfile.makedirs(c.output_dir)
+    log.info("predicting %d rows of %s with the export %s", len(examples),
+             processor.file_for("test"), predictor.export_dir)
+    start = time.time()
+    outputs = predictor.predict_outputs(examples)
+    log.info("predicted %d rows in %s", len(examples), format_seconds(time.time() - start))
+    return write_test_results(c.output_dir, processor, examples, outputs,
+                              {"saved_model": predictor.export_dir})
 
 
 # --- k-fold cross-validation ------------------------------------------------------------
@@ -1060,7 +1165,8 @@ def run_folds(c):
              len(examples) - assignment.count(i), assignment.count(i))
     fold_config = c.replace(
         output_dir=os.path.join(c.output_dir, "fold_%d" % i), do_eval=True,
-        cache_dir=os.path.join(c.cache_dir, "fold_%d" % i) if c.cache_dir else None)
+        cache_dir=os.path.join(c.cache_dir, "fold_%d" % i) if c.cache_dir else None,
+        export_dir=os.path.join(c.export_dir, "fold_%d" % i) if c.export_dir else None)
     outcome = run_once(fold_config, FoldPlan(c.num_folds, i, assignment))
     evals[i], outputs[i] = outcome["eval"], outcome["oof"]
   result = {"folds": evals}

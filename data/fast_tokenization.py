@@ -18,6 +18,16 @@ def available():
     return False
 
 
+def tokenizer_for(vocab_file, do_lower_case, choice="auto"):
+  """A tokenizer of vocab_file: choice 'fast' (Rust), 'python', or 'auto' (fast when the
+  tokenizers package is installed). Both give Google's FullTokenizer ids."""
+  from data.tokenization import FullTokenizer
+  if choice not in ("auto", "fast", "python"):
+    raise ValueError("tokenizer %r is not one of auto, fast, python" % choice)
+  use_fast = choice == "fast" or (choice == "auto" and available())
+  return (FastTokenizer if use_fast else FullTokenizer)(vocab_file, do_lower_case)
+
+
 class FastTokenizer(object):
   """encode/encode_batch give token ids without [CLS]/[SEP], like FullTokenizer's ids."""
 

@@ -68,6 +68,16 @@ def loss_and_outputs(label_spec, logits, labels):
   return LOSSES[label_spec.loss](logits, labels)
 
 
+# What each loss's outputs are, from the logits alone (serving has no labels).
+OUTPUTS = {"softmax_cross_entropy": lambda logits: tf.nn.softmax(logits, axis=-1),
+           "sigmoid_cross_entropy": tf.nn.sigmoid, "squared_error": tf.identity}
+
+
+def outputs_of(label_spec, logits):
+  """The head's outputs [batch, num_outputs] without a loss: those loss_and_outputs gives."""
+  return OUTPUTS[label_spec.loss](logits)
+
+
 def mean_over_real(per_example_loss, is_real_example):
   """The mean loss over real rows only; padding rows added to fill a batch do not count."""
   weights = tf.cast(is_real_example, tf.float32)

@@ -46,13 +46,19 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
     pooled = encode(bert_config, features, is_training, use_one_hot_embeddings,
                     hub_module_handle, compute_dtype=tf.as_dtype(precision), pooling=pooling)
     logits = head.head_logits(pooled, num_outputs, is_training, bert_config.initializer_range)
-    label_ids = features["label_ids"]
-    per_example_loss, outputs = head.loss_and_outputs(label_spec, logits, label_ids)
-    is_real = features["is_real_example"]
-
     scaffold_fn = init_from_checkpoint(init_checkpoint, tf.trainable_variables(), use_tpu,
                                        report=is_training)
     spec = tf.estimator.tpu.TPUEstimatorSpec
+    if mode == tf.estimator.ModeKeys.PREDICT:
+      # Record batches carry their ids and padding flags; a serving request has neither.
+      predictions = {"outputs": head.outputs_of(label_spec, logits)}
+      predictions.update((k, features[k]) for k in ("example_id", "is_real_example")
+                         if k in features)
+      return spec(mode=mode, predictions=predictions, scaffold_fn=scaffold_fn)
+
+    label_ids = features["label_ids"]
+    per_example_loss, outputs = head.loss_and_outputs(label_spec, logits, label_ids)
+    is_real = features["is_real_example"]
     if mode == tf.estimator.ModeKeys.TRAIN:
       if "sample_weight" in features:  # class, column or identity weights
         per_example_loss *= features["sample_weight"]
@@ -63,16 +69,11 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
                                  loss_scale=loss_scale)
       return spec(mode=mode, loss=loss, train_op=train_op, scaffold_fn=scaffold_fn)
 
-    if mode == tf.estimator.ModeKeys.EVAL:
-      metric_fn = metric_fn_for(label_spec)
-      tensors = {"per_example_loss": per_example_loss, "is_real_example": is_real,
-                 "labels": label_ids, "logits": logits, "outputs": outputs}
-      return spec(mode=mode, loss=head.mean_over_real(per_example_loss, is_real),
-                  eval_metrics=(metric_fn, tensors), scaffold_fn=scaffold_fn)
-
-    predictions = {"example_id": features["example_id"], "is_real_example": is_real,
-                   "outputs": outputs}
-    return spec(mode=mode, predictions=predictions, scaffold_fn=scaffold_fn)
+    metric_fn = metric_fn_for(label_spec)
+    tensors = {"per_example_loss": per_example_loss, "is_real_example": is_real,
+               "labels": label_ids, "logits": logits, "outputs": outputs}
+    return spec(mode=mode, loss=head.mean_over_real(per_example_loss, is_real),
+                eval_metrics=(metric_fn, tensors), scaffold_fn=scaffold_fn)
 
   return model_fn
 

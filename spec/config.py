@@ -38,7 +38,10 @@ class RunConfig(object):
   do_train: bool = False
   do_eval: bool = False
   do_predict: bool = False
+  do_export: bool = False
   output_dir: Optional[str] = None
+  export_dir: Optional[str] = None
+  saved_model: Optional[str] = None
   cache_dir: Optional[str] = None
   # The task and its files.
   task_name: Optional[str] = None

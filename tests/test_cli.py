@@ -128,7 +128,7 @@ def test_flag_errors_name_the_flag_and_the_fix(tmp_path, tiny_checkpoint):
   assert _refused(tmp_path, tiny_checkpoint, "--do_train", "--train_fraction=0") == (
       "--train_fraction=0 must be in (0, 1]; e.g. 0.1 trains on 10% of the rows")
   assert _refused(tmp_path, tiny_checkpoint) == (
-      "nothing to do: pass at least one of --do_train, --do_eval, --do_predict")
+      "nothing to do: pass at least one of --do_train, --do_eval, --do_predict, --do_export")
   assert _refused(tmp_path, tiny_checkpoint, "--do_train", "--use_tpu") == (
       "--use_tpu needs --tpu_name (or --master)")
   assert _refused(tmp_path, tiny_checkpoint, "--do_train", "--use_tpu", "--tpu_name=t1"

@@ -1,0 +1,106 @@
+"""Exporting a fine-tuned model as a SavedModel for serving (spec/serving.py's contract).
+
+The export graph is the model_fn's PREDICT graph on placeholders of any batch size and
+length, restored from one checkpoint, with one signature and the files needed to predict
+from text as assets. It is built on the host's CPU, so a model trained on a TPU exports
+the same way as one trained here.
+"""
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+
+import tensorflow.compat.v1 as tf
+from tensorflow.core.protobuf import saved_model_pb2
+
+from spec import signature
+
+log = logging.getLogger(__name__)
+
+
+def serving_features():
+  """int32 placeholders [batch, length] named as the signature's inputs."""
+  return {name: tf.placeholder(tf.int32, [None, None], name=name)
+          for name in signature.INPUT_NAMES}
+
+
+def versioned_export_dir(export_base):
+  """<export_base>/<unix seconds>: a new numbered version, as TF Serving expects them."""
+  version = int(time.time())
+  while tf.io.gfile.exists(os.path.join(export_base, str(version))):
+    version += 1
+  return os.path.join(export_base, str(version))
+
+
+def export_saved_model(model_fn, checkpoint, export_dir, output_name, assets):
+  """Writes the SavedModel of model_fn's predictions restored from checkpoint into
+  export_dir (which must not exist; it appears only once complete).
+
+  model_fn: a model_fn built for the CPU (use_tpu=False) without init_checkpoint.
+  output_name: the signature's name for the predictions' "outputs".
+  assets: {file name in assets/: source path}, e.g. the model card and the vocabulary.
+  Returns export_dir.
+  """
+  if tf.io.gfile.exists(export_dir):
+    raise ValueError("%s already exists: pass another export directory" % export_dir)
+  parent = os.path.dirname(export_dir.rstrip("/"))
+  tf.io.gfile.makedirs(parent)
+  partial = os.path.join(parent, ".partial-%s-%d" % (os.path.basename(export_dir), os.getpid()))
+  staging = tempfile.mkdtemp(prefix="export-assets-")
+  try:
+    with tf.Graph().as_default():
+      features = serving_features()
+      spec = model_fn(features, None, tf.estimator.ModeKeys.PREDICT, {})
+      outputs = spec.predictions["outputs"]
+      for name, source in sorted(assets.items()):
+        # The builder copies each asset under its own base name: stage them so named.
+        staged = os.path.join(staging, name)
+        tf.io.gfile.copy(source, staged, overwrite=True)
+        tf.add_to_collection(tf.GraphKeys.ASSET_FILEPATHS,
+                             tf.constant(staged, name="asset_" + name.replace(".", "_")))
+      prediction = tf.saved_model.signature_def_utils.predict_signature_def(
+          inputs=features, outputs={output_name: outputs})
+      with tf.Session() as session:
+        tf.train.Saver().restore(session, checkpoint)
+        builder = tf.saved_model.builder.SavedModelBuilder(partial)
+        builder.add_meta_graph_and_variables(
+            session, [signature.SERVE_TAG],
+            signature_def_map={signature.SIGNATURE_NAME: prediction},
+            assets_collection=tf.get_collection(tf.GraphKeys.ASSET_FILEPATHS),
+            strip_default_attrs=True)
+        builder.save()
+    drop_debug_names(partial)
+    tf.io.gfile.rename(partial, export_dir)
+  finally:
+    shutil.rmtree(staging, ignore_errors=True)
+    if tf.io.gfile.exists(partial):
+      tf.io.gfile.rmtree(partial)
+  log.info("exported the model of %s as a SavedModel to %s", checkpoint, export_dir)
+  return export_dir
+
+
+def drop_debug_names(export_dir):
+  """Removes the `debug_name` attribute that TF 2.15 puts on variable handles.
+
+  TF 1.15 refuses a graph with an attribute it does not know, and this one only labels
+  the variable for debugging: without it a TF 2.15 export loads on TF 1.15 too, with the
+  same outputs (tests/test_export.py checks both directions).
+  """
+  path = os.path.join(export_dir, "saved_model.pb")
+  model = saved_model_pb2.SavedModel()
+  with tf.io.gfile.GFile(path, "rb") as f:
+    model.ParseFromString(f.read())
+  dropped = 0
+  for meta_graph in model.meta_graphs:
+    nodes = list(meta_graph.graph_def.node)
+    for function in meta_graph.graph_def.library.function:
+      nodes.extend(function.node_def)
+    for node in nodes:
+      if "debug_name" in node.attr:
+        del node.attr["debug_name"]
+        dropped += 1
+  if dropped:
+    with tf.io.gfile.GFile(path, "wb") as f:
+      f.write(model.SerializeToString())

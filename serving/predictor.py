@@ -1,0 +1,179 @@
+"""Predicting from an exported SavedModel in-process: loaded once, then texts in, labels and
+probabilities out.
+
+  from serving.predictor import Predictor
+  predictor = Predictor("out/export/1700000000")      # or the training --output_dir
+  predictor.predict(["you are great", "you are an idiot"])
+  # [{'label': '0', 'probabilities': {'0': 0.97, '1': 0.03}}, ...]
+
+The export alone is enough: its model card (assets/model_card.json) gives the labels,
+the casing, max_seq_length and the truncation, and assets/vocab.txt the vocabulary. Texts
+are tokenised as training tokenised them (the same exact shortcut and Google's ids), and
+each batch is padded only to its longest text, with texts of similar length batched
+together.
+"""
+
+import logging
+import os
+
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+from data.fast_tokenization import tokenizer_for
+from data.features import Truncation, convert_examples
+from data.processors import InputExample
+from spec import labels as label_specs
+from spec import model_card
+from spec import signature
+
+log = logging.getLogger(__name__)
+
+
+class ExportNotFound(ValueError):
+  """The path holds no SavedModel of this project; the message says how to make one."""
+
+
+def find_export(path):
+  """The SavedModel directory of path: path itself when it holds saved_model.pb, else the
+  newest version under path/export (a training --output_dir exported with --do_export)."""
+  if tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
+    return path
+  base = os.path.join(path, "export")
+  versions = []
+  if tf.io.gfile.isdir(base):
+    versions = sorted((int(name.rstrip("/")) for name in tf.io.gfile.listdir(base)
+                       if name.rstrip("/").isdigit()), reverse=True)
+  for version in versions:
+    candidate = os.path.join(base, str(version))
+    if tf.io.gfile.exists(os.path.join(candidate, "saved_model.pb")):
+      return candidate
+  raise ExportNotFound(
+      "%s holds no SavedModel (no saved_model.pb, and no %s/<version>/saved_model.pb). Export "
+      "the fine-tuned model first: run_classifier.py --do_export --output_dir=<its output_dir>"
+      % (path, base))
+
+
+def read_export_card(export_dir):
+  """The model card in an export's assets, with the vocabulary pointing at its own copy."""
+  path = os.path.join(export_dir, "assets", signature.CARD_ASSET)
+  vocab = os.path.join(export_dir, "assets", signature.VOCAB_ASSET)
+  for needed in (path, vocab):
+    if not tf.io.gfile.exists(needed):
+      raise ExportNotFound("%s is not an export of this project: it has no %s. Export it with "
+                           "run_classifier.py --do_export" % (export_dir, needed))
+  with tf.io.gfile.GFile(path, "r") as f:
+    card = model_card.from_json(f.read(), path)
+  return dict(card, vocab_file=vocab)
+
+
+def padded_batch(features):
+  """input_ids, input_mask, segment_ids [len(features), longest] of InputFeatures."""
+  longest = max(len(f.token_ids) for f in features)
+  ids = np.zeros([len(features), longest], np.int32)
+  mask = np.zeros_like(ids)
+  segments = np.zeros_like(ids)
+  for row, f in enumerate(features):
+    length = len(f.token_ids)
+    ids[row, :length] = f.token_ids
+    mask[row, :length] = 1
+    segments[row, f.num_first_segment:length] = 1
+  return {"input_ids": ids, "input_mask": mask, "segment_ids": segments}
+
+
+class Predictor(object):
+  """A SavedModel exported by run_classifier.py --do_export, loaded into its own session.
+
+  path: the export (a directory with saved_model.pb) or a training --output_dir whose
+  export/ holds one (the newest is taken). tokenizer: 'auto', 'fast' or 'python' (the
+  same ids). batch_size: texts per session run.
+  """
+
+  def __init__(self, path, tokenizer="auto", batch_size=32, session_config=None):
+    if batch_size <= 0:
+      raise ValueError("batch_size=%d must be positive" % batch_size)
+    self.export_dir = find_export(path)
+    self.card = read_export_card(self.export_dir)
+    self.label_spec = label_specs.from_card(self.card["label_spec"])
+    self.max_seq_length = self.card["max_seq_length"]
+    self.truncation = Truncation.from_dict(self.card["truncation"])
+    self.batch_size = batch_size
+    self.tokenizer = tokenizer_for(self.card["vocab_file"], self.card["do_lower_case"],
+                                   tokenizer)
+    self._graph = tf.Graph()
+    self._session = tf.Session(graph=self._graph, config=session_config)
+    meta_graph = tf.saved_model.load(self._session, [signature.SERVE_TAG],
+                                     self.export_dir)
+    served = meta_graph.signature_def[signature.SIGNATURE_NAME]
+    self._inputs = {name: served.inputs[name].name for name in signature.INPUT_NAMES}
+    self.output_name = signature.output_name(self.label_spec)
+    self._output = served.outputs[self.output_name].name
+    log.info("loaded %s: %s, max_seq_length %d", self.export_dir, self.label_spec.describe(),
+             self.max_seq_length)
+
+  @property
+  def labels(self):
+    """The classes in the order of the outputs (classification), else None."""
+    return self.label_spec.classes
+
+  @property
+  def output_names(self):
+    """What each output is: a class, or a label column."""
+    return self.label_spec.classes or list(self.label_spec.columns)
+
+  def close(self):
+    self._session.close()
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()
+
+  def predict(self, inputs, batch_size=None):
+    """One result per input, in order. An input is a text, or a (text, text_b) pair.
+
+    classification: {"label": the most probable class, "probabilities": {class: p}};
+    multi_label: {"labels": the columns with p >= 0.5, "probabilities": {column: p}};
+    soft_target: {"probabilities": {column: p}}; regression: {"values": {column: v}}.
+    """
+    examples = [self._example(i, item) for i, item in enumerate(inputs)]
+    return [self._result(outputs) for outputs in self.predict_outputs(examples, batch_size)]
+
+  def predict_outputs(self, examples, batch_size=None):
+    """The head's outputs (a list of floats per example; data/processors InputExample),
+    in input order: the values run_classifier writes into test_results.tsv."""
+    batch_size = batch_size or self.batch_size
+    features = list(convert_examples(examples, self.label_spec, self.max_seq_length,
+                                     self.tokenizer, strategy=self.truncation))
+    # Texts of similar length share a batch, so little of any batch is padding.
+    order = sorted(range(len(features)), key=lambda i: len(features[i].token_ids))
+    outputs = [None] * len(features)
+    for start in range(0, len(order), batch_size):
+      rows = order[start:start + batch_size]
+      batch = padded_batch([features[i] for i in rows])
+      values = self._session.run(self._output, {self._inputs[name]: batch[name]
+                                                for name in signature.INPUT_NAMES})
+      for i, value in zip(rows, values.tolist()):
+        outputs[i] = value
+    return outputs
+
+  def _example(self, index, item):
+    if isinstance(item, str):
+      return InputExample(index, item)
+    if isinstance(item, (tuple, list)) and len(item) == 2 and all(
+        isinstance(text, str) for text in item):
+      return InputExample(index, item[0], item[1])
+    raise ValueError("input %d is %r: give a text (str) or a pair of texts (text, text_b)"
+                     % (index, item))
+
+  def _result(self, outputs):
+    named = dict(zip(self.output_names, outputs))
+    kind = self.label_spec.kind
+    if kind == "regression":
+      return {"values": named}
+    result = {"probabilities": named}
+    if kind == "classification":
+      result["label"] = self.labels[int(np.argmax(outputs))]
+    elif kind == "multi_label":
+      result["labels"] = [name for name, p in zip(self.output_names, outputs) if p >= 0.5]
+    return result

@@ -1,0 +1,279 @@
+"""SavedModel export (modeling/export.py) and the predictor that loads it
+(serving/predictor.py): the signature, the assets, the outputs against the model_fn's own
+graph, batching, every head, the other runtime, and the command line end to end."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+from conftest import IN_CI, IS_TF1, JIGSAW, ROOT, TINY, TINY_VOCAB, common_flags, run_flags
+from data.features import Truncation
+from data.processors import InputExample
+from data.tokenization import FullTokenizer
+from modeling.bert import BertConfig
+from modeling.export import export_saved_model, versioned_export_dir
+from modeling.model_fn import model_fn_builder
+from run_classifier import FlagError
+from serving.predictor import ExportNotFound, Predictor, find_export
+from spec import labels as label_specs
+from spec import model_card, signature
+
+TEXTS = ["you are great", "What a STUPID idea!!", "ok", "a much longer comment about the "
+         "article, which goes on and on about nothing in particular " * 3,
+         u"caf\u00e9 na\u00efve \u4e2d\u6587 text"]
+SPECS = {
+    "classification": label_specs.SingleLabel(["label"], ["neg", "neutral", "pos"]),
+    "multi_label": label_specs.MultiLabel(["toxic", "insult"]),
+    "regression": label_specs.Regression(["score"]),
+}
+MAX_LEN = 24
+
+
+def tiny_model_fn(spec, pooling="cls"):
+  config = BertConfig.from_json_file(os.path.join(TINY, "bert_config.json"))
+  return model_fn_builder(config, spec, None, 1e-3, 1, 0, use_tpu=False, pooling=pooling)
+
+
+def random_classifier_checkpoint(folder, spec, seed=7):
+  """A checkpoint of BERT-Tiny with a head of spec's outputs, all random (a stand-in for a
+  fine-tuned model: export copies whatever the checkpoint holds)."""
+  path = os.path.join(folder, "model.ckpt-3")
+  tf.io.gfile.makedirs(folder)
+  with tf.Graph().as_default():
+    tf.set_random_seed(seed)
+    features = {n: tf.zeros([1, 4], tf.int32) for n in signature.INPUT_NAMES}
+    tiny_model_fn(spec)(features, None, tf.estimator.ModeKeys.PREDICT, {})
+    with tf.Session() as session:
+      session.run(tf.global_variables_initializer())
+      tf.train.Saver().save(session, path)
+  return path
+
+
+def card_file(folder, spec, truncation=None):
+  card = model_card.build_card(
+      task="csv", label_spec=spec, max_seq_length=MAX_LEN, do_lower_case=True,
+      vocab_file=TINY_VOCAB, vocab_sha256="unused here", bert_config=None,
+      init_checkpoint=None, hub_module=None, flags={}, truncation=truncation)
+  path = os.path.join(folder, "card.json")
+  with open(path, "w") as f:
+    f.write(model_card.to_json(card))
+  return path
+
+
+def export_tiny(tmp_path, kind="classification", truncation=None):
+  spec = SPECS[kind]
+  folder = str(tmp_path / kind)
+  checkpoint = random_classifier_checkpoint(folder, spec)
+  assets = {signature.CARD_ASSET: card_file(folder, spec, truncation),
+            signature.VOCAB_ASSET: TINY_VOCAB}
+  export_dir = versioned_export_dir(os.path.join(folder, "export"))
+  export_saved_model(tiny_model_fn(spec), checkpoint, export_dir, signature.output_name(spec),
+                     assets)
+  return export_dir, checkpoint
+
+
+def reference_outputs(spec, checkpoint, texts):
+  """The model_fn's PREDICT outputs on the checkpoint, each text fed alone and padded to
+  MAX_LEN, with ids from the pure-Python tokenizer: no export, no batching."""
+  tokenizer = FullTokenizer(TINY_VOCAB, True)
+  cls_id, sep_id = tokenizer.vocab["[CLS]"], tokenizer.vocab["[SEP]"]
+  rows = []
+  with tf.Graph().as_default():
+    features = {n: tf.placeholder(tf.int32, [1, MAX_LEN], n) for n in signature.INPUT_NAMES}
+    outputs = tiny_model_fn(spec)(features, None, tf.estimator.ModeKeys.PREDICT,
+                                  {}).predictions["outputs"]
+    with tf.Session() as session:
+      tf.train.Saver().restore(session, checkpoint)
+      for text in texts:
+        ids = [cls_id] + tokenizer.encode(text)[:MAX_LEN - 2] + [sep_id]
+        padded = np.zeros([1, MAX_LEN], np.int32)
+        padded[0, :len(ids)] = ids
+        rows.append(session.run(outputs, {
+            features["input_ids"]: padded, features["input_mask"]: (padded > 0).astype(np.int32),
+            features["segment_ids"]: np.zeros_like(padded)})[0].tolist())
+  return rows
+
+
+def test_signature_and_assets(tmp_path):
+  export_dir, _ = export_tiny(tmp_path)
+  assert sorted(os.listdir(export_dir)) == ["assets", "saved_model.pb", "variables"]
+  assert sorted(os.listdir(os.path.join(export_dir, "assets"))) == ["model_card.json",
+                                                                     "vocab.txt"]
+  assert os.listdir(os.path.dirname(export_dir)) == [os.path.basename(export_dir)]  # no partial
+  with tf.Graph().as_default(), tf.Session() as session:
+    meta_graph = tf.saved_model.loader.load(session, ["serve"], export_dir)
+  served = meta_graph.signature_def["serving_default"]
+  assert served.method_name == "tensorflow/serving/predict"
+  for name in ("input_ids", "input_mask", "segment_ids"):
+    tensor = served.inputs[name]
+    assert tensor.dtype == tf.int32.as_datatype_enum
+    assert [d.size for d in tensor.tensor_shape.dim] == [-1, -1]
+  assert list(served.outputs) == ["probabilities"]
+  assert [d.size for d in served.outputs["probabilities"].tensor_shape.dim] == [-1, 3]
+  with pytest.raises(ValueError, match="already exists"):
+    export_saved_model(None, None, export_dir, "probabilities", {})
+
+
+@pytest.mark.parametrize("kind", sorted(SPECS))
+def test_predictor_equals_the_model_graph(tmp_path, kind):
+  export_dir, checkpoint = export_tiny(tmp_path, kind)
+  expected = reference_outputs(SPECS[kind], checkpoint, TEXTS)
+  with Predictor(export_dir, tokenizer="python", batch_size=2) as predictor:
+    # Batches of 2, each padded to its own longest text, give the fully padded outputs.
+    outputs = predictor.predict_outputs([InputExample(i, t) for i, t in enumerate(TEXTS)])
+    np.testing.assert_allclose(outputs, expected, atol=1e-5)
+    results = predictor.predict(TEXTS, batch_size=5)
+  names = SPECS[kind].classes or list(SPECS[kind].columns)
+  for result, row in zip(results, expected):
+    key = "values" if kind == "regression" else "probabilities"
+    assert list(result[key]) == names
+    np.testing.assert_allclose([result[key][n] for n in names], row, atol=1e-5)
+    if kind == "classification":
+      assert result["label"] == names[int(np.argmax(row))]
+    if kind == "multi_label":
+      assert result["labels"] == [n for n, p in zip(names, row) if p >= 0.5]
+
+
+def test_predictor_pairs_tokenizers_and_truncation(tmp_path):
+  export_dir, _ = export_tiny(tmp_path, truncation={"mode": "tail"})
+  long_text = " ".join("word%d" % i for i in range(60))
+  with Predictor(export_dir, tokenizer="python") as python, \
+      Predictor(export_dir, tokenizer="auto") as auto:
+    assert python.truncation == Truncation("tail")
+    inputs = TEXTS + [("is this a question", "yes it is"), long_text]
+    a = python.predict(inputs)
+    b = auto.predict(inputs, batch_size=1)
+    first_alone = python.predict(["is this a question"])[0]
+    # tail (the card's truncation) keeps a long text's last MAX_LEN - 2 tokens.
+    kept_end = python.predict([" ".join(["good"] * 30 + ["bad"] * 30), " ".join(
+        ["bad"] * (MAX_LEN - 2)), " ".join(["good"] * (MAX_LEN - 2))])
+    assert kept_end[0] == kept_end[1] != kept_end[2]
+    with pytest.raises(ValueError, match="input 0 is 3: give a text"):
+      python.predict([3])
+  for x, y in zip(a, b):
+    np.testing.assert_allclose(list(x["probabilities"].values()),
+                               list(y["probabilities"].values()), atol=1e-6)
+  # A pair is not its first text alone.
+  assert a[len(TEXTS)]["probabilities"] != first_alone["probabilities"]
+
+
+def test_find_export(tmp_path):
+  export_dir, _ = export_tiny(tmp_path)
+  output_dir = os.path.dirname(os.path.dirname(export_dir))
+  newer = os.path.join(output_dir, "export", str(int(os.path.basename(export_dir)) + 5))
+  tf.io.gfile.makedirs(newer)  # an unfinished version without saved_model.pb is passed over
+  assert find_export(output_dir) == export_dir
+  assert find_export(export_dir) == export_dir
+  with pytest.raises(ExportNotFound, match="--do_export --output_dir"):
+    find_export(str(tmp_path))
+
+
+OTHER_RUNTIME = "tf2" if IS_TF1 else "tf1"
+LOAD_ON_OTHER = """
+import json, sys
+sys.path.insert(0, %r)
+from data.processors import InputExample
+from serving.predictor import Predictor
+texts = json.loads(sys.argv[2])
+with Predictor(sys.argv[1], tokenizer="python") as p:
+  print(json.dumps(p.predict_outputs([InputExample(i, t) for i, t in enumerate(texts)])))
+"""
+
+
+def test_an_export_loads_on_the_other_runtime(tmp_path):
+  """Exported here (TF 1.15 or TF 2.15), loaded and predicted by the other runtime's
+  environment: the same outputs within 1e-5. The two runs of the suite cover both ways."""
+  python = os.path.join(ROOT, ".venvs", OTHER_RUNTIME, "bin", "python")
+  if not os.path.exists(python) and not IN_CI:
+    pytest.skip("no %s environment (./run.sh setup creates both)" % OTHER_RUNTIME)
+  export_dir, checkpoint = export_tiny(tmp_path)
+  expected = reference_outputs(SPECS["classification"], checkpoint, TEXTS)
+  done = subprocess.run([python, "-c", LOAD_ON_OTHER % ROOT, export_dir, json.dumps(TEXTS)],
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                        universal_newlines=True, timeout=300,
+                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  assert done.returncode == 0, done.stderr[-3000:]
+  np.testing.assert_allclose(json.loads(done.stdout.splitlines()[-1]), expected, atol=1e-5)
+
+
+def read_results(path):
+  with open(path) as f:
+    lines = f.read().splitlines()
+  return lines[0], [line.split("\t") for line in lines[1:]]
+
+
+@pytest.mark.slow
+def test_train_export_and_score_from_the_export_alone(tmp_path, tiny_checkpoint, caplog):
+  caplog.set_level("INFO")
+  output_dir = str(tmp_path / "model")
+  export_dir = str(tmp_path / "exported")
+  outcome = run_flags(*common_flags(tiny_checkpoint, output_dir) + [
+      "--do_train", "--do_predict", "--do_export", "--num_train_steps=6",
+      "--export_dir=" + export_dir])
+  assert outcome["export"] == export_dir
+  assert "exported %s/model.ckpt-6 (global step 6) to %s" % (output_dir, export_dir) in caplog.text
+  header, cli_rows = read_results(os.path.join(output_dir, "test_results.tsv"))
+  with open(os.path.join(export_dir, "assets", "model_card.json")) as f:
+    assert json.load(f) == json.load(open(os.path.join(output_dir, "model_card.json")))
+
+  # One command scores a CSV from the export alone: no task, model or layout flag.
+  scored = str(tmp_path / "scored")
+  done = subprocess.run(
+      [sys.executable, os.path.join(ROOT, "run_classifier.py"), "--do_predict",
+       "--saved_model=" + export_dir, "--predict_file=" + os.path.join(JIGSAW, "test.csv"),
+       "--output_dir=" + scored], cwd=str(tmp_path), stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, universal_newlines=True, timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert "predicting 33 rows of %s with the export %s" % (
+      os.path.join(JIGSAW, "test.csv"), export_dir) in done.stderr
+  export_header, export_rows = read_results(os.path.join(scored, "test_results.tsv"))
+  assert export_header == header == "id\tprobability_0\tprobability_1\tprediction"
+  assert [r[0] for r in export_rows] == [r[0] for r in cli_rows]
+  np.testing.assert_allclose([[float(v) for v in r[1:3]] for r in export_rows],
+                             [[float(v) for v in r[1:3]] for r in cli_rows], atol=1e-5)
+  with open(os.path.join(scored, "test_results.json")) as f:
+    assert json.load(f)["saved_model"] == export_dir
+
+  # The in-process predictor, loaded from the output_dir, gives the same probabilities.
+  import csv
+  with open(os.path.join(JIGSAW, "test.csv"), newline="", encoding="utf-8") as f:
+    texts = [row["comment_text"] for row in csv.DictReader(f)]
+  assert len(texts) == 33
+  with pytest.raises(ExportNotFound):
+    Predictor(output_dir)  # --export_dir put the export elsewhere
+  with Predictor(export_dir) as predictor:
+    results = predictor.predict(texts)
+  np.testing.assert_allclose([[r["probabilities"]["0"], r["probabilities"]["1"]] for r in results],
+                             [[float(v) for v in r[1:3]] for r in cli_rows], atol=1e-5)
+  assert [r["label"] for r in results] == [r[3] for r in cli_rows]
+
+  # Exporting again (no training) from the output_dir: a new numbered version inside it.
+  again = run_flags(*common_flags(tiny_checkpoint, output_dir) + ["--do_export"])["export"]
+  assert os.path.dirname(again) == os.path.join(output_dir, "export")
+  assert find_export(output_dir) == again
+
+
+def test_export_and_saved_model_flag_errors(tmp_path, tiny_checkpoint):
+  flags = common_flags(tiny_checkpoint, str(tmp_path / "fresh"))
+  with pytest.raises(FlagError, match="refusing to export with an untrained classifier head"):
+    run_flags(*flags + ["--do_export"])
+  with pytest.raises(FlagError, match="refusing to export"):
+    run_flags(*flags + ["--do_export", "--allow_untrained_head"])
+  existing = str(tmp_path)
+  with pytest.raises(FlagError, match="--export_dir=%s already exists" % existing):
+    run_flags(*flags + ["--do_train", "--do_export", "--export_dir=" + existing])
+  with pytest.raises(FlagError, match="add --do_export"):
+    run_flags(*flags + ["--do_predict", "--export_dir=" + str(tmp_path / "new")])
+  saved = ["--saved_model=" + str(tmp_path), "--output_dir=" + str(tmp_path / "scores")]
+  with pytest.raises(FlagError, match="pass --do_predict alone"):
+    run_flags(*saved + ["--do_predict", "--do_train"])
+  with pytest.raises(FlagError, match="--init_checkpoint has no use with --saved_model"):
+    run_flags(*saved + ["--do_predict", "--init_checkpoint=" + tiny_checkpoint])
+  with pytest.raises(FlagError, match="holds no SavedModel .* --do_export"):
+    run_flags(*saved + ["--do_predict"])
+  assert not (tmp_path / "fresh").exists() and not (tmp_path / "scores").exists()

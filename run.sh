@@ -5,6 +5,7 @@
 #                    (Python 3.9-3.11); --fast runs the quick tier only
 #   ./run.sh benchmark [ARGS]   fine-tuning speed against Google's run_classifier (tools/benchmark.py)
 #   ./run.sh benchmark predictor [ARGS]   the predictor against --do_predict (tools/bench_predictor.py)
+#   ./run.sh benchmark table SUMMARIES...   runs' run_summary.json as a wall-time table (tools/run_table.py)
 #   ./run.sh setup   create both Python environments from requirements.txt
 #   ./run.sh shell tf1|tf2 -- CMD...   run a command inside one environment
 set -Eeuo pipefail
@@ -132,6 +133,9 @@ cmd_benchmark() {
   if [ "${1:-}" = predictor ]; then
     shift
     TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runner/bin/python" -m tools.bench_predictor "$@"
+  elif [ "${1:-}" = table ]; then
+    shift
+    "$VENVS/$runner/bin/python" -m tools.run_table "$@"
   else
     TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runner/bin/python" -m tools.benchmark "$@"
   fi
@@ -143,5 +147,5 @@ case "${1:-}" in
   setup) shift; cmd_setup "$@" ;;
   test) shift; cmd_test "$@" ;;
   shell) shift; cmd_shell "$@" ;;
-  *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

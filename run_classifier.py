@@ -41,7 +41,7 @@ from modeling.bert import BertConfig
 from modeling.checkpoint import checkpoint_global_step, head_shape
 from modeling.compat import setup_tensorflow
 from modeling import export
-from modeling.estimator import build_estimator, xla_session_config
+from modeling.estimator import build_estimator, describe_device, xla_session_config
 from modeling.model_fn import TRAIN_LOSS_NAME, model_fn_builder
 from modeling.progress import ProgressHook, format_seconds
 from spec import config
@@ -807,9 +807,9 @@ def run_train(c, estimator, processor, split, num_train_steps):
                               label_spec=processor.label_spec, seed=c.seed,
                               dynamic_padding=c.dynamic_padding,
                               weighted=split.metadata["weighted"])
-  start = time.time()
+  hook.train_started = time.time()
   estimator.train(input_fn=input_fn, max_steps=num_train_steps, hooks=[hook])
-  log.info("training done in %s", format_seconds(time.time() - start))
+  log.info("training done in %s", format_seconds(time.time() - hook.train_started))
   return hook
 
 
@@ -998,6 +998,7 @@ def run(c):
 def run_once(c, fold=None):
   """One model: train, eval, predict. With fold (a FoldPlan), the train file's rows of
   the other folds train it, and its own fold's rows are its dev split."""
+  started = time.time()
   card = read_model_card(c.output_dir)
   if card:
     c = apply_model_card(c, card)
@@ -1017,7 +1018,9 @@ def run_once(c, fold=None):
         c.output_dir, c.init_checkpoint, c.allow_untrained_head and not c.do_export,
         "evaluate" if c.do_eval else "predict" if c.do_predict else "export", label_spec)
   tf.io.gfile.makedirs(c.output_dir)
-  splits = prepare_splits(c, processor, tokenizer, vocab_file, fold)
+  seconds = {}
+  with timed(seconds, "featurisation"):
+    splits = prepare_splits(c, processor, tokenizer, vocab_file, fold)
   num_train_steps = num_train_steps_for(
       len(splits["train"].examples), c.num_train_steps, c.num_train_epochs,
       c.train_batch_size * c.gradient_accumulation_steps) if c.do_train else 0
@@ -1036,26 +1039,92 @@ def run_once(c, fold=None):
   outcome = {}
   if c.do_train:
     write_model_card(c, processor, vocab_file, tokenizer, bert_config)
-    outcome["train_progress"] = run_train(c, estimator, processor, splits["train"],
-                                          num_train_steps).history
+    with timed(seconds, "training"):
+      progress = run_train(c, estimator, processor, splits["train"], num_train_steps)
+    outcome["train_progress"] = progress.history
     checkpoint = tf.train.latest_checkpoint(c.output_dir)
   if fold is not None:  # the held-out fold's predictions, before its eval (which uses them)
     outcome["oof"] = predict_outputs(c, estimator, label_spec, splits["dev"], checkpoint)
   if c.do_eval:
-    outcome["eval"] = run_eval(c, estimator, processor, splits["dev"], checkpoint,
-                               outcome.get("oof"))
+    with timed(seconds, "eval"):
+      outcome["eval"] = run_eval(c, estimator, processor, splits["dev"], checkpoint,
+                                 outcome.get("oof"))
   if fold is not None:
     write_fold_predictions(os.path.join(c.output_dir, "oof_predictions.tsv"),
                            splits["dev"].examples, [fold.index] * len(splits["dev"].examples),
                            outcome["oof"], label_spec)
   if c.do_predict:
-    outcome["predictions"] = run_predict(c, estimator, processor, splits["test"], checkpoint)
+    with timed(seconds, "predict"):
+      outcome["predictions"] = run_predict(c, estimator, processor, splits["test"], checkpoint)
   if c.do_export:
     card_json = (model_card.to_json(card) if card else model_card.to_json(card_of_run(
         c, processor, vocab_file, tokenizer, bert_config)))
-    outcome["export"] = run_export(c, bert_config or BertConfig(vocab_size=len(tokenizer.vocab)),
-                                   label_spec, checkpoint, card_json, vocab_file)
+    with timed(seconds, "export"):
+      outcome["export"] = run_export(
+          c, bert_config or BertConfig(vocab_size=len(tokenizer.vocab)), label_spec,
+          checkpoint, card_json, vocab_file)
+  outcome["summary"] = write_run_summary(
+      c, started, seconds, progress if c.do_train else None, bert_config,
+      {"eval": outcome.get("eval"), "predictions": outcome.get("predictions"),
+       "export": outcome.get("export"), "checkpoint": checkpoint})
   return outcome
+
+
+class timed(object):
+  """with timed(seconds, "phase"): records the block's wall time in seconds["phase"]."""
+
+  def __init__(self, seconds, phase):
+    self.seconds, self.phase = seconds, phase
+
+  def __enter__(self):
+    self.start = time.time()
+
+  def __exit__(self, *exc):
+    self.seconds[self.phase] = time.time() - self.start
+
+
+RUN_SUMMARY = "run_summary.json"
+
+
+def write_run_summary(c, started, seconds, progress, bert_config, results):
+  """run_summary.json in --output_dir: the wall times (start-up and steady training
+  apart), examples/sec, the device, the runtime versions and the flags, so that runs of
+  one command on several machines compare row by row (tools/run_table.py)."""
+  import platform
+  import numpy
+  training = None
+  if progress is not None:
+    startup = (progress.first_step_time - progress.train_started
+               if progress.first_step_time else seconds["training"])
+    training = {
+        "steps": progress.total_steps, "batch_size": progress.batch_size,
+        "global_step": checkpoint_global_step(results["checkpoint"]),
+        "wall_seconds": seconds["training"], "startup_seconds": startup,
+        "examples_per_second": progress.steady_examples_per_second(),
+        "measured_seconds": (progress.last_step_time - progress.first_step_time
+                             if progress.first_step_time else None),
+        # The steady window's first and last step: on a TPU steps arrive a loop at a time,
+        # so its first loop counts as start-up.
+        "measured_steps": [progress.first_step, progress.last_step]}
+  summary = {
+      "format": "bert-text-classifier-run-summary", "version": 1,
+      "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+      "total_seconds": time.time() - started,
+      "seconds": seconds, "training": training,
+      "device": describe_device(c.use_tpu, c.tpu_name, c.master, c.num_tpu_cores),
+      "versions": {"python": platform.python_version(), "tensorflow": tf.__version__,
+                   "numpy": numpy.__version__, "platform": platform.platform()},
+      "model": ("hub module %s" % c.bert_hub_module_handle if c.bert_hub_module_handle else
+                "BERT L=%d H=%d A=%d" % (bert_config.num_hidden_layers, bert_config.hidden_size,
+                                         bert_config.num_attention_heads)),
+      "results": results, "flags": c.as_dict(), "given_flags": sorted(c.given),
+  }
+  path = os.path.join(c.output_dir, RUN_SUMMARY)
+  with tf.io.gfile.GFile(path, "w") as out:
+    json.dump(summary, out, indent=2, sort_keys=True, default=str)
+  log.info("run summary in %s: %s", path, ", ".join(
+      "%s %s" % (phase, format_seconds(s)) for phase, s in sorted(seconds.items())))
+  return path
 
 
 def run_export(c, bert_config, label_spec, checkpoint, card_json, vocab_file):

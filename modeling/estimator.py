@@ -61,3 +61,34 @@ def build_estimator(model_fn, output_dir, use_tpu, train_batch_size, eval_batch_
       use_tpu=use_tpu, model_fn=model_fn, config=run_config,
       train_batch_size=train_batch_size, eval_batch_size=eval_batch_size,
       predict_batch_size=predict_batch_size)
+
+
+def describe_device(use_tpu, tpu_name=None, master=None, num_tpu_cores=8):
+  """{"kind": TPU, GPU or CPU, "description": what it is, "count": how many} of the
+  device this run computes on, for the run's summary."""
+  if use_tpu:
+    return {"kind": "TPU", "count": num_tpu_cores,
+            "description": "Cloud TPU %s, %d cores" % (tpu_name or master, num_tpu_cores)}
+  gpus = tf.config.experimental.list_physical_devices("GPU")
+  if gpus:
+    from tensorflow.python.client import device_lib  # the only GPU-model query on both TFs
+    names = [d.physical_device_desc for d in device_lib.list_local_devices()
+             if d.device_type == "GPU"]
+    models = [part.split("name: ", 1)[1] for desc in names for part in desc.split(", ")
+              if part.startswith("name: ")]
+    return {"kind": "GPU", "count": len(gpus),
+            "description": "%d x %s" % (len(gpus), models[0] if models else "GPU")}
+  return {"kind": "CPU", "count": os.cpu_count(),
+          "description": "%s, %d cores" % (_cpu_model(), os.cpu_count())}
+
+
+def _cpu_model():
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  import platform
+  return platform.processor() or platform.machine()

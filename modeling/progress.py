@@ -35,6 +35,9 @@ class ProgressHook(tf.train.SessionRunHook):
     self.fetch_loss = fetch_loss
     self.report = report or log.info
     self.history = []  # (step, loss, examples_per_sec) at each report
+    # The steady-state window: from the end of the first step seen to the last one.
+    self.first_step = self.first_step_time = None
+    self.last_step = self.last_step_time = None
 
   def begin(self):
     self._global_step = tf.train.get_global_step()
@@ -59,8 +62,10 @@ class ProgressHook(tf.train.SessionRunHook):
     now = time.time()
     if "loss" in run_values.results:
       self._window_losses.append(float(run_values.results["loss"]))
+    self.last_step, self.last_step_time = step, now
     if self._first_step is None:
       self._first_step, self._start_time = step, now
+      self.first_step, self.first_step_time = step, now
       self._window_start = (step, now)
       self._window_losses = []
       return
@@ -79,3 +84,10 @@ class ProgressHook(tf.train.SessionRunHook):
         format_seconds(eta)))
     self._window_start = (step, now)
     self._window_losses = []
+
+  def steady_examples_per_second(self):
+    """Examples/sec after the first step (None with fewer than two steps seen)."""
+    if self.last_step is None or self.last_step <= self.first_step:
+      return None
+    return ((self.last_step - self.first_step) * self.batch_size /
+            max(self.last_step_time - self.first_step_time, 1e-9))

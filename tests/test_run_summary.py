@@ -1,0 +1,78 @@
+"""run_summary.json (the wall-time record each run writes) and tools/run_table.py (the
+GPU-against-TPU table made from several of them)."""
+
+import json
+import os
+import platform
+
+import pytest
+import tensorflow.compat.v1 as tf
+
+from conftest import common_flags, run_flags
+from tools import run_table
+
+
+def summary_of(name, kind, description, startup, wall, rate, total, steps=100):
+  return {"name": name, "device": {"kind": kind, "description": description, "count": 1},
+          "versions": {"tensorflow": "1.15.5", "python": "3.7.16"}, "model": "BERT L=12 H=768 A=12",
+          "flags": {"max_seq_length": 220}, "total_seconds": total,
+          "training": {"batch_size": 32, "steps": steps, "startup_seconds": startup,
+                       "wall_seconds": wall, "examples_per_second": rate}}
+
+
+def test_run_table_markdown_and_plot(tmp_path):
+  gpu = summary_of("gpu", "GPU", "1 x Tesla P100-PCIE-16GB", 61.0, 1800.25, 1.78, 1900.0)
+  tpu = summary_of("tpu", "TPU", "Cloud TPU t1, 8 cores", 95.5, 310.0, 14.9, 402.0)
+  paths = []
+  for summary in (gpu, tpu):
+    folder = tmp_path / summary.pop("name")
+    folder.mkdir()
+    (folder / "run_summary.json").write_text(json.dumps(summary))
+    paths.append(str(folder))
+  run_table.main(paths + ["--out_dir", str(tmp_path / "table")])
+  lines = (tmp_path / "table" / "wall_time.md").read_text().splitlines()
+  assert lines[0] == ("| run | device | runtime | model | seq | batch | steps | start-up s | "
+                      "training s | examples/s | run total s |")
+  assert lines[2] == ("| gpu | 1 x Tesla P100-PCIE-16GB | TF 1.15.5, Python 3.7.16 | "
+                      "BERT L=12 H=768 A=12 | 220 | 32 | 100 | 61.0 | 1800.2 | 1.8 | 1900.0 |")
+  assert lines[3].startswith("| tpu | Cloud TPU t1, 8 cores |") and len(lines) == 4
+  assert (tmp_path / "table" / "wall_time.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_run_table_refuses_a_summary_without_training(tmp_path):
+  (tmp_path / "run_summary.json").write_text(json.dumps({"training": None}))
+  with pytest.raises(SystemExit, match="did not train"):
+    run_table.load([str(tmp_path)])
+  with pytest.raises(SystemExit, match="cannot be read as a run summary"):
+    run_table.load([str(tmp_path / "missing.json")])
+
+
+@pytest.mark.slow
+def test_a_training_run_writes_its_summary(tmp_path, tiny_checkpoint):
+  output_dir = str(tmp_path / "out")
+  outcome = run_flags(*common_flags(tiny_checkpoint, output_dir) + [
+      "--do_train", "--do_eval", "--num_train_steps=6", "--log_every_steps=1"])
+  assert outcome["summary"] == os.path.join(output_dir, "run_summary.json")
+  with open(outcome["summary"]) as f:
+    summary = json.load(f)
+  training = summary["training"]
+  assert training["steps"] == 6 and training["global_step"] == 6
+  assert training["batch_size"] == 8 and training["measured_steps"] == [1, 6]
+  assert 0 < training["startup_seconds"] < training["wall_seconds"] <= summary["total_seconds"]
+  # 5 steps of 8 examples after the first, timed from the end of the first step to the
+  # end of the last (the final checkpoint is after that).
+  assert training["examples_per_second"] == pytest.approx(40 / training["measured_seconds"])
+  assert 0 < training["measured_seconds"] < (training["wall_seconds"] -
+                                             training["startup_seconds"])
+  assert set(summary["seconds"]) == {"featurisation", "training", "eval"}
+  assert summary["seconds"]["training"] == training["wall_seconds"]
+  assert summary["device"]["kind"] == "CPU" and summary["device"]["count"] == os.cpu_count()
+  assert summary["versions"]["tensorflow"] == tf.__version__
+  assert summary["versions"]["python"] == platform.python_version()
+  assert summary["model"] == "BERT L=2 H=128 A=2"
+  assert summary["flags"]["max_seq_length"] == 32 and summary["flags"]["num_train_steps"] == 6
+  assert "do_train" in summary["given_flags"] and "use_tpu" not in summary["given_flags"]
+  assert summary["results"]["eval"]["global_step"] == 6
+  # The table tool reads it as it is.
+  assert run_table.markdown(run_table.load([output_dir])).splitlines()[2].startswith(
+      "| out | %s |" % summary["device"]["description"])

@@ -114,6 +114,8 @@ def define_flags(flag_values):
   float_("train_fraction", 1.0, "Train on this fraction (0, 1] of the train split, "
          "a seeded random subset.")
   integer("save_checkpoints_steps", 1000, "Steps between checkpoints.")
+  integer("save_summary_steps", 100, "Steps between TensorBoard summaries of training (loss, "
+          "learning rate, examples/sec, the loss scale with --use_fp16) in --output_dir.")
   integer("iterations_per_loop", 1000, "Steps per TPU loop (host round trip).")
   integer("log_every_steps", 10, "Steps between progress lines in training.")
   integer("seed", 12345, "Seed for initialisation, dropout, shuffling and "
@@ -241,7 +243,8 @@ def check_run_flags(c):
                     "Pass a new folder, or leave --export_dir out for a new numbered version "
                     "under <output_dir>/export" % c.export_dir)
   _check_positive(c, ("train_batch_size", "eval_batch_size", "predict_batch_size",
-                      "save_checkpoints_steps", "iterations_per_loop", "log_every_steps",
+                      "save_checkpoints_steps", "save_summary_steps", "iterations_per_loop",
+                      "log_every_steps",
                       "gradient_accumulation_steps", "num_record_shards", "featurise_workers"))
   if c.learning_rate <= 0:
     raise FlagError("--learning_rate=%g must be > 0 (BERT fine-tuning uses 2e-5 to 5e-5)" %
@@ -593,7 +596,8 @@ def make_estimator(c, model_fn):
       c.predict_batch_size, save_checkpoints_steps=c.save_checkpoints_steps,
       iterations_per_loop=c.iterations_per_loop, num_tpu_cores=c.num_tpu_cores, seed=c.seed,
       log_step_count_steps=c.log_every_steps * 10, tpu_name=c.tpu_name, tpu_zone=c.tpu_zone,
-      gcp_project=c.gcp_project, master=c.master, session_config=session_config)
+      gcp_project=c.gcp_project, master=c.master, session_config=session_config,
+      save_summary_steps=c.save_summary_steps)
 
 
 def take_fraction(examples, fraction, seed):
@@ -1033,7 +1037,8 @@ def run_once(c, fold=None):
       hub_module_handle=c.bert_hub_module_handle,
       gradient_accumulation_steps=c.gradient_accumulation_steps,
       precision="float16" if c.use_fp16 else "bfloat16" if c.use_bf16 else "float32",
-      xla_global_step_fix=c.use_xla, pooling=c.pooling)
+      xla_global_step_fix=c.use_xla, pooling=c.pooling, summary_dir=c.output_dir,
+      save_summary_steps=c.save_summary_steps)
   estimator = make_estimator(c, model_fn)
 
   outcome = {}

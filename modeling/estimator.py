@@ -39,7 +39,8 @@ def plain_global_step_read():
 def build_estimator(model_fn, output_dir, use_tpu, train_batch_size, eval_batch_size,
                     predict_batch_size, save_checkpoints_steps=1000, iterations_per_loop=1000,
                     num_tpu_cores=8, seed=None, log_step_count_steps=100, tpu_name=None,
-                    tpu_zone=None, gcp_project=None, master=None, session_config=None):
+                    tpu_zone=None, gcp_project=None, master=None, session_config=None,
+                    save_summary_steps=100):
   """A TPUEstimator; with use_tpu=False the same graph runs on the local device.
 
   Batch sizes are global. On TPU, TPUEstimator hands each core
@@ -53,6 +54,7 @@ def build_estimator(model_fn, output_dir, use_tpu, train_batch_size, eval_batch_
   run_config = tf.estimator.tpu.RunConfig(
       cluster=resolver, master=master, model_dir=output_dir,
       save_checkpoints_steps=save_checkpoints_steps, tf_random_seed=seed,
+      save_summary_steps=save_summary_steps,
       log_step_count_steps=log_step_count_steps, session_config=session_config,
       tpu_config=tf.estimator.tpu.TPUConfig(
           iterations_per_loop=iterations_per_loop, num_shards=num_tpu_cores,

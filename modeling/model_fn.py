@@ -8,7 +8,8 @@ from modeling.checkpoint import init_from_checkpoint
 from modeling.estimator import plain_global_step_read
 from modeling.loss_scale import DynamicLossScale
 from modeling.metrics import metric_fn_for
-from modeling.optimization import create_train_op
+from modeling.optimization import create_train_op, learning_rate_schedule
+from modeling.summaries import training_scalars
 
 TRAIN_LOSS_NAME = "train_loss"
 SEQ_LENGTH_NAME = "batch_seq_length"
@@ -17,7 +18,8 @@ SEQ_LENGTH_NAME = "batch_seq_length"
 def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, num_train_steps,
                      num_warmup_steps, use_tpu, use_one_hot_embeddings=None,
                      hub_module_handle=None, gradient_accumulation_steps=1,
-                     precision="float32", xla_global_step_fix=False, pooling="cls"):
+                     precision="float32", xla_global_step_fix=False, pooling="cls",
+                     summary_dir=None, save_summary_steps=100):
   """Returns a model_fn(features, labels, mode, params) for TPUEstimator.
 
   label_spec (spec/labels.py) gives the head's outputs, its loss, its metrics and the
@@ -29,6 +31,8 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
   gradient_accumulation_steps > 1 applies the mean gradient of that many batches
   (num_train_steps then counts updates, not batches). precision "float16" (GPU,
   with dynamic loss scaling) or "bfloat16" (TPU) runs the encoder in that precision.
+  Training records the learning rate (and the loss scale) for TensorBoard; on TPU they
+  are written into summary_dir every save_summary_steps steps.
   """
   if use_one_hot_embeddings is None:
     use_one_hot_embeddings = use_tpu
@@ -67,7 +71,13 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
       train_op = create_train_op(loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu,
                                  accumulation_steps=gradient_accumulation_steps,
                                  loss_scale=loss_scale)
-      return spec(mode=mode, loss=loss, train_op=train_op, scaffold_fn=scaffold_fn)
+      scalars = {"learning_rate": learning_rate_schedule(
+          learning_rate, num_train_steps, num_warmup_steps, tf.train.get_global_step())}
+      if loss_scale is not None:
+        scalars["fp16_loss_scale"] = loss_scale.scale
+      host_call = training_scalars(scalars, use_tpu, summary_dir, save_summary_steps)
+      return spec(mode=mode, loss=loss, train_op=train_op, scaffold_fn=scaffold_fn,
+                  host_call=host_call)
 
     metric_fn = metric_fn_for(label_spec)
     tensors = {"per_example_loss": per_example_loss, "is_real_example": is_real,

@@ -90,6 +90,7 @@ class RunConfig(object):
   train_fraction: float = 1.0
   seed: int = 12345
   save_checkpoints_steps: int = 1000
+  save_summary_steps: int = 100
   log_every_steps: int = 10
   allow_untrained_head: bool = False
   num_folds: int = 0

@@ -201,6 +201,29 @@ def test_an_export_loads_on_the_other_runtime(tmp_path):
   np.testing.assert_allclose(json.loads(done.stdout.splitlines()[-1]), expected, atol=1e-5)
 
 
+PLAIN_TENSORFLOW_CLIENT = """
+import json, sys
+import numpy as np
+import tensorflow.compat.v1 as tf
+assert not any(m.split(".")[0] in ("data", "modeling", "spec", "serving", "run_classifier")
+               for m in sys.modules)
+export_dir, records = sys.argv[1:]
+names = ("input_ids", "input_mask", "segment_ids")
+rows = {}
+for serialized in tf.python_io.tf_record_iterator(records):
+  example = tf.train.Example.FromString(serialized).features.feature
+  if example["is_real_example"].int64_list.value[0]:
+    rows[example["example_id"].int64_list.value[0]] = {
+        n: list(example[n].int64_list.value) for n in names}
+with tf.Session(graph=tf.Graph()) as session:
+  served = tf.saved_model.load(session, ["serve"], export_dir).signature_def["serving_default"]
+  feed = {served.inputs[n].name: np.array([rows[i][n] for i in sorted(rows)], np.int32)
+          for n in names}
+  values = session.run(served.outputs["probabilities"].name, feed)
+print(json.dumps({str(i): v.tolist() for i, v in zip(sorted(rows), values)}))
+"""
+
+
 def read_results(path):
   with open(path) as f:
     lines = f.read().splitlines()
@@ -251,6 +274,20 @@ def test_train_export_and_score_from_the_export_alone(tmp_path, tiny_checkpoint,
   np.testing.assert_allclose([[r["probabilities"]["0"], r["probabilities"]["1"]] for r in results],
                              [[float(v) for v in r[1:3]] for r in cli_rows], atol=1e-5)
   assert [r["label"] for r in results] == [r[3] for r in cli_rows]
+
+  # A process that imports nothing of this project: plain TensorFlow reads the predict
+  # split's cached records, feeds their ids to the export, and gets test_results.tsv's
+  # probabilities back.
+  records = os.path.join(output_dir, "features", "test.tf_record")
+  independent = subprocess.run(
+      [sys.executable, "-c", PLAIN_TENSORFLOW_CLIENT, export_dir, records], cwd=str(tmp_path),
+      env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
+  assert independent.returncode == 0, independent.stderr[-3000:]
+  by_id = json.loads(independent.stdout.splitlines()[-1])
+  assert sorted(int(i) for i in by_id) == list(range(33))
+  np.testing.assert_allclose([by_id[str(i)] for i in range(33)],
+                             [[float(v) for v in r[1:3]] for r in cli_rows], atol=1e-5)
 
   # Exporting again (no training) from the output_dir: a new numbered version inside it.
   again = run_flags(*common_flags(tiny_checkpoint, output_dir) + ["--do_export"])["export"]

@@ -18,9 +18,7 @@ import logging
 import math
 import os
 import random
-import shutil
 import sys
-import tempfile
 import time
 
 from absl import app
@@ -1029,9 +1027,10 @@ def run_once(c, fold=None):
       len(splits["train"].examples), c.num_train_steps, c.num_train_epochs,
       c.train_batch_size * c.gradient_accumulation_steps) if c.do_train else 0
 
+  # A hub module brings its own encoder; the head needs only the config's initializer range.
+  encoder_config = bert_config or BertConfig(vocab_size=len(tokenizer.vocab))
   model_fn = model_fn_builder(
-      bert_config=bert_config or BertConfig(vocab_size=len(tokenizer.vocab)),
-      label_spec=label_spec, init_checkpoint=c.init_checkpoint,
+      bert_config=encoder_config, label_spec=label_spec, init_checkpoint=c.init_checkpoint,
       learning_rate=c.learning_rate, num_train_steps=num_train_steps,
       num_warmup_steps=int(num_train_steps * c.warmup_proportion), use_tpu=c.use_tpu,
       hub_module_handle=c.bert_hub_module_handle,
@@ -1062,12 +1061,13 @@ def run_once(c, fold=None):
     with timed(seconds, "predict"):
       outcome["predictions"] = run_predict(c, estimator, processor, splits["test"], checkpoint)
   if c.do_export:
-    card_json = (model_card.to_json(card) if card else model_card.to_json(card_of_run(
-        c, processor, vocab_file, tokenizer, bert_config)))
+    # The card in --output_dir (this run's training may just have rewritten it); a model
+    # without one, e.g. a fine-tuned --init_checkpoint, gets this run's card.
+    export_card = read_model_card(c.output_dir) or card_of_run(
+        c, processor, vocab_file, tokenizer, bert_config)
     with timed(seconds, "export"):
-      outcome["export"] = run_export(
-          c, bert_config or BertConfig(vocab_size=len(tokenizer.vocab)), label_spec,
-          checkpoint, card_json, vocab_file)
+      outcome["export"] = run_export(c, encoder_config, label_spec, checkpoint, export_card,
+                                     vocab_file)
   outcome["summary"] = write_run_summary(
       c, started, seconds, progress if c.do_train else None, bert_config,
       {"eval": outcome.get("eval"), "predictions": outcome.get("predictions"),
@@ -1132,7 +1132,7 @@ def write_run_summary(c, started, seconds, progress, bert_config, results):
   return path
 
 
-def run_export(c, bert_config, label_spec, checkpoint, card_json, vocab_file):
+def run_export(c, bert_config, label_spec, checkpoint, card, vocab_file):
   """The SavedModel of checkpoint, built on this machine's CPU (also after a TPU run), into
   --export_dir or a new version folder under <output_dir>/export. Returns its path."""
   export_dir = c.export_dir or export.versioned_export_dir(os.path.join(c.output_dir, "export"))
@@ -1140,16 +1140,11 @@ def run_export(c, bert_config, label_spec, checkpoint, card_json, vocab_file):
       bert_config=bert_config, label_spec=label_spec, init_checkpoint=None, learning_rate=0.0,
       num_train_steps=0, num_warmup_steps=0, use_tpu=False,
       hub_module_handle=c.bert_hub_module_handle, pooling=c.pooling)
-  staging = tempfile.mkdtemp(prefix="model-card-")
-  try:
-    card_file = os.path.join(staging, signature.CARD_ASSET)
-    with open(card_file, "w") as out:
-      out.write(card_json)
-    export.export_saved_model(
-        model_fn, checkpoint, export_dir, signature.output_name(label_spec),
-        {signature.CARD_ASSET: card_file, signature.VOCAB_ASSET: vocab_file})
-  finally:
-    shutil.rmtree(staging, ignore_errors=True)
+  with tf.io.gfile.GFile(vocab_file, "r") as f:  # a hub module's may be in a bucket
+    vocab = f.read()
+  export.export_saved_model(
+      model_fn, checkpoint, export_dir, signature.output_name(label_spec),
+      {signature.CARD_ASSET: model_card.to_json(card), signature.VOCAB_ASSET: vocab})
   log.info("exported %s to %s: predict from it alone with --saved_model=%s, or load it in "
            "Python with serving.predictor.Predictor", describe_checkpoint(
                checkpoint, checkpoint_global_step(checkpoint)), export_dir, export_dir)

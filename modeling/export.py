@@ -1,4 +1,4 @@
-"""Exporting a fine-tuned model as a SavedModel for serving (spec/serving.py's contract).
+"""Exporting a fine-tuned model as a SavedModel for serving (spec/signature.py's contract).
 
 The export graph is the model_fn's PREDICT graph on placeholders of any batch size and
 length, restored from one checkpoint, with one signature and the files needed to predict
@@ -40,7 +40,7 @@ def export_saved_model(model_fn, checkpoint, export_dir, output_name, assets):
 
   model_fn: a model_fn built for the CPU (use_tpu=False) without init_checkpoint.
   output_name: the signature's name for the predictions' "outputs".
-  assets: {file name in assets/: source path}, e.g. the model card and the vocabulary.
+  assets: {file name in assets/: its text}, e.g. the model card and the vocabulary.
   Returns export_dir.
   """
   if tf.io.gfile.exists(export_dir):
@@ -54,10 +54,11 @@ def export_saved_model(model_fn, checkpoint, export_dir, output_name, assets):
       features = serving_features()
       spec = model_fn(features, None, tf.estimator.ModeKeys.PREDICT, {})
       outputs = spec.predictions["outputs"]
-      for name, source in sorted(assets.items()):
+      for name, text in sorted(assets.items()):
         # The builder copies each asset under its own base name: stage them so named.
         staged = os.path.join(staging, name)
-        tf.io.gfile.copy(source, staged, overwrite=True)
+        with open(staged, "w", encoding="utf-8") as out:
+          out.write(text)
         tf.add_to_collection(tf.GraphKeys.ASSET_FILEPATHS,
                              tf.constant(staged, name="asset_" + name.replace(".", "_")))
       prediction = tf.saved_model.signature_def_utils.predict_signature_def(

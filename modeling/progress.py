@@ -35,6 +35,10 @@ class ProgressHook(tf.train.SessionRunHook):
     self.fetch_loss = fetch_loss
     self.report = report or log.info
     self.history = []  # (step, loss, examples_per_sec) at each report
+    self.train_started = None  # the caller's time.time() when it called train()
+    self._reset_window()
+
+  def _reset_window(self):
     # The steady-state window: from the end of the first step seen to the last one.
     self.first_step = self.first_step_time = None
     self.last_step = self.last_step_time = None
@@ -49,7 +53,7 @@ class ProgressHook(tf.train.SessionRunHook):
         self._loss = None
     self._window_losses = []
     self._window_start = None
-    self._first_step = None
+    self._reset_window()
 
   def before_run(self, run_context):
     fetches = {"step": self._global_step}
@@ -63,8 +67,7 @@ class ProgressHook(tf.train.SessionRunHook):
     if "loss" in run_values.results:
       self._window_losses.append(float(run_values.results["loss"]))
     self.last_step, self.last_step_time = step, now
-    if self._first_step is None:
-      self._first_step, self._start_time = step, now
+    if self.first_step is None:
       self.first_step, self.first_step_time = step, now
       self._window_start = (step, now)
       self._window_losses = []
@@ -75,7 +78,7 @@ class ProgressHook(tf.train.SessionRunHook):
   def _log(self, step, now):
     window_steps = step - self._window_start[0]
     rate = window_steps * self.batch_size / max(now - self._window_start[1], 1e-9)
-    overall = (step - self._first_step) / max(now - self._start_time, 1e-9)
+    overall = (step - self.first_step) / max(now - self.first_step_time, 1e-9)
     eta = (self.total_steps - step) / overall if overall > 0 else 0.0
     loss = (sum(self._window_losses) / len(self._window_losses)) if self._window_losses else None
     self.history.append((step, loss, rate))

@@ -54,23 +54,19 @@ def random_classifier_checkpoint(folder, spec, seed=7):
   return path
 
 
-def card_file(folder, spec, truncation=None):
-  card = model_card.build_card(
+def card_text(spec, truncation=None):
+  return model_card.to_json(model_card.build_card(
       task="csv", label_spec=spec, max_seq_length=MAX_LEN, do_lower_case=True,
       vocab_file=TINY_VOCAB, vocab_sha256="unused here", bert_config=None,
-      init_checkpoint=None, hub_module=None, flags={}, truncation=truncation)
-  path = os.path.join(folder, "card.json")
-  with open(path, "w") as f:
-    f.write(model_card.to_json(card))
-  return path
+      init_checkpoint=None, hub_module=None, flags={}, truncation=truncation))
 
 
 def export_tiny(tmp_path, kind="classification", truncation=None):
   spec = SPECS[kind]
   folder = str(tmp_path / kind)
   checkpoint = random_classifier_checkpoint(folder, spec)
-  assets = {signature.CARD_ASSET: card_file(folder, spec, truncation),
-            signature.VOCAB_ASSET: TINY_VOCAB}
+  with open(TINY_VOCAB, encoding="utf-8") as f:
+    assets = {signature.CARD_ASSET: card_text(spec, truncation), signature.VOCAB_ASSET: f.read()}
   export_dir = versioned_export_dir(os.path.join(folder, "export"))
   export_saved_model(tiny_model_fn(spec), checkpoint, export_dir, signature.output_name(spec),
                      assets)

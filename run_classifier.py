@@ -800,19 +800,32 @@ def describe_checkpoint(path, step):
 
 def run_train(c, estimator, processor, split, num_train_steps):
   per_update = c.train_batch_size * c.gradient_accumulation_steps
+  start_step = resumed_step(c.output_dir)
   log.info("training: %d examples, batch %d, %d steps", len(split.examples), per_update,
            num_train_steps)
+  if 0 < start_step < num_train_steps:
+    log.info("resuming from the checkpoint at step %d of %d: the input continues after the "
+             "%d examples those steps trained on (epoch %.2f)", start_step, num_train_steps,
+             start_step * per_update, start_step * per_update / float(len(split.examples)))
   hook = ProgressHook(num_train_steps, per_update, c.log_every_steps,
                       loss_tensor_name=TRAIN_LOSS_NAME, fetch_loss=not c.use_tpu,
                       report=log.info)
   input_fn = input_fn_builder(split.record_files, c.max_seq_length, is_training=True,
                               label_spec=processor.label_spec, seed=c.seed,
                               dynamic_padding=c.dynamic_padding,
-                              weighted=split.metadata["weighted"])
+                              weighted=split.metadata["weighted"],
+                              skip_examples=start_step * per_update)
   hook.train_started = time.time()
   estimator.train(input_fn=input_fn, max_steps=num_train_steps, hooks=[hook])
   log.info("training done in %s", format_seconds(time.time() - hook.train_started))
   return hook
+
+
+def resumed_step(output_dir):
+  """The global step of the newest checkpoint in output_dir (0 when there is none): where
+  Estimator.train continues."""
+  latest = tf.train.latest_checkpoint(output_dir)
+  return (checkpoint_global_step(latest) or 0) if latest else 0
 
 
 def _restore_path(output_dir, checkpoint):

@@ -38,7 +38,7 @@ def bucket_boundaries(max_seq_length, width=BUCKET_WIDTH):
 
 
 def input_fn_builder(input_file, max_seq_length, is_training, label_spec, seed=None,
-                     dynamic_padding=False, weighted=False):
+                     dynamic_padding=False, weighted=False, skip_examples=0):
   """Returns input_fn(params) reading batches of params['batch_size'] records.
 
   label_spec (spec/labels.py) gives the label's dtype and shape; weighted records (of
@@ -51,12 +51,22 @@ def input_fn_builder(input_file, max_seq_length, is_training, label_spec, seed=N
   batch only as long as its longest example. In training, examples are also
   grouped into buckets of similar length (BUCKET_WIDTH tokens), so a batch
   holds little padding; eval and predict keep the file's order and only trim.
+
+  skip_examples (training, on resume: the examples the checkpoint's steps have
+  consumed) continues the seeded stream where it stopped instead of replaying its
+  start. The stream is deterministic (seeded shuffle, ordered reads), so skipping
+  the batches of skip_examples / params['batch_size'] reaches the exact next batch.
+  That is the whole stream on CPU/GPU and on one TPU host (whose cores take
+  batch_size each per step).
   """
+  if skip_examples and not is_training:
+    raise ValueError("skip_examples is for resuming training")
   spec = parsing_spec(max_seq_length, label_spec, weighted)
   files = input_file if isinstance(input_file, (list, tuple)) else [input_file]
 
   def input_fn(params):
     batch_size = params["batch_size"]
+    skip_batches = skip_examples // batch_size
     dataset = tf.data.Dataset.from_tensor_slices(tf.constant(files))
     if is_training and len(files) > 1:
       dataset = dataset.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), 8))
@@ -65,6 +75,8 @@ def input_fn_builder(input_file, max_seq_length, is_training, label_spec, seed=N
     if is_training:
       dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True)
       dataset = dataset.repeat()
+      if not dynamic_padding:  # fixed batches: skipping records skips whole batches, unparsed
+        dataset = dataset.skip(skip_batches * batch_size)
     dataset = dataset.map(lambda r: _decode(r, spec),
                           num_parallel_calls=tf.data.experimental.AUTOTUNE)
     if dynamic_padding and is_training:
@@ -72,6 +84,7 @@ def input_fn_builder(input_file, max_seq_length, is_training, label_spec, seed=N
       dataset = dataset.map(_unpad, num_parallel_calls=tf.data.experimental.AUTOTUNE)
       dataset = dataset.apply(tf.data.experimental.bucket_by_sequence_length(
           _length, boundaries, [batch_size] * (len(boundaries) + 1), drop_remainder=True))
+      dataset = dataset.skip(skip_batches)  # a batch's rows depend on the buckets before it
     else:
       dataset = dataset.batch(batch_size, drop_remainder=True)
       if dynamic_padding:

@@ -9,9 +9,6 @@ import tensorflow.compat.v1 as tf
 from modeling.compat import static_shape
 from spec.config import CHOICES
 
-HEAD_DROPOUT = 0.1
-
-
 POOLINGS = CHOICES["pooling"]
 
 
@@ -23,14 +20,18 @@ def mean_pool(sequence_output, input_mask):
   return total / tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)
 
 
-def head_logits(pooled_output, num_outputs, is_training, initializer_range=0.02):
-  """pooled_output [batch, hidden] -> logits [batch, num_outputs]."""
+def head_logits(pooled_output, num_outputs, is_training, initializer_range=0.02,
+                dropout_rate=0.1):
+  """pooled_output [batch, hidden] -> logits [batch, num_outputs]. In training the
+  pooled output gets dropout_rate: the encoder's hidden dropout, which is the 0.1 that
+  Google's classifier hard-codes for every released BERT config, and 0 turns it off with
+  the encoder's (a run without randomness, as the resume test needs)."""
   hidden = static_shape(pooled_output)[-1]
   weights = tf.get_variable("output_weights", [num_outputs, hidden],
                             initializer=tf.truncated_normal_initializer(stddev=initializer_range))
   bias = tf.get_variable("output_bias", [num_outputs], initializer=tf.zeros_initializer())
-  if is_training:
-    pooled_output = tf.nn.dropout(pooled_output, rate=HEAD_DROPOUT)
+  if is_training and dropout_rate > 0:
+    pooled_output = tf.nn.dropout(pooled_output, rate=dropout_rate)
   return tf.nn.bias_add(tf.matmul(pooled_output, weights, transpose_b=True), bias)
 
 

@@ -49,7 +49,8 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
     tf.identity(tf.shape(features["input_ids"])[1], name=SEQ_LENGTH_NAME)
     pooled = encode(bert_config, features, is_training, use_one_hot_embeddings,
                     hub_module_handle, compute_dtype=tf.as_dtype(precision), pooling=pooling)
-    logits = head.head_logits(pooled, num_outputs, is_training, bert_config.initializer_range)
+    logits = head.head_logits(pooled, num_outputs, is_training, bert_config.initializer_range,
+                              bert_config.hidden_dropout_prob)
     scaffold_fn = init_from_checkpoint(init_checkpoint, tf.trainable_variables(), use_tpu,
                                        report=is_training)
     spec = tf.estimator.tpu.TPUEstimatorSpec

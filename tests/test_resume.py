@@ -1,0 +1,164 @@
+"""Resume and determinism: the training stream continues after a checkpoint instead of
+replaying its start, a killed training process resumes to the same global step and the
+same weights, and one --seed gives the same losses twice."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+from conftest import JIGSAW, ROOT, TINY, TINY_VOCAB, common_flags, run_flags
+from data import tokenization
+from data.input_fn import input_fn_builder
+from data.processors import InputExample
+from data.tfrecord import build_records
+from spec.labels import SingleLabel
+
+BINARY = SingleLabel(["label"], ["0", "1"])
+
+
+def _training_records(tmp_path, n=37, shards=2):
+  tokenizer = tokenization.FullTokenizer(TINY_VOCAB, do_lower_case=True)
+  # Lengths from 1 to 13 words, so that dynamic padding fills several buckets.
+  examples = [InputExample(str(i), " ".join(["word"] * (1 + i * 7 % 13)) + " %d" % i,
+                           label=str(i % 2)) for i in range(n)]
+  settings = {"label_spec": BINARY.to_card(), "max_seq_length": 20, "source_sha256": "x",
+              "vocab_sha256": tokenization.vocab_fingerprint(TINY_VOCAB)}
+  meta = build_records(examples, str(tmp_path / "train.tf_record"), settings, tokenizer,
+                       num_shards=shards)
+  return meta["files"]
+
+
+def _first_batches(input_fn, batch_size, count):
+  """The example ids of the first `count` batches of a training input_fn."""
+  with tf.Graph().as_default():
+    batch = tf.data.make_one_shot_iterator(input_fn({"batch_size": batch_size})).get_next()
+    with tf.Session() as session:
+      return [session.run(batch["example_id"]).tolist() for _ in range(count)]
+
+
+@pytest.mark.parametrize("dynamic_padding", [False, True])
+def test_skipping_continues_the_seeded_stream(tmp_path, dynamic_padding):
+  """A resumed input_fn yields exactly the batches an uninterrupted one yields after the
+  skipped ones, across epoch boundaries (37 rows, batches of 4), with and without length
+  buckets."""
+  files = _training_records(tmp_path)
+
+  def stream(skip_examples):
+    return input_fn_builder(files, 20, is_training=True, label_spec=BINARY, seed=7,
+                            dynamic_padding=dynamic_padding, skip_examples=skip_examples)
+
+  whole = _first_batches(stream(0), 4, 30)
+  for done in (1, 5, 12):
+    assert _first_batches(stream(done * 4), 4, 30 - done) == whole[done:]
+  # The stream is not the file order repeated, so a replay would have been visible.
+  assert whole[0] != whole[10]
+  with pytest.raises(ValueError, match="skip_examples is for resuming training"):
+    input_fn_builder(files, 20, is_training=False, label_spec=BINARY, skip_examples=8)
+
+
+def _without_dropout(tmp_path):
+  """BERT-Tiny's config with dropout off: the only randomness left in training is the
+  seeded data order, so resumed and uninterrupted weights must agree."""
+  with open(os.path.join(TINY, "bert_config.json")) as f:
+    config = json.load(f)
+  config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+  path = str(tmp_path / "bert_config_no_dropout.json")
+  with open(path, "w") as f:
+    json.dump(config, f)
+  return path
+
+
+def _weights(output_dir):
+  checkpoint = tf.train.latest_checkpoint(output_dir)
+  reader = tf.train.load_checkpoint(checkpoint)
+  names = [n for n, _ in tf.train.list_variables(checkpoint)
+           if n.startswith(("bert/", "output_")) and "adam" not in n]
+  return {n: reader.get_tensor(n) for n in names}, reader.get_tensor("global_step")
+
+
+def _resume_flags(checkpoint, output_dir, config_file, steps):
+  flags = common_flags(checkpoint, output_dir)
+  flags = [f for f in flags if not f.startswith("--bert_config_file=")]
+  # A small learning rate keeps the float rounding of parallel CPU kernels (about 1e-7
+  # per step) from growing through Adam's normalised updates into visible differences.
+  return flags + ["--bert_config_file=" + config_file, "--do_train",
+                  "--num_train_steps=%d" % steps, "--save_checkpoints_steps=10",
+                  "--max_seq_length=64", "--train_batch_size=16", "--log_every_steps=1",
+                  "--learning_rate=1e-5"]
+
+
+@pytest.mark.slow
+def test_killed_training_resumes_to_the_same_step_and_weights(tmp_path, tiny_checkpoint):
+  """kill -9 a real training process after its first checkpoints, run the same command
+  again: it continues from the last checkpoint, skips the examples already trained on,
+  and ends at the same global step with the weights of an uninterrupted run."""
+  steps = 120
+  config_file = _without_dropout(tmp_path)
+  reference = str(tmp_path / "uninterrupted")
+  outcome = run_flags(*_resume_flags(tiny_checkpoint, reference, config_file, steps))
+  expected_losses = {step: loss for step, loss, _ in outcome["train_progress"]}
+  expected, expected_step = _weights(reference)
+  assert expected_step == steps
+
+  output_dir = str(tmp_path / "killed")
+  command = [sys.executable, os.path.join(ROOT, "run_classifier.py")] + _resume_flags(
+      tiny_checkpoint, output_dir, config_file, steps)
+  process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+  deadline = time.time() + 300
+  try:
+    while not os.path.exists(os.path.join(output_dir, "model.ckpt-20.index")):
+      assert process.poll() is None, "training ended before it could be killed"
+      assert time.time() < deadline, "no checkpoint at step 20 within 300 s"
+      time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait(60)
+  finally:
+    if process.poll() is None:
+      process.kill()
+  killed_at = _weights(output_dir)[1]
+  assert 20 <= killed_at < steps, "the kill came after training had finished"
+
+  resumed = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           universal_newlines=True, timeout=600)
+  assert resumed.returncode == 0, resumed.stdout[-3000:]
+  assert ("resuming from the checkpoint at step %d of %d: the input continues after the %d "
+          "examples those steps trained on" % (killed_at, steps, killed_at * 16)
+          in resumed.stdout), resumed.stdout[-3000:]
+  weights, step = _weights(output_dir)
+  assert step == steps
+  # Every step after the resumed one trained on the batch the uninterrupted run had at that
+  # step: the same loss (a replayed batch would give another).
+  resumed_losses = {int(m.group(1)): float(m.group(2)) for m in re.finditer(
+      r"step (\d+)/%d  loss ([0-9.]+)" % steps, resumed.stdout)}
+  assert sorted(resumed_losses) == list(range(killed_at + 2, steps + 1))
+  for s in resumed_losses:
+    # (the log prints 4 decimals)
+    assert resumed_losses[s] == pytest.approx(expected_losses[s], abs=6e-5), s
+  for name, value in expected.items():
+    np.testing.assert_allclose(weights[name], value, rtol=0, atol=1e-6, err_msg=name)
+
+
+def _losses(tmp_path, tiny_checkpoint, name, seed):
+  outcome = run_flags(*common_flags(tiny_checkpoint, str(tmp_path / name)) + [
+      "--do_train", "--num_train_steps=8", "--log_every_steps=1", "--seed=%d" % seed])
+  return [loss for _, loss, _ in outcome["train_progress"]]
+
+
+def test_the_same_seed_gives_the_same_losses(tmp_path, tiny_checkpoint):
+  """On CPU, with dropout on: two runs with one --seed give every step's loss again, to
+  the float rounding of TensorFlow's parallel CPU kernels (a sum may be added in another
+  order: about 1e-7); another seed (another head, data order and dropout) changes them."""
+  first = _losses(tmp_path, tiny_checkpoint, "a", 12345)
+  assert len(first) == 7  # every step after the first
+  np.testing.assert_allclose(_losses(tmp_path, tiny_checkpoint, "b", 12345), first, rtol=1e-5)
+  other = _losses(tmp_path, tiny_checkpoint, "c", 54321)
+  assert max(abs(a - b) for a, b in zip(other, first)) > 0.01

@@ -35,13 +35,16 @@ from data import folds as folds_lib
 from data import weights as weights_lib
 from data.tfrecord import build_records, file_sha256
 from modeling import bias_metrics
+from modeling import eval_history
 from modeling.bert import BertConfig
 from modeling.checkpoint import checkpoint_global_step, head_shape
 from modeling.compat import setup_tensorflow
 from modeling import export
 from modeling.estimator import build_estimator, describe_device, xla_session_config
+from modeling.metrics import metric_names
 from modeling.model_fn import TRAIN_LOSS_NAME, model_fn_builder
 from modeling.progress import ProgressHook, format_seconds
+from modeling.summaries import scalar_events
 from spec import config
 from spec import labels as label_specs
 from spec import model_card
@@ -114,6 +117,15 @@ def define_flags(flag_values):
   integer("save_checkpoints_steps", 1000, "Steps between checkpoints.")
   integer("save_summary_steps", 100, "Steps between TensorBoard summaries of training (loss, "
           "learning rate, examples/sec, the loss scale with --use_fp16) in --output_dir.")
+  integer("eval_every_steps", 0, "With --do_train and --do_eval: evaluate the dev split "
+          "every this many steps during training (and at its end), each evaluation a row of "
+          "eval_history.csv; the learning curve is drawn into learning_curve.png. On a TPU "
+          "training and evaluation alternate.")
+  string("best_metric", None, "With --eval_every_steps: keep the checkpoint with the best "
+         "value of this eval metric (e.g. auc, accuracy, mean_auc, loss; losses and mse "
+         "lower, others higher) in <output_dir>/best; eval, predict and export then use it.")
+  integer("early_stopping_patience", 0, "With --best_metric: stop training when that many "
+          "evaluations in a row have not improved on the best.")
   integer("iterations_per_loop", 1000, "Steps per TPU loop (host round trip).")
   integer("log_every_steps", 10, "Steps between progress lines in training.")
   integer("seed", 12345, "Seed for initialisation, dropout, shuffling and "
@@ -244,6 +256,7 @@ def check_run_flags(c):
                       "save_checkpoints_steps", "save_summary_steps", "iterations_per_loop",
                       "log_every_steps",
                       "gradient_accumulation_steps", "num_record_shards", "featurise_workers"))
+  _check_periodic_eval_flags(c)
   if c.learning_rate <= 0:
     raise FlagError("--learning_rate=%g must be > 0 (BERT fine-tuning uses 2e-5 to 5e-5)" %
                     c.learning_rate)
@@ -339,6 +352,26 @@ def check_task_and_model_flags(c, card=None):
         c.bert_config_file or model_card.card_path(c.output_dir))
   return config
 
+
+
+def _check_periodic_eval_flags(c):
+  if c.eval_every_steps < 0 or c.early_stopping_patience < 0:
+    raise FlagError("--eval_every_steps and --early_stopping_patience must be >= 0 (0: off)")
+  if c.eval_every_steps and not (c.do_train and c.do_eval):
+    raise FlagError("--eval_every_steps=%d evaluates the dev split during training: add "
+                    "--do_train and --do_eval" % c.eval_every_steps)
+  if c.best_metric and not c.eval_every_steps:
+    raise FlagError("--best_metric=%s picks the best of the evaluations during training: "
+                    "add --eval_every_steps (e.g. --eval_every_steps=%d)" % (
+                        c.best_metric, c.save_checkpoints_steps))
+  if c.early_stopping_patience and not c.best_metric:
+    raise FlagError("--early_stopping_patience=%d counts evaluations without improvement of "
+                    "a metric: add --best_metric (e.g. --best_metric=loss)"
+                    % c.early_stopping_patience)
+  if c.eval_every_steps and c.num_folds:
+    raise FlagError("--eval_every_steps cannot be combined with --num_folds: each fold's dev "
+                    "split is its held-out rows, so choosing its checkpoint by them would make "
+                    "the out-of-fold predictions optimistic. Drop one of them")
 
 
 def _check_saved_model_flags(c):
@@ -768,7 +801,13 @@ def head_checkpoint(output_dir, init_checkpoint, allow_untrained_head, mode, lab
   predictions would be random: refused unless --allow_untrained_head. A head with
   another number of outputs belongs to another task: refused.
   """
-  source = tf.train.latest_checkpoint(output_dir) or init_checkpoint
+  kept = eval_history.read_best(output_dir)
+  if kept and tf.io.gfile.exists(kept["checkpoint"] + ".index"):
+    source = kept["checkpoint"]
+    log.info("%s keeps the best checkpoint by %s (%s at step %d): using it", os.path.dirname(
+        source), kept["metric"], _format_metric(kept["value"]), kept["step"])
+  else:
+    source = tf.train.latest_checkpoint(output_dir) or init_checkpoint
   shape = head_shape(source) if source else None
   if shape is None:
     if allow_untrained_head:
@@ -798,27 +837,180 @@ def describe_checkpoint(path, step):
   return "%s (global step %s)" % (path, step if step is not None else "unknown")
 
 
-def run_train(c, estimator, processor, split, num_train_steps):
+def run_train(c, estimator, processor, split, num_train_steps, until_step=None, progress=None):
+  """Trains to until_step (default: num_train_steps) from the newest checkpoint in
+  --output_dir, continuing the input stream after the examples its steps used. progress
+  (a ProgressHook) carries on from an earlier call; returns it."""
   per_update = c.train_batch_size * c.gradient_accumulation_steps
   start_step = resumed_step(c.output_dir)
-  log.info("training: %d examples, batch %d, %d steps", len(split.examples), per_update,
-           num_train_steps)
-  if 0 < start_step < num_train_steps:
-    log.info("resuming from the checkpoint at step %d of %d: the input continues after the "
-             "%d examples those steps trained on (epoch %.2f)", start_step, num_train_steps,
-             start_step * per_update, start_step * per_update / float(len(split.examples)))
-  hook = ProgressHook(num_train_steps, per_update, c.log_every_steps,
-                      loss_tensor_name=TRAIN_LOSS_NAME, fetch_loss=not c.use_tpu,
-                      report=log.info)
+  until_step = until_step or num_train_steps
+  if progress is None:
+    log.info("training: %d examples, batch %d, %d steps", len(split.examples), per_update,
+             num_train_steps)
+    if 0 < start_step < num_train_steps:
+      log.info("resuming from the checkpoint at step %d of %d: the input continues after the "
+               "%d examples those steps trained on (epoch %.2f)", start_step, num_train_steps,
+               start_step * per_update, start_step * per_update / float(len(split.examples)))
+    progress = ProgressHook(num_train_steps, per_update, c.log_every_steps,
+                            loss_tensor_name=TRAIN_LOSS_NAME, fetch_loss=not c.use_tpu,
+                            report=log.info)
   input_fn = input_fn_builder(split.record_files, c.max_seq_length, is_training=True,
                               label_spec=processor.label_spec, seed=c.seed,
                               dynamic_padding=c.dynamic_padding,
                               weighted=split.metadata["weighted"],
                               skip_examples=start_step * per_update)
-  hook.train_started = time.time()
-  estimator.train(input_fn=input_fn, max_steps=num_train_steps, hooks=[hook])
-  log.info("training done in %s", format_seconds(time.time() - hook.train_started))
-  return hook
+  if c.use_tpu and c.num_tpu_cores > 8 and start_step:
+    log.warning("resuming on %d TPU cores: every host reads the whole stream, so the "
+                "examples skipped are exact for one host (8 cores) only", c.num_tpu_cores)
+  progress.train_started = time.time()
+  if start_step < until_step:
+    estimator.train(input_fn=input_fn, max_steps=until_step, hooks=[progress])
+    log.info("trained to step %d in %s", until_step,
+             format_seconds(time.time() - progress.train_started))
+  return progress
+
+
+# --- Evaluation during training ---------------------------------------------------------
+
+# Eval results that are no metric to choose a checkpoint by.
+NOT_METRICS = ("checkpoint", "global_step", "num_examples", "majority_baseline_accuracy")
+
+
+def eval_metric_names(processor, dev_examples):
+  """The metrics an evaluation of this run reports (as in eval_results.json)."""
+  names = {"loss" if n == "eval_loss" else n for n in metric_names(processor.label_spec)}
+  if processor.name == "jigsaw_bias" and identity_columns_in(dev_examples):
+    names.update("bias_" + k for k in BIAS_FIGURES)
+  return sorted(names - set(NOT_METRICS))
+
+
+def check_best_metric(c, processor, dev_examples, output_dir):
+  """--best_metric names a metric of this run, and an output_dir that already keeps a
+  best checkpoint keeps it by the same metric."""
+  if c.best_metric:
+    names = eval_metric_names(processor, dev_examples)
+    if c.best_metric not in names:
+      raise FlagError("--best_metric=%s is not a metric of this run's evaluation (%s head); "
+                      "choose one of: %s" % (c.best_metric, processor.label_spec.kind,
+                                              ", ".join(names)))
+  kept = eval_history.read_best(output_dir)
+  if kept and kept["metric"] != c.best_metric:
+    raise FlagError(
+        "%s keeps the best checkpoint by --best_metric=%s (step %d), and this run %s. Pass "
+        "--best_metric=%s --eval_every_steps=N to go on with that run, or use a new "
+        "--output_dir" % (eval_history.best_dir(output_dir), kept["metric"], kept["step"],
+                          "chooses by %s" % c.best_metric if c.best_metric else
+                          "keeps none", kept["metric"]))
+
+
+def train_with_evaluations(c, estimator, processor, splits, num_train_steps, seconds):
+  """--eval_every_steps: training to each multiple of N steps (and to the end), each
+  followed by an evaluation of its checkpoint; on a TPU, alternating training and
+  evaluation loops. Every evaluation is a row of eval_history.csv; --best_metric keeps
+  the best checkpoint in <output_dir>/best, and --early_stopping_patience stops when that
+  many evaluations in a row have not improved on it. A re-run of the command continues
+  where the history and the newest checkpoint stand.
+
+  Returns (progress, the checkpoint that later modes use: the best one with
+  --best_metric, else the last; the eval results of that checkpoint when it was the last
+  evaluated, else None)."""
+  goal = eval_history.Goal(c.best_metric) if c.best_metric else None
+  history = eval_history.EvalHistory.load(
+      os.path.join(c.output_dir, eval_history.HISTORY_CSV), resumed_step(c.output_dir))
+  if history.rows:
+    log.info("%d evaluations in %s so far (up to step %d)", len(history.rows), history.path,
+             history.steps()[-1])
+  seconds.setdefault("training", 0.0)
+  seconds.setdefault("eval", 0.0)
+  before = {"training": history.last("train_seconds_so_far", 0.0),
+            "eval": history.last("eval_seconds_so_far", 0.0)}
+  progress, last_results = None, None
+  while True:
+    step = resumed_step(c.output_dir)
+    due = step % c.eval_every_steps == 0 or step >= num_train_steps
+    if step and due and step not in history.steps():
+      last_results = evaluate_during_training(c, estimator, processor, splits["dev"], step,
+                                              history, goal, progress, seconds, before)
+    if step >= num_train_steps:
+      break
+    if goal and c.early_stopping_patience and (
+        history.evaluations_since_best(goal) >= c.early_stopping_patience):
+      best = history.best_row(goal)
+      log.info("early stopping at step %d of %d: %s has not improved for %d evaluations "
+               "(best %s at step %s)", step, num_train_steps, goal.metric,
+               history.evaluations_since_best(goal),
+               best and _format_metric(best[goal.metric]), best and best["step"])
+      break
+    until = min(num_train_steps, (step // c.eval_every_steps + 1) * c.eval_every_steps)
+    started = time.time()
+    progress = run_train(c, estimator, processor, splits["train"], num_train_steps, until,
+                         progress)
+    seconds["training"] += time.time() - started
+    if resumed_step(c.output_dir) <= step:  # never loop on a training that cannot advance
+      raise RuntimeError("training from step %d to %d saved no later checkpoint in %s" % (
+          step, until, c.output_dir))
+  draw_learning_curve(c.output_dir, history, goal)
+  latest = tf.train.latest_checkpoint(c.output_dir)
+  if goal:
+    kept = eval_history.read_best(c.output_dir)
+    if kept is None:
+      log.warning("no evaluation gave a value of %s: the last checkpoint is used", goal.metric)
+    else:
+      log.info("the best checkpoint by %s: %s at step %d (%s); eval, predict and export use it",
+               goal.describe(), _format_metric(kept["value"]), kept["step"], kept["checkpoint"])
+      if kept["step"] != checkpoint_global_step(latest):
+        return progress, kept["checkpoint"], None
+  return progress, latest, last_results
+
+
+def _format_metric(value):
+  return "%.4f" % value if isinstance(value, float) else str(value)
+
+
+def evaluate_during_training(c, estimator, processor, split, step, history, goal, progress,
+                             seconds, seconds_before):
+  """Evaluates the checkpoint at step, appends its row to the history, and keeps it when
+  it is the best so far. Returns its eval results."""
+  checkpoint = tf.train.latest_checkpoint(c.output_dir)
+  started = time.time()
+  results = run_eval(c, estimator, processor, split, checkpoint)
+  seconds["eval"] += time.time() - started
+  previous = history.steps()[-1] if history.rows else 0
+  train_loss = progress.mean_loss_between(previous, step) if progress else None
+  if train_loss is None:  # on a TPU (or when resumed right here): the summaries' losses
+    losses = [v for s, v in scalar_events(c.output_dir, "loss") if previous < s <= step]
+    train_loss = sum(losses) / len(losses) if losses else None
+  row = {k: v for k, v in results.items() if k not in NOT_METRICS}
+  is_best = False
+  if goal:
+    best = history.best_row(goal)
+    is_best = goal.improves(results.get(goal.metric), best and best[goal.metric])
+    if results.get(goal.metric) is None:
+      log.warning("eval at step %d: %s is undefined, so this checkpoint cannot be the best",
+                  step, goal.metric)
+    if is_best:
+      kept = eval_history.keep_best(checkpoint, c.output_dir, goal, results[goal.metric], step)
+      log.info("new best %s = %s at step %d, kept as %s", goal.metric,
+               _format_metric(results[goal.metric]), step, kept)
+  # (so far: this command's seconds after those of the commands before it, on a resume)
+  row.update(step=step, train_loss=train_loss, best=int(is_best), checkpoint=checkpoint,
+             train_seconds_so_far=seconds["training"] + seconds_before["training"],
+             eval_seconds_so_far=seconds["eval"] + seconds_before["eval"])
+  history.append(row)
+  return results
+
+
+def draw_learning_curve(output_dir, history, goal):
+  """learning_curve.png: the history's training and eval loss (and the chosen metric)
+  against step."""
+  if not history.rows:
+    return
+  metric = goal.metric if goal else "loss"
+  png = eval_history.learning_curve_png(history.rows, metric)
+  path = os.path.join(output_dir, eval_history.CURVE_PNG)
+  with tf.io.gfile.GFile(path, "wb") as out:
+    out.write(png)
+  log.info("%d evaluations in %s; learning curve in %s", len(history.rows), history.path, path)
 
 
 def resumed_step(output_dir):
@@ -828,16 +1020,18 @@ def resumed_step(output_dir):
   return (checkpoint_global_step(latest) or 0) if latest else 0
 
 
-def _restore_path(output_dir, checkpoint):
-  """What Estimator restores: a checkpoint of --output_dir by path; None for the
-  initialisation from --init_checkpoint (a fine-tuned head there, or none at all)."""
-  in_output_dir = tf.train.latest_checkpoint(output_dir)
-  return checkpoint if checkpoint and checkpoint == in_output_dir else None
+def _restore_path(c, checkpoint):
+  """What Estimator restores: a checkpoint of --output_dir (or its best/) by path; None
+  for the initialisation from --init_checkpoint (a fine-tuned head there, or none at
+  all), which the model_fn does."""
+  return checkpoint if checkpoint and checkpoint != c.init_checkpoint else None
 
 
-def run_eval(c, estimator, processor, split, checkpoint, outputs=None):
+def run_eval(c, estimator, processor, split, checkpoint, outputs=None, name=None):
   """The dev split's metrics into eval_results. outputs, when the caller has predicted
-  the split already (folds), spare the bias metric a second pass."""
+  the split already (folds), spare the bias metric a second pass. name puts the
+  TensorBoard events in <output_dir>/eval_<name> (the best checkpoint's, which would
+  otherwise sit out of order among the evaluations during training)."""
   examples, meta = split.examples, split.metadata
   steps = meta["num_records"] // c.eval_batch_size
   input_fn = input_fn_builder(split.record_files, c.max_seq_length, is_training=False,
@@ -846,8 +1040,8 @@ def run_eval(c, estimator, processor, split, checkpoint, outputs=None):
   log.info("evaluating %d examples (+%d padding) in %d batches with %s", len(examples),
            meta["num_padding"], steps,
            describe_checkpoint(checkpoint, checkpoint and checkpoint_global_step(checkpoint)))
-  raw = estimator.evaluate(input_fn=input_fn, steps=steps,
-                           checkpoint_path=_restore_path(c.output_dir, checkpoint))
+  raw = estimator.evaluate(input_fn=input_fn, steps=steps, name=name,
+                           checkpoint_path=_restore_path(c, checkpoint))
   results = {k: _plain(v) for k, v in raw.items()}
   # Estimator's own "loss" averages per-batch means, so a part-padded last batch would
   # weigh too much; eval_loss is the exact mean over real examples.
@@ -907,9 +1101,12 @@ def run_bias_report(c, estimator, processor, split, checkpoint, outputs=None):
                   "the power mean is over the others", metric, ", ".join(names))
   if summary["note"]:
     log.warning("bias metric: %s", summary["note"])
-  figures = ("final_metric", "overall_auc", "power_mean_subgroup_auc", "power_mean_bpsn_auc",
-             "power_mean_bnsp_auc")
-  return {"bias_" + k: None if math.isnan(summary[k]) else summary[k] for k in figures}
+  return {"bias_" + k: None if math.isnan(summary[k]) else summary[k] for k in BIAS_FIGURES}
+
+
+# The bias metric's summary figures in eval results (prefixed bias_).
+BIAS_FIGURES = ("final_metric", "overall_auc", "power_mean_subgroup_auc",
+                "power_mean_bpsn_auc", "power_mean_bnsp_auc")
 
 
 def identity_value(cell):
@@ -966,7 +1163,7 @@ def predict_outputs(c, estimator, label_spec, split, checkpoint):
                               label_spec=label_spec, dynamic_padding=c.dynamic_padding)
   rows = {}
   for prediction in estimator.predict(input_fn=input_fn, yield_single_examples=True,
-                                      checkpoint_path=_restore_path(c.output_dir, checkpoint)):
+                                      checkpoint_path=_restore_path(c, checkpoint)):
     if not prediction["is_real_example"]:
       continue
     example_id = int(prediction["example_id"])
@@ -1036,6 +1233,8 @@ def run_once(c, fold=None):
   seconds = {}
   with timed(seconds, "featurisation"):
     splits = prepare_splits(c, processor, tokenizer, vocab_file, fold)
+  if c.do_train:
+    check_best_metric(c, processor, splits["dev"].examples if c.do_eval else [], c.output_dir)
   num_train_steps = num_train_steps_for(
       len(splits["train"].examples), c.num_train_steps, c.num_train_epochs,
       c.train_batch_size * c.gradient_accumulation_steps) if c.do_train else 0
@@ -1056,16 +1255,21 @@ def run_once(c, fold=None):
   outcome = {}
   if c.do_train:
     write_model_card(c, processor, vocab_file, tokenizer, bert_config)
-    with timed(seconds, "training"):
-      progress = run_train(c, estimator, processor, splits["train"], num_train_steps)
-    outcome["train_progress"] = progress.history
-    checkpoint = tf.train.latest_checkpoint(c.output_dir)
+    if c.eval_every_steps:
+      progress, checkpoint, outcome["eval"] = train_with_evaluations(
+          c, estimator, processor, splits, num_train_steps, seconds)
+    else:
+      with timed(seconds, "training"):
+        progress = run_train(c, estimator, processor, splits["train"], num_train_steps)
+      checkpoint = tf.train.latest_checkpoint(c.output_dir)
+    outcome["train_progress"] = progress.history if progress else []
+    outcome["train_losses"] = progress.losses if progress else []
   if fold is not None:  # the held-out fold's predictions, before its eval (which uses them)
     outcome["oof"] = predict_outputs(c, estimator, label_spec, splits["dev"], checkpoint)
-  if c.do_eval:
-    with timed(seconds, "eval"):
+  if c.do_eval and outcome.get("eval") is None:  # (evaluated already when it was the last)
+    with timed(seconds, "final eval" if c.eval_every_steps else "eval"):
       outcome["eval"] = run_eval(c, estimator, processor, splits["dev"], checkpoint,
-                                 outcome.get("oof"))
+                                 outcome.get("oof"), name="best" if c.best_metric else None)
   if fold is not None:
     write_fold_predictions(os.path.join(c.output_dir, "oof_predictions.tsv"),
                            splits["dev"].examples, [fold.index] * len(splits["dev"].examples),
@@ -1084,7 +1288,8 @@ def run_once(c, fold=None):
   outcome["summary"] = write_run_summary(
       c, started, seconds, progress if c.do_train else None, bert_config,
       {"eval": outcome.get("eval"), "predictions": outcome.get("predictions"),
-       "export": outcome.get("export"), "checkpoint": checkpoint})
+       "export": outcome.get("export"), "checkpoint": checkpoint,
+       "best": eval_history.read_best(c.output_dir) if c.best_metric else None})
   return outcome
 
 
@@ -1112,18 +1317,20 @@ def write_run_summary(c, started, seconds, progress, bert_config, results):
   import numpy
   training = None
   if progress is not None:
-    startup = (progress.first_step_time - progress.train_started
-               if progress.first_step_time else seconds["training"])
+    measured_steps, measured_seconds = progress.measured()
     training = {
         "steps": progress.total_steps, "batch_size": progress.batch_size,
-        "global_step": checkpoint_global_step(results["checkpoint"]),
-        "wall_seconds": seconds["training"], "startup_seconds": startup,
+        "global_step": checkpoint_global_step(tf.train.latest_checkpoint(c.output_dir)),
+        "wall_seconds": seconds["training"],
+        # train() to the end of its first step; on a TPU its first loop.
+        "startup_seconds": progress.startups[0] if progress.startups else seconds["training"],
+        # Evaluation during training calls train() again after each evaluation, and each
+        # call builds its graph and restores the checkpoint anew.
+        "restarts": max(0, len(progress.startups) - 1),
+        "restart_seconds": sum(progress.startups[1:]),
         "examples_per_second": progress.steady_examples_per_second(),
-        "measured_seconds": (progress.last_step_time - progress.first_step_time
-                             if progress.first_step_time else None),
-        # The steady window's first and last step: on a TPU steps arrive a loop at a time,
-        # so its first loop counts as start-up.
-        "measured_steps": [progress.first_step, progress.last_step]}
+        "measured_seconds": measured_seconds if measured_steps else None,
+        "measured_steps": measured_steps}
   summary = {
       "format": "bert-text-classifier-run-summary", "version": 1,
       "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),

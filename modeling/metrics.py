@@ -184,3 +184,17 @@ def regression_metrics(per_example_loss, targets, predictions, is_real_example, 
   for name, fn in (("pearson", pearson), ("spearman", spearman), ("mse", mean_squared_error)):
     metrics.update(_per_column(name, fn, predicted, actual, columns, updates, True))
   return metrics
+
+
+def metric_names(label_spec):
+  """The names of the eval metrics of a label spec's head, as Estimator.evaluate returns
+  them (eval_loss and num_examples included): found by building its metric_fn in a
+  scratch graph, so they cannot drift from what an evaluation reports."""
+  n = label_spec.num_outputs
+  with tf.Graph().as_default():
+    labels = (tf.placeholder(tf.int32, [None]) if label_spec.metrics == "classification"
+              else tf.placeholder(tf.float32, [None, n]))
+    metrics = metric_fn_for(label_spec)(
+        tf.placeholder(tf.float32, [None]), labels, tf.placeholder(tf.float32, [None, n]),
+        tf.placeholder(tf.float32, [None, n]), tf.placeholder(tf.int32, [None]))
+  return sorted(metrics)

@@ -35,7 +35,12 @@ class ProgressHook(tf.train.SessionRunHook):
     self.fetch_loss = fetch_loss
     self.report = report or log.info
     self.history = []  # (step, loss, examples_per_sec) at each report
+    self.losses = []  # (step, loss) of every step whose loss was fetched
     self.train_started = None  # the caller's time.time() when it called train()
+    # One per train() call (periodic evaluation trains in several): the start-up seconds
+    # (train() to the end of its first step) and the steady window after it.
+    self.startups = []
+    self.windows = []  # (first_step, first_time, last_step, last_time)
     self._reset_window()
 
   def _reset_window(self):
@@ -65,15 +70,24 @@ class ProgressHook(tf.train.SessionRunHook):
     step = int(run_values.results["step"]) + 1  # The value read before this step's increment.
     now = time.time()
     if "loss" in run_values.results:
-      self._window_losses.append(float(run_values.results["loss"]))
+      loss = float(run_values.results["loss"])
+      self._window_losses.append(loss)
+      self.losses.append((step, loss))
     self.last_step, self.last_step_time = step, now
     if self.first_step is None:
       self.first_step, self.first_step_time = step, now
+      if self.train_started is not None:
+        self.startups.append(now - self.train_started)
       self._window_start = (step, now)
       self._window_losses = []
       return
     if step - self._window_start[0] >= self.every_steps or step >= self.total_steps:
       self._log(step, now)
+
+  def end(self, session):
+    if self.first_step is not None and self.last_step > self.first_step:
+      self.windows.append((self.first_step, self.first_step_time, self.last_step,
+                           self.last_step_time))
 
   def _log(self, step, now):
     window_steps = step - self._window_start[0]
@@ -88,9 +102,20 @@ class ProgressHook(tf.train.SessionRunHook):
     self._window_start = (step, now)
     self._window_losses = []
 
+  def measured(self):
+    """(steps, seconds) of the steady windows of every train() call so far."""
+    steps = sum(last - first for first, _, last, _ in self.windows)
+    seconds = sum(t_last - t_first for _, t_first, _, t_last in self.windows)
+    return steps, seconds
+
   def steady_examples_per_second(self):
-    """Examples/sec after the first step (None with fewer than two steps seen)."""
-    if self.last_step is None or self.last_step <= self.first_step:
+    """Examples/sec after each train() call's first step (None with no such step)."""
+    steps, seconds = self.measured()
+    if steps <= 0:
       return None
-    return ((self.last_step - self.first_step) * self.batch_size /
-            max(self.last_step_time - self.first_step_time, 1e-9))
+    return steps * self.batch_size / max(seconds, 1e-9)
+
+  def mean_loss_between(self, after_step, up_to_step):
+    """The mean fetched loss of the steps in (after_step, up_to_step], or None."""
+    values = [loss for step, loss in self.losses if after_step < step <= up_to_step]
+    return sum(values) / len(values) if values else None

@@ -40,3 +40,20 @@ def host_call_fn(tags, summary_dir, every_steps):
       return tf.summary.all_v2_summary_ops()
 
   return host_call
+
+
+def scalar_events(folder, tag):
+  """[(step, value)] of a scalar tag in the event files directly in folder (a bucket
+  too), in step order; written by the v1 summary API (simple values) or the v2 one
+  (tensors, as the TPU host call writes)."""
+  points = {}
+  for path in sorted(tf.io.gfile.glob(folder.rstrip("/") + "/events.out.tfevents*")):
+    for event in tf.train.summary_iterator(path):
+      for value in event.summary.value:
+        if value.tag != tag:
+          continue
+        if value.HasField("simple_value"):
+          points[event.step] = value.simple_value
+        elif value.tensor.dtype != tf.string.as_datatype_enum:
+          points[event.step] = float(tf.make_ndarray(value.tensor))
+  return sorted(points.items())

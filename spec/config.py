@@ -92,6 +92,9 @@ class RunConfig(object):
   save_checkpoints_steps: int = 1000
   save_summary_steps: int = 100
   log_every_steps: int = 10
+  eval_every_steps: int = 0
+  best_metric: Optional[str] = None
+  early_stopping_patience: int = 0
   allow_untrained_head: bool = False
   num_folds: int = 0
   fold: int = -1

@@ -23,8 +23,10 @@ def summary_of(name, kind, description, startup, wall, rate, total, steps=100):
 def test_run_table_markdown_and_plot(tmp_path):
   gpu = summary_of("gpu", "GPU", "1 x Tesla P100-PCIE-16GB", 61.0, 1800.25, 1.78, 1900.0)
   tpu = summary_of("tpu", "TPU", "Cloud TPU t1, 8 cores", 95.5, 310.0, 14.9, 402.0)
+  # A TPU run whose every train() call was one loop has no steady window.
+  one_loop = summary_of("one_loop", "TPU", "Cloud TPU t2, 8 cores", 90.0, 200.0, None, 250.0)
   paths = []
-  for summary in (gpu, tpu):
+  for summary in (gpu, tpu, one_loop):
     folder = tmp_path / summary.pop("name")
     folder.mkdir()
     (folder / "run_summary.json").write_text(json.dumps(summary))
@@ -35,7 +37,8 @@ def test_run_table_markdown_and_plot(tmp_path):
                       "training s | examples/s | run total s |")
   assert lines[2] == ("| gpu | 1 x Tesla P100-PCIE-16GB | TF 1.15.5, Python 3.7.16 | "
                       "BERT L=12 H=768 A=12 | 220 | 32 | 100 | 61.0 | 1800.2 | 1.8 | 1900.0 |")
-  assert lines[3].startswith("| tpu | Cloud TPU t1, 8 cores |") and len(lines) == 4
+  assert lines[3].startswith("| tpu | Cloud TPU t1, 8 cores |") and len(lines) == 5
+  assert lines[4].endswith("| 90.0 | 200.0 | n/a | 250.0 |")
   assert (tmp_path / "table" / "wall_time.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -57,7 +60,8 @@ def test_a_training_run_writes_its_summary(tmp_path, tiny_checkpoint):
     summary = json.load(f)
   training = summary["training"]
   assert training["steps"] == 6 and training["global_step"] == 6
-  assert training["batch_size"] == 8 and training["measured_steps"] == [1, 6]
+  assert training["batch_size"] == 8 and training["measured_steps"] == 5  # after step 1
+  assert training["restarts"] == 0 and training["restart_seconds"] == 0
   assert 0 < training["startup_seconds"] < training["wall_seconds"] <= summary["total_seconds"]
   # 5 steps of 8 examples after the first, timed from the end of the first step to the
   # end of the last (the final checkpoint is after that).

@@ -10,7 +10,7 @@ import tensorflow.compat.v1 as tf
 import tensorflow.compat.v2 as tf2
 
 from conftest import common_flags, run_flags
-from modeling.summaries import host_call_fn
+from modeling.summaries import host_call_fn, scalar_events
 
 
 def scalars_in(folder):
@@ -42,6 +42,7 @@ def test_training_and_eval_summaries(tmp_path, tiny_checkpoint):
     assert value == pytest.approx(1e-3 * (1 - (step - 1) / 6.0), rel=1e-5)
   assert [v for _, v in train["fp16_loss_scale"]] == [2.0 ** 15] * 3
   assert all(v > 0 for _, v in train["examples/sec"])
+  assert scalar_events(output_dir, "loss") == train["loss"]
   evaluated = scalars_in(os.path.join(output_dir, "eval"))
   assert {"accuracy", "auc", "f1", "precision", "recall", "mcc", "loss", "eval_loss",
           "num_examples"} <= set(evaluated)
@@ -66,3 +67,7 @@ def test_tpu_host_call_writes_every_n_steps(tmp_path):
   assert [s for s, _ in written["learning_rate"]] == [2, 4]
   assert [round(v, 6) for _, v in written["learning_rate"]] == [0.2, 0.4]
   assert written["loss_scale"] == [(2, 8.0), (4, 8.0)]
+  # What evaluation during training reads on a TPU, where no hook sees the loss.
+  assert [(s, round(v, 6)) for s, v in scalar_events(str(tmp_path), "learning_rate")] == [
+      (2, 0.2), (4, 0.4)]
+  assert scalar_events(str(tmp_path), "no_such_tag") == []

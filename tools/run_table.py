@@ -24,9 +24,15 @@ COLUMNS = [  # (header, formatter of a summary)
     ("steps", lambda s: str(s["training"]["steps"])),
     ("start-up s", lambda s: "%.1f" % s["training"]["startup_seconds"]),
     ("training s", lambda s: "%.1f" % s["training"]["wall_seconds"]),
-    ("examples/s", lambda s: "%.1f" % s["training"]["examples_per_second"]),
+    # None when no step came after the first of a train() call (e.g. a TPU run whose
+    # every call was one loop): no steady window was measured.
+    ("examples/s", lambda s: _one_decimal(s["training"]["examples_per_second"])),
     ("run total s", lambda s: "%.1f" % s["total_seconds"]),
 ]
+
+
+def _one_decimal(value):
+  return "n/a" if value is None else "%.1f" % value
 
 
 def load(paths):
@@ -71,7 +77,8 @@ def plot(summaries, path):
   wall.bar(names, steady, bottom=startup, label="training steps", color="#3b75af")
   wall.set_ylabel("training wall time (s)")
   wall.legend()
-  rate.bar(names, [s["training"]["examples_per_second"] for s in summaries], color="#3b75af")
+  rate.bar(names, [s["training"]["examples_per_second"] or 0.0 for s in summaries],
+           color="#3b75af")
   rate.set_ylabel("examples/sec (after start-up)")
   figure.tight_layout()
   figure.savefig(path, dpi=100)

@@ -100,7 +100,7 @@ def test_killed_training_resumes_to_the_same_step_and_weights(tmp_path, tiny_che
   """kill -9 a real training process after its first checkpoints, run the same command
   again: it continues from the last checkpoint, skips the examples already trained on,
   and ends at the same global step with the weights of an uninterrupted run."""
-  steps = 120
+  steps = 80
   config_file = _without_dropout(tmp_path)
   reference = str(tmp_path / "uninterrupted")
   outcome = run_flags(*_resume_flags(tiny_checkpoint, reference, config_file, steps))
@@ -149,7 +149,8 @@ def test_killed_training_resumes_to_the_same_step_and_weights(tmp_path, tiny_che
 
 def _losses(tmp_path, tiny_checkpoint, name, seed):
   outcome = run_flags(*common_flags(tiny_checkpoint, str(tmp_path / name)) + [
-      "--do_train", "--num_train_steps=8", "--log_every_steps=1", "--seed=%d" % seed])
+      "--do_train", "--num_train_steps=6", "--log_every_steps=1", "--seed=%d" % seed,
+      "--save_checkpoints_steps=100"])
   return [loss for _, loss, _ in outcome["train_progress"]]
 
 
@@ -158,7 +159,7 @@ def test_the_same_seed_gives_the_same_losses(tmp_path, tiny_checkpoint):
   the float rounding of TensorFlow's parallel CPU kernels (a sum may be added in another
   order: about 1e-7); another seed (another head, data order and dropout) changes them."""
   first = _losses(tmp_path, tiny_checkpoint, "a", 12345)
-  assert len(first) == 7  # every step after the first
+  assert len(first) == 5  # every step after the first
   np.testing.assert_allclose(_losses(tmp_path, tiny_checkpoint, "b", 12345), first, rtol=1e-5)
   other = _losses(tmp_path, tiny_checkpoint, "c", 54321)
   assert max(abs(a - b) for a, b in zip(other, first)) > 0.01

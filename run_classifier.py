@@ -983,8 +983,7 @@ def evaluate_during_training(c, estimator, processor, split, step, history, goal
   row = {k: v for k, v in results.items() if k not in NOT_METRICS}
   is_best = False
   if goal:
-    best = history.best_row(goal)
-    is_best = goal.improves(results.get(goal.metric), best and best[goal.metric])
+    is_best = goal.improves(results.get(goal.metric), history.best_value(goal))
     if results.get(goal.metric) is None:
       log.warning("eval at step %d: %s is undefined, so this checkpoint cannot be the best",
                   step, goal.metric)

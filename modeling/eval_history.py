@@ -105,11 +105,7 @@ class EvalHistory(object):
     writer.writerow(columns)
     for row in self.rows:
       writer.writerow([_cell(row.get(column)) for column in columns])
-    # Whole or not at all: a kill while writing must not leave a cut-off row.
-    staging = self.path + ".partial"
-    with tf.io.gfile.GFile(staging, "w") as out:
-      out.write(text.getvalue())
-    tf.io.gfile.rename(staging, self.path, overwrite=True)
+    _write_whole(self.path, text.getvalue())
 
   def last(self, column, default=None):
     """The last row's value of column (default when there is no row)."""
@@ -123,12 +119,26 @@ class EvalHistory(object):
         best = row
     return best
 
+  def best_value(self, goal):
+    """The best value of goal's metric so far, or None."""
+    best = self.best_row(goal)
+    return best[goal.metric] if best else None
+
   def evaluations_since_best(self, goal):
     """How many evaluations came after the best one (all of them when none is best)."""
     best = self.best_row(goal)
     if best is None:
       return len(self.rows)
     return len(self.rows) - 1 - self.rows.index(best)
+
+
+def _write_whole(path, text):
+  """Writes text to path whole or not at all: a kill while writing leaves the previous
+  file (staged beside it, then renamed over it)."""
+  staging = path + ".partial"
+  with tf.io.gfile.GFile(staging, "w") as out:
+    out.write(text)
+  tf.io.gfile.rename(staging, path, overwrite=True)
 
 
 def best_dir(output_dir):
@@ -161,10 +171,7 @@ def keep_best(checkpoint, output_dir, goal, value, step):
   kept = os.path.join(folder, name)
   record = {"metric": goal.metric, "value": value, "step": step, "checkpoint_name": name,
             "lower_is_better": goal.lower}
-  staging = os.path.join(folder, BEST_JSON + ".partial")
-  with tf.io.gfile.GFile(staging, "w") as out:
-    json.dump(record, out, indent=2, sort_keys=True)
-  tf.io.gfile.rename(staging, os.path.join(folder, BEST_JSON), overwrite=True)
+  _write_whole(os.path.join(folder, BEST_JSON), json.dumps(record, indent=2, sort_keys=True))
   for path in tf.io.gfile.glob(os.path.join(folder, "model.ckpt-*")):
     if not os.path.basename(path).startswith(name + "."):
       tf.io.gfile.remove(path)

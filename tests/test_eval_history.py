@@ -44,6 +44,7 @@ def test_history_file_round_trip_best_and_patience(tmp_path):
   assert loaded.rows == history.rows
   # A tie does not improve: the first 0.75 stays the best.
   assert loaded.best_row(Goal("auc"))["step"] == 20
+  assert loaded.best_value(Goal("auc")) == 0.75 and EvalHistory(path).best_value(Goal("auc")) is None
   assert loaded.evaluations_since_best(Goal("auc")) == 2
   assert loaded.best_row(Goal("loss"))["step"] == 30
   assert loaded.evaluations_since_best(Goal("loss")) == 1

@@ -19,7 +19,7 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
                      num_warmup_steps, use_tpu, use_one_hot_embeddings=None,
                      hub_module_handle=None, gradient_accumulation_steps=1,
                      precision="float32", xla_global_step_fix=False, pooling="cls",
-                     summary_dir=None, save_summary_steps=100):
+                     summary_dir=None, save_summary_steps=100, cross_shard=None):
   """Returns a model_fn(features, labels, mode, params) for TPUEstimator.
 
   label_spec (spec/labels.py) gives the head's outputs, its loss, its metrics and the
@@ -33,6 +33,8 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
   with dynamic loss scaling) or "bfloat16" (TPU) runs the encoder in that precision.
   Training records the learning rate (and the loss scale) for TensorBoard; on TPU they
   are written into summary_dir every save_summary_steps steps.
+  cross_shard: see optimization.create_train_op (False only to compile the TPU step
+  on a CPU).
   """
   if use_one_hot_embeddings is None:
     use_one_hot_embeddings = use_tpu
@@ -71,7 +73,7 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
       loss_scale = DynamicLossScale() if precision == "float16" else None
       train_op = create_train_op(loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu,
                                  accumulation_steps=gradient_accumulation_steps,
-                                 loss_scale=loss_scale)
+                                 loss_scale=loss_scale, cross_shard=cross_shard)
       scalars = {"learning_rate": learning_rate_schedule(
           learning_rate, num_train_steps, num_warmup_steps, tf.train.get_global_step())}
       if loss_scale is not None:

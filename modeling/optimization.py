@@ -91,7 +91,7 @@ def variable_name(name):
 
 
 def create_train_op(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
-                    accumulation_steps=1, loss_scale=None):
+                    accumulation_steps=1, loss_scale=None, cross_shard=None):
   """Builds the train op: clipped gradients, AdamWeightDecay, and a global-step increment.
 
   On TPU the optimizer is wrapped in CrossShardOptimizer, which scales the loss by
@@ -110,9 +110,9 @@ def create_train_op(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
   learning_rate = learning_rate_schedule(init_lr, num_train_steps, num_warmup_steps, global_step)
   optimizer = AdamWeightDecayOptimizer(learning_rate, weight_decay_rate=WEIGHT_DECAY_RATE,
                                        exclude_from_weight_decay=NO_DECAY_PATTERNS)
-  if use_tpu:
-    if accumulation_steps > 1:
-      raise ValueError("gradient accumulation is not supported on TPU")
+  if use_tpu and accumulation_steps > 1:
+    raise ValueError("gradient accumulation is not supported on TPU")
+  if use_tpu if cross_shard is None else cross_shard:
     optimizer = tf.tpu.CrossShardOptimizer(optimizer)
   if loss_scale is not None and accumulation_steps > 1:
     raise ValueError("float16 loss scaling and gradient accumulation cannot be combined")

@@ -179,29 +179,39 @@ def google_bert(module):
   return __import__("bert." + module, fromlist=[module])
 
 
-_GOOGLE_TOKENIZER = []  # what forked workers of google_ids inherit
+_FORKED_FUNCTION = []  # what forked workers of forked_map run (inherited, never pickled)
 
 
-def _google_ids_of(texts):
-  tokenizer = _GOOGLE_TOKENIZER[0]
-  return [tokenizer.convert_tokens_to_ids(tokenizer.tokenize(text)) for text in texts]
+def _apply_forked(items):
+  return [_FORKED_FUNCTION[0](item) for item in items]
 
 
-def google_ids(vocab_file, do_lower_case, texts, processes=2, chunk=2000):
-  """Google's FullTokenizer ids of every text, in order, computed in forked processes on
-  all cores: Google's pure-Python tokenizer is most of the time of the full-set parity
-  tests. The children run only that Python code (no TensorFlow)."""
+def forked_map(function, items, processes=2, chunk=2000):
+  """[function(item) for item in items], in order, computed in forked processes on all
+  cores. The tokenizer parity tests run pure-Python tokenizers (Google's and our general
+  path) over 150k texts; the children run only that Python code (no TensorFlow), and
+  function may be a closure, since the children inherit it."""
   import multiprocessing
-  _GOOGLE_TOKENIZER[:] = [google_bert("tokenization").FullTokenizer(
-      vocab_file, do_lower_case=do_lower_case)]
-  pieces = [texts[i:i + chunk] for i in range(0, len(texts), chunk)]
+  _FORKED_FUNCTION[:] = [function]
+  pieces = [items[i:i + chunk] for i in range(0, len(items), chunk)]
   try:
     if processes <= 1 or len(pieces) <= 1:
-      return [ids for piece in pieces for ids in _google_ids_of(piece)]
+      return [result for piece in pieces for result in _apply_forked(piece)]
     with multiprocessing.get_context("fork").Pool(processes) as pool:
-      return [ids for result in pool.imap(_google_ids_of, pieces) for ids in result]
+      return [result for results in pool.imap(_apply_forked, pieces) for result in results]
   finally:
-    del _GOOGLE_TOKENIZER[:]
+    del _FORKED_FUNCTION[:]
+
+
+def google_tokenizer(vocab_file, do_lower_case):
+  return google_bert("tokenization").FullTokenizer(vocab_file, do_lower_case=do_lower_case)
+
+
+def google_ids(vocab_file, do_lower_case, texts):
+  """Google's FullTokenizer ids of every text, in order (in forked processes)."""
+  tokenizer = google_tokenizer(vocab_file, do_lower_case)
+  return forked_map(lambda text: tokenizer.convert_tokens_to_ids(tokenizer.tokenize(text)),
+                    texts)
 
 
 @pytest.fixture

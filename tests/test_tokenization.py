@@ -3,7 +3,8 @@
 
 import pytest
 
-from conftest import CORPORA, CORPUS_SIZES, corpus_texts, google_bert, google_ids
+from conftest import (CORPORA, CORPUS_SIZES, corpus_texts, forked_map, google_ids,
+                      google_tokenizer)
 from data import fast_tokenization, tokenization
 from data.errors import DataError
 
@@ -19,20 +20,27 @@ def test_every_path_gives_googles_ids_on_every_text(tiny_vocab, do_lower_case, c
   texts_by_file = corpus_texts(corpus)
   # Every data set is read in full: the row counts of its README.
   assert {name: len(texts) for name, texts in texts_by_file.items()} == CORPUS_SIZES[corpus]
+
+  def python_paths(text):  # the general path, the shortcut, and their combination
+    return (general.convert_tokens_to_ids(general.tokenize(text)), shortcut.encode(text),
+            general.encode(text))
+
   declined = non_ascii = 0
   for name, texts in sorted(texts_by_file.items()):
+    # The pure-Python paths in forked processes first; then the Rust ones here.
+    reference = google_ids(tiny_vocab, do_lower_case, texts)
+    ours = forked_map(python_paths, texts)
     rust = fast.encode_batch_without_shortcut(texts)
     combined = fast.encode_batch(texts)
-    reference = google_ids(tiny_vocab, do_lower_case, texts)
-    assert len(reference) == len(texts)
-    for text, expected, rust_ids, fast_ids in zip(texts, reference, rust, combined):
+    assert len(reference) == len(ours) == len(texts)
+    for text, expected, (general_ids, shortcut_ids, encoded), rust_ids, fast_ids in zip(
+        texts, reference, ours, rust, combined):
       where = "%s: %r" % (name, text[:200])
-      assert general.convert_tokens_to_ids(general.tokenize(text)) == expected, where
+      assert general_ids == expected, where
       assert rust_ids == expected, where
-      ids = shortcut.encode(text)
-      declined += ids is None
-      assert ids is None or ids == expected, where
-      assert general.encode(text) == expected and fast_ids == expected, where
+      declined += shortcut_ids is None
+      assert shortcut_ids is None or shortcut_ids == expected, where
+      assert encoded == expected and fast_ids == expected, where
       non_ascii += not text.isascii()
   total = sum(CORPUS_SIZES[corpus].values())
   assert non_ascii * 30 > total  # the non-ASCII route is exercised (one text in 30)...
@@ -73,13 +81,14 @@ def _code_point_texts():
 def test_shortcut_equals_google_on_every_code_point(tiny_vocab, do_lower_case):
   """The shortcut's per-character forms against Google's tokenizer itself (the reference),
   for all of Unicode up to plane 2, in context."""
-  google = google_bert("tokenization").FullTokenizer(tiny_vocab, do_lower_case=do_lower_case)
+  google = google_tokenizer(tiny_vocab, do_lower_case)
   shortcut = tokenization.ShortcutEncoder(google.vocab, do_lower_case)
   declined = []
-  for text in _code_point_texts():
-    ids = shortcut.encode(text)
+  texts = _code_point_texts()
+  for text, ids, expected in zip(texts, forked_map(shortcut.encode, texts, chunk=200),
+                                 google_ids(tiny_vocab, do_lower_case, texts)):
     if ids is not None:
-      assert ids == google.convert_tokens_to_ids(google.tokenize(text)), repr(text)
+      assert ids == expected, repr(text)
       continue
     for piece in text.split(u" ")[::2]:  # one code point at a time: only its own may decline
       ids = shortcut.encode(piece)

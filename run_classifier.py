@@ -138,6 +138,9 @@ def define_flags(flag_values):
   boolean("use_bf16", False, "TPU: run the encoder in bfloat16 (float32 master weights).")
   boolean("use_xla", False, "Compile the graph with XLA JIT (CPU/GPU). Measure it with "
           "./run.sh benchmark before relying on it: compilation takes seconds.")
+  integer("num_gpus", 0, "Train data-parallel on this many GPUs of this machine with "
+          "TensorFlow's MirroredStrategy; --train_batch_size stays the global batch, split "
+          "evenly over the GPUs. 0 or 1: one device.")
   boolean("use_tpu", False, "Run on a Cloud TPU instead of the local CPU/GPU.")
   string("tpu_name", None, "Cloud TPU name or grpc:// address.")
   string("tpu_zone", None, "GCE zone of the TPU (found from metadata if unset).")
@@ -276,6 +279,8 @@ def check_run_flags(c):
   if c.use_fp16 and c.gradient_accumulation_steps > 1:
     raise FlagError("--use_fp16 cannot be combined with --gradient_accumulation_steps yet: "
                     "drop one of them")
+  if c.num_gpus > 1 or c.num_gpus < 0:
+    _check_gpu_replica_flags(c)
   if c.use_tpu:
     _validate_tpu_flags(c)
     if c.use_fp16:
@@ -300,6 +305,31 @@ def check_run_flags(c):
     raise FlagError("--init_checkpoint=%s: no file %s.index. Give the checkpoint prefix, e.g. "
                     ".../bert_model.ckpt (not the .index or .data file)" %
                     (c.init_checkpoint, c.init_checkpoint))
+
+
+def _check_gpu_replica_flags(c):
+  """--num_gpus > 1: MirroredStrategy over the GPUs of this machine."""
+  if c.num_gpus < 0:
+    raise FlagError("--num_gpus=%d must be 0 or more" % c.num_gpus)
+  if c.use_tpu:
+    raise FlagError("--num_gpus is for the GPUs of this machine; a TPU spreads each batch "
+                    "over --num_tpu_cores. Drop --num_gpus")
+  for name, why, used in (("use_fp16", "its loss-scale update is", c.use_fp16),
+                          ("gradient_accumulation_steps", "its accumulators are",
+                           c.gradient_accumulation_steps > 1)):
+    if used:
+      raise FlagError("--%s cannot be combined with --num_gpus=%d yet (%s not written for "
+                      "replicas): drop one of them" % (name, c.num_gpus, why))
+  if c.train_batch_size % c.num_gpus:
+    raise FlagError("--train_batch_size=%d is the global batch: it must split evenly over "
+                    "--num_gpus=%d (each GPU takes an equal share)"
+                    % (c.train_batch_size, c.num_gpus))
+  if c.do_train:
+    gpus = len(tf.config.experimental.list_physical_devices("GPU"))
+    if gpus < c.num_gpus:
+      raise FlagError("--num_gpus=%d, but TensorFlow sees %d GPU%s on this machine (check "
+                      "CUDA_VISIBLE_DEVICES and that TensorFlow's GPU build is installed)"
+                      % (c.num_gpus, gpus, "" if gpus == 1 else "s"))
 
 
 def check_task_and_model_flags(c, card=None):
@@ -628,7 +658,7 @@ def make_estimator(c, model_fn):
       iterations_per_loop=c.iterations_per_loop, num_tpu_cores=c.num_tpu_cores, seed=c.seed,
       log_step_count_steps=c.log_every_steps * 10, tpu_name=c.tpu_name, tpu_zone=c.tpu_zone,
       gcp_project=c.gcp_project, master=c.master, session_config=session_config,
-      save_summary_steps=c.save_summary_steps)
+      save_summary_steps=c.save_summary_steps, num_replicas=max(1, c.num_gpus))
 
 
 def take_fraction(examples, fraction, seed):

@@ -40,29 +40,106 @@ def build_estimator(model_fn, output_dir, use_tpu, train_batch_size, eval_batch_
                     predict_batch_size, save_checkpoints_steps=1000, iterations_per_loop=1000,
                     num_tpu_cores=8, seed=None, log_step_count_steps=100, tpu_name=None,
                     tpu_zone=None, gcp_project=None, master=None, session_config=None,
-                    save_summary_steps=100):
+                    save_summary_steps=100, num_replicas=1, replica_device_type="GPU"):
   """A TPUEstimator; with use_tpu=False the same graph runs on the local device.
 
   Batch sizes are global. On TPU, TPUEstimator hands each core
   batch_size / num_tpu_cores through params['batch_size'] (PER_HOST_V2 input),
   and runs iterations_per_loop steps on the device between host round trips.
+  num_replicas > 1 trains on that many local devices of replica_device_type with
+  TensorFlow's MirroredStrategy instead (see ReplicatedEstimator).
   """
+  common = dict(model_dir=output_dir, save_checkpoints_steps=save_checkpoints_steps,
+                tf_random_seed=seed, save_summary_steps=save_summary_steps,
+                log_step_count_steps=log_step_count_steps, session_config=session_config)
+  if num_replicas > 1:
+    return ReplicatedEstimator(model_fn, common, num_replicas, replica_device_type,
+                               train_batch_size, eval_batch_size, predict_batch_size)
   resolver = None
   if use_tpu and tpu_name:
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
         tpu_name, zone=tpu_zone, project=gcp_project)
   run_config = tf.estimator.tpu.RunConfig(
-      cluster=resolver, master=master, model_dir=output_dir,
-      save_checkpoints_steps=save_checkpoints_steps, tf_random_seed=seed,
-      save_summary_steps=save_summary_steps,
-      log_step_count_steps=log_step_count_steps, session_config=session_config,
+      cluster=resolver, master=master,
       tpu_config=tf.estimator.tpu.TPUConfig(
           iterations_per_loop=iterations_per_loop, num_shards=num_tpu_cores,
-          per_host_input_for_training=tf.estimator.tpu.InputPipelineConfig.PER_HOST_V2))
+          per_host_input_for_training=tf.estimator.tpu.InputPipelineConfig.PER_HOST_V2),
+      **common)
   return tf.estimator.tpu.TPUEstimator(
       use_tpu=use_tpu, model_fn=model_fn, config=run_config,
       train_batch_size=train_batch_size, eval_batch_size=eval_batch_size,
       predict_batch_size=predict_batch_size)
+
+
+def replica_devices(num_replicas, device_type="GPU"):
+  return ["/%s:%d" % (device_type.lower(), i) for i in range(num_replicas)]
+
+
+class ReplicatedEstimator(object):
+  """The TPUEstimator interface (train, evaluate, predict; model_fn returning a
+  TPUEstimatorSpec; input_fn(params) batching params['batch_size']) over a
+  tf.estimator.Estimator whose training and evaluation run under a MirroredStrategy.
+
+  TPUEstimator itself cannot: on TF 1.15 it does not hand input_fn the strategy's
+  input context. In training each replica takes train_batch_size / num_replicas
+  examples per step, so the batch size stays global; the train op sums the replicas'
+  gradients of their 1/num_replicas-scaled losses (modeling.distribution), the global
+  batch's mean gradient. Evaluation and prediction run on one device: the exact
+  metrics (ROC-AUC, Spearman) gather every prediction, which the strategy's per-replica
+  metric variables cannot, and Estimator.predict takes no strategy.
+  """
+
+  def __init__(self, model_fn, run_config_args, num_replicas, device_type, train_batch_size,
+               eval_batch_size, predict_batch_size):
+    if train_batch_size % num_replicas:
+      raise ValueError("the train batch size %d does not split over %d replicas" %
+                       (train_batch_size, num_replicas))
+    self.num_replicas = num_replicas
+    self._batch_sizes = {"train": train_batch_size // num_replicas,
+                         "eval": eval_batch_size, "predict": predict_batch_size}
+    with tf.Graph().as_default():  # TF 2.15 would otherwise check the devices eagerly,
+      # against the process's devices rather than those of the sessions Estimator creates.
+      strategy = tf.distribute.MirroredStrategy(devices=replica_devices(num_replicas,
+                                                                        device_type))
+    config = tf.estimator.RunConfig(train_distribute=strategy, **run_config_args)
+    self._estimator = tf.estimator.Estimator(_as_estimator_model_fn(model_fn), config=config)
+
+  @property
+  def model_dir(self):
+    return self._estimator.model_dir
+
+  @property
+  def config(self):
+    return self._estimator.config
+
+  def train(self, input_fn, max_steps=None, hooks=None):
+    self._estimator.train(self._batched(input_fn, "train"), max_steps=max_steps, hooks=hooks)
+    return self
+
+  def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None):
+    return self._estimator.evaluate(self._batched(input_fn, "eval"), steps=steps, hooks=hooks,
+                                    checkpoint_path=checkpoint_path, name=name)
+
+  def predict(self, input_fn, predict_keys=None, hooks=None, checkpoint_path=None,
+              yield_single_examples=True):
+    return self._estimator.predict(self._batched(input_fn, "predict"),
+                                   predict_keys=predict_keys, hooks=hooks,
+                                   checkpoint_path=checkpoint_path,
+                                   yield_single_examples=yield_single_examples)
+
+  def _batched(self, input_fn, mode):
+    batch_size = self._batch_sizes[mode]
+
+    def input_fn_with_batch_size(params):
+      return input_fn(dict(params, batch_size=batch_size))
+
+    return input_fn_with_batch_size
+
+
+def _as_estimator_model_fn(model_fn):
+  def estimator_model_fn(features, labels, mode, params):
+    return model_fn(features, labels, mode, params).as_estimator_spec()
+  return estimator_model_fn
 
 
 def describe_device(use_tpu, tpu_name=None, master=None, num_tpu_cores=8):

@@ -5,6 +5,7 @@ import tensorflow.compat.v1 as tf
 from modeling import head
 from modeling.bert import BertModel
 from modeling.checkpoint import init_from_checkpoint
+from modeling.distribution import mean_over_replicas
 from modeling.estimator import plain_global_step_read
 from modeling.loss_scale import DynamicLossScale
 from modeling.metrics import metric_fn_for
@@ -69,7 +70,9 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
     if mode == tf.estimator.ModeKeys.TRAIN:
       if "sample_weight" in features:  # class, column or identity weights
         per_example_loss *= features["sample_weight"]
-      loss = tf.identity(tf.reduce_mean(per_example_loss), name=TRAIN_LOSS_NAME)
+      loss = tf.reduce_mean(per_example_loss)
+      # Under a MirroredStrategy each replica's loss covers its share of the batch.
+      tf.identity(mean_over_replicas(loss), name=TRAIN_LOSS_NAME)
       loss_scale = DynamicLossScale() if precision == "float16" else None
       train_op = create_train_op(loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu,
                                  accumulation_steps=gradient_accumulation_steps,

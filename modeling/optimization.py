@@ -4,6 +4,8 @@ import re
 
 import tensorflow.compat.v1 as tf
 
+from modeling.distribution import sum_over_replicas
+
 WEIGHT_DECAY_RATE = 0.01
 NO_DECAY_PATTERNS = ("LayerNorm", "layer_norm", "bias")
 CLIP_NORM = 1.0
@@ -71,7 +73,11 @@ class AdamWeightDecayOptimizer(tf.train.Optimizer):
     m, v = self.slots(param)
     decay = []
     if self.uses_weight_decay(variable_name(param.name)):
-      decay.append(param.assign(param * (1.0 - self.learning_rate * self.weight_decay_rate)))
+      # A raw assign of the replica's own copy: under a MirroredStrategy, param.assign
+      # would ask for an aggregation; every replica applies the same update here.
+      decay.append(tf.raw_ops.AssignVariableOp(
+          resource=param.handle,
+          value=param.read_value() * (1.0 - self.learning_rate * self.weight_decay_rate)))
     with tf.control_dependencies(decay):
       return tf.raw_ops.ResourceApplyAdam(
           var=param.handle, m=m.handle, v=v.handle, beta1_power=0.0, beta2_power=0.0,
@@ -118,6 +124,7 @@ def create_train_op(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
     raise ValueError("float16 loss scaling and gradient accumulation cannot be combined")
   scaled = loss_scale.scale_loss(loss) if loss_scale is not None else loss
   grads, tvars = _trained(optimizer.compute_gradients(scaled, tf.trainable_variables()))
+  grads = sum_over_replicas(grads, tvars)
 
   def apply(gradients):
     clipped, _ = tf.clip_by_global_norm(gradients, clip_norm=CLIP_NORM)

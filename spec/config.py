@@ -105,6 +105,8 @@ class RunConfig(object):
   use_fp16: bool = False
   use_bf16: bool = False
   use_xla: bool = False
+  # Several GPUs (MirroredStrategy).
+  num_gpus: int = 0
   # Cloud TPU.
   use_tpu: bool = False
   tpu_name: Optional[str] = None

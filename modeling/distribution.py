@@ -1,0 +1,43 @@
+"""Data-parallel training through TensorFlow's own strategies (MirroredStrategy on the
+GPUs of one machine), and the replica arithmetic the train op needs under them."""
+
+import tensorflow.compat.v1 as tf
+
+
+def replicas_in_sync():
+  """How many replicas compute this step together (1 outside a strategy)."""
+  return tf.distribute.get_replica_context().num_replicas_in_sync
+
+
+def sum_over_replicas(gradients, variables):
+  """Each gradient summed over the replicas, the same on every replica (the identity on
+  one), placed where its variable lives.
+
+  Under a strategy, a v1 Optimizer's compute_gradients divides each replica's loss by
+  the number of replicas (and the Estimator then reports the replicas' mean loss), so
+  the sum is the gradient of the global batch's mean loss. The train op clips and
+  applies it on every replica, as one device would with the whole batch.
+  (ReplicaContext.all_reduce would do, but on TF 1.15 it fails on mirrored variables.)
+  """
+  context = tf.distribute.get_replica_context()
+  if context is None or context.num_replicas_in_sync == 1:
+    return gradients
+  pairs = [(tf.convert_to_tensor(g), v) for g, v in zip(gradients, variables)]
+
+  def reduce_all(strategy, per_replica_pairs):
+    return strategy.extended.batch_reduce_to(tf.distribute.ReduceOp.SUM, per_replica_pairs)
+
+  return list(context.merge_call(reduce_all, args=(pairs,)))
+
+
+def mean_over_replicas(value):
+  """A scalar's mean over the replicas (itself on one): the training loss that logs and
+  hooks read is the global batch's, not the first replica's share of it."""
+  context = tf.distribute.get_replica_context()
+  if context is None or context.num_replicas_in_sync == 1:
+    return value
+
+  def reduce_mean(strategy, per_replica):
+    return strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None)
+
+  return context.merge_call(reduce_mean, args=(value,))

@@ -4,9 +4,13 @@ GPUs of one machine), and the replica arithmetic the train op needs under them."
 import tensorflow.compat.v1 as tf
 
 
-def replicas_in_sync():
-  """How many replicas compute this step together (1 outside a strategy)."""
-  return tf.distribute.get_replica_context().num_replicas_in_sync
+def _several_replicas():
+  """The replica context when several replicas compute this step together, else None
+  (outside a strategy, or under one with a single replica)."""
+  context = tf.distribute.get_replica_context()
+  if context is None or context.num_replicas_in_sync == 1:
+    return None
+  return context
 
 
 def sum_over_replicas(gradients, variables):
@@ -19,8 +23,8 @@ def sum_over_replicas(gradients, variables):
   applies it on every replica, as one device would with the whole batch.
   (ReplicaContext.all_reduce would do, but on TF 1.15 it fails on mirrored variables.)
   """
-  context = tf.distribute.get_replica_context()
-  if context is None or context.num_replicas_in_sync == 1:
+  context = _several_replicas()
+  if context is None:
     return gradients
   pairs = [(tf.convert_to_tensor(g), v) for g, v in zip(gradients, variables)]
 
@@ -33,8 +37,8 @@ def sum_over_replicas(gradients, variables):
 def mean_over_replicas(value):
   """A scalar's mean over the replicas (itself on one): the training loss that logs and
   hooks read is the global batch's, not the first replica's share of it."""
-  context = tf.distribute.get_replica_context()
-  if context is None or context.num_replicas_in_sync == 1:
+  context = _several_replicas()
+  if context is None:
     return value
 
   def reduce_mean(strategy, per_replica):

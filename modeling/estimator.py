@@ -104,14 +104,6 @@ class ReplicatedEstimator(object):
     config = tf.estimator.RunConfig(train_distribute=strategy, **run_config_args)
     self._estimator = tf.estimator.Estimator(_as_estimator_model_fn(model_fn), config=config)
 
-  @property
-  def model_dir(self):
-    return self._estimator.model_dir
-
-  @property
-  def config(self):
-    return self._estimator.config
-
   def train(self, input_fn, max_steps=None, hooks=None):
     self._estimator.train(self._batched(input_fn, "train"), max_steps=max_steps, hooks=hooks)
     return self

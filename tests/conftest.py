@@ -301,6 +301,20 @@ def pairwise_auc(scores, positive):
 
 # The head of three classes that model_features' labels (0, 1, 2) belong to.
 THREE_CLASSES = SingleLabel(["label"], ["0", "1", "2"])
+# A binary head, of labels "0" and "1".
+BINARY = SingleLabel(["label"], ["0", "1"])
+
+
+def tiny_vocab_records(examples, record_path, max_seq_length, **build_args):
+  """The TFRecord files of BINARY-labelled examples, featurised with BERT-Tiny's uncased
+  vocabulary (build_args: data.tfrecord.build_records' pad_to_multiple, num_shards...)."""
+  from data import tokenization
+  from data.tfrecord import build_records
+  tokenizer = tokenization.FullTokenizer(TINY_VOCAB, do_lower_case=True)
+  settings = {"label_spec": BINARY.to_card(), "max_seq_length": max_seq_length,
+              "source_sha256": record_path,
+              "vocab_sha256": tokenization.vocab_fingerprint(TINY_VOCAB)}
+  return build_records(examples, record_path, settings, tokenizer, **build_args)["files"]
 
 
 def model_features(config, batch=4, seq=12, seed=3):

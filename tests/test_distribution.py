@@ -6,18 +6,14 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import TINY_VOCAB, common_flags, small_config
-from data import tokenization
+from conftest import BINARY, common_flags, small_config, tiny_vocab_records
 from data.input_fn import input_fn_builder
 from data.processors import InputExample
-from data.tfrecord import build_records
 from modeling.estimator import build_estimator
 from modeling.model_fn import TRAIN_LOSS_NAME, model_fn_builder
 from modeling.progress import ProgressHook
 from run_classifier import FlagError, check_run_flags, parse_flags
-from spec.labels import SingleLabel
 
-BINARY = SingleLabel(["label"], ["0", "1"])
 MAX_SEQ = 20
 GLOBAL_BATCH = 8
 # Dropout off: replicas draw other random numbers than one device does.
@@ -28,13 +24,10 @@ CONFIG = small_config(vocab_size=30522, hidden_dropout_prob=0.0,
 def _records(tmp_path, name, n):
   """Texts of 2 to 14 words: one length bucket (so that bucketing leaves the stream's
   order alone), but each replica's half-batch is trimmed to its own longest text."""
-  tokenizer = tokenization.FullTokenizer(TINY_VOCAB, do_lower_case=True)
   examples = [InputExample(str(i), " ".join(["word", "text", "the"][i % 3:] * 5)[:6 * (
       2 + i * 5 % 13)], label=str(i * 7 % 3 % 2)) for i in range(n)]
-  settings = {"label_spec": BINARY.to_card(), "max_seq_length": MAX_SEQ, "source_sha256": name,
-              "vocab_sha256": tokenization.vocab_fingerprint(TINY_VOCAB)}
-  return build_records(examples, str(tmp_path / (name + ".tf_record")), settings, tokenizer,
-                       pad_to_multiple=GLOBAL_BATCH)["files"]
+  return tiny_vocab_records(examples, str(tmp_path / (name + ".tf_record")), MAX_SEQ,
+                            pad_to_multiple=GLOBAL_BATCH)
 
 
 def _estimator(output_dir, replicas, init_checkpoint=None):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import google_bert, sample_path
+from conftest import BINARY, google_bert, sample_path
 from data import tokenization
 from data.features import convert_example, convert_examples, num_padding_rows, truncate_pair
 from data.input_fn import input_fn_builder
@@ -17,7 +17,6 @@ from data.processors import InputExample, get_processor
 from data.tfrecord import build_records, metadata_path
 from spec.labels import MultiLabel, Regression, SingleLabel
 
-BINARY = SingleLabel(["label"], ["0", "1"])
 
 
 def test_truncate_pair_takes_from_the_longer_side():

@@ -14,26 +14,16 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import JIGSAW, ROOT, TINY, TINY_VOCAB, common_flags, run_flags
-from data import tokenization
+from conftest import BINARY, ROOT, TINY, common_flags, run_flags, tiny_vocab_records
 from data.input_fn import input_fn_builder
 from data.processors import InputExample
-from data.tfrecord import build_records
-from spec.labels import SingleLabel
-
-BINARY = SingleLabel(["label"], ["0", "1"])
 
 
 def _training_records(tmp_path, n=37, shards=2):
-  tokenizer = tokenization.FullTokenizer(TINY_VOCAB, do_lower_case=True)
   # Lengths from 1 to 13 words, so that dynamic padding fills several buckets.
   examples = [InputExample(str(i), " ".join(["word"] * (1 + i * 7 % 13)) + " %d" % i,
                            label=str(i % 2)) for i in range(n)]
-  settings = {"label_spec": BINARY.to_card(), "max_seq_length": 20, "source_sha256": "x",
-              "vocab_sha256": tokenization.vocab_fingerprint(TINY_VOCAB)}
-  meta = build_records(examples, str(tmp_path / "train.tf_record"), settings, tokenizer,
-                       num_shards=shards)
-  return meta["files"]
+  return tiny_vocab_records(examples, str(tmp_path / "train.tf_record"), 20, num_shards=shards)
 
 
 def _first_batches(input_fn, batch_size, count):

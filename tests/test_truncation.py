@@ -6,14 +6,12 @@ gives them (tokenize, then convert_tokens_to_ids), never from the code under tes
 
 import pytest
 
-from conftest import TINY_VOCAB, sample_path
+from conftest import BINARY, TINY_VOCAB, sample_path
 from data.features import (Truncation, TruncationCount, convert_example, convert_examples,
                            features_from_ids, pair_lengths, truncate_pair)
 from data.processors import get_processor
 from data.tokenization import FullTokenizer
-from spec.labels import SingleLabel
 
-BINARY = SingleLabel(["label"], ["0", "1"])
 CLS, SEP = 101, 102
 LENGTHS = (16, 64, 128)
 # head_tail with the default head (a quarter of the room), a small head, and a head that

@@ -93,6 +93,7 @@ cmd_test() {
   [ -n "$runtimes" ] || die "neither Python 3.7 nor Python 3.9-3.11 was found"
   for r in $runtimes; do setup_env "$r"; done
   start=$SECONDS  # the suite's time, without building environments
+  export TESTED_RUNTIMES="$(echo $runtimes)"  # tests marked one_runtime run on tf2 alone
   for r in $runtimes; do
     say "tests on $r: $("$VENVS/$r/bin/python" -c 'import sys, tensorflow as t; print("Python %s, TensorFlow %s" % (sys.version.split()[0], t.__version__))' 2>/dev/null)"
     set +e

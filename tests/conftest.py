@@ -11,6 +11,7 @@ Tiers (markers registered in pytest.ini):
   (it needs tf.contrib). On TF 2.15 they are left out with one line that says so.
 """
 
+import json
 import os
 
 import pytest
@@ -29,6 +30,8 @@ SHARED = os.path.join(os.path.dirname(ROOT), "shared")
 FULL_DATASETS = os.path.join(SHARED, "datasets")
 IS_TF1 = tf.__version__.startswith("1.")
 IN_CI = os.environ.get("CI") == "true"
+# The runtimes this `./run.sh test` covers (all of them when pytest runs on its own).
+TESTED_RUNTIMES = os.environ.get("TESTED_RUNTIMES", "tf1 tf2").split()
 
 setup_tensorflow()
 
@@ -139,6 +142,8 @@ def pytest_collection_modifyitems(config, items):
       leave_out.append(("extended", item))
     elif not IS_TF1 and "tf1_only" in item.keywords:
       leave_out.append(("tf1_only", item))
+    elif IS_TF1 and "tf2" in TESTED_RUNTIMES and "one_runtime" in item.keywords:
+      leave_out.append(("one_runtime", item))
     else:
       keep.append(item)
   counts = {}
@@ -150,6 +155,9 @@ def pytest_collection_modifyitems(config, items):
   if "tf1_only" in counts:
     notes.append("tf1_only: %d comparisons with bert-tensorflow's modeling run on TF 1.15 only "
                  "(it needs tf.contrib)" % counts["tf1_only"])
+  if "one_runtime" in counts:
+    notes.append("one_runtime: %d tests whose subject is the same on both runtimes run on "
+                 "TF 2.15, which this run tests too" % counts["one_runtime"])
   if leave_out:
     config.hook.pytest_deselected(items=[item for _, item in leave_out])
     items[:] = keep
@@ -330,3 +338,29 @@ def model_features(config, batch=4, seq=12, seed=3):
       "example_id": np.arange(batch),
   }
   return {k: tf.constant(v, tf.int32) for k, v in arrays.items()}
+
+
+def tiny_config_without_dropout(tmp_path):
+  """BERT-Tiny's config file with dropout off, for runs that must agree weight for weight
+  with another (resumed against uninterrupted, several machines against one)."""
+  with open(os.path.join(TINY, "bert_config.json")) as f:
+    config = json.load(f)
+  config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+  path = str(tmp_path / "bert_config_no_dropout.json")
+  with open(path, "w") as f:
+    json.dump(config, f)
+  return path
+
+
+def checkpoint_variables(checkpoint):
+  """{name: value} of every variable in a checkpoint."""
+  reader = tf.train.load_checkpoint(checkpoint)
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def first_batches(input_fn, params, count):
+  """The example ids of the first `count` batches of an input_fn called with params."""
+  with tf.Graph().as_default():
+    batch = tf.data.make_one_shot_iterator(input_fn(dict(params))).get_next()
+    with tf.Session() as session:
+      return [session.run(batch["example_id"]).tolist() for _ in range(count)]

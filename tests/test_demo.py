@@ -14,6 +14,7 @@ SHORT_RUN_STEPS = 40  # the full demo trains 528 steps (two epochs)
 
 
 @pytest.mark.slow
+@pytest.mark.one_runtime  # ./run.sh demo runs on TF 2.15 where it can, as this test does
 def test_demo_short_run_beats_the_majority_baseline(tmp_path):
   from tools import assets
   fetched(assets.minilm_google_dir)

@@ -46,6 +46,9 @@ def _tsv(path):
 
 
 @pytest.mark.slow
+# The folds are Python around runs whose training and prediction the other end-to-end
+# tests run on both runtimes.
+@pytest.mark.one_runtime
 def test_three_folds_in_one_command(tmp_path, tiny_checkpoint):
   output_dir = str(tmp_path / "cv")
   result = run_flags(*common_flags(tiny_checkpoint, output_dir) + [

@@ -2,7 +2,6 @@
 replaying its start, a killed training process resumes to the same global step and the
 same weights, and one --seed gives the same losses twice."""
 
-import json
 import os
 import re
 import signal
@@ -14,7 +13,8 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import BINARY, ROOT, TINY, common_flags, run_flags, tiny_vocab_records
+from conftest import (BINARY, ROOT, common_flags, first_batches, run_flags,
+                      tiny_config_without_dropout, tiny_vocab_records)
 from data.input_fn import input_fn_builder
 from data.processors import InputExample
 
@@ -24,14 +24,6 @@ def _training_records(tmp_path, n=37, shards=2):
   examples = [InputExample(str(i), " ".join(["word"] * (1 + i * 7 % 13)) + " %d" % i,
                            label=str(i % 2)) for i in range(n)]
   return tiny_vocab_records(examples, str(tmp_path / "train.tf_record"), 20, num_shards=shards)
-
-
-def _first_batches(input_fn, batch_size, count):
-  """The example ids of the first `count` batches of a training input_fn."""
-  with tf.Graph().as_default():
-    batch = tf.data.make_one_shot_iterator(input_fn({"batch_size": batch_size})).get_next()
-    with tf.Session() as session:
-      return [session.run(batch["example_id"]).tolist() for _ in range(count)]
 
 
 @pytest.mark.parametrize("dynamic_padding", [False, True])
@@ -45,25 +37,13 @@ def test_skipping_continues_the_seeded_stream(tmp_path, dynamic_padding):
     return input_fn_builder(files, 20, is_training=True, label_spec=BINARY, seed=7,
                             dynamic_padding=dynamic_padding, skip_examples=skip_examples)
 
-  whole = _first_batches(stream(0), 4, 30)
+  whole = first_batches(stream(0), {"batch_size": 4}, 30)
   for done in (1, 5, 12):
-    assert _first_batches(stream(done * 4), 4, 30 - done) == whole[done:]
+    assert first_batches(stream(done * 4), {"batch_size": 4}, 30 - done) == whole[done:]
   # The stream is not the file order repeated, so a replay would have been visible.
   assert whole[0] != whole[10]
   with pytest.raises(ValueError, match="skip_examples is for resuming training"):
     input_fn_builder(files, 20, is_training=False, label_spec=BINARY, skip_examples=8)
-
-
-def _without_dropout(tmp_path):
-  """BERT-Tiny's config with dropout off: the only randomness left in training is the
-  seeded data order, so resumed and uninterrupted weights must agree."""
-  with open(os.path.join(TINY, "bert_config.json")) as f:
-    config = json.load(f)
-  config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-  path = str(tmp_path / "bert_config_no_dropout.json")
-  with open(path, "w") as f:
-    json.dump(config, f)
-  return path
 
 
 def _weights(output_dir):
@@ -91,7 +71,7 @@ def test_killed_training_resumes_to_the_same_step_and_weights(tmp_path, tiny_che
   again: it continues from the last checkpoint, skips the examples already trained on,
   and ends at the same global step with the weights of an uninterrupted run."""
   steps = 80
-  config_file = _without_dropout(tmp_path)
+  config_file = tiny_config_without_dropout(tmp_path)
   reference = str(tmp_path / "uninterrupted")
   outcome = run_flags(*_resume_flags(tiny_checkpoint, reference, config_file, steps))
   expected_losses = {step: loss for step, loss, _ in outcome["train_progress"]}

@@ -8,7 +8,16 @@ from conftest import (CORPORA, CORPUS_SIZES, corpus_texts, forked_map, google_id
 from data import fast_tokenization, tokenization
 from data.errors import DataError
 
-@pytest.mark.parametrize("corpus", CORPORA)
+# The full sets take about a minute per casing. The tokenizer is the same Python on both
+# runtimes, and what their Pythons differ in (the Unicode tables) is checked for every code
+# point on each, so the full sets run on one runtime.
+FULL_ON_ONE_RUNTIME = [
+    CORPORA[0],
+    pytest.param(*CORPORA[1].values, id="full",
+                 marks=list(CORPORA[1].marks) + [pytest.mark.one_runtime])]
+
+
+@pytest.mark.parametrize("corpus", FULL_ON_ONE_RUNTIME)
 @pytest.mark.parametrize("do_lower_case", [True, False])
 def test_every_path_gives_googles_ids_on_every_text(tiny_vocab, do_lower_case, corpus):
   """Google's FullTokenizer is the reference. Each of our paths on its own: the pure-Python

@@ -12,6 +12,7 @@ and wires data/ to modeling/. Nothing else reads flags.
 """
 
 import collections
+import dataclasses
 import functools
 import json
 import logging
@@ -40,12 +41,14 @@ from modeling.bert import BertConfig
 from modeling.checkpoint import checkpoint_global_step, head_shape
 from modeling.compat import setup_tensorflow
 from modeling import export
-from modeling.estimator import build_estimator, describe_device, xla_session_config
+from modeling.estimator import (BatchSplitError, build_estimator, describe_device,
+                                xla_session_config)
 from modeling.metrics import metric_names
 from modeling.model_fn import TRAIN_LOSS_NAME, model_fn_builder
 from modeling.progress import ProgressHook, format_seconds
 from modeling.summaries import scalar_events
 from spec import config
+from spec.cluster import ClusterError, parse_tf_config
 from spec import labels as label_specs
 from spec import model_card
 from spec import signature
@@ -434,6 +437,30 @@ def _validate_tpu_flags(c):
     if getattr(c, name) % c.num_tpu_cores:
       raise FlagError("--%s=%d must be a multiple of --num_tpu_cores=%d (each core gets an "
                       "equal share)" % (name, getattr(c, name), c.num_tpu_cores))
+  if c.num_tpu_cores > CORES_PER_TPU_HOST:
+    _check_pod_flags(c)
+
+
+# Cores a TPU host feeds (v2-8, v3-8, and each host of a v2 or v3 pod slice).
+CORES_PER_TPU_HOST = 8
+
+
+def _check_pod_flags(c):
+  """A pod slice (more cores than one host has): each host reads its own record shards."""
+  hosts, remainder = divmod(c.num_tpu_cores, CORES_PER_TPU_HOST)
+  if remainder:
+    raise FlagError("--num_tpu_cores=%d: a pod slice has a multiple of %d cores (v3-32 has "
+                    "32)" % (c.num_tpu_cores, CORES_PER_TPU_HOST))
+  if c.do_train and c.num_record_shards < hosts:
+    raise FlagError("--num_tpu_cores=%d is %d hosts, and each host reads record shards of "
+                    "its own: pass --num_record_shards=%d or more" % (
+                        c.num_tpu_cores, hosts, hosts))
+  for mode in ("do_eval", "do_predict"):
+    if getattr(c, mode):
+      raise FlagError("--%s on a pod slice (--num_tpu_cores=%d) would read the dev or test "
+                      "file on every host: train on the pod, then run --%s from the same "
+                      "--output_dir on one TPU host (--num_tpu_cores=8), a GPU or the CPU"
+                      % (mode, c.num_tpu_cores, mode))
 
 
 # --- The model card ------------------------------------------------------------------
@@ -564,8 +591,10 @@ def check_card_matches_task(card, processor, where):
 def write_model_card(c, processor, vocab_file, tokenizer, bert_config):
   """Writes the card into --output_dir (run() has created it)."""
   card = card_of_run(c, processor, vocab_file, tokenizer, bert_config)
-  with tf.io.gfile.GFile(model_card.card_path(c.output_dir), "w") as out:
+  path = model_card.card_path(c.output_dir)
+  with tf.io.gfile.GFile(path + ".tmp", "w") as out:  # whole, for workers reading it
     out.write(model_card.to_json(card))
+  tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
   log.info("wrote the model card %s", model_card.card_path(c.output_dir))
 
 
@@ -650,15 +679,20 @@ def make_tokenizer(vocab_file, do_lower_case, hub_module, init_checkpoint, choic
   return fast_tokenization.tokenizer_for(vocab_file, do_lower_case, choice), vocab_file
 
 
-def make_estimator(c, model_fn):
+def make_estimator(c, model_fn, cluster=None):
   session_config = xla_session_config() if c.use_xla else None
-  return build_estimator(
-      model_fn, c.output_dir, c.use_tpu, c.train_batch_size, c.eval_batch_size,
-      c.predict_batch_size, save_checkpoints_steps=c.save_checkpoints_steps,
-      iterations_per_loop=c.iterations_per_loop, num_tpu_cores=c.num_tpu_cores, seed=c.seed,
-      log_step_count_steps=c.log_every_steps * 10, tpu_name=c.tpu_name, tpu_zone=c.tpu_zone,
-      gcp_project=c.gcp_project, master=c.master, session_config=session_config,
-      save_summary_steps=c.save_summary_steps, num_replicas=max(1, c.num_gpus))
+  try:
+    return build_estimator(
+        model_fn, c.output_dir, c.use_tpu, c.train_batch_size, c.eval_batch_size,
+        c.predict_batch_size, save_checkpoints_steps=c.save_checkpoints_steps,
+        iterations_per_loop=c.iterations_per_loop, num_tpu_cores=c.num_tpu_cores,
+        seed=c.seed, log_step_count_steps=c.log_every_steps * 10, tpu_name=c.tpu_name,
+        tpu_zone=c.tpu_zone, gcp_project=c.gcp_project, master=c.master,
+        session_config=session_config, save_summary_steps=c.save_summary_steps,
+        num_replicas=max(1, c.num_gpus), cluster=cluster)
+  except BatchSplitError as e:  # (a cluster's replicas are known once its strategy exists)
+    raise FlagError("--train_batch_size=%d is the global batch, and %s: every GPU of every "
+                    "machine takes an equal share" % (c.train_batch_size, e))
 
 
 def take_fraction(examples, fraction, seed):
@@ -889,9 +923,6 @@ def run_train(c, estimator, processor, split, num_train_steps, until_step=None, 
                               dynamic_padding=c.dynamic_padding,
                               weighted=split.metadata["weighted"],
                               skip_examples=start_step * per_update)
-  if c.use_tpu and c.num_tpu_cores > 8 and start_step:
-    log.warning("resuming on %d TPU cores: every host reads the whole stream, so the "
-                "examples skipped are exact for one host (8 cores) only", c.num_tpu_cores)
   progress.train_started = time.time()
   if start_step < until_step:
     estimator.train(input_fn=input_fn, max_steps=until_step, hooks=[progress])
@@ -1054,6 +1085,21 @@ def _restore_path(c, checkpoint):
   for the initialisation from --init_checkpoint (a fine-tuned head there, or none at
   all), which the model_fn does."""
   return checkpoint if checkpoint and checkpoint != c.init_checkpoint else None
+
+
+def evaluate_checkpoints(c, estimator, processor, split, num_train_steps):
+  """The evaluator task of a multi-worker run: evaluates each checkpoint the chief saves,
+  for TensorBoard (<output_dir>/eval), until the last. Returns the global steps it
+  evaluated."""
+  log.info("evaluating each new checkpoint in %s on %d dev examples, until step %d",
+           c.output_dir, len(split.examples), num_train_steps)
+  input_fn = input_fn_builder(split.record_files, c.max_seq_length, is_training=False,
+                              label_spec=processor.label_spec,
+                              dynamic_padding=c.dynamic_padding)
+  estimator.evaluate_checkpoints(input_fn, num_train_steps)
+  steps = [step for step, _ in scalar_events(os.path.join(c.output_dir, "eval"), "loss")]
+  log.info("the evaluator evaluated the checkpoints of steps %s", ", ".join(map(str, steps)))
+  return steps
 
 
 def run_eval(c, estimator, processor, split, checkpoint, outputs=None, name=None):
@@ -1225,21 +1271,69 @@ def _one_line(text):
 
 # --- main --------------------------------------------------------------------------------
 
-def run(c):
+def run(c, cluster=None):
   """Runs the requested modes of a configuration (spec/config.py RunConfig), or its k-fold
-  cross-validation. Returns a dict of what was produced (for callers and tests)."""
+  cross-validation. With cluster (spec.cluster.Cluster, from TF_CONFIG) this process is
+  one task of a multi-worker training. Returns a dict of what was produced (for callers
+  and tests)."""
+  if cluster is not None:
+    check_cluster_flags(c, cluster)
   check_run_flags(c)
   if c.saved_model:
     return {"predictions": run_saved_model(c)}
   if c.num_folds:
     return run_folds(c)
-  return run_once(c)
+  return run_once(c, cluster=cluster)
 
 
-def run_once(c, fold=None):
+def check_cluster_flags(c, cluster):
+  """The flags of one task of a multi-worker run (the same on every task)."""
+  if not c.do_train:
+    raise FlagError("TF_CONFIG sets up a cluster for training: add --do_train, or unset "
+                    "TF_CONFIG to evaluate or predict on this machine alone")
+  for name, why, used in (
+      ("use_tpu", "a TPU pod spreads training over its own hosts", c.use_tpu),
+      ("num_gpus", "each machine of the cluster trains on all the GPUs it sees (choose them "
+                   "with CUDA_VISIBLE_DEVICES)", c.num_gpus),
+      ("use_fp16", "its loss-scale update is not written for replicas", c.use_fp16),
+      ("gradient_accumulation_steps", "its accumulators are not written for replicas",
+       c.gradient_accumulation_steps > 1),
+      ("eval_every_steps", "add an \"evaluator\" task to TF_CONFIG: it evaluates every "
+                           "checkpoint the chief saves", c.eval_every_steps),
+      ("num_folds", "run the folds one by one (--fold) on the cluster", c.num_folds)):
+    if used:
+      raise FlagError("--%s cannot be used with TF_CONFIG's cluster (%s): drop it" % (
+          name, why))
+  if cluster.is_evaluator and not c.do_eval:
+    raise FlagError("TF_CONFIG makes this task the evaluator, which evaluates the dev split: "
+                    "add --do_eval")
+  if c.train_batch_size % cluster.num_workers:
+    raise FlagError("--train_batch_size=%d is the global batch: it must split evenly over "
+                    "TF_CONFIG's %d training tasks" % (c.train_batch_size, cluster.num_workers))
+  if c.num_record_shards < cluster.num_workers:
+    raise FlagError("--num_record_shards=%d: each of TF_CONFIG's %d training tasks reads "
+                    "shards of its own; pass --num_record_shards=%d or more" % (
+                        c.num_record_shards, cluster.num_workers, cluster.num_workers))
+
+
+def config_of_task(c, cluster):
+  """What one task of a multi-worker run does: the chief everything asked for; a worker
+  only trains, and the evaluator only evaluates (it reads the train split for the number
+  of steps). Tasks other than the chief write their records apart from the chief's."""
+  if cluster is None or cluster.is_chief:
+    return c
+  cache_dir = os.path.join(c.cache_dir or os.path.join(c.output_dir, "features"),
+                           "%s_%d" % (cluster.task_type, cluster.task_index))
+  return dataclasses.replace(c, do_eval=cluster.is_evaluator, do_predict=False,
+                             do_export=False, cache_dir=cache_dir)
+
+
+def run_once(c, fold=None, cluster=None):
   """One model: train, eval, predict. With fold (a FoldPlan), the train file's rows of
-  the other folds train it, and its own fold's rows are its dev split."""
+  the other folds train it, and its own fold's rows are its dev split. With cluster,
+  this task's part of a multi-worker run (config_of_task)."""
   started = time.time()
+  c = config_of_task(c, cluster)
   card = read_model_card(c.output_dir)
   if card:
     c = apply_model_card(c, card)
@@ -1279,11 +1373,17 @@ def run_once(c, fold=None):
       precision="float16" if c.use_fp16 else "bfloat16" if c.use_bf16 else "float32",
       xla_global_step_fix=c.use_xla, pooling=c.pooling, summary_dir=c.output_dir,
       save_summary_steps=c.save_summary_steps)
-  estimator = make_estimator(c, model_fn)
+  estimator = make_estimator(c, model_fn, cluster)
+  if cluster is not None:
+    log.info("this process is %s", cluster.describe())
+    if cluster.is_evaluator:
+      return {"eval_steps": evaluate_checkpoints(c, estimator, processor, splits["dev"],
+                                                 num_train_steps)}
 
   outcome = {}
   if c.do_train:
-    write_model_card(c, processor, vocab_file, tokenizer, bert_config)
+    if cluster is None or cluster.is_chief:
+      write_model_card(c, processor, vocab_file, tokenizer, bert_config)
     if c.eval_every_steps:
       progress, checkpoint, outcome["eval"] = train_with_evaluations(
           c, estimator, processor, splits, num_train_steps, seconds)
@@ -1293,6 +1393,14 @@ def run_once(c, fold=None):
       checkpoint = tf.train.latest_checkpoint(c.output_dir)
     outcome["train_progress"] = progress.history if progress else []
     outcome["train_losses"] = progress.losses if progress else []
+    if cluster is not None and not cluster.is_chief:
+      # TensorFlow has a worker save its own copy of every checkpoint in the chief's
+      # output_dir: scratch, which no restart reads. The chief writes the results.
+      scratch = os.path.join(c.output_dir, "tmp_%s_%d" % (cluster.task_type,
+                                                         cluster.task_index))
+      if tf.io.gfile.exists(scratch):
+        tf.io.gfile.rmtree(scratch)
+      return outcome
   if fold is not None:  # the held-out fold's predictions, before its eval (which uses them)
     outcome["oof"] = predict_outputs(c, estimator, label_spec, splits["dev"], checkpoint)
   if c.do_eval and outcome.get("eval") is None:  # (evaluated already when it was the last)
@@ -1550,7 +1658,12 @@ def main(argv):
   logging.getLogger().setLevel(logging.INFO)
   tf.get_logger().setLevel(getattr(logging, flags.FLAGS.tf_log_level))
   try:
-    run(config_from_flags(flags.FLAGS))
+    cluster = parse_tf_config(os.environ.get("TF_CONFIG"))
+  except ClusterError as e:
+    sys.stderr.write("run_classifier: TF_CONFIG error: %s\n" % e)
+    sys.exit(2)
+  try:
+    run(config_from_flags(flags.FLAGS), cluster)
   except FlagError as e:
     sys.stderr.write("run_classifier: flag error: %s\n" % e)
     sys.exit(2)

@@ -37,6 +37,34 @@ def bucket_boundaries(max_seq_length, width=BUCKET_WIDTH):
   return list(range(width + 1, max_seq_length + 1, width))
 
 
+def files_of_pipeline(files, pipeline_id, num_pipelines):
+  """The record files that input pipeline pipeline_id of num_pipelines reads (a worker
+  machine, or a TPU host): every num_pipelines-th shard, so that no two read the same
+  records and together they read them all."""
+  if not 0 <= pipeline_id < num_pipelines:
+    raise ValueError("input pipeline %d of %d does not exist" % (pipeline_id, num_pipelines))
+  if len(files) < num_pipelines:
+    raise ValueError(
+        "%d input pipelines (one per worker or TPU host) each need a shard of their own, but "
+        "the records are %d file%s (%s): write them with --num_record_shards=%d or more"
+        % (num_pipelines, len(files), "" if len(files) == 1 else "s", files[0], num_pipelines))
+  return list(files[pipeline_id::num_pipelines])
+
+
+def pipeline_of(params):
+  """(this input pipeline's index, the number of pipelines) of an input_fn call: from
+  params['input_pipeline_id'] and params['num_input_pipelines'] (a multi-worker run's
+  input context), or on a TPU from TPUEstimator's params['context'] (with per-host input,
+  one pipeline per host); (0, 1) otherwise."""
+  if "num_input_pipelines" in params:
+    return params["input_pipeline_id"], params["num_input_pipelines"]
+  context = params.get("context")
+  if context is not None:
+    deployment = context.current_input_fn_deployment()  # (device, index, count, cores)
+    return deployment[1], deployment[2]
+  return 0, 1
+
+
 def input_fn_builder(input_file, max_seq_length, is_training, label_spec, seed=None,
                      dynamic_padding=False, weighted=False, skip_examples=0):
   """Returns input_fn(params) reading batches of params['batch_size'] records.
@@ -58,6 +86,10 @@ def input_fn_builder(input_file, max_seq_length, is_training, label_spec, seed=N
   the batches of skip_examples / params['batch_size'] reaches the exact next batch.
   That is the whole stream on CPU/GPU and on one TPU host (whose cores take
   batch_size each per step).
+
+  Where several input pipelines feed one training step (the workers of a multi-worker
+  run, the hosts of a TPU pod), each reads its own shards (files_of_pipeline) and skips
+  its share of skip_examples. Which pipeline this is comes from pipeline_of(params).
   """
   if skip_examples and not is_training:
     raise ValueError("skip_examples is for resuming training")
@@ -66,10 +98,13 @@ def input_fn_builder(input_file, max_seq_length, is_training, label_spec, seed=N
 
   def input_fn(params):
     batch_size = params["batch_size"]
-    skip_batches = skip_examples // batch_size
-    dataset = tf.data.Dataset.from_tensor_slices(tf.constant(files))
-    if is_training and len(files) > 1:
-      dataset = dataset.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), 8))
+    pipeline_id, num_pipelines = pipeline_of(params) if is_training else (0, 1)
+    own_files = files_of_pipeline(files, pipeline_id, num_pipelines)
+    skip_batches = skip_examples // (batch_size * num_pipelines)
+    dataset = tf.data.Dataset.from_tensor_slices(tf.constant(own_files))
+    if is_training and len(own_files) > 1:
+      dataset = dataset.interleave(tf.data.TFRecordDataset,
+                                   cycle_length=min(len(own_files), 8))
     else:
       dataset = dataset.flat_map(tf.data.TFRecordDataset)  # shards in order
     if is_training:

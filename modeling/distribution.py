@@ -26,7 +26,7 @@ def sum_over_replicas(gradients, variables):
   context = _several_replicas()
   if context is None:
     return gradients
-  pairs = [(tf.convert_to_tensor(g), v) for g, v in zip(gradients, variables)]
+  pairs = list(zip(gradients, variables))
 
   def reduce_all(strategy, per_replica_pairs):
     return strategy.extended.batch_reduce_to(tf.distribute.ReduceOp.SUM, per_replica_pairs)

@@ -40,21 +40,30 @@ def build_estimator(model_fn, output_dir, use_tpu, train_batch_size, eval_batch_
                     predict_batch_size, save_checkpoints_steps=1000, iterations_per_loop=1000,
                     num_tpu_cores=8, seed=None, log_step_count_steps=100, tpu_name=None,
                     tpu_zone=None, gcp_project=None, master=None, session_config=None,
-                    save_summary_steps=100, num_replicas=1, replica_device_type="GPU"):
+                    save_summary_steps=100, num_replicas=1, replica_device_type="GPU",
+                    cluster=None):
   """A TPUEstimator; with use_tpu=False the same graph runs on the local device.
 
   Batch sizes are global. On TPU, TPUEstimator hands each core
-  batch_size / num_tpu_cores through params['batch_size'] (PER_HOST_V2 input),
-  and runs iterations_per_loop steps on the device between host round trips.
+  batch_size / num_tpu_cores through params['batch_size'] (PER_HOST_V2 input: on a pod
+  every host calls input_fn, see data.input_fn.pipeline_of), and runs
+  iterations_per_loop steps on the device between host round trips.
   num_replicas > 1 trains on that many local devices of replica_device_type with
-  TensorFlow's MirroredStrategy instead (see ReplicatedEstimator).
+  TensorFlow's MirroredStrategy instead, and a cluster (spec.cluster.Cluster, from
+  TF_CONFIG) on several machines with its MultiWorkerMirroredStrategy (see
+  ReplicatedEstimator).
   """
   common = dict(model_dir=output_dir, save_checkpoints_steps=save_checkpoints_steps,
                 tf_random_seed=seed, save_summary_steps=save_summary_steps,
                 log_step_count_steps=log_step_count_steps, session_config=session_config)
+  batch_sizes = (train_batch_size, eval_batch_size, predict_batch_size)
+  if cluster is not None:
+    return ReplicatedEstimator(model_fn, common, multi_worker_strategy(cluster), *batch_sizes,
+                               cluster=cluster)
   if num_replicas > 1:
-    return ReplicatedEstimator(model_fn, common, num_replicas, replica_device_type,
-                               train_batch_size, eval_batch_size, predict_batch_size)
+    return ReplicatedEstimator(model_fn, common,
+                               mirrored_strategy(num_replicas, replica_device_type),
+                               *batch_sizes)
   resolver = None
   if use_tpu and tpu_name:
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
@@ -71,42 +80,82 @@ def build_estimator(model_fn, output_dir, use_tpu, train_batch_size, eval_batch_
       predict_batch_size=predict_batch_size)
 
 
+class BatchSplitError(ValueError):
+  """A global train batch that does not split evenly over the strategy's replicas."""
+
+
 def replica_devices(num_replicas, device_type="GPU"):
   return ["/%s:%d" % (device_type.lower(), i) for i in range(num_replicas)]
+
+
+def mirrored_strategy(num_replicas, device_type="GPU"):
+  with tf.Graph().as_default():  # TF 2.15 would otherwise check the devices eagerly,
+    # against the process's devices rather than those of the sessions Estimator creates.
+    return tf.distribute.MirroredStrategy(devices=replica_devices(num_replicas, device_type))
+
+
+def multi_worker_strategy(cluster):
+  """The collective all-reduce strategy of TF_CONFIG's cluster (every GPU of each machine,
+  or its CPU), built from TF_CONFIG itself; None on the evaluator, which evaluates on one
+  device (the strategy cannot be built there: the evaluator is outside the cluster)."""
+  if cluster.is_evaluator:
+    return None
+  # (Not in a graph of its own, unlike mirrored_strategy: TF 2.15 copies it for each task
+  # eagerly, and its copies then name devices that no graph's session has.)
+  return tf.distribute.experimental.MultiWorkerMirroredStrategy()
 
 
 class ReplicatedEstimator(object):
   """The TPUEstimator interface (train, evaluate, predict; model_fn returning a
   TPUEstimatorSpec; input_fn(params) batching params['batch_size']) over a
-  tf.estimator.Estimator whose training and evaluation run under a MirroredStrategy.
+  tf.estimator.Estimator whose training runs under a distribution strategy: a
+  MirroredStrategy over local devices, or with a cluster (TF_CONFIG) a
+  MultiWorkerMirroredStrategy over its machines.
 
   TPUEstimator itself cannot: on TF 1.15 it does not hand input_fn the strategy's
   input context. In training each replica takes train_batch_size / num_replicas
   examples per step, so the batch size stays global; the train op sums the replicas'
   gradients of their 1/num_replicas-scaled losses (modeling.distribution), the global
-  batch's mean gradient. Evaluation and prediction run on one device: the exact
+  batch's mean gradient. On several machines each one's input_fn reads its own
+  shards (params 'input_pipeline_id' and 'num_input_pipelines'), and training goes
+  through tf.estimator.train_and_evaluate, the only way Estimator trains multi-worker.
+  Evaluation and prediction run on one device: the exact
   metrics (ROC-AUC, Spearman) gather every prediction, which the strategy's per-replica
   metric variables cannot, and Estimator.predict takes no strategy.
   """
 
-  def __init__(self, model_fn, run_config_args, num_replicas, device_type, train_batch_size,
-               eval_batch_size, predict_batch_size):
-    if train_batch_size % num_replicas:
-      raise ValueError("the train batch size %d does not split over %d replicas" %
-                       (train_batch_size, num_replicas))
-    self.num_replicas = num_replicas
-    self._batch_sizes = {"train": train_batch_size // num_replicas,
+  def __init__(self, model_fn, run_config_args, strategy, train_batch_size, eval_batch_size,
+               predict_batch_size, cluster=None):
+    self.num_replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+    if train_batch_size % self.num_replicas:
+      raise BatchSplitError("the train batch size %d does not split over %d replicas" %
+                            (train_batch_size, self.num_replicas))
+    self.cluster = cluster
+    self._batch_sizes = {"train": train_batch_size // self.num_replicas,
                          "eval": eval_batch_size, "predict": predict_batch_size}
-    with tf.Graph().as_default():  # TF 2.15 would otherwise check the devices eagerly,
-      # against the process's devices rather than those of the sessions Estimator creates.
-      strategy = tf.distribute.MirroredStrategy(devices=replica_devices(num_replicas,
-                                                                        device_type))
     config = tf.estimator.RunConfig(train_distribute=strategy, **run_config_args)
     self._estimator = tf.estimator.Estimator(_as_estimator_model_fn(model_fn), config=config)
 
   def train(self, input_fn, max_steps=None, hooks=None):
-    self._estimator.train(self._batched(input_fn, "train"), max_steps=max_steps, hooks=hooks)
+    if self.cluster is None:
+      self._estimator.train(self._batched(input_fn, "train"), max_steps=max_steps,
+                            hooks=hooks)
+    else:
+      tf.estimator.train_and_evaluate(
+          self._estimator,
+          tf.estimator.TrainSpec(self._batched(input_fn, "train"), max_steps=max_steps,
+                                 hooks=hooks),
+          tf.estimator.EvalSpec(_only_on_the_evaluator))
     return self
+
+  def evaluate_checkpoints(self, input_fn, until_step):
+    """The evaluator's loop: evaluates each new checkpoint the training tasks save, until
+    one of step until_step or later (TensorBoard's <model_dir>/eval)."""
+    tf.estimator.train_and_evaluate(
+        self._estimator,
+        tf.estimator.TrainSpec(_only_on_the_training_tasks, max_steps=until_step),
+        tf.estimator.EvalSpec(self._batched(input_fn, "eval"), steps=None,
+                              start_delay_secs=0, throttle_secs=1))
 
   def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None):
     return self._estimator.evaluate(self._batched(input_fn, "eval"), steps=steps, hooks=hooks,
@@ -122,10 +171,23 @@ class ReplicatedEstimator(object):
   def _batched(self, input_fn, mode):
     batch_size = self._batch_sizes[mode]
 
-    def input_fn_with_batch_size(params):
-      return input_fn(dict(params, batch_size=batch_size))
+    def input_fn_with_batch_size(params, input_context=None):
+      params = dict(params, batch_size=batch_size)
+      if input_context is not None:  # one pipeline per machine under a multi-worker strategy
+        params.update(input_pipeline_id=input_context.input_pipeline_id,
+                      num_input_pipelines=input_context.num_input_pipelines)
+      return input_fn(params)
 
     return input_fn_with_batch_size
+
+
+def _only_on_the_evaluator(params):
+  raise RuntimeError("a training task ran an evaluation: only TF_CONFIG's evaluator task "
+                     "evaluates during a multi-worker run")
+
+
+def _only_on_the_training_tasks(params):
+  raise RuntimeError("the evaluator task ran training: only the chief and the workers train")
 
 
 def _as_estimator_model_fn(model_fn):

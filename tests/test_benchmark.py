@@ -50,8 +50,15 @@ def test_benchmark_on_the_committed_sample(tmp_path):
   with open(os.path.join(out_dir, "results.csv")) as f:
     table = list(csv.DictReader(f))
   assert [r["variant"] for r in table] == (["google", "ours"] if IS_TF1 else ["ours"])
+  # This machine has no GPU and the command names no TPU: one line each says so.
+  assert ("GPU rows (float16, XLA, one row per GPU count) skipped: TensorFlow sees no GPU "
+          "here (%s)" % runtime) in result.stdout
+  assert ("TPU row (fixed padding, bfloat16) skipped: no --tpu_name given (pass --tpu_name "
+          "NAME --tpu_work_dir gs://bucket/folder)") in result.stdout
   for row in table:
     assert (row["model"], row["seq"], row["batch"], row["steps"]) == ("tiny", "32", "8", "2")
+    assert row["device"].endswith(", %d cores" % os.cpu_count())  # the CPU it ran on
+    assert row["environment"].endswith(" / CPU") and row["scaling_efficiency"] == ""
     rate, seconds = float(row["examples_per_sec"]), float(row["wall_seconds"])
     assert rate == pytest.approx(2 * 8 / seconds, rel=1e-6)
     assert float(row["ms_per_step"]) == pytest.approx(1000 * seconds / 2, rel=1e-6)
@@ -75,8 +82,9 @@ def test_benchmark_on_the_committed_sample(tmp_path):
   assert "Data: `comments.csv`, %d rows. Batch 8; 2 measured steps after 1 warm-up" % (
       SAMPLE_ROWS) in markdown
   for row in table:
-    assert "| %.1f | %.1f |" % (float(row["wall_seconds"]), float(row["examples_per_sec"])
-                                ) in markdown
+    assert "| 8 | %.1f | %.1f |" % (float(row["wall_seconds"]), float(row["examples_per_sec"])
+                                    ) in markdown
+  assert markdown.count("skipped") == 2
   assert "Featurisation of all %d rows" % SAMPLE_ROWS in markdown
   featurisation = [line for line in markdown.splitlines() if "--tokenizer=" in line]
   assert len(featurisation) == 3  # python, auto, auto with 2 processes
@@ -93,3 +101,19 @@ def test_benchmark_on_the_committed_sample(tmp_path):
   with open(os.path.join(str(tmp_path / "again"), "results.csv")) as f:
     (row,) = list(csv.DictReader(f))
   assert row["steps"] == "2" and float(row["wall_seconds"]) > 0
+
+
+@pytest.mark.parametrize("gpus,tpu,rows,notes", [
+    ({"tf1": 0, "tf2": 0}, None, [], ["GPU", "TPU"]),
+    ({"tf1": 1, "tf2": 1}, None, ["ours_fp16", "ours_xla"], ["TPU"]),
+    ({"tf1": 0, "tf2": 4}, "my-tpu",
+     ["ours_fp16", "ours_xla", "ours_2gpus", "ours_4gpus", "ours_tpu"], []),
+    ({"tf2": 6}, None, ["ours_fp16", "ours_xla", "ours_2gpus", "ours_4gpus"], ["TPU"]),
+])
+def test_the_devices_found_choose_the_extra_rows(gpus, tpu, rows, notes):
+  from tools.benchmark import device_variants, gpu_count_of, label_of
+  variants, skipped = device_variants(gpus, tpu)
+  assert variants == rows
+  assert [note.split(" ")[0] for note in skipped] == notes
+  assert (gpu_count_of("ours_4gpus"), gpu_count_of("ours_fp16")) == (4, None)
+  assert label_of("ours_4gpus") == "this project, dynamic padding, 4 GPUs"

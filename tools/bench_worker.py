@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import sys
 import time
 
@@ -37,6 +36,14 @@ def parse_args(argv=None):
   parser.add_argument("--warmup", type=int, default=3, help="steps before measuring")
   parser.add_argument("--dynamic_padding", action="store_true")
   parser.add_argument("--xla", action="store_true", help="ours: XLA JIT (as --use_xla)")
+  parser.add_argument("--fp16", action="store_true",
+                      help="ours: float16 with dynamic loss scaling (as --use_fp16; GPU)")
+  parser.add_argument("--num_gpus", type=int, default=0,
+                      help="ours: MirroredStrategy over this many GPUs (as --num_gpus); "
+                           "--batch rows on each, so the global batch grows with them")
+  parser.add_argument("--tpu_name", help="ours: on this Cloud TPU, fixed padding, bfloat16 "
+                                         "(as --use_tpu --use_bf16); --workdir on gs://")
+  parser.add_argument("--num_tpu_cores", type=int, default=8)
   parser.add_argument("--data", help="CSV of text,label rows without a header")
   parser.add_argument("--vocab")
   parser.add_argument("--workdir")
@@ -52,9 +59,15 @@ def parse_args(argv=None):
   return parser.parse_args(argv)
 
 
-def runtime_info():
+def runtime_info(args=None):
+  """The runtime's versions, and the device a run computes on (modeling.estimator's
+  describe_device: kind, description, count)."""
   import tensorflow as tf
-  return {"python": platform.python_version(), "tensorflow": tf.__version__}
+  from modeling.estimator import describe_device
+  tpu_name = args.tpu_name if args is not None else None
+  return {"python": platform.python_version(), "tensorflow": tf.__version__,
+          "device": describe_device(bool(tpu_name), tpu_name, None,
+                                    args.num_tpu_cores if tpu_name else 8)}
 
 
 def matmul_peak_gflops(n=2048, repeats=10, rounds=5):
@@ -220,11 +233,15 @@ def our_model_and_input(args, record_path, total_steps):
   from modeling.model_fn import SEQ_LENGTH_NAME, model_fn_builder
   setup_tensorflow()
   config = BertConfig(**bert_shape(args.model))
+  on_tpu = bool(args.tpu_name)
   model_fn = model_fn_builder(config, binary_label_spec(), None, 2e-5, total_steps,
-                              args.warmup, use_tpu=False, xla_global_step_fix=args.xla)
+                              args.warmup, use_tpu=on_tpu, xla_global_step_fix=args.xla,
+                              precision="float16" if args.fp16 else
+                              "bfloat16" if on_tpu else "float32")
   input_fn = input_fn_builder(record_path, args.seq, True, binary_label_spec(), seed=1,
                               dynamic_padding=args.dynamic_padding)
-  return model_fn, input_fn, SEQ_LENGTH_NAME
+  # (On a TPU the length is inside the TPU computation, where no hook can read it.)
+  return model_fn, input_fn, None if on_tpu else SEQ_LENGTH_NAME
 
 
 def load_average():
@@ -241,7 +258,7 @@ def run(args):
   from modeling.flops import train_flops_per_example
 
   tf.get_logger().setLevel("ERROR")
-  os.makedirs(args.workdir, exist_ok=True)
+  tf.io.gfile.makedirs(args.workdir)
   total_steps = args.warmup + args.steps
   rows = read_rows(args.data, 0)
   record_path = os.path.join(args.workdir, "train.tf_record")
@@ -250,10 +267,15 @@ def run(args):
 
   build = google_model_and_input if args.impl == "google" else our_model_and_input
   model_fn, input_fn, seq_tensor = build(args, record_path, total_steps)
-  estimator = build_estimator(model_fn, os.path.join(args.workdir, "model"), False, args.batch,
-                              args.batch, args.batch, save_checkpoints_steps=10 ** 9,
-                              log_step_count_steps=10 ** 9, seed=1,
-                              session_config=xla_session_config() if args.xla else None)
+  batch = args.batch * max(1, args.num_gpus)  # global: --batch rows on each GPU
+  estimator = build_estimator(model_fn, os.path.join(args.workdir, "model"),
+                              bool(args.tpu_name), batch, batch, batch,
+                              save_checkpoints_steps=10 ** 9, log_step_count_steps=10 ** 9,
+                              seed=1, session_config=xla_session_config() if args.xla else None,
+                              num_replicas=max(1, args.num_gpus), tpu_name=args.tpu_name,
+                              num_tpu_cores=args.num_tpu_cores,
+                              # one step per host round trip, so that every step is timed
+                              iterations_per_loop=1)
   timing = TimingHook(seq_tensor)
   load_before = load_average()
   called = time.time()
@@ -265,12 +287,12 @@ def run(args):
   config = BertConfig(**bert_shape(args.model))
   pooled_only = args.impl == "ours"  # our classifier computes only [CLS] in the last layer
   flops = sum(train_flops_per_example(config, n, pooled_only=pooled_only)
-              for n in lengths) * args.batch
-  examples = args.steps * args.batch
+              for n in lengths) * batch
+  examples = args.steps * batch
   return dict(
-      runtime_info(), impl=args.impl, model=args.model, seq=args.seq, batch=args.batch,
+      runtime_info(args), impl=args.impl, model=args.model, seq=args.seq, batch=batch,
       steps=args.steps, warmup_steps=args.warmup, dynamic_padding=args.dynamic_padding,
-      xla=args.xla,
+      xla=args.xla, fp16=args.fp16, num_gpus=args.num_gpus, tpu=bool(args.tpu_name),
       startup_seconds=timing.session_ready - called,
       warmup_seconds=(ends[args.warmup - 1] - timing.session_ready) if args.warmup else 0.0,
       measured_seconds=measured, ms_per_step=1000.0 * measured / args.steps,
@@ -283,10 +305,12 @@ def run(args):
 def main(argv=None):
   args = parse_args(argv)
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  if args.workdir and os.path.isdir(args.workdir):
+  if args.workdir:
     # A measurement starts from nothing: cached records would skip featurisation,
     # and a checkpoint at the last step would skip training.
-    shutil.rmtree(args.workdir)
+    import tensorflow.compat.v1 as tf
+    if tf.io.gfile.isdir(args.workdir):  # (on a TPU, a gs:// folder)
+      tf.io.gfile.rmtree(args.workdir)
   if args.measure_peak:
     result = dict(runtime_info(), matmul_peak_gflops=matmul_peak_gflops())
   elif args.featurise_only:

@@ -36,9 +36,64 @@ VARIANTS = {  # name -> (impl, worker flags, runtimes it runs on)
     "ours_fixed": ("ours", [], ("tf1", "tf2")),
     "ours": ("ours", ["--dynamic_padding"], ("tf1", "tf2")),
     "ours_xla": ("ours", ["--xla"], ("tf1", "tf2")),
+    # The device rows (device_variants): added where their device is found.
+    "ours_fp16": ("ours", ["--dynamic_padding", "--fp16"], ("tf1", "tf2")),
+    "ours_tpu": ("ours", [], ("tf1", "tf2")),  # with --tpu_name and its cores
 }
 LABELS = {"google": "Google run_classifier", "ours_fixed": "this project, fixed padding",
-          "ours": "this project, dynamic padding", "ours_xla": "this project, fixed padding, XLA"}
+          "ours": "this project, dynamic padding", "ours_xla": "this project, fixed padding, XLA",
+          "ours_fp16": "this project, dynamic padding, float16",
+          "ours_tpu": "this project, fixed padding, bfloat16, TPU"}
+GPU_VARIANT = "ours_%dgpus"  # MirroredStrategy over that many GPUs, --batch_size rows on each
+
+
+def gpu_count_of(variant):
+  """N of GPU_VARIANT's ours_<N>gpus, else None."""
+  if variant.startswith("ours_") and variant.endswith("gpus"):
+    return int(variant[len("ours_"):-len("gpus")])
+  return None
+
+
+def variant_spec(variant, args):
+  """(impl, worker flags, runtimes) of a variant."""
+  gpus = gpu_count_of(variant)
+  if gpus:
+    return "ours", ["--dynamic_padding", "--num_gpus", str(gpus)], ("tf1", "tf2")
+  impl, flags, runtimes = VARIANTS[variant]
+  if variant == "ours_tpu":
+    flags = flags + ["--tpu_name", args.tpu_name, "--num_tpu_cores", str(args.num_tpu_cores)]
+  return impl, flags, runtimes
+
+
+def label_of(variant):
+  gpus = gpu_count_of(variant)
+  if gpus:
+    return "this project, dynamic padding, %d GPUs" % gpus
+  return LABELS[variant]
+
+
+def device_variants(gpu_counts, tpu_name):
+  """The rows the devices found add: (variants, notes). gpu_counts maps each runtime to
+  the GPUs TensorFlow sees there. With a GPU: float16 and XLA rows; with several, a row per
+  GPU count (2, 4, 8, ...). With --tpu_name: the TPU row. Each device that is absent gives
+  one note instead."""
+  variants, notes = [], []
+  most = max(gpu_counts.values()) if gpu_counts else 0
+  if most:
+    variants += ["ours_fp16", "ours_xla"]
+    count = 2
+    while count <= most:
+      variants.append(GPU_VARIANT % count)
+      count *= 2
+  else:
+    notes.append("GPU rows (float16, XLA, one row per GPU count) skipped: TensorFlow sees no "
+                 "GPU here (%s)" % ", ".join(sorted(gpu_counts)))
+  if tpu_name:
+    variants.append("ours_tpu")
+  else:
+    notes.append("TPU row (fixed padding, bfloat16) skipped: no --tpu_name given (pass "
+                 "--tpu_name NAME --tpu_work_dir gs://bucket/folder)")
+  return variants, notes
 FEATURISERS = [  # (path, processes, runtimes)
     ("google", 1, ("tf1",)), ("python", 1, ("tf1", "tf2")), ("fast", 1, ("tf1", "tf2")),
     ("fast", 2, ("tf1", "tf2"))]
@@ -59,6 +114,11 @@ def parse_args(argv=None):
   parser.add_argument("--warmup_steps", type=int, default=3)
   parser.add_argument("--variants", default="google,ours", help="from %s" % ",".join(VARIANTS))
   parser.add_argument("--runtimes", default="tf1,tf2")
+  parser.add_argument("--tpu_name", help="also train on this Cloud TPU (its bfloat16, fixed "
+                                         "padding row)")
+  parser.add_argument("--tpu_work_dir", help="with --tpu_name: a gs:// folder for the TPU "
+                                             "run's records and checkpoints")
+  parser.add_argument("--num_tpu_cores", type=int, default=8)
   parser.add_argument("--skip_featurisation", action="store_true")
   parser.add_argument("--rounds", type=int, default=1,
                       help="train every configuration this many times, round-robin, and "
@@ -100,12 +160,13 @@ def run_worker(runtime, args, out_path):
 
 
 def run_training(args, work, variant, runtime, model, seq, round_index):
-  impl, flags, _ = VARIANTS[variant]
+  impl, flags, _ = variant_spec(variant, args)
   tag = "%s_%s_%s_%d" % (variant, runtime, model, seq)
+  workdir = os.path.join(args.tpu_work_dir if variant == "ours_tpu" else work, tag)
   worker_args = ["--impl", impl, "--model", model, "--seq", str(seq), "--batch",
                  str(args.batch_size), "--steps", str(args.steps), "--warmup",
                  str(args.warmup_steps), "--data", args.data, "--vocab", args.vocab,
-                 "--workdir", os.path.join(work, tag)] + flags
+                 "--workdir", workdir] + flags
   print("running %s (round %d of %d) ..." % (tag, round_index + 1, args.rounds))
   sys.stdout.flush()
   return run_worker(runtime, worker_args, os.path.join(work, "%s_%d.json" % (tag, round_index)))
@@ -117,21 +178,21 @@ def median_run(runs, key):
 
 
 def environment_label(row):
-  return "TF %s / Python %s / CPU" % (row["tensorflow"], row["python"])
+  return "TF %s / Python %s / %s" % (row["tensorflow"], row["python"], row["device"]["kind"])
 
 
-def write_outputs(rows, peaks, featurisation, args, machine):
+def write_outputs(rows, peaks, featurisation, args, machine, device_notes=()):
   os.makedirs(args.out_dir, exist_ok=True)
-  fields = ["variant", "environment", "model", "seq", "batch", "steps", "wall_seconds",
+  fields = ["variant", "environment", "device", "model", "seq", "batch", "steps", "wall_seconds",
             "examples_per_sec", "ms_per_step", "startup_seconds", "warmup_seconds",
             "mean_seq_length", "train_gflops_per_example", "gflops_per_sec",
-            "matmul_peak_gflops", "fraction_of_peak", "speedup_vs_google",
+            "matmul_peak_gflops", "fraction_of_peak", "speedup_vs_google", "scaling_efficiency",
             "featurise_rows_per_sec", "tokenizer", "load_before", "load_after",
             "rounds", "examples_per_sec_of_rounds"]
   with open(os.path.join(args.out_dir, "results.csv"), "w", newline="") as f:
     writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows(dict(r, device=r["device"]["description"]) for r in rows)
 
   lines = ["# Fine-tuning speed", "",
            "Machine: %s. Data: `%s`, %d rows. Batch %d; %d measured steps after %d warm-up "
@@ -141,15 +202,24 @@ def write_outputs(rows, peaks, featurisation, args, machine):
                " Every configuration was trained %d times, round-robin; each row is its "
                "median run (all runs' examples/sec are in results.csv)." % args.rounds
                if args.rounds > 1 else ""), "",
-           "| environment / device | code | model | seq | wall time (s) | examples/sec | "
+           "| environment / device | code | model | seq | batch | wall time (s) | examples/sec | "
            "ms/step | start-up (s) | GFLOP/s | % of matmul peak | vs Google |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
-    lines.append("| %s | %s | %s | %d | %.1f | %.1f | %.0f | %.1f | %.1f | %.1f%% | %s |" % (
-        r["environment"], LABELS[r["variant"]], r["model"], r["seq"], r["wall_seconds"],
-        r["examples_per_sec"], r["ms_per_step"], r["startup_seconds"], r["gflops_per_sec"],
-        100 * r["fraction_of_peak"],
+    lines.append("| %s | %s | %s | %d | %d | %.1f | %.1f | %.0f | %.1f | %.1f | %s | %s |" % (
+        "%s (%s)" % (r["environment"], r["device"]["description"]), label_of(r["variant"]),
+        r["model"], r["seq"], r["batch"], r["wall_seconds"], r["examples_per_sec"],
+        r["ms_per_step"], r["startup_seconds"], r["gflops_per_sec"],
+        "%.1f%%" % (100 * r["fraction_of_peak"]) if r["fraction_of_peak"] else "-",
         "%.2fx" % r["speedup_vs_google"] if r["speedup_vs_google"] else "-"))
+  if any(r.get("scaling_efficiency") for r in rows):
+    lines += ["", "Several GPUs: each takes the batch size, so the global batch grows with "
+              "them; scaling efficiency is examples/sec over (GPUs x one GPU's): " +
+              ", ".join("%s %s %d: %.0f%%" % (label_of(r["variant"]), r["model"], r["seq"],
+                                               100 * r["scaling_efficiency"])
+                        for r in rows if r.get("scaling_efficiency"))]
+  for note in device_notes:
+    lines += ["", note]
   lines += ["", "Wall time covers the measured steps only; start-up (graph build, session, "
             "initialisation) and warm-up steps are excluded and start-up is shown apart. "
             "FLOPs count matrix multiplies (forward + backward = 3x forward) at the sequence "
@@ -190,7 +260,8 @@ def plot(rows, path, machine):
   models = sorted(set(r["model"] for r in rows), key=list(MODEL_ORDER).index)
   order = list(VARIANTS)
   series = sorted(set((r["variant"], r["environment"]) for r in rows),
-                  key=lambda s: (order.index(s[0]), s[1]))
+                  key=lambda s: (order.index(s[0]) if s[0] in order else len(order) +
+                                 gpu_count_of(s[0]), s[1]))
   fig, axes = plt.subplots(1, len(models), figsize=(4.6 * len(models), 4.6), squeeze=False)
   width = 0.8 / max(len(series), 1)
   for ax, model in zip(axes[0], models):
@@ -202,7 +273,7 @@ def plot(rows, path, machine):
                  == (variant, environment, model, seq)]
         values.append(float(match[0]["examples_per_sec"]) if match else 0.0)
       ax.bar([i + k * width for i in range(len(lengths))], values, width,
-             label="%s (TF %s)" % (LABELS[variant], environment.split()[1]))
+             label="%s (TF %s)" % (label_of(variant), environment.split()[1]))
     ax.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(lengths))])
     ax.set_xticklabels(["max_seq_length %d" % n for n in lengths])
     ax.set_title("%s-shaped BERT" % model)
@@ -262,19 +333,22 @@ def check_features_equal_googles(featurisation, work):
         compared["google_rows"]))
 
 
-def measure_training(args, runtimes, work, peaks):
-  """The median training run of each configuration, with its speed-up over Google's path."""
+def measure_training(args, runtimes, work, peaks, variants, gpu_counts=None):
+  """The median training run of each configuration (variants, on each runtime that has
+  what it needs), with its speed-up over Google's path."""
   rows = []
+  gpu_counts = gpu_counts or {}
   for model in args.models.split(","):
     for seq in [int(s) for s in args.seq_lengths.split(",")]:
-      configs = [(variant, runtime) for variant in args.variants.split(",")
-                 for runtime in runtimes if runtime in VARIANTS[variant][2]]
+      configs = [(variant, runtime) for variant in variants for runtime in runtimes
+                 if runtime in variant_spec(variant, args)[2] and
+                 gpu_counts.get(runtime, 0) >= (gpu_count_of(variant) or 0)]
       runs = {config: [] for config in configs}
       for round_index in range(args.rounds):  # round-robin, so drifts hit every config alike
         for variant, runtime in configs:
           runs[(variant, runtime)].append(
               run_training(args, work, variant, runtime, model, seq, round_index))
-      google_rate = None
+      google_rate, one_device_rate = None, {}
       for variant, runtime in configs:
         measured = runs[(variant, runtime)]
         r = median_run(measured, "examples_per_sec")
@@ -285,16 +359,23 @@ def measure_training(args, runtimes, work, peaks):
         r["environment"] = environment_label(r)
         r["wall_seconds"] = r["measured_seconds"]
         r["train_gflops_per_example"] = r["train_flops_per_example"] / 1e9
-        r["matmul_peak_gflops"] = peaks[r["environment"]]
-        r["fraction_of_peak"] = r["gflops_per_sec"] / peaks[r["environment"]]
+        r["matmul_peak_gflops"] = peaks.get(r["environment"])  # (none measured on a TPU)
+        r["fraction_of_peak"] = (r["gflops_per_sec"] / r["matmul_peak_gflops"]
+                                 if r["matmul_peak_gflops"] else None)
         if variant == "google":
           google_rate = r["examples_per_sec"]
+        if variant == "ours":
+          one_device_rate[runtime] = r["examples_per_sec"]
+        gpus = gpu_count_of(variant)
+        r["scaling_efficiency"] = (r["examples_per_sec"] / (gpus * one_device_rate[runtime])
+                                   if gpus and one_device_rate.get(runtime) else None)
         r["speedup_vs_google"] = (r["examples_per_sec"] / google_rate
                                   if google_rate and variant != "google" else None)
         rows.append(r)
-        print("%s %s %s %d: %.1f examples/sec, %.0f ms/step, %.1f GFLOP/s (%.1f%% of peak)%s%s" % (
-            variant, runtime, model, seq, r["examples_per_sec"], r["ms_per_step"],
-            r["gflops_per_sec"], 100 * r["fraction_of_peak"],
+        print("%s %s %s %d on %s: %.1f examples/sec, %.0f ms/step, %.1f GFLOP/s%s%s%s" % (
+            variant, runtime, model, seq, r["device"]["description"], r["examples_per_sec"],
+            r["ms_per_step"], r["gflops_per_sec"],
+            " (%.1f%% of peak)" % (100 * r["fraction_of_peak"]) if r["fraction_of_peak"] else "",
             ", %.2fx Google's" % r["speedup_vs_google"] if r["speedup_vs_google"] else "",
             " (median of %s)" % r["examples_per_sec_of_rounds"] if len(measured) > 1 else ""))
   return rows
@@ -316,16 +397,25 @@ def main(argv=None):
   machine = machine_description()
   work = args.work_dir  # records and checkpoints stay out of --out_dir
   os.makedirs(work, exist_ok=True)
-  peaks = {}
+  if args.tpu_name and not (args.tpu_work_dir or "").startswith("gs://"):
+    sys.exit("benchmark: --tpu_name needs --tpu_work_dir=gs://bucket/folder (a TPU reads and "
+             "writes Cloud Storage only)")
+  peaks, gpu_counts = {}, {}
   for runtime in runtimes:
     peak = run_worker(runtime, ["--measure_peak"], os.path.join(work, "peak_%s.json" % runtime))
     peaks[environment_label(peak)] = peak["matmul_peak_gflops"]
+    gpu_counts[runtime] = peak["device"]["count"] if peak["device"]["kind"] == "GPU" else 0
     print("matmul peak on %s: %.1f GFLOP/s" % (environment_label(peak), peak["matmul_peak_gflops"]))
+  extra, device_notes = device_variants(gpu_counts, args.tpu_name)
+  for note in device_notes:
+    print(note)
+  variants = args.variants.split(",")
+  variants += [v for v in extra if v not in variants]
 
   featurisation = [] if args.skip_featurisation else measure_featurisation(args, runtimes, work)
-  rows = measure_training(args, runtimes, work, peaks)
+  rows = measure_training(args, runtimes, work, peaks, variants, gpu_counts)
   print()
-  print(write_outputs(rows, peaks, featurisation, args, machine))
+  print(write_outputs(rows, peaks, featurisation, args, machine, device_notes))
   print("\nwrote results.md, results.csv, results.png to %s" % args.out_dir)
 
 

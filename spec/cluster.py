@@ -1,0 +1,83 @@
+"""The multi-worker cluster a run belongs to, from TensorFlow's TF_CONFIG (plain Python).
+
+TF_CONFIG is the JSON that TensorFlow's distribution reads on every machine of a
+cluster: the same "cluster" everywhere (the chief and the workers, by host:port), and
+this machine's own "task". An evaluator task is not listed in the cluster.
+run_classifier reads the environment variable; the rest of the project takes a Cluster.
+"""
+
+import json
+
+TRAINING_TASKS = ("chief", "worker")
+
+
+class ClusterError(ValueError):
+  """A TF_CONFIG that cannot describe a training cluster, with the fix."""
+
+
+class Cluster(object):
+  """This task's role in a multi-worker run: task_type (chief, worker or evaluator),
+  task_index, and num_workers, the training tasks (the chief and the workers)."""
+
+  def __init__(self, task_type, task_index, num_workers):
+    self.task_type, self.task_index, self.num_workers = task_type, task_index, num_workers
+
+  @property
+  def is_chief(self):
+    """The one task that writes checkpoints, results and the model card."""
+    return self.task_type == "chief"
+
+  @property
+  def is_evaluator(self):
+    return self.task_type == "evaluator"
+
+  @property
+  def input_pipeline_id(self):
+    """This training task's input pipeline: the chief's is 0, worker i's is i + 1."""
+    return 0 if self.is_chief else self.task_index + 1
+
+  def describe(self):
+    name = "%s %d" % (self.task_type, self.task_index)
+    return "%s of a cluster of %d training tasks (a chief and %d worker%s)" % (
+        name, self.num_workers, self.num_workers - 1, "" if self.num_workers == 2 else "s")
+
+
+def parse_tf_config(text):
+  """The Cluster of a TF_CONFIG value; None when it is empty or names no cluster.
+  ClusterError for one this project cannot train with."""
+  if not text or not text.strip():
+    return None
+  try:
+    tf_config = json.loads(text)
+  except ValueError as e:
+    raise ClusterError("TF_CONFIG is not JSON (%s): it must look like {\"cluster\": "
+                       "{\"chief\": [\"host0:2222\"], \"worker\": [\"host1:2222\"]}, "
+                       "\"task\": {\"type\": \"chief\", \"index\": 0}}" % e)
+  if not isinstance(tf_config, dict):
+    raise ClusterError("TF_CONFIG must be a JSON object with \"cluster\" and \"task\"")
+  cluster = tf_config.get("cluster") or {}
+  if not cluster:
+    return None
+  task = tf_config.get("task") or {}
+  task_type, task_index = task.get("type"), task.get("index", 0)
+  if "ps" in cluster:
+    raise ClusterError("TF_CONFIG lists parameter servers (\"ps\"): with Estimators they "
+                       "train asynchronously, which this project does not support. Use "
+                       "\"chief\" and \"worker\" tasks only (synchronous all-reduce)")
+  unknown = sorted(set(cluster) - set(TRAINING_TASKS))
+  if unknown:
+    raise ClusterError("TF_CONFIG's cluster has task types %s; it takes \"chief\" (one) "
+                       "and \"worker\" (any number)" % ", ".join(unknown))
+  if len(cluster.get("chief", [])) != 1:
+    raise ClusterError("TF_CONFIG's cluster needs exactly one \"chief\" (it writes the "
+                       "checkpoints and results); it has %d" % len(cluster.get("chief", [])))
+  if task_type not in TRAINING_TASKS + ("evaluator",):
+    raise ClusterError("TF_CONFIG's task type is %r: it must be \"chief\", \"worker\" or "
+                       "\"evaluator\"" % (task_type,))
+  if task_type != "evaluator" and not (
+      isinstance(task_index, int) and 0 <= task_index < len(cluster[task_type])):
+    raise ClusterError("TF_CONFIG's task is %s %r, but its cluster has %d %s task%s" % (
+        task_type, task_index, len(cluster.get(task_type, [])), task_type,
+        "" if len(cluster.get(task_type, [])) == 1 else "s"))
+  num_workers = len(cluster["chief"]) + len(cluster.get("worker", []))
+  return Cluster(task_type, task_index, num_workers)

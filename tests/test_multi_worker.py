@@ -1,0 +1,243 @@
+"""Several machines through TF_CONFIG and TensorFlow's MultiWorkerMirroredStrategy: real
+run_classifier processes on 127.0.0.1 (a chief, a worker and an evaluator) train as one
+process does on the global batch of the same records, and only the chief writes."""
+
+import json
+import os
+import socket
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+from conftest import ROOT, checkpoint_variables, common_flags, tiny_config_without_dropout
+from data.input_fn import input_fn_builder
+from modeling.bert import BertConfig
+from modeling.estimator import build_estimator
+from modeling.model_fn import model_fn_builder
+from modeling.summaries import scalar_events
+from run_classifier import (FlagError, check_cluster_flags, label_spec_of, make_processor,
+                            parse_flags)
+from spec.cluster import ClusterError, parse_tf_config
+
+STEPS = 3
+GLOBAL_BATCH = 8
+TIMEOUT_SECONDS = 240
+
+
+def _free_ports(count):
+  sockets = [socket.socket() for _ in range(count)]
+  for s in sockets:
+    s.bind(("127.0.0.1", 0))
+  ports = [s.getsockname()[1] for s in sockets]
+  for s in sockets:
+    s.close()
+  return ports
+
+
+def _tf_config(cluster, task_type, index=0):
+  return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
+
+
+def _start(args, tf_config, log_path):
+  env = dict(os.environ, TF_CONFIG=tf_config, TF_CPP_MIN_LOG_LEVEL="2")
+  log = open(log_path, "w")
+  return subprocess.Popen([sys.executable, os.path.join(ROOT, "run_classifier.py")] + args,
+                          cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                          start_new_session=True), log
+
+
+def _finish(tasks):
+  """Waits for every task (name -> (process, log)) to exit; when one fails or the time is
+  up, kills them all (a task whose peer died waits for it for ever). Returns the exit
+  codes, None for a task killed."""
+  deadline = time.time() + TIMEOUT_SECONDS
+  try:
+    while time.time() < deadline:
+      codes = [process.poll() for process, _ in tasks.values()]
+      if None not in codes or any(codes):
+        break
+      time.sleep(0.5)
+  finally:
+    codes = {name: process.poll() for name, (process, _) in tasks.items()}
+    for process, log in tasks.values():
+      if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+      log.close()
+  return codes
+
+
+def _train_on_one_process(config, bert_config_file, record_files, init_checkpoint,
+                          output_dir):
+  """The reference: one process, one device, each step's batch the chief's half-batch
+  followed by the worker's (the input pipelines of the two machines, zipped)."""
+  label_spec = label_spec_of(make_processor(config))
+  model_fn = model_fn_builder(BertConfig.from_json_file(bert_config_file), label_spec,
+                              init_checkpoint, config.learning_rate, num_train_steps=STEPS,
+                              num_warmup_steps=int(STEPS * config.warmup_proportion),
+                              use_tpu=False)
+  pipeline = input_fn_builder(record_files, config.max_seq_length, is_training=True,
+                              label_spec=label_spec, seed=config.seed)
+
+  def global_batches(params):
+    halves = [pipeline({"batch_size": GLOBAL_BATCH // 2, "input_pipeline_id": i,
+                        "num_input_pipelines": 2}) for i in (0, 1)]
+    return tf.data.Dataset.zip(tuple(halves)).map(
+        lambda a, b: {k: tf.concat([a[k], b[k]], 0) for k in a})
+
+  estimator = build_estimator(model_fn, output_dir, False, GLOBAL_BATCH, GLOBAL_BATCH,
+                              GLOBAL_BATCH, save_checkpoints_steps=1, save_summary_steps=1,
+                              seed=config.seed)  # the graph's seed (and so the shuffle's)
+  estimator.train(global_batches, max_steps=STEPS)
+
+
+@pytest.mark.slow
+def test_chief_worker_and_evaluator_train_as_one_process_on_the_global_batch(
+    tmp_path, tiny_checkpoint):
+  output_dir = str(tmp_path / "cluster")
+  bert_config_file = tiny_config_without_dropout(tmp_path)
+  args = common_flags(tiny_checkpoint, output_dir) + [
+      "--bert_config_file=" + bert_config_file, "--do_train", "--do_eval",
+      "--num_train_steps=%d" % STEPS, "--train_batch_size=%d" % GLOBAL_BATCH,
+      "--num_record_shards=2", "--save_checkpoints_steps=1", "--save_summary_steps=1"]
+  chief_port, worker_port = _free_ports(2)
+  cluster = {"chief": ["127.0.0.1:%d" % chief_port], "worker": ["127.0.0.1:%d" % worker_port]}
+  tasks = {role: _start(args, _tf_config(cluster, role), str(tmp_path / (role + ".log")))
+           for role in ("chief", "worker", "evaluator")}
+  codes = _finish(tasks)
+  logs = {role: open(str(tmp_path / (role + ".log"))).read() for role in tasks}
+  for role, code in codes.items():
+    assert code == 0, "%s exited %s:\n%s" % (role, code, logs[role][-3000:])
+
+  # One checkpoint series, the chief's; a worker keeps no scratch copy.
+  assert sorted(name for name in os.listdir(output_dir) if name.endswith(".index")) == [
+      "model.ckpt-%d.index" % step for step in range(STEPS + 1)]
+  assert not [name for name in os.listdir(output_dir) if name.startswith("tmp_")]
+  # The chief alone evaluated and wrote the results and the card; its records are its own.
+  with open(os.path.join(output_dir, "eval_results.json")) as f:
+    assert json.load(f)["global_step"] == STEPS
+  assert os.path.exists(os.path.join(output_dir, "model_card.json"))
+  features = os.path.join(output_dir, "features")
+  assert os.path.exists(os.path.join(features, "train.tf_record.meta.json"))
+  assert os.path.exists(os.path.join(features, "worker_0", "train.tf_record.meta.json"))
+  assert not os.path.exists(os.path.join(features, "worker_0", "dev.tf_record.meta.json"))
+  assert os.path.exists(os.path.join(features, "evaluator_0", "dev.tf_record.meta.json"))
+  # The evaluator evaluated the last checkpoint (and maybe earlier ones) for TensorBoard.
+  evaluated = [step for step, _ in scalar_events(os.path.join(output_dir, "eval"), "loss")]
+  assert evaluated and evaluated[-1] == STEPS
+
+  # One process with the global batch of the same records, from the same initial weights.
+  config = parse_flags(["run_classifier.py"] + args)
+  with open(os.path.join(output_dir, "features", "train.tf_record.meta.json")) as f:
+    record_files = json.load(f)["files"]
+  reference_dir = str(tmp_path / "one_process")
+  _train_on_one_process(config, bert_config_file, record_files,
+                        os.path.join(output_dir, "model.ckpt-0"), reference_dir)
+  before = checkpoint_variables(os.path.join(output_dir, "model.ckpt-0"))
+  cluster_after = checkpoint_variables(os.path.join(output_dir, "model.ckpt-%d" % STEPS))
+  one_after = checkpoint_variables(os.path.join(reference_dir, "model.ckpt-%d" % STEPS))
+  assert sorted(cluster_after) == sorted(one_after)
+  for name, value in one_after.items():
+    np.testing.assert_allclose(cluster_after[name], value, rtol=1e-5, atol=1e-5, err_msg=name)
+    assert not np.array_equal(value, before[name]), name
+  # The loss the chief logged is the global batch's, step by step.
+  cluster_losses = scalar_events(output_dir, "loss")
+  one_losses = scalar_events(reference_dir, "loss")
+  assert [step for step, _ in cluster_losses] == [step for step, _ in one_losses]
+  np.testing.assert_allclose([v for _, v in cluster_losses], [v for _, v in one_losses],
+                             rtol=1e-5)
+
+
+CHIEF_AND_TWO_WORKERS = {"chief": ["host0:2222"], "worker": ["host1:2222", "host2:2222"]}
+
+
+@pytest.mark.parametrize("task_type,index,pipeline,chief", [
+    ("chief", 0, 0, True), ("worker", 0, 1, False), ("worker", 1, 2, False)])
+def test_each_training_task_reads_its_own_input_pipeline(task_type, index, pipeline, chief):
+  cluster = parse_tf_config(_tf_config(CHIEF_AND_TWO_WORKERS, task_type, index))
+  assert (cluster.num_workers, cluster.input_pipeline_id, cluster.is_chief) == (
+      3, pipeline, chief)
+  assert cluster.describe() == "%s %d of a cluster of 3 training tasks (a chief and 2 " \
+                               "workers)" % (task_type, index)
+
+
+def test_the_evaluator_and_an_empty_tf_config():
+  evaluator = parse_tf_config(_tf_config(CHIEF_AND_TWO_WORKERS, "evaluator"))
+  assert evaluator.is_evaluator and not evaluator.is_chief and evaluator.num_workers == 3
+  assert parse_tf_config(None) is None and parse_tf_config("  ") is None
+  assert parse_tf_config('{"task": {"type": "chief"}}') is None  # no cluster: one process
+
+
+@pytest.mark.parametrize("tf_config,message", [
+    ("{chief}", "TF_CONFIG is not JSON (Expecting property name enclosed in double quotes: "
+                "line 1 column 2 (char 1)): it must look like"),
+    (_tf_config(dict(CHIEF_AND_TWO_WORKERS, ps=["host3:2222"]), "chief"),
+     "TF_CONFIG lists parameter servers (\"ps\"): with Estimators they train "
+     "asynchronously, which this project does not support. Use \"chief\" and \"worker\" "
+     "tasks only (synchronous all-reduce)"),
+    (_tf_config({"worker": ["host1:2222"]}, "worker"),
+     "TF_CONFIG's cluster needs exactly one \"chief\" (it writes the checkpoints and "
+     "results); it has 0"),
+    (_tf_config(CHIEF_AND_TWO_WORKERS, "worker", 2),
+     "TF_CONFIG's task is worker 2, but its cluster has 2 worker tasks"),
+    (_tf_config(CHIEF_AND_TWO_WORKERS, "master"),
+     "TF_CONFIG's task type is 'master': it must be \"chief\", \"worker\" or \"evaluator\""),
+    (_tf_config({"chief": ["a:1"], "trainer": ["b:1"]}, "chief"),
+     "TF_CONFIG's cluster has task types trainer; it takes \"chief\" (one) and \"worker\" "
+     "(any number)"),
+])
+def test_a_tf_config_that_cannot_train_is_refused(tf_config, message):
+  with pytest.raises(ClusterError) as error:
+    parse_tf_config(tf_config)
+  assert str(error.value).startswith(message)
+
+
+@pytest.mark.parametrize("task_type,flags,message", [
+    ("chief", ["--do_eval"], "TF_CONFIG sets up a cluster for training: add --do_train, or "
+                             "unset TF_CONFIG to evaluate or predict on this machine alone"),
+    ("chief", ["--do_train", "--train_batch_size=8"],
+     "--train_batch_size=8 is the global batch: it must split evenly over TF_CONFIG's 3 "
+     "training tasks"),
+    ("chief", ["--do_train", "--train_batch_size=6"],
+     "--num_record_shards=1: each of TF_CONFIG's 3 training tasks reads shards of its own; "
+     "pass --num_record_shards=3 or more"),
+    ("evaluator", ["--do_train", "--train_batch_size=6", "--num_record_shards=3"],
+     "TF_CONFIG makes this task the evaluator, which evaluates the dev split: add "
+     "--do_eval"),
+    ("worker", ["--do_train", "--do_eval", "--eval_every_steps=10"],
+     "--eval_every_steps cannot be used with TF_CONFIG's cluster (add an \"evaluator\" task "
+     "to TF_CONFIG: it evaluates every checkpoint the chief saves): drop it"),
+    ("chief", ["--do_train", "--num_gpus=2"],
+     "--num_gpus cannot be used with TF_CONFIG's cluster (each machine of the cluster trains "
+     "on all the GPUs it sees (choose them with CUDA_VISIBLE_DEVICES)): drop it"),
+    ("chief", ["--do_train", "--use_fp16"],
+     "--use_fp16 cannot be used with TF_CONFIG's cluster (its loss-scale update is not "
+     "written for replicas): drop it"),
+])
+def test_flags_a_cluster_cannot_run_are_refused(tmp_path, tiny_checkpoint, task_type, flags,
+                                                message):
+  cluster = parse_tf_config(_tf_config(CHIEF_AND_TWO_WORKERS, task_type))
+  config = parse_flags(["run_classifier.py"] + common_flags(tiny_checkpoint, str(tmp_path)) +
+                       flags)
+  with pytest.raises(FlagError) as error:
+    check_cluster_flags(config, cluster)
+  assert str(error.value) == message
+
+
+def test_the_command_line_names_a_bad_tf_config(tmp_path):
+  env = dict(os.environ, TF_CONFIG=_tf_config({"chief": ["a:1"], "ps": ["b:1"]}, "chief"))
+  result = subprocess.run([sys.executable, os.path.join(ROOT, "run_classifier.py"),
+                           "--do_train", "--output_dir=" + str(tmp_path)], cwd=ROOT, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True)
+  assert result.returncode == 2
+  assert result.stderr.endswith(
+      "run_classifier: TF_CONFIG error: TF_CONFIG lists parameter servers (\"ps\"): with "
+      "Estimators they train asynchronously, which this project does not support. Use "
+      "\"chief\" and \"worker\" tasks only (synchronous all-reduce)\n")
+  assert "Traceback" not in result.stderr

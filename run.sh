@@ -6,6 +6,7 @@
 #   ./run.sh benchmark [ARGS]   fine-tuning speed against Google's run_classifier (tools/benchmark.py)
 #   ./run.sh benchmark predictor [ARGS]   the predictor against --do_predict (tools/bench_predictor.py)
 #   ./run.sh benchmark table SUMMARIES...   runs' run_summary.json as a wall-time table (tools/run_table.py)
+#   ./run.sh benchmark profile [ARGS]   where a training step's time goes (tools/profile_step.py)
 #   ./run.sh setup   create both Python environments from requirements.txt
 #   ./run.sh shell tf1|tf2 -- CMD...   run a command inside one environment
 set -Eeuo pipefail
@@ -134,6 +135,9 @@ cmd_benchmark() {
   if [ "${1:-}" = predictor ]; then
     shift
     TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runner/bin/python" -m tools.bench_predictor "$@"
+  elif [ "${1:-}" = profile ]; then
+    shift
+    TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runner/bin/python" -m tools.profile_step "$@"
   elif [ "${1:-}" = table ]; then
     shift
     "$VENVS/$runner/bin/python" -m tools.run_table "$@"
@@ -148,5 +152,5 @@ case "${1:-}" in
   setup) shift; cmd_setup "$@" ;;
   test) shift; cmd_test "$@" ;;
   shell) shift; cmd_shell "$@" ;;
-  *) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -12,7 +12,6 @@ and wires data/ to modeling/. Nothing else reads flags.
 """
 
 import collections
-import dataclasses
 import functools
 import json
 import logging
@@ -34,7 +33,7 @@ from data.input_fn import input_fn_builder
 from data.processors import TASK_NAMES, canonical_task_name, get_processor
 from data import folds as folds_lib
 from data import weights as weights_lib
-from data.tfrecord import build_records, file_sha256
+from data.tfrecord import build_records, file_sha256, shard_sizes
 from modeling import bias_metrics
 from modeling import eval_history
 from modeling.bert import BertConfig
@@ -445,16 +444,35 @@ def _validate_tpu_flags(c):
 CORES_PER_TPU_HOST = 8
 
 
+def tpu_hosts(c):
+  """The TPU hosts that feed a run (1 off a TPU)."""
+  return max(1, c.num_tpu_cores // CORES_PER_TPU_HOST) if c.use_tpu else 1
+
+
+def check_every_pipeline_has_rows(c, num_examples, pipelines):
+  """Each machine or TPU host reads every pipelines-th record shard; an input pipeline
+  without a row would end while the others wait for it."""
+  sizes = shard_sizes(num_examples, c.num_record_shards)
+  for pipeline in range(pipelines if pipelines > 1 else 0):
+    if not sum(sizes[pipeline::pipelines]):
+      raise FlagError("%d training rows in --num_record_shards=%d shards leave the input "
+                      "pipeline of machine or TPU host %d of %d without a row: pass fewer "
+                      "shards" % (num_examples, c.num_record_shards, pipeline, pipelines))
+
+
 def _check_pod_flags(c):
   """A pod slice (more cores than one host has): each host reads its own record shards."""
   hosts, remainder = divmod(c.num_tpu_cores, CORES_PER_TPU_HOST)
   if remainder:
     raise FlagError("--num_tpu_cores=%d: a pod slice has a multiple of %d cores (v3-32 has "
                     "32)" % (c.num_tpu_cores, CORES_PER_TPU_HOST))
-  if c.do_train and c.num_record_shards < hosts:
+  if c.do_train and c.num_record_shards % hosts:
     raise FlagError("--num_tpu_cores=%d is %d hosts, and each host reads record shards of "
-                    "its own: pass --num_record_shards=%d or more" % (
-                        c.num_tpu_cores, hosts, hosts))
+                    "its own, as many as every other host: pass --num_record_shards=%d (or a "
+                    "multiple of it)" % (c.num_tpu_cores, hosts, hosts))
+  if c.num_folds:
+    raise FlagError("--num_folds on a pod slice would evaluate and predict each held-out "
+                    "fold on every host: cross-validate on one TPU host (--num_tpu_cores=8)")
   for mode in ("do_eval", "do_predict"):
     if getattr(c, mode):
       raise FlagError("--%s on a pod slice (--num_tpu_cores=%d) would read the dev or test "
@@ -1089,17 +1107,17 @@ def _restore_path(c, checkpoint):
 
 def evaluate_checkpoints(c, estimator, processor, split, num_train_steps):
   """The evaluator task of a multi-worker run: evaluates each checkpoint the chief saves,
-  for TensorBoard (<output_dir>/eval), until the last. Returns the global steps it
-  evaluated."""
+  for TensorBoard (<output_dir>/eval_evaluator), until the last. Returns the last one's
+  step."""
   log.info("evaluating each new checkpoint in %s on %d dev examples, until step %d",
            c.output_dir, len(split.examples), num_train_steps)
   input_fn = input_fn_builder(split.record_files, c.max_seq_length, is_training=False,
                               label_spec=processor.label_spec,
                               dynamic_padding=c.dynamic_padding)
   estimator.evaluate_checkpoints(input_fn, num_train_steps)
-  steps = [step for step, _ in scalar_events(os.path.join(c.output_dir, "eval"), "loss")]
-  log.info("the evaluator evaluated the checkpoints of steps %s", ", ".join(map(str, steps)))
-  return steps
+  step = checkpoint_global_step(tf.train.latest_checkpoint(c.output_dir))
+  log.info("the evaluator has evaluated the checkpoints up to step %s", step)
+  return step
 
 
 def run_eval(c, estimator, processor, split, checkpoint, outputs=None, name=None):
@@ -1300,7 +1318,7 @@ def check_cluster_flags(c, cluster):
        c.gradient_accumulation_steps > 1),
       ("eval_every_steps", "add an \"evaluator\" task to TF_CONFIG: it evaluates every "
                            "checkpoint the chief saves", c.eval_every_steps),
-      ("num_folds", "run the folds one by one (--fold) on the cluster", c.num_folds)):
+      ("num_folds", "cross-validate without TF_CONFIG, on one machine", c.num_folds)):
     if used:
       raise FlagError("--%s cannot be used with TF_CONFIG's cluster (%s): drop it" % (
           name, why))
@@ -1310,9 +1328,10 @@ def check_cluster_flags(c, cluster):
   if c.train_batch_size % cluster.num_workers:
     raise FlagError("--train_batch_size=%d is the global batch: it must split evenly over "
                     "TF_CONFIG's %d training tasks" % (c.train_batch_size, cluster.num_workers))
-  if c.num_record_shards < cluster.num_workers:
+  if c.num_record_shards % cluster.num_workers:
     raise FlagError("--num_record_shards=%d: each of TF_CONFIG's %d training tasks reads "
-                    "shards of its own; pass --num_record_shards=%d or more" % (
+                    "shards of its own, as many as every other task; pass "
+                    "--num_record_shards=%d (or a multiple of it)" % (
                         c.num_record_shards, cluster.num_workers, cluster.num_workers))
 
 
@@ -1324,8 +1343,8 @@ def config_of_task(c, cluster):
     return c
   cache_dir = os.path.join(c.cache_dir or os.path.join(c.output_dir, "features"),
                            "%s_%d" % (cluster.task_type, cluster.task_index))
-  return dataclasses.replace(c, do_eval=cluster.is_evaluator, do_predict=False,
-                             do_export=False, cache_dir=cache_dir)
+  return c.replace(do_eval=cluster.is_evaluator, do_predict=False, do_export=False,
+                   cache_dir=cache_dir)
 
 
 def run_once(c, fold=None, cluster=None):
@@ -1358,6 +1377,8 @@ def run_once(c, fold=None, cluster=None):
     splits = prepare_splits(c, processor, tokenizer, vocab_file, fold)
   if c.do_train:
     check_best_metric(c, processor, splits["dev"].examples if c.do_eval else [], c.output_dir)
+    check_every_pipeline_has_rows(c, len(splits["train"].examples),
+                                  cluster.num_workers if cluster else tpu_hosts(c))
   num_train_steps = num_train_steps_for(
       len(splits["train"].examples), c.num_train_steps, c.num_train_epochs,
       c.train_batch_size * c.gradient_accumulation_steps) if c.do_train else 0
@@ -1377,7 +1398,7 @@ def run_once(c, fold=None, cluster=None):
   if cluster is not None:
     log.info("this process is %s", cluster.describe())
     if cluster.is_evaluator:
-      return {"eval_steps": evaluate_checkpoints(c, estimator, processor, splits["dev"],
+      return {"evaluated_to_step": evaluate_checkpoints(c, estimator, processor, splits["dev"],
                                                  num_train_steps)}
 
   outcome = {}

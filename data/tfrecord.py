@@ -205,6 +205,11 @@ def shard_paths(record_path, num_shards):
   return ["%s-%05d-of-%05d" % (record_path, i, num_shards) for i in range(num_shards)]
 
 
+def shard_sizes(num_examples, num_shards):
+  """The examples in each of num_shards shards (the last ones may be empty)."""
+  return [end - start for start, end in _shard_ranges(num_examples, num_shards)]
+
+
 def _shard_ranges(num_examples, num_shards):
   """Contiguous [start, end) ranges, so shards read in order give the examples in order."""
   size = -(-num_examples // num_shards) if num_examples else 0

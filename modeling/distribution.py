@@ -1,5 +1,6 @@
 """Data-parallel training through TensorFlow's own strategies (MirroredStrategy on the
-GPUs of one machine), and the replica arithmetic the train op needs under them."""
+GPUs of one machine, MultiWorkerMirroredStrategy on several machines), and the replica
+arithmetic the train op needs under them."""
 
 import tensorflow.compat.v1 as tf
 
@@ -26,6 +27,10 @@ def sum_over_replicas(gradients, variables):
   context = _several_replicas()
   if context is None:
     return gradients
+  # The embedding's gradient stays IndexedSlices (the replicas' rows gathered, not summed
+  # into a dense table): clip_by_global_norm then sees the norm one device sees, whose
+  # slices hold one row per token, repeated tokens apart. (Dense, the clipped update
+  # differed from one device's as soon as the norm reached the clip.)
   pairs = list(zip(gradients, variables))
 
   def reduce_all(strategy, per_replica_pairs):

@@ -1,5 +1,6 @@
 """Building the TPUEstimator: one construction for Cloud TPU and for the local CPU/GPU."""
 
+import json
 import os
 
 import tensorflow.compat.v1 as tf
@@ -80,6 +81,10 @@ def build_estimator(model_fn, output_dir, use_tpu, train_batch_size, eval_batch_
       predict_batch_size=predict_batch_size)
 
 
+# The evaluator task's evaluations go to <model_dir>/eval_<this>.
+EVALUATOR_NAME = "evaluator"
+
+
 class BatchSplitError(ValueError):
   """A global train batch that does not split evenly over the strategy's replicas."""
 
@@ -133,6 +138,8 @@ class ReplicatedEstimator(object):
     self.cluster = cluster
     self._batch_sizes = {"train": train_batch_size // self.num_replicas,
                          "eval": eval_batch_size, "predict": predict_batch_size}
+    if cluster is not None:
+      _check_the_environment_agrees(cluster)
     config = tf.estimator.RunConfig(train_distribute=strategy, **run_config_args)
     self._estimator = tf.estimator.Estimator(_as_estimator_model_fn(model_fn), config=config)
 
@@ -150,12 +157,14 @@ class ReplicatedEstimator(object):
 
   def evaluate_checkpoints(self, input_fn, until_step):
     """The evaluator's loop: evaluates each new checkpoint the training tasks save, until
-    one of step until_step or later (TensorBoard's <model_dir>/eval)."""
+    one of step until_step or later, for TensorBoard in <model_dir>/eval_EVALUATOR_NAME
+    (a folder of its own: the chief's evaluation writes <model_dir>/eval, and two
+    writers on one host could pick the same event file name)."""
     tf.estimator.train_and_evaluate(
         self._estimator,
         tf.estimator.TrainSpec(_only_on_the_training_tasks, max_steps=until_step),
         tf.estimator.EvalSpec(self._batched(input_fn, "eval"), steps=None,
-                              start_delay_secs=0, throttle_secs=1))
+                              name=EVALUATOR_NAME, start_delay_secs=0, throttle_secs=1))
 
   def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None):
     return self._estimator.evaluate(self._batched(input_fn, "eval"), steps=steps, hooks=hooks,
@@ -179,6 +188,16 @@ class ReplicatedEstimator(object):
       return input_fn(params)
 
     return input_fn_with_batch_size
+
+
+def _check_the_environment_agrees(cluster):
+  """RunConfig and the strategy read TF_CONFIG from the environment themselves: it must
+  name the task of the cluster this run was given."""
+  task = json.loads(os.environ.get("TF_CONFIG") or "{}").get("task") or {}
+  if (task.get("type"), task.get("index", 0)) != (cluster.task_type, cluster.task_index):
+    raise ValueError("the TF_CONFIG environment variable names the task %s %s, not the "
+                     "cluster's %s %d" % (task.get("type"), task.get("index", 0),
+                                          cluster.task_type, cluster.task_index))
 
 
 def _only_on_the_evaluator(params):

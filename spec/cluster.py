@@ -31,11 +31,6 @@ class Cluster(object):
   def is_evaluator(self):
     return self.task_type == "evaluator"
 
-  @property
-  def input_pipeline_id(self):
-    """This training task's input pipeline: the chief's is 0, worker i's is i + 1."""
-    return 0 if self.is_chief else self.task_index + 1
-
   def describe(self):
     name = "%s %d" % (self.task_type, self.task_index)
     return "%s of a cluster of %d training tasks (a chief and %d worker%s)" % (
@@ -43,7 +38,8 @@ class Cluster(object):
 
 
 def parse_tf_config(text):
-  """The Cluster of a TF_CONFIG value; None when it is empty or names no cluster.
+  """The Cluster of a TF_CONFIG value; None when it is empty or names no cluster of
+  several machines (a chief alone, as some services set on one machine, is one process).
   ClusterError for one this project cannot train with."""
   if not text or not text.strip():
     return None
@@ -56,9 +52,13 @@ def parse_tf_config(text):
   if not isinstance(tf_config, dict):
     raise ClusterError("TF_CONFIG must be a JSON object with \"cluster\" and \"task\"")
   cluster = tf_config.get("cluster") or {}
-  if not cluster:
-    return None
   task = tf_config.get("task") or {}
+  if not isinstance(cluster, dict) or not isinstance(task, dict):
+    raise ClusterError("TF_CONFIG's \"cluster\" and \"task\" must be JSON objects, e.g. "
+                       "\"cluster\": {\"chief\": [\"host0:2222\"]}, \"task\": {\"type\": "
+                       "\"chief\", \"index\": 0}")
+  if not cluster or set(cluster) == {"chief"} and len(cluster["chief"]) == 1:
+    return None
   task_type, task_index = task.get("type"), task.get("index", 0)
   if "ps" in cluster:
     raise ClusterError("TF_CONFIG lists parameter servers (\"ps\"): with Estimators they "

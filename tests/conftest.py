@@ -30,8 +30,8 @@ SHARED = os.path.join(os.path.dirname(ROOT), "shared")
 FULL_DATASETS = os.path.join(SHARED, "datasets")
 IS_TF1 = tf.__version__.startswith("1.")
 IN_CI = os.environ.get("CI") == "true"
-# The runtimes this `./run.sh test` covers (all of them when pytest runs on its own).
-TESTED_RUNTIMES = os.environ.get("TESTED_RUNTIMES", "tf1 tf2").split()
+# The runtimes this `./run.sh test` covers (this one alone when pytest runs on its own).
+TESTED_RUNTIMES = os.environ.get("TESTED_RUNTIMES", "tf1" if IS_TF1 else "tf2").split()
 
 setup_tensorflow()
 

@@ -128,7 +128,8 @@ def test_chief_worker_and_evaluator_train_as_one_process_on_the_global_batch(
   assert not os.path.exists(os.path.join(features, "worker_0", "dev.tf_record.meta.json"))
   assert os.path.exists(os.path.join(features, "evaluator_0", "dev.tf_record.meta.json"))
   # The evaluator evaluated the last checkpoint (and maybe earlier ones) for TensorBoard.
-  evaluated = [step for step, _ in scalar_events(os.path.join(output_dir, "eval"), "loss")]
+  evaluated = [step for step, _ in scalar_events(os.path.join(output_dir, "eval_evaluator"),
+                                                 "loss")]
   assert evaluated and evaluated[-1] == STEPS
 
   # One process with the global batch of the same records, from the same initial weights.
@@ -156,12 +157,12 @@ def test_chief_worker_and_evaluator_train_as_one_process_on_the_global_batch(
 CHIEF_AND_TWO_WORKERS = {"chief": ["host0:2222"], "worker": ["host1:2222", "host2:2222"]}
 
 
-@pytest.mark.parametrize("task_type,index,pipeline,chief", [
-    ("chief", 0, 0, True), ("worker", 0, 1, False), ("worker", 1, 2, False)])
-def test_each_training_task_reads_its_own_input_pipeline(task_type, index, pipeline, chief):
+@pytest.mark.parametrize("task_type,index,chief", [
+    ("chief", 0, True), ("worker", 0, False), ("worker", 1, False)])
+def test_each_task_knows_its_role(task_type, index, chief):
   cluster = parse_tf_config(_tf_config(CHIEF_AND_TWO_WORKERS, task_type, index))
-  assert (cluster.num_workers, cluster.input_pipeline_id, cluster.is_chief) == (
-      3, pipeline, chief)
+  assert (cluster.task_type, cluster.task_index, cluster.num_workers, cluster.is_chief,
+          cluster.is_evaluator) == (task_type, index, 3, chief, False)
   assert cluster.describe() == "%s %d of a cluster of 3 training tasks (a chief and 2 " \
                                "workers)" % (task_type, index)
 
@@ -171,6 +172,8 @@ def test_the_evaluator_and_an_empty_tf_config():
   assert evaluator.is_evaluator and not evaluator.is_chief and evaluator.num_workers == 3
   assert parse_tf_config(None) is None and parse_tf_config("  ") is None
   assert parse_tf_config('{"task": {"type": "chief"}}') is None  # no cluster: one process
+  # A chief alone (as services set on one machine) is one process too.
+  assert parse_tf_config(_tf_config({"chief": ["host0:2222"]}, "chief")) is None
 
 
 @pytest.mark.parametrize("tf_config,message", [
@@ -187,6 +190,8 @@ def test_the_evaluator_and_an_empty_tf_config():
      "TF_CONFIG's task is worker 2, but its cluster has 2 worker tasks"),
     (_tf_config(CHIEF_AND_TWO_WORKERS, "master"),
      "TF_CONFIG's task type is 'master': it must be \"chief\", \"worker\" or \"evaluator\""),
+    ('{"cluster": ["host0:2222"], "task": {"type": "chief"}}',
+     "TF_CONFIG's \"cluster\" and \"task\" must be JSON objects"),
     (_tf_config({"chief": ["a:1"], "trainer": ["b:1"]}, "chief"),
      "TF_CONFIG's cluster has task types trainer; it takes \"chief\" (one) and \"worker\" "
      "(any number)"),
@@ -204,8 +209,11 @@ def test_a_tf_config_that_cannot_train_is_refused(tf_config, message):
      "--train_batch_size=8 is the global batch: it must split evenly over TF_CONFIG's 3 "
      "training tasks"),
     ("chief", ["--do_train", "--train_batch_size=6"],
-     "--num_record_shards=1: each of TF_CONFIG's 3 training tasks reads shards of its own; "
-     "pass --num_record_shards=3 or more"),
+     "--num_record_shards=1: each of TF_CONFIG's 3 training tasks reads shards of its own, "
+     "as many as every other task; pass --num_record_shards=3 (or a multiple of it)"),
+    ("chief", ["--do_train", "--train_batch_size=6", "--num_record_shards=4"],
+     "--num_record_shards=4: each of TF_CONFIG's 3 training tasks reads shards of its own, "
+     "as many as every other task; pass --num_record_shards=3 (or a multiple of it)"),
     ("evaluator", ["--do_train", "--train_batch_size=6", "--num_record_shards=3"],
      "TF_CONFIG makes this task the evaluator, which evaluates the dev split: add "
      "--do_eval"),

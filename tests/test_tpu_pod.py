@@ -10,7 +10,8 @@ from data.input_fn import files_of_pipeline, input_fn_builder, pipeline_of
 from data.processors import InputExample
 from modeling.estimator import build_estimator
 from modeling.model_fn import model_fn_builder
-from run_classifier import FlagError, check_run_flags, parse_flags
+from run_classifier import (FlagError, check_every_pipeline_has_rows, check_run_flags,
+                            parse_flags)
 
 HOSTS = 2
 CORES_PER_HOST = 2  # a real host has 8; the arithmetic is the same
@@ -95,7 +96,14 @@ POD = ["--use_tpu", "--tpu_name=pod", "--output_dir=gs://bucket/run", "--num_tpu
 
 @pytest.mark.parametrize("flags,message", [
     (["--do_train"], "--num_tpu_cores=32 is 4 hosts, and each host reads record shards of its "
-                     "own: pass --num_record_shards=4 or more"),
+                     "own, as many as every other host: pass --num_record_shards=4 (or a "
+                     "multiple of it)"),
+    (["--do_train", "--num_record_shards=6"],
+     "--num_tpu_cores=32 is 4 hosts, and each host reads record shards of its own, as many as "
+     "every other host: pass --num_record_shards=4 (or a multiple of it)"),
+    (["--do_train", "--num_record_shards=8", "--num_folds=3"],
+     "--num_folds on a pod slice would evaluate and predict each held-out fold on every "
+     "host: cross-validate on one TPU host (--num_tpu_cores=8)"),
     (["--do_train", "--num_tpu_cores=12", "--train_batch_size=48", "--eval_batch_size=48",
       "--predict_batch_size=48"], "--num_tpu_cores=12: a pod slice has a multiple of 8 "
                                   "cores (v3-32 has 32)"),
@@ -118,3 +126,16 @@ def test_pod_flags_that_cannot_work_are_refused(tmp_path, tiny_checkpoint, flags
 def test_a_pod_training_command_passes_the_checks(tmp_path, tiny_checkpoint):
   check_run_flags(parse_flags(["run_classifier.py"] + common_flags(
       tiny_checkpoint, str(tmp_path)) + POD + ["--do_train", "--num_record_shards=4"]))
+
+
+def test_every_host_needs_rows(tmp_path, tiny_checkpoint):
+  """9 rows in 4 shards are 3, 3, 3 and 0 rows: with 4 hosts, the last would read nothing
+  while the others wait for it; with 2 hosts each has rows."""
+  config = parse_flags(["run_classifier.py"] + common_flags(tiny_checkpoint, str(tmp_path)) +
+                       POD + ["--do_train", "--num_record_shards=4"])
+  check_every_pipeline_has_rows(config, 9, 2)
+  with pytest.raises(FlagError) as error:
+    check_every_pipeline_has_rows(config, 9, 4)
+  assert str(error.value) == (
+      "9 training rows in --num_record_shards=4 shards leave the input pipeline of machine or "
+      "TPU host 3 of 4 without a row: pass fewer shards")

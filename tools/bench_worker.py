@@ -236,6 +236,8 @@ def our_model_and_input(args, record_path, total_steps):
   on_tpu = bool(args.tpu_name)
   model_fn = model_fn_builder(config, binary_label_spec(), None, 2e-5, total_steps,
                               args.warmup, use_tpu=on_tpu, xla_global_step_fix=args.xla,
+                              # (a TPU writes its scalars from a host call, into this folder)
+                              summary_dir=os.path.join(args.workdir, "model"),
                               precision="float16" if args.fp16 else
                               "bfloat16" if on_tpu else "float32")
   input_fn = input_fn_builder(record_path, args.seq, True, binary_label_spec(), seed=1,

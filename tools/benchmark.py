@@ -397,6 +397,9 @@ def main(argv=None):
   machine = machine_description()
   work = args.work_dir  # records and checkpoints stay out of --out_dir
   os.makedirs(work, exist_ok=True)
+  if "ours_tpu" in args.variants.split(",") and not args.tpu_name:
+    sys.exit("benchmark: --variants ours_tpu needs --tpu_name (and --tpu_work_dir=gs://...); "
+             "with --tpu_name the TPU row is added by itself")
   if args.tpu_name and not (args.tpu_work_dir or "").startswith("gs://"):
     sys.exit("benchmark: --tpu_name needs --tpu_work_dir=gs://bucket/folder (a TPU reads and "
              "writes Cloud Storage only)")

@@ -11,6 +11,10 @@ NO_DECAY_PATTERNS = ("LayerNorm", "layer_norm", "bias")
 CLIP_NORM = 1.0
 
 
+# The ops of the update (schedule, clipping, AdamWeightDecay, step) are named under this
+# scope, so that a profile can tell them from the backward pass (tools/profile_step.py).
+UPDATE_SCOPE = "optimizer_update"
+
 def learning_rate_schedule(init_lr, num_train_steps, num_warmup_steps, global_step):
   """Linear warm-up to init_lr over num_warmup_steps, then linear decay to 0 at num_train_steps.
 
@@ -113,7 +117,9 @@ def create_train_op(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
   global step still advances, so training always ends).
   """
   global_step = tf.train.get_or_create_global_step()
-  learning_rate = learning_rate_schedule(init_lr, num_train_steps, num_warmup_steps, global_step)
+  with tf.name_scope(UPDATE_SCOPE):
+    learning_rate = learning_rate_schedule(init_lr, num_train_steps, num_warmup_steps,
+                                           global_step)
   optimizer = AdamWeightDecayOptimizer(learning_rate, weight_decay_rate=WEIGHT_DECAY_RATE,
                                        exclude_from_weight_decay=NO_DECAY_PATTERNS)
   if use_tpu and accumulation_steps > 1:
@@ -127,10 +133,11 @@ def create_train_op(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
   grads = sum_over_replicas(grads, tvars)
 
   def apply(gradients):
-    clipped, _ = tf.clip_by_global_norm(gradients, clip_norm=CLIP_NORM)
-    apply_op = optimizer.apply_gradients(zip(clipped, tvars), global_step=global_step)
-    with tf.control_dependencies([apply_op]):
-      return tf.group(apply_op, global_step.assign_add(1))
+    with tf.name_scope(UPDATE_SCOPE):
+      clipped, _ = tf.clip_by_global_norm(gradients, clip_norm=CLIP_NORM)
+      apply_op = optimizer.apply_gradients(zip(clipped, tvars), global_step=global_step)
+      with tf.control_dependencies([apply_op]):
+        return tf.group(apply_op, global_step.assign_add(1))
 
   if loss_scale is not None or accumulation_steps > 1:
     for param in tvars:

@@ -309,6 +309,14 @@ def check_run_flags(c):
                     (c.init_checkpoint, c.init_checkpoint))
 
 
+def _flags_not_written_for_replicas(c):
+  """[(flag, what of it)] of the flags set whose updates replicas cannot run yet."""
+  return [(name, what) for name, what, used in (
+      ("use_fp16", "its loss-scale update is", c.use_fp16),
+      ("gradient_accumulation_steps", "its accumulators are",
+       c.gradient_accumulation_steps > 1)) if used]
+
+
 def _check_gpu_replica_flags(c):
   """--num_gpus > 1: MirroredStrategy over the GPUs of this machine."""
   if c.num_gpus < 0:
@@ -316,12 +324,9 @@ def _check_gpu_replica_flags(c):
   if c.use_tpu:
     raise FlagError("--num_gpus is for the GPUs of this machine; a TPU spreads each batch "
                     "over --num_tpu_cores. Drop --num_gpus")
-  for name, why, used in (("use_fp16", "its loss-scale update is", c.use_fp16),
-                          ("gradient_accumulation_steps", "its accumulators are",
-                           c.gradient_accumulation_steps > 1)):
-    if used:
-      raise FlagError("--%s cannot be combined with --num_gpus=%d yet (%s not written for "
-                      "replicas): drop one of them" % (name, c.num_gpus, why))
+  for name, what in _flags_not_written_for_replicas(c):
+    raise FlagError("--%s cannot be combined with --num_gpus=%d yet (%s not written for "
+                    "replicas): drop one of them" % (name, c.num_gpus, what))
   if c.train_batch_size % c.num_gpus:
     raise FlagError("--train_batch_size=%d is the global batch: it must split evenly over "
                     "--num_gpus=%d (each GPU takes an equal share)"
@@ -452,8 +457,10 @@ def tpu_hosts(c):
 def check_every_pipeline_has_rows(c, num_examples, pipelines):
   """Each machine or TPU host reads every pipelines-th record shard; an input pipeline
   without a row would end while the others wait for it."""
+  if pipelines == 1:
+    return
   sizes = shard_sizes(num_examples, c.num_record_shards)
-  for pipeline in range(pipelines if pipelines > 1 else 0):
+  for pipeline in range(pipelines):
     if not sum(sizes[pipeline::pipelines]):
       raise FlagError("%d training rows in --num_record_shards=%d shards leave the input "
                       "pipeline of machine or TPU host %d of %d without a row: pass fewer "
@@ -613,7 +620,7 @@ def write_model_card(c, processor, vocab_file, tokenizer, bert_config):
   with tf.io.gfile.GFile(path + ".tmp", "w") as out:  # whole, for workers reading it
     out.write(model_card.to_json(card))
   tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
-  log.info("wrote the model card %s", model_card.card_path(c.output_dir))
+  log.info("wrote the model card %s", path)
 
 
 def card_of_run(c, processor, vocab_file, tokenizer, bert_config):
@@ -1310,15 +1317,14 @@ def check_cluster_flags(c, cluster):
     raise FlagError("TF_CONFIG sets up a cluster for training: add --do_train, or unset "
                     "TF_CONFIG to evaluate or predict on this machine alone")
   for name, why, used in (
-      ("use_tpu", "a TPU pod spreads training over its own hosts", c.use_tpu),
-      ("num_gpus", "each machine of the cluster trains on all the GPUs it sees (choose them "
-                   "with CUDA_VISIBLE_DEVICES)", c.num_gpus),
-      ("use_fp16", "its loss-scale update is not written for replicas", c.use_fp16),
-      ("gradient_accumulation_steps", "its accumulators are not written for replicas",
-       c.gradient_accumulation_steps > 1),
-      ("eval_every_steps", "add an \"evaluator\" task to TF_CONFIG: it evaluates every "
-                           "checkpoint the chief saves", c.eval_every_steps),
-      ("num_folds", "cross-validate without TF_CONFIG, on one machine", c.num_folds)):
+      [("use_tpu", "a TPU pod spreads training over its own hosts", c.use_tpu),
+       ("num_gpus", "each machine of the cluster trains on all the GPUs it sees (choose them "
+                    "with CUDA_VISIBLE_DEVICES)", c.num_gpus)] +
+      [(name, what + " not written for replicas", True)
+       for name, what in _flags_not_written_for_replicas(c)] +
+      [("eval_every_steps", "add an \"evaluator\" task to TF_CONFIG: it evaluates every "
+                            "checkpoint the chief saves", c.eval_every_steps),
+       ("num_folds", "cross-validate without TF_CONFIG, on one machine", c.num_folds)]):
     if used:
       raise FlagError("--%s cannot be used with TF_CONFIG's cluster (%s): drop it" % (
           name, why))

@@ -15,6 +15,7 @@ CLIP_NORM = 1.0
 # scope, so that a profile can tell them from the backward pass (tools/profile_step.py).
 UPDATE_SCOPE = "optimizer_update"
 
+
 def learning_rate_schedule(init_lr, num_train_steps, num_warmup_steps, global_step):
   """Linear warm-up to init_lr over num_warmup_steps, then linear decay to 0 at num_train_steps.
 

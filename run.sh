@@ -3,7 +3,10 @@
 #   ./run.sh demo    set up, then fine-tune a real pre-trained BERT on real data, evaluate, predict
 #   ./run.sh test [--fast] [PYTEST ARGS]   the test suite on TF 1.15 (Python 3.7) and TF 2.15
 #                    (Python 3.9-3.11); --fast runs the quick tier only
-#   ./run.sh benchmark [ARGS]   fine-tuning speed against Google's run_classifier (tools/benchmark.py)
+#   ./run.sh benchmark [ARGS]   fine-tuning speed against Google's run_classifier (tools/benchmark.py);
+#                    --variants ...,hf adds Hugging Face's Trainer (creates .venvs/hf once)
+#   ./run.sh benchmark quality [ARGS]   time to quality: the real MiniLM, one epoch, each code
+#                    path, wall time and held-out ROC-AUC (tools/time_to_quality.py)
 #   ./run.sh benchmark predictor [ARGS]   the predictor against --do_predict (tools/bench_predictor.py)
 #   ./run.sh benchmark table SUMMARIES...   runs' run_summary.json as a wall-time table (tools/run_table.py)
 #   ./run.sh benchmark profile [ARGS]   where a training step's time goes (tools/profile_step.py)
@@ -26,6 +29,9 @@ find_python() {
   if [ "$runtime" = tf1 ]; then
     versions="(3, 7)"
     candidates=("${PYTHON37:-}" "$HOME"/.pyenv/versions/3.7*/bin/python3.7 python3.7)
+  elif [ "$runtime" = hf ]; then  # (its pinned transformers and numpy need 3.11)
+    versions="(3, 11)"
+    candidates=("${PYTHON311:-}" "$HOME"/.pyenv/versions/3.11*/bin/python3.11 python3.11)
   else
     versions="(3, 9) (3, 10) (3, 11)"
     candidates=("${PYTHON311:-}" "$HOME"/.pyenv/versions/3.11*/bin/python3.11 python3.11
@@ -42,11 +48,18 @@ find_python() {
   return 1
 }
 
-# Creates (or reuses, when requirements.txt is unchanged) .venvs/<runtime>.
+# Creates (or reuses, when its requirements are unchanged) .venvs/<runtime>: tf1 and tf2
+# from requirements.txt; hf, the optional Hugging Face environment of the benchmark, from
+# tools/requirements-hf.txt with TF 2.15's interpreter.
 setup_env() {
-  local runtime=$1 python venv="$VENVS/$1" stamp
-  python=$(find_python "$runtime") || return 1
-  stamp=$( (cat requirements.txt; "$python" --version 2>&1) | sha256sum | cut -c1-16)
+  local runtime=$1 python venv="$VENVS/$1" stamp requirements=requirements.txt
+  if [ "$runtime" = hf ]; then
+    requirements=tools/requirements-hf.txt
+    python=$(find_python hf) || die "the Hugging Face path needs Python 3.11 (set PYTHON311=...)"
+  else
+    python=$(find_python "$runtime") || return 1
+  fi
+  stamp=$( (cat "$requirements"; "$python" --version 2>&1) | sha256sum | cut -c1-16)
   if [ -f "$venv/.stamp" ] && [ "$(cat "$venv/.stamp")" = "$stamp" ]; then
     return 0
   fi
@@ -58,7 +71,7 @@ setup_env() {
   else
     "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
   fi
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r requirements.txt
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements"
   echo "$stamp" > "$venv/.stamp"
 }
 
@@ -128,8 +141,26 @@ cmd_demo() {
   TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runtime/bin/python" -m tools.demo "$@"
 }
 
+# Whether a benchmark command needs the Hugging Face environment: --variants naming hf,
+# or time to quality unless --skip_hf or a --paths without hf.
+wants_hf() {
+  local a previous="" option=--variants
+  if [ "${1:-}" = quality ]; then
+    case " $* " in *" --skip_hf "*|*" --help "*|*" -h "*) return 1 ;; esac
+    case " $* " in *" --paths"*) option=--paths ;; *) return 0 ;; esac
+  fi
+  for a in "$@"; do
+    case "$previous $a" in
+      "$option "*hf*|*" $option="*hf*) return 0 ;;
+    esac
+    previous=$a
+  done
+  return 1
+}
+
 cmd_benchmark() {
   cmd_setup
+  if wants_hf "$@"; then setup_env hf; fi
   local runner=tf2
   [ -x "$VENVS/tf2/bin/python" ] || runner=tf1
   if [ "${1:-}" = predictor ]; then
@@ -138,6 +169,9 @@ cmd_benchmark() {
   elif [ "${1:-}" = profile ]; then
     shift
     TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runner/bin/python" -m tools.profile_step "$@"
+  elif [ "${1:-}" = quality ]; then
+    shift
+    TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runner/bin/python" -m tools.time_to_quality "$@"
   elif [ "${1:-}" = table ]; then
     shift
     "$VENVS/$runner/bin/python" -m tools.run_table "$@"
@@ -152,5 +186,5 @@ case "${1:-}" in
   setup) shift; cmd_setup "$@" ;;
   test) shift; cmd_test "$@" ;;
   shell) shift; cmd_shell "$@" ;;
-  *) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

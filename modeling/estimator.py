@@ -5,6 +5,8 @@ import os
 
 import tensorflow.compat.v1 as tf
 
+from modeling.cpu import describe_cpu
+
 # On CPU, a global JIT level alone compiles nothing: auto-clustering must be switched
 # on for the CPU device too. TensorFlow reads this before its first session.
 XLA_CPU_FLAGS = "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"
@@ -230,17 +232,4 @@ def describe_device(use_tpu, tpu_name=None, master=None, num_tpu_cores=8):
               if part.startswith("name: ")]
     return {"kind": "GPU", "count": len(gpus),
             "description": "%d x %s" % (len(gpus), models[0] if models else "GPU")}
-  return {"kind": "CPU", "count": os.cpu_count(),
-          "description": "%s, %d cores" % (_cpu_model(), os.cpu_count())}
-
-
-def _cpu_model():
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  import platform
-  return platform.processor() or platform.machine()
+  return describe_cpu()

@@ -66,6 +66,10 @@ def test_benchmark_on_the_committed_sample(tmp_path):
     assert float(row["gflops_per_sec"]) == pytest.approx(gflops * rate, rel=1e-6)
     assert float(row["fraction_of_peak"]) == pytest.approx(
         float(row["gflops_per_sec"]) / float(row["matmul_peak_gflops"]), rel=1e-6)
+    # The floor: the same steps' matrix multiplies alone, timed after training.
+    floor = float(row["matmul_floor_seconds"])
+    assert 0 < floor and float(row["step_over_matmul_floor"]) == pytest.approx(
+        seconds / floor, rel=1e-6)
     if row["variant"] == "google":  # fixed padding: every step computes all 32 positions
       assert float(row["mean_seq_length"]) == 32
       assert gflops == pytest.approx(bert_tiny_train_gflops(32), rel=1e-9)
@@ -117,3 +121,48 @@ def test_the_devices_found_choose_the_extra_rows(gpus, tpu, rows, notes):
   assert [note.split(" ")[0] for note in skipped] == notes
   assert (gpu_count_of("ours_4gpus"), gpu_count_of("ours_fp16")) == (4, None)
   assert label_of("ours_4gpus") == "this project, dynamic padding, 4 GPUs"
+
+
+def test_hf_names_both_hugging_face_orders_and_unknown_variants_are_refused():
+  from tools.benchmark import requested_variants
+  assert requested_variants("google,hf,ours") == ["google", "hf_random", "hf_grouped", "ours"]
+  assert requested_variants("hf_grouped,hf") == ["hf_grouped", "hf_random"]
+  assert requested_variants("ours,ours_2gpus") == ["ours", "ours_2gpus"]
+  with pytest.raises(SystemExit) as error:
+    requested_variants("ours,fast")
+  assert str(error.value).startswith("benchmark: unknown variant 'fast'; known: hf, google, ")
+
+
+def measured_row(variant, rate, environment="TF 2.15.1 / Python 3.11.7 / CPU", device="CPU"):
+  return dict(variant=variant, examples_per_sec=rate, environment=environment,
+              device={"kind": device})
+
+
+def test_speedups_are_over_google_and_the_better_hugging_face_order():
+  from tools.benchmark import add_ratios
+  rows = [measured_row("google", 10.0), measured_row("hf_random", 12.0),
+          measured_row("hf_grouped", 20.0), measured_row("ours", 50.0),
+          measured_row("ours_fixed", 30.0), measured_row("ours_2gpus", 80.0)]
+  add_ratios(rows)
+  by_variant = {r["variant"]: r for r in rows}
+  assert by_variant["ours"]["speedup_vs_hf"] == pytest.approx(2.5)  # over grouped, the faster
+  assert by_variant["ours_fixed"]["speedup_vs_google"] == pytest.approx(3.0)
+  assert by_variant["ours_2gpus"]["scaling_efficiency"] == pytest.approx(0.8)
+  # A GPU row is not compared with Hugging Face on the CPU.
+  gpu_rows = [measured_row("hf_grouped", 20.0), measured_row("ours", 500.0, device="GPU")]
+  add_ratios(gpu_rows)
+  assert gpu_rows[1]["speedup_vs_hf"] is None
+  for other in ("google", "hf_random", "hf_grouped"):  # ratios are this project's only
+    assert by_variant[other]["speedup_vs_hf"] is None
+    assert by_variant[other]["speedup_vs_google"] is None
+
+
+def test_a_hugging_face_row_gets_its_flops_from_the_lengths_it_computed():
+  from tools.benchmark import add_flops, environment_label
+  row = dict(model="tiny", batch=8, steps=2, seq_lengths=[32, 16], measured_seconds=0.5,
+             python="3.11.7", torch="2.5.1", transformers="4.46.3", device={"kind": "CPU"})
+  add_flops(row, pooled_only=False)  # every layer over every token, as its model computes
+  per_example = (bert_tiny_train_gflops(32) + bert_tiny_train_gflops(16)) / 2
+  assert row["train_flops_per_example"] / 1e9 == pytest.approx(per_example, rel=1e-9)
+  assert row["gflops_per_sec"] == pytest.approx(per_example * 16 / 0.5, rel=1e-9)
+  assert environment_label(row) == "PyTorch 2.5.1 / transformers 4.46.3 / Python 3.11.7 / CPU"

@@ -48,6 +48,11 @@ def parse_args(argv=None):
   parser.add_argument("--vocab")
   parser.add_argument("--workdir")
   parser.add_argument("--out")
+  parser.add_argument("--threads", help="INTER,INTRA: TensorFlow's inter-op and intra-op "
+                                         "thread pools (default: TensorFlow's choice)")
+  parser.add_argument("--floor_repeats", type=int, default=3,
+                      help="after training, time the measured steps' matrix multiplies alone "
+                           "this many times per length (the matmul floor; 0: not measured)")
   parser.add_argument("--measure_peak", action="store_true",
                       help="only measure the float32 matrix-multiply peak")
   parser.add_argument("--featurise_only", choices=["google", "python", "fast"],
@@ -91,6 +96,38 @@ def matmul_peak_gflops(n=2048, repeats=10, rounds=5):
   return 2.0 * n ** 3 * repeats / best / 1e9
 
 
+def matmul_floor_seconds(config, seq_length, batch, repeats, pooled_only=True,
+                         session_config=None):
+  """The median time of a training step's matrix multiplies alone, forward and backward,
+  at seq_length tokens (modeling.flops' shapes), in float32 on this runtime: the "matmul
+  floor" that no implementation of the step can beat on this machine."""
+  import tensorflow.compat.v1 as tf
+  from modeling.flops import backward_matmuls, forward_matmuls
+  forward = forward_matmuls(config, seq_length, pooled_only=pooled_only, batch=batch)
+  products = forward + backward_matmuls(forward)
+  with tf.Graph().as_default():
+    tf.set_random_seed(0)
+    products_run = []
+    for count, m, k, n in products:  # (random initial values: no constants in the graph)
+      a = tf.Variable(tf.random.uniform([count, m, k]))
+      b = tf.Variable(tf.random.uniform([count, k, n]))
+      products_run.append(tf.reduce_sum(tf.matmul(a, b)))
+    # Each product's every element is summed and fetched (m n adds to its m k n
+    # multiply-adds): a product whose result is unused or partly used is not computed,
+    # or not whole.
+    step = products_run
+    with tf.Session(config=session_config) as session:
+      session.run(tf.global_variables_initializer())
+      for _ in range(2):
+        session.run(step)
+      times = []
+      for _ in range(repeats):
+        started = time.time()
+        session.run(step)
+        times.append(time.time() - started)
+  return sorted(times)[len(times) // 2]
+
+
 class TimingHook(object):
   """Wall-clock times of training steps, and the sequence length each step computed."""
 
@@ -131,8 +168,14 @@ def read_rows(path, count):
   import csv
   import io
   csv.field_size_limit(2**31 - 1)
+  rows = []
   with io.open(path, encoding="utf-8", newline="") as f:
-    rows = [(r[0], r[1]) for r in csv.reader(f) if r]
+    for number, row in enumerate(csv.reader(f), 1):
+      if len(row) == 1:
+        raise ValueError("%s row %d has one column; the rows must be text,label" % (
+            path, number))
+      if row:
+        rows.append((row[0], row[1]))
   return rows[:count] if count else rows
 
 
@@ -246,6 +289,26 @@ def our_model_and_input(args, record_path, total_steps):
   return model_fn, input_fn, None if on_tpu else SEQ_LENGTH_NAME
 
 
+def session_config_of(args):
+  """The session config of --xla and --threads (None: TensorFlow's defaults)."""
+  from modeling.estimator import xla_session_config
+  if not args.xla:
+    return threads_config(args)
+  return threads_config(args, xla_session_config())
+
+
+def threads_config(args, config=None):
+  """config (or a new one) with --threads' thread pools; None without either."""
+  import tensorflow.compat.v1 as tf
+  if not args.threads:
+    return config
+  config = config or tf.ConfigProto()
+  inter, intra = (int(n) for n in args.threads.split(","))
+  config.inter_op_parallelism_threads = inter
+  config.intra_op_parallelism_threads = intra
+  return config
+
+
 def load_average():
   try:
     return os.getloadavg()[0]
@@ -256,7 +319,7 @@ def load_average():
 def run(args):
   import tensorflow.compat.v1 as tf
   from modeling.bert import BertConfig
-  from modeling.estimator import build_estimator, xla_session_config
+  from modeling.estimator import build_estimator
   from modeling.flops import train_flops_per_example
 
   tf.get_logger().setLevel("ERROR")
@@ -273,7 +336,7 @@ def run(args):
   estimator = build_estimator(model_fn, os.path.join(args.workdir, "model"),
                               bool(args.tpu_name), batch, batch, batch,
                               save_checkpoints_steps=10 ** 9, log_step_count_steps=10 ** 9,
-                              seed=1, session_config=xla_session_config() if args.xla else None,
+                              seed=1, session_config=session_config_of(args),
                               num_replicas=max(1, args.num_gpus), tpu_name=args.tpu_name,
                               num_tpu_cores=args.num_tpu_cores,
                               # one step per host round trip, so that every step is timed
@@ -282,6 +345,7 @@ def run(args):
   load_before = load_average()
   called = time.time()
   estimator.train(input_fn=input_fn, max_steps=total_steps, hooks=[timing.as_session_run_hook()])
+  load_after = load_average()  # (of training, before the floor's own runs)
   ends = timing.step_ends
   assert len(ends) == total_steps, "ran %d steps, expected %d" % (len(ends), total_steps)
   measured = ends[-1] - ends[args.warmup - 1] if args.warmup else ends[-1] - timing.session_ready
@@ -291,6 +355,10 @@ def run(args):
   flops = sum(train_flops_per_example(config, n, pooled_only=pooled_only)
               for n in lengths) * batch
   examples = args.steps * batch
+  # (Several devices, a TPU or float16: a float32 floor of one device would not compare.)
+  one_device = not args.tpu_name and args.num_gpus <= 1 and not args.fp16
+  floor = measured_floor_seconds(config, lengths, batch, args.floor_repeats if one_device else 0,
+                                 pooled_only, threads_config(args))
   return dict(
       runtime_info(args), impl=args.impl, model=args.model, seq=args.seq, batch=batch,
       steps=args.steps, warmup_steps=args.warmup, dynamic_padding=args.dynamic_padding,
@@ -301,7 +369,18 @@ def run(args):
       examples_per_sec=examples / measured, mean_seq_length=sum(lengths) / float(len(lengths)),
       train_flops_per_example=flops / examples, gflops_per_sec=flops / measured / 1e9,
       featurise_rows=len(rows), featurise_rows_per_sec=len(rows) / featurise_seconds,
-      tokenizer=tokenizer_name, load_before=load_before, load_after=load_average())
+      tokenizer=tokenizer_name, load_before=load_before, load_after=load_after,
+      matmul_floor_seconds=floor, step_over_matmul_floor=measured / floor if floor else None)
+
+
+def measured_floor_seconds(config, lengths, batch, repeats, pooled_only, session_config=None):
+  """The matmul floor of the measured steps: each step's length timed once (per distinct
+  length) and summed over the steps; None with no repeats."""
+  if not repeats:
+    return None
+  floors = {n: matmul_floor_seconds(config, n, batch, repeats, pooled_only, session_config)
+            for n in sorted(set(lengths))}
+  return sum(floors[n] for n in lengths)
 
 
 def main(argv=None):

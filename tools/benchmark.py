@@ -39,11 +39,18 @@ VARIANTS = {  # name -> (impl, worker flags, runtimes it runs on)
     # The device rows (device_variants): added where their device is found.
     "ours_fp16": ("ours", ["--dynamic_padding", "--fp16"], ("tf1", "tf2")),
     "ours_tpu": ("ours", [], ("tf1", "tf2")),  # with --tpu_name and its cores
+    # Hugging Face transformers' Trainer on PyTorch, in the optional .venvs/hf
+    # (tools/requirements-hf.txt); "hf" in --variants names both orders.
+    "hf_random": ("hf", ["--order", "random"], ("hf",)),
+    "hf_grouped": ("hf", ["--order", "grouped"], ("hf",)),
 }
+HF_VARIANTS = ("hf_random", "hf_grouped")
 LABELS = {"google": "Google run_classifier", "ours_fixed": "this project, fixed padding",
           "ours": "this project, dynamic padding", "ours_xla": "this project, fixed padding, XLA",
           "ours_fp16": "this project, dynamic padding, float16",
-          "ours_tpu": "this project, fixed padding, bfloat16, TPU"}
+          "ours_tpu": "this project, fixed padding, bfloat16, TPU",
+          "hf_random": "Hugging Face Trainer, random order",
+          "hf_grouped": "Hugging Face Trainer, group_by_length"}
 GPU_VARIANT = "ours_%dgpus"  # MirroredStrategy over that many GPUs, --batch_size rows on each
 
 
@@ -136,6 +143,18 @@ def python_of(runtime):
   return os.path.join(ROOT, ".venvs", runtime, "bin", "python")
 
 
+def requested_variants(text):
+  """--variants as a list, with "hf" standing for both Hugging Face orders."""
+  variants = []
+  for name in text.split(","):
+    for variant in HF_VARIANTS if name == "hf" else [name]:
+      if variant not in VARIANTS and not gpu_count_of(variant):
+        sys.exit("benchmark: unknown variant %r; known: hf, %s" % (variant, ", ".join(VARIANTS)))
+      if variant not in variants:
+        variants.append(variant)
+  return variants
+
+
 def machine_description():
   cpu = platform.processor() or "unknown CPU"
   try:
@@ -147,9 +166,19 @@ def machine_description():
   return "%s, %s, %d cores" % (platform.system(), cpu, os.cpu_count() or 0)
 
 
-def run_worker(runtime, args, out_path):
-  command = [python_of(runtime), "-m", "tools.bench_worker", "--out", out_path] + args
+def child_environment(**extra):
+  """The environment of a worker process: this one's, without what a TensorFlow 2 import
+  here would have added (TF2_BEHAVIOR=1 turns TF 1.15 into TF 2 behaviour)."""
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  env.update(extra)
+  env.pop("TF2_BEHAVIOR", None)
+  return env
+
+
+def run_worker(runtime, args, out_path):
+  module = "tools.bench_hf" if runtime == "hf" else "tools.bench_worker"
+  command = [python_of(runtime), "-m", module, "--out", out_path] + args
+  env = child_environment()
   result = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, universal_newlines=True)
   if result.returncode != 0:
@@ -163,10 +192,11 @@ def run_training(args, work, variant, runtime, model, seq, round_index):
   impl, flags, _ = variant_spec(variant, args)
   tag = "%s_%s_%s_%d" % (variant, runtime, model, seq)
   workdir = os.path.join(args.tpu_work_dir if variant == "ours_tpu" else work, tag)
-  worker_args = ["--impl", impl, "--model", model, "--seq", str(seq), "--batch",
-                 str(args.batch_size), "--steps", str(args.steps), "--warmup",
-                 str(args.warmup_steps), "--data", args.data, "--vocab", args.vocab,
-                 "--workdir", workdir] + flags
+  worker_args = ["--model", model, "--seq", str(seq), "--batch", str(args.batch_size),
+                 "--steps", str(args.steps), "--warmup", str(args.warmup_steps), "--data",
+                 args.data, "--vocab", args.vocab] + flags
+  if impl != "hf":  # (the Hugging Face worker keeps its Trainer's folder temporary)
+    worker_args += ["--impl", impl, "--workdir", workdir]
   print("running %s (round %d of %d) ..." % (tag, round_index + 1, args.rounds))
   sys.stdout.flush()
   return run_worker(runtime, worker_args, os.path.join(work, "%s_%d.json" % (tag, round_index)))
@@ -178,6 +208,9 @@ def median_run(runs, key):
 
 
 def environment_label(row):
+  if "torch" in row:
+    return "PyTorch %s / transformers %s / Python %s / %s" % (
+        row["torch"], row["transformers"], row["python"], row["device"]["kind"])
   return "TF %s / Python %s / %s" % (row["tensorflow"], row["python"], row["device"]["kind"])
 
 
@@ -186,7 +219,8 @@ def write_outputs(rows, peaks, featurisation, args, machine, device_notes=()):
   fields = ["variant", "environment", "device", "model", "seq", "batch", "steps", "wall_seconds",
             "examples_per_sec", "ms_per_step", "startup_seconds", "warmup_seconds",
             "mean_seq_length", "train_gflops_per_example", "gflops_per_sec",
-            "matmul_peak_gflops", "fraction_of_peak", "speedup_vs_google", "scaling_efficiency",
+            "matmul_peak_gflops", "fraction_of_peak", "matmul_floor_seconds",
+            "step_over_matmul_floor", "speedup_vs_google", "speedup_vs_hf", "scaling_efficiency",
             "featurise_rows_per_sec", "tokenizer", "load_before", "load_after",
             "rounds", "examples_per_sec_of_rounds"]
   with open(os.path.join(args.out_dir, "results.csv"), "w", newline="") as f:
@@ -203,15 +237,19 @@ def write_outputs(rows, peaks, featurisation, args, machine, device_notes=()):
                "median run (all runs' examples/sec are in results.csv)." % args.rounds
                if args.rounds > 1 else ""), "",
            "| environment / device | code | model | seq | batch | wall time (s) | examples/sec | "
-           "ms/step | start-up (s) | GFLOP/s | % of matmul peak | vs Google |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "ms/step | start-up (s) | mean length | GFLOP/s | % of matmul peak | "
+           "step ÷ matmul floor | vs Google | vs HF (better order) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
-    lines.append("| %s | %s | %s | %d | %d | %.1f | %.1f | %.0f | %.1f | %.1f | %s | %s |" % (
+    lines.append("| %s | %s | %s | %d | %d | %.1f | %.1f | %.0f | %.1f | %.1f | %.1f | %s | %s "
+                 "| %s | %s |" % (
         "%s (%s)" % (r["environment"], r["device"]["description"]), label_of(r["variant"]),
         r["model"], r["seq"], r["batch"], r["wall_seconds"], r["examples_per_sec"],
-        r["ms_per_step"], r["startup_seconds"], r["gflops_per_sec"],
+        r["ms_per_step"], r["startup_seconds"], r["mean_seq_length"], r["gflops_per_sec"],
         "%.1f%%" % (100 * r["fraction_of_peak"]) if r["fraction_of_peak"] else "-",
-        "%.2fx" % r["speedup_vs_google"] if r["speedup_vs_google"] else "-"))
+        "%.2fx" % r["step_over_matmul_floor"] if r.get("step_over_matmul_floor") else "-",
+        "%.2fx" % r["speedup_vs_google"] if r["speedup_vs_google"] else "-",
+        "%.2fx" % r["speedup_vs_hf"] if r.get("speedup_vs_hf") else "-"))
   if any(r.get("scaling_efficiency") for r in rows):
     lines += ["", "Several GPUs: each takes the batch size, so the global batch grows with "
               "them; scaling efficiency is examples/sec over (GPUs x one GPU's): " +
@@ -227,6 +265,19 @@ def write_outputs(rows, peaks, featurisation, args, machine, device_notes=()):
             "The FLOPs are those each code path really computes: this project's classifier "
             "runs its last layer for the [CLS] token only (keys and values still for every "
             "token), which gives the same outputs and gradients with fewer FLOPs.", "",
+            "Step ÷ matmul floor: the measured steps' time over the time of the same steps' "
+            "matrix multiplies alone (the same shapes at each step's length, forward and "
+            "backward, float32, on the same runtime, timed in the same process right after "
+            "training; tools/bench_worker.py matmul_floor_seconds). 1.0 would be a step that "
+            "spends all its time in matrix multiplies; unlike a fraction of the peak, this "
+            "does not move with the machine's square-matrix speed.", "",
+            "vs HF: examples/sec over the better of the two Hugging Face orders at the same "
+            "model and length. The Hugging Face rows train BertForSequenceClassification with "
+            "transformers' Trainer on PyTorch (tools/bench_hf.py: AdamW, the same learning "
+            "rate, warm-up and clipping, each batch padded to its longest text by "
+            "DataCollatorWithPadding, the tanh GELU as the TensorFlow paths compute it, "
+            "PyTorch's threads = the machine's cores); their start-up counts from the "
+            "process's start, imports and tokenisation included.", "",
             "Matrix-multiply peak (float32, 2048x2048, best of 5): " +
             ", ".join("%s %.1f GFLOP/s" % (k, v) for k, v in sorted(peaks.items())), "",
             ]
@@ -273,7 +324,7 @@ def plot(rows, path, machine):
                  == (variant, environment, model, seq)]
         values.append(float(match[0]["examples_per_sec"]) if match else 0.0)
       ax.bar([i + k * width for i in range(len(lengths))], values, width,
-             label="%s (TF %s)" % (label_of(variant), environment.split()[1]))
+             label="%s (%s)" % (label_of(variant), environment.split(" / ")[0]))
     ax.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(lengths))])
     ax.set_xticklabels(["max_seq_length %d" % n for n in lengths])
     ax.set_title("%s-shaped BERT" % model)
@@ -335,7 +386,7 @@ def check_features_equal_googles(featurisation, work):
 
 def measure_training(args, runtimes, work, peaks, variants, gpu_counts=None):
   """The median training run of each configuration (variants, on each runtime that has
-  what it needs), with its speed-up over Google's path."""
+  what it needs), with its speed-ups over Google's path and the better Hugging Face order."""
   rows = []
   gpu_counts = gpu_counts or {}
   for model in args.models.split(","):
@@ -348,37 +399,74 @@ def measure_training(args, runtimes, work, peaks, variants, gpu_counts=None):
         for variant, runtime in configs:
           runs[(variant, runtime)].append(
               run_training(args, work, variant, runtime, model, seq, round_index))
-      google_rate, one_device_rate = None, {}
-      for variant, runtime in configs:
-        measured = runs[(variant, runtime)]
-        r = median_run(measured, "examples_per_sec")
-        r["rounds"] = len(measured)
-        r["examples_per_sec_of_rounds"] = " ".join("%.1f" % m["examples_per_sec"]
-                                                   for m in measured)
-        r["variant"] = variant
-        r["environment"] = environment_label(r)
-        r["wall_seconds"] = r["measured_seconds"]
-        r["train_gflops_per_example"] = r["train_flops_per_example"] / 1e9
-        r["matmul_peak_gflops"] = peaks.get(r["environment"])  # (none measured on a TPU)
-        r["fraction_of_peak"] = (r["gflops_per_sec"] / r["matmul_peak_gflops"]
-                                 if r["matmul_peak_gflops"] else None)
-        if variant == "google":
-          google_rate = r["examples_per_sec"]
-        if variant == "ours":
-          one_device_rate[runtime] = r["examples_per_sec"]
-        gpus = gpu_count_of(variant)
-        r["scaling_efficiency"] = (r["examples_per_sec"] / (gpus * one_device_rate[runtime])
-                                   if gpus and one_device_rate.get(runtime) else None)
-        r["speedup_vs_google"] = (r["examples_per_sec"] / google_rate
-                                  if google_rate and variant != "google" else None)
-        rows.append(r)
-        print("%s %s %s %d on %s: %.1f examples/sec, %.0f ms/step, %.1f GFLOP/s%s%s%s" % (
-            variant, runtime, model, seq, r["device"]["description"], r["examples_per_sec"],
-            r["ms_per_step"], r["gflops_per_sec"],
-            " (%.1f%% of peak)" % (100 * r["fraction_of_peak"]) if r["fraction_of_peak"] else "",
-            ", %.2fx Google's" % r["speedup_vs_google"] if r["speedup_vs_google"] else "",
-            " (median of %s)" % r["examples_per_sec_of_rounds"] if len(measured) > 1 else ""))
+      measured = [summarise_runs(runs[config], config[0], peaks) for config in configs]
+      add_ratios(measured)
+      for r in measured:
+        print_row(r)
+      rows += measured
   return rows
+
+
+def summarise_runs(measured, variant, peaks):
+  """One configuration's row: its median run, with the derived figures."""
+  r = median_run(measured, "examples_per_sec")
+  r["rounds"] = len(measured)
+  r["examples_per_sec_of_rounds"] = " ".join("%.1f" % m["examples_per_sec"] for m in measured)
+  r["variant"] = variant
+  r["environment"] = environment_label(r)
+  r["wall_seconds"] = r["measured_seconds"]
+  if "train_flops_per_example" not in r:  # (a Hugging Face run: all tokens, every layer)
+    add_flops(r, pooled_only=False)
+  r["train_gflops_per_example"] = r["train_flops_per_example"] / 1e9
+  r["matmul_peak_gflops"] = peaks.get(r["environment"])  # (none on a TPU or in PyTorch)
+  r["fraction_of_peak"] = (r["gflops_per_sec"] / r["matmul_peak_gflops"]
+                           if r["matmul_peak_gflops"] else None)
+  return r
+
+
+def add_flops(r, pooled_only):
+  """FLOPs of a run that reports only the lengths its measured steps computed."""
+  import types
+  from modeling.flops import train_flops_per_example
+  from tools.bench_worker import bert_shape
+  # The shape alone: modeling.bert would import TensorFlow into this process, and TF 2
+  # then sets TF2_BEHAVIOR=1 in the environment that TF 1.15 workers inherit.
+  config = types.SimpleNamespace(**bert_shape(r["model"]))
+  flops = sum(train_flops_per_example(config, n, pooled_only=pooled_only)
+              for n in r["seq_lengths"]) * r["batch"]
+  r["train_flops_per_example"] = flops / float(r["steps"] * r["batch"])
+  r["gflops_per_sec"] = flops / r["measured_seconds"] / 1e9
+
+
+def add_ratios(rows):
+  """Within one model and length: speed-ups over Google's path and over the better Hugging
+  Face order, and the several-GPU rows' scaling efficiency."""
+  google = [r["examples_per_sec"] for r in rows if r["variant"] == "google"]
+  hf = {}  # device kind -> the Hugging Face rows' rates (they run on the CPU)
+  for r in rows:
+    if r["variant"] in HF_VARIANTS:
+      hf.setdefault(r["device"]["kind"], []).append(r["examples_per_sec"])
+  one_device = {r["environment"]: r["examples_per_sec"] for r in rows if r["variant"] == "ours"}
+  for r in rows:
+    ours = VARIANTS.get(r["variant"], ("ours",))[0] == "ours"
+    r["speedup_vs_google"] = r["examples_per_sec"] / google[0] if google and ours else None
+    same_device = hf.get(r["device"]["kind"])
+    r["speedup_vs_hf"] = r["examples_per_sec"] / max(same_device) if same_device and ours else None
+    gpus = gpu_count_of(r["variant"])
+    single = one_device.get(r["environment"])
+    r["scaling_efficiency"] = r["examples_per_sec"] / (gpus * single) if gpus and single else None
+
+
+def print_row(r):
+  print("%s %s %d on %s (%s): %.1f examples/sec, %.0f ms/step, %.1f GFLOP/s%s%s%s%s%s" % (
+      r["variant"], r["model"], r["seq"], r["environment"], r["device"]["description"],
+      r["examples_per_sec"], r["ms_per_step"], r["gflops_per_sec"],
+      " (%.1f%% of peak)" % (100 * r["fraction_of_peak"]) if r["fraction_of_peak"] else "",
+      ", %.2fx its matmul floor" % r["step_over_matmul_floor"]
+      if r.get("step_over_matmul_floor") else "",
+      ", %.2fx Google's" % r["speedup_vs_google"] if r["speedup_vs_google"] else "",
+      ", %.2fx Hugging Face's better order" % r["speedup_vs_hf"] if r["speedup_vs_hf"] else "",
+      " (median of %s)" % r["examples_per_sec_of_rounds"] if r["rounds"] > 1 else ""))
 
 
 def main(argv=None):
@@ -394,17 +482,23 @@ def main(argv=None):
   runtimes = [r for r in args.runtimes.split(",") if os.path.exists(python_of(r))]
   if not runtimes:
     sys.exit("benchmark: no environment in .venvs; run ./run.sh setup first")
+  variants = requested_variants(args.variants)
+  if any(v in HF_VARIANTS for v in variants):
+    if not os.path.exists(python_of("hf")):
+      sys.exit("benchmark: the Hugging Face rows need the optional environment .venvs/hf; "
+               "./run.sh benchmark --variants hf creates it (from tools/requirements-hf.txt)")
+    runtimes += [] if "hf" in runtimes else ["hf"]
   machine = machine_description()
   work = args.work_dir  # records and checkpoints stay out of --out_dir
   os.makedirs(work, exist_ok=True)
-  if "ours_tpu" in args.variants.split(",") and not args.tpu_name:
+  if "ours_tpu" in variants and not args.tpu_name:
     sys.exit("benchmark: --variants ours_tpu needs --tpu_name (and --tpu_work_dir=gs://...); "
              "with --tpu_name the TPU row is added by itself")
   if args.tpu_name and not (args.tpu_work_dir or "").startswith("gs://"):
     sys.exit("benchmark: --tpu_name needs --tpu_work_dir=gs://bucket/folder (a TPU reads and "
              "writes Cloud Storage only)")
   peaks, gpu_counts = {}, {}
-  for runtime in runtimes:
+  for runtime in [r for r in runtimes if r != "hf"]:
     peak = run_worker(runtime, ["--measure_peak"], os.path.join(work, "peak_%s.json" % runtime))
     peaks[environment_label(peak)] = peak["matmul_peak_gflops"]
     gpu_counts[runtime] = peak["device"]["count"] if peak["device"]["kind"] == "GPU" else 0
@@ -412,7 +506,6 @@ def main(argv=None):
   extra, device_notes = device_variants(gpu_counts, args.tpu_name)
   for note in device_notes:
     print(note)
-  variants = args.variants.split(",")
   variants += [v for v in extra if v not in variants]
 
   featurisation = [] if args.skip_featurisation else measure_featurisation(args, runtimes, work)

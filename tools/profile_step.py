@@ -131,36 +131,6 @@ def op_times(step_stats_list):
   return totals, others
 
 
-def matmul_floor_seconds(config, seq_length, batch, repeats):
-  """The median time of the step's matrix multiplies alone, forward and backward, at
-  seq_length tokens (modeling.flops' shapes), in float32 on this runtime."""
-  import tensorflow.compat.v1 as tf
-  from modeling.flops import backward_matmuls, forward_matmuls
-  forward = forward_matmuls(config, seq_length, pooled_only=True, batch=batch)
-  products = forward + backward_matmuls(forward)
-  with tf.Graph().as_default():
-    tf.set_random_seed(0)
-    products_run = []
-    for count, m, k, n in products:  # (random initial values: no constants in the graph)
-      a = tf.Variable(tf.random.uniform([count, m, k]))
-      b = tf.Variable(tf.random.uniform([count, k, n]))
-      products_run.append(tf.reduce_sum(tf.matmul(a, b)))
-    # Each product's every element is summed and fetched (m n adds to its m k n
-    # multiply-adds): a product whose result is unused or partly used is not computed,
-    # or not whole.
-    step = products_run
-    with tf.Session() as session:
-      session.run(tf.global_variables_initializer())
-      for _ in range(2):
-        session.run(step)
-      times = []
-      for _ in range(repeats):
-        started = time.time()
-        session.run(step)
-        times.append(time.time() - started)
-  return sorted(times)[len(times) // 2]
-
-
 def profile_one_runtime(args):
   import tensorflow.compat.v1 as tf
   from modeling.bert import BertConfig
@@ -189,7 +159,7 @@ def profile_one_runtime(args):
   timed = slice(args.warmup_steps, args.warmup_steps + args.steps)
   step_seconds, lengths = hook.seconds[timed], hook.lengths[timed]
   config = BertConfig(**bench_worker.bert_shape(args.model))
-  floors = {n: matmul_floor_seconds(config, n, args.batch, args.floor_repeats)
+  floors = {n: bench_worker.matmul_floor_seconds(config, n, args.batch, args.floor_repeats)
             for n in sorted(set(lengths))}
   totals, others = op_times(hook.traces)
   return dict(

@@ -47,3 +47,10 @@ def forward_flops_per_example(config, seq_length, num_outputs=2, pooled_only=Fal
 def train_flops_per_example(config, seq_length, num_outputs=2, pooled_only=False):
   """Forward plus backward: the backward pass computes two products per forward one."""
   return 3 * forward_flops_per_example(config, seq_length, num_outputs, pooled_only)
+
+
+def train_flops_of_steps(config, lengths, batch, pooled_only=False):
+  """Training FLOPs of steps of `batch` examples, one step per entry of lengths (the
+  sequence length that step computed)."""
+  return sum(train_flops_per_example(config, n, pooled_only=pooled_only)
+             for n in lengths) * batch

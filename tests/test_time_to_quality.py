@@ -63,6 +63,19 @@ def test_a_missing_data_file_is_one_line_not_a_traceback(tmp_path):
                                    "(0/1, no header); no file %s" % (tmp_path / "none.csv"))
 
 
+def test_fewer_training_rows_than_a_batch_are_refused_before_any_path_runs(tmp_path):
+  data = str(tmp_path / "rows.csv")
+  ttq.write_rows(labelled_rows(20), data)
+  result = subprocess.run(
+      [sys.executable, "-m", "tools.time_to_quality", "--data", data, "--train_rows", "10",
+       "--eval_rows", "10", "--work_dir", str(tmp_path / "work")],
+      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+  assert result.returncode == 1
+  assert result.stderr.strip() == ("time to quality: 10 training rows make no whole batch "
+                                   "of 32")
+  assert not os.path.exists(str(tmp_path / "work"))
+
+
 def test_probabilities_are_read_from_the_predictions_file(tmp_path):
   path = str(tmp_path / "test_results.tsv")
   with open(path, "w") as f:

@@ -101,9 +101,9 @@ def label_ids(rows, path):
 
 
 def schedule(train_rows, batch, epochs):
-  """(training steps, warm-up steps) of time-to-quality training, counted as
+  """(training steps, warm-up steps) of time-to-quality training, counted as Google's
   run_classifier counts them: rows / batch x epochs and a tenth of that for warm-up, each
-  rounded down. Every step takes a whole batch (the partial last one of an epoch is
+  rounded down. tools/time_to_quality.py gives every path this count. Every step takes a whole batch (the partial last one of an epoch is
   dropped, as the project's and Google's training input does)."""
   steps = int(train_rows / float(batch) * epochs)
   if not steps:

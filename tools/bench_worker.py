@@ -320,7 +320,7 @@ def run(args):
   import tensorflow.compat.v1 as tf
   from modeling.bert import BertConfig
   from modeling.estimator import build_estimator
-  from modeling.flops import train_flops_per_example
+  from modeling.flops import train_flops_of_steps
 
   tf.get_logger().setLevel("ERROR")
   tf.io.gfile.makedirs(args.workdir)
@@ -352,8 +352,7 @@ def run(args):
   lengths = timing.seq_lengths[args.warmup:] or [args.seq] * args.steps
   config = BertConfig(**bert_shape(args.model))
   pooled_only = args.impl == "ours"  # our classifier computes only [CLS] in the last layer
-  flops = sum(train_flops_per_example(config, n, pooled_only=pooled_only)
-              for n in lengths) * batch
+  flops = train_flops_of_steps(config, lengths, batch, pooled_only)
   examples = args.steps * batch
   # (Several devices, a TPU or float16: a float32 floor of one device would not compare.)
   one_device = not args.tpu_name and args.num_gpus <= 1 and not args.fp16

@@ -427,13 +427,12 @@ def summarise_runs(measured, variant, peaks):
 def add_flops(r, pooled_only):
   """FLOPs of a run that reports only the lengths its measured steps computed."""
   import types
-  from modeling.flops import train_flops_per_example
+  from modeling.flops import train_flops_of_steps
   from tools.bench_worker import bert_shape
   # The shape alone: modeling.bert would import TensorFlow into this process, and TF 2
   # then sets TF2_BEHAVIOR=1 in the environment that TF 1.15 workers inherit.
   config = types.SimpleNamespace(**bert_shape(r["model"]))
-  flops = sum(train_flops_per_example(config, n, pooled_only=pooled_only)
-              for n in r["seq_lengths"]) * r["batch"]
+  flops = train_flops_of_steps(config, r["seq_lengths"], r["batch"], pooled_only)
   r["train_flops_per_example"] = flops / float(r["steps"] * r["batch"])
   r["gflops_per_sec"] = flops / r["measured_seconds"] / 1e9
 

@@ -135,7 +135,7 @@ def profile_one_runtime(args):
   import tensorflow.compat.v1 as tf
   from modeling.bert import BertConfig
   from modeling.estimator import build_estimator
-  from modeling.flops import train_flops_per_example
+  from modeling.flops import train_flops_of_steps
   tf.get_logger().setLevel("ERROR")
   workdir = os.path.join(args.work_dir, "tf1" if tf.__version__.startswith("1.") else "tf2")
   if tf.io.gfile.isdir(workdir):
@@ -169,8 +169,7 @@ def profile_one_runtime(args):
       step_seconds=step_seconds, traced_step_seconds=hook.seconds[-args.traced_steps:],
       floor_seconds_by_length={str(n): s for n, s in floors.items()},
       floor_seconds=sum(floors[n] for n in lengths),
-      train_gflops=sum(train_flops_per_example(config, n, pooled_only=True)
-                       for n in lengths) * args.batch / 1e9,
+      train_gflops=train_flops_of_steps(config, lengths, args.batch, pooled_only=True) / 1e9,
       op_micros=[[category, kind, micros] for (category, kind), micros in
                  sorted(totals.items(), key=lambda item: -item[1])],
       largest_other_ops=others.most_common(20))

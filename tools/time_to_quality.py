@@ -34,7 +34,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tools.bench_worker import read_rows  # noqa: E402 (after the path)
+from tools import bench_hf  # noqa: E402 (after the path; it loads no torch until used)
+from tools.bench_worker import read_rows  # noqa: E402
 from tools.benchmark import child_environment, machine_description, python_of  # noqa: E402
 
 PATHS = {  # name -> (environment, label)
@@ -138,12 +139,12 @@ def google_worker(args):
   predict_record = os.path.join(workdir, "google_predict.tf_record")
   run_classifier.file_based_convert_examples_to_features(train, ["0", "1"], args.seq,
                                                          tokenizer, train_record)
-  steps = training_steps(args)
+  steps, warmup = bench_hf.schedule(args.train_rows, args.batch, args.epochs)
   model_fn = run_classifier.model_fn_builder(
       bert_config=google_config(args.model_dir), num_labels=2,
       init_checkpoint=os.path.join(args.model_dir, "bert_model.ckpt"),
       learning_rate=args.learning_rate, num_train_steps=steps,
-      num_warmup_steps=int(0.1 * steps), use_tpu=False, use_one_hot_embeddings=False)
+      num_warmup_steps=warmup, use_tpu=False, use_one_hot_embeddings=False)
   run_config = tf.contrib.tpu.RunConfig(
       model_dir=os.path.join(workdir, "google_model"), save_checkpoints_steps=1000,
       tpu_config=tf.contrib.tpu.TPUConfig(iterations_per_loop=1000, num_shards=8))
@@ -195,14 +196,9 @@ def path_command(name, args, files, model_dirs, out):
           "--predict_batch_size=%d" % args.predict_batch,
           # Google's count of steps (rows / batch x epochs, rounded down), so that every
           # path takes the same number of steps, and the same warm-up.
-          "--num_train_steps=%d" % training_steps(args), "--learning_rate=%s" % args.learning_rate,
+          "--num_train_steps=%d" % bench_hf.schedule(args.train_rows, args.batch, args.epochs)[0],
+          "--learning_rate=%s" % args.learning_rate,
           "--output_dir=" + output_dir], os.path.join(output_dir, "test_results.tsv")
-
-
-def training_steps(args):
-  """Google's run_classifier count: train rows / batch x epochs, rounded down (as
-  tools/bench_hf.py's schedule counts)."""
-  return int(args.train_rows / float(args.batch) * args.epochs)
 
 
 def shared_flags(args):
@@ -347,6 +343,10 @@ def main(argv=None):
     except ValueError as e:
       raise QualityError(str(e))
     train, held_out = split_rows(rows, args.train_rows, args.eval_rows, args.data)
+    try:  # every path's count of steps and warm-up (a --num_train_steps of 0 means epochs)
+      bench_hf.schedule(args.train_rows, args.batch, args.epochs)
+    except bench_hf.InputError as e:
+      raise QualityError(str(e))
     names = [n for n in args.paths.split(",") if not (args.skip_hf and n == "hf")]
     if args.model_dir and "hf" in names and not args.hf_model_dir:
       raise QualityError("with --model_dir, the hf path needs the same model as a Hugging "

@@ -1,0 +1,80 @@
+"""The C allocator's settings (modeling/cpu.py keep_freed_memory).
+
+Each check runs in a fresh interpreter: glibc's settings last for the life of a
+process, and this one has already made them (tests/conftest.py sets TensorFlow up).
+"""
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import ROOT
+from modeling.cpu import ALLOCATOR_SETTINGS, keep_freed_memory
+
+ON_GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+BLOCK = 8 << 20  # far above glibc's default mmap threshold (128 KB), below 32 MB
+
+
+def allocation_in_fresh_process(set_allocator, environ=None):
+  """{"result": keep_freed_memory's answer or None, "mmapped": the bytes glibc maps anew
+  for one 8 MB block}, from a fresh interpreter."""
+  script = textwrap.dedent("""
+      import ctypes, json, sys
+      sys.path.insert(0, %r)
+      from modeling.cpu import keep_freed_memory
+      result = keep_freed_memory() if %r else None
+      libc = ctypes.CDLL(None)
+      libc.malloc.restype = ctypes.c_void_p
+      libc.free.argtypes = [ctypes.c_void_p]
+
+      class MallInfo(ctypes.Structure):  # glibc's struct mallinfo2
+        _fields_ = [(name, ctypes.c_size_t) for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+            "uordblks", "fordblks", "keepcost")]
+
+      libc.mallinfo2.restype = MallInfo
+      before = libc.mallinfo2().hblkhd  # (blocks the interpreter's start-up mapped)
+      block = libc.malloc(%d)
+      mmapped = libc.mallinfo2().hblkhd - before
+      libc.free(block)
+      print(json.dumps({"result": result, "mmapped": mmapped}))
+  """) % (ROOT, set_allocator, BLOCK)
+  env = dict(os.environ if environ is None else environ)
+  for _, name, _ in ALLOCATOR_SETTINGS:
+    if environ is None:
+      env.pop(name, None)
+  out = subprocess.run([sys.executable, "-c", script], env=env, check=True,
+                       stdout=subprocess.PIPE, universal_newlines=True).stdout
+  return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not ON_GLIBC, reason="glibc's allocator settings exist only on glibc")
+def test_by_default_glibc_serves_a_large_block_with_mmap():
+  # The behaviour keep_freed_memory changes: without it the 8 MB block is its own mapping.
+  assert allocation_in_fresh_process(False)["mmapped"] >= BLOCK
+
+
+@pytest.mark.skipif(not ON_GLIBC, reason="glibc's allocator settings exist only on glibc")
+def test_keep_freed_memory_serves_large_blocks_from_the_heap():
+  assert allocation_in_fresh_process(True) == {"result": "set", "mmapped": 0}
+
+
+@pytest.mark.skipif(not ON_GLIBC, reason="glibc's allocator settings exist only on glibc")
+def test_the_users_malloc_variables_are_left_alone():
+  env = dict(os.environ, MALLOC_TOP_PAD_="0")
+  env.pop("MALLOC_MMAP_THRESHOLD_", None)
+  env.pop("MALLOC_TRIM_THRESHOLD_", None)
+  got = allocation_in_fresh_process(True, env)
+  assert got["result"] == "left as the environment sets it (MALLOC_TOP_PAD_)"
+  assert got["mmapped"] >= BLOCK  # glibc's own threshold, untouched
+
+
+def test_names_every_variable_the_user_set():
+  environ = {"MALLOC_MMAP_THRESHOLD_": "1", "MALLOC_TRIM_THRESHOLD_": "2", "PATH": "/bin"}
+  assert keep_freed_memory(environ) == (
+      "left as the environment sets it (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_)")

@@ -4,9 +4,9 @@ Each check runs in a fresh interpreter: glibc's settings last for the life of a
 process, and this one has already made them (tests/conftest.py sets TensorFlow up).
 """
 
+import ctypes
 import json
 import os
-import platform
 import subprocess
 import sys
 import textwrap
@@ -14,9 +14,11 @@ import textwrap
 import pytest
 
 from conftest import ROOT
-from modeling.cpu import ALLOCATOR_SETTINGS, keep_freed_memory
+from modeling.cpu import ALLOCATOR_SETTINGS, glibc_version, keep_freed_memory
 
-ON_GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+# mallinfo2, which the checks read glibc's mapped bytes from, is in glibc 2.33 and later.
+ON_GLIBC = bool(glibc_version()) and hasattr(ctypes.CDLL(None), "mallinfo2")
+NEEDS_GLIBC = pytest.mark.skipif(not ON_GLIBC, reason="needs glibc 2.33 or later (mallinfo2)")
 BLOCK = 8 << 20  # far above glibc's default mmap threshold (128 KB), below 32 MB
 
 
@@ -29,7 +31,7 @@ def allocation_in_fresh_process(set_allocator, environ=None):
       from modeling.cpu import keep_freed_memory
       result = keep_freed_memory() if %r else None
       libc = ctypes.CDLL(None)
-      libc.malloc.restype = ctypes.c_void_p
+      libc.malloc.argtypes, libc.malloc.restype = [ctypes.c_size_t], ctypes.c_void_p
       libc.free.argtypes = [ctypes.c_void_p]
 
       class MallInfo(ctypes.Structure):  # glibc's struct mallinfo2
@@ -45,30 +47,31 @@ def allocation_in_fresh_process(set_allocator, environ=None):
       print(json.dumps({"result": result, "mmapped": mmapped}))
   """) % (ROOT, set_allocator, BLOCK)
   env = dict(os.environ if environ is None else environ)
-  for _, name, _ in ALLOCATOR_SETTINGS:
-    if environ is None:
+  if environ is None:  # glibc's defaults, whatever the environment running the tests says
+    for name in [n for _, n, _ in ALLOCATOR_SETTINGS] + ["GLIBC_TUNABLES", "LD_PRELOAD"]:
       env.pop(name, None)
   out = subprocess.run([sys.executable, "-c", script], env=env, check=True,
                        stdout=subprocess.PIPE, universal_newlines=True).stdout
   return json.loads(out.strip().splitlines()[-1])
 
 
-@pytest.mark.skipif(not ON_GLIBC, reason="glibc's allocator settings exist only on glibc")
+@NEEDS_GLIBC
 def test_by_default_glibc_serves_a_large_block_with_mmap():
   # The behaviour keep_freed_memory changes: without it the 8 MB block is its own mapping.
   assert allocation_in_fresh_process(False)["mmapped"] >= BLOCK
 
 
-@pytest.mark.skipif(not ON_GLIBC, reason="glibc's allocator settings exist only on glibc")
+@NEEDS_GLIBC
 def test_keep_freed_memory_serves_large_blocks_from_the_heap():
   assert allocation_in_fresh_process(True) == {"result": "set", "mmapped": 0}
 
 
-@pytest.mark.skipif(not ON_GLIBC, reason="glibc's allocator settings exist only on glibc")
+@NEEDS_GLIBC
 def test_the_users_malloc_variables_are_left_alone():
   env = dict(os.environ, MALLOC_TOP_PAD_="0")
-  env.pop("MALLOC_MMAP_THRESHOLD_", None)
-  env.pop("MALLOC_TRIM_THRESHOLD_", None)
+  for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES",
+               "LD_PRELOAD"):
+    env.pop(name, None)
   got = allocation_in_fresh_process(True, env)
   assert got["result"] == "left as the environment sets it (MALLOC_TOP_PAD_)"
   assert got["mmapped"] >= BLOCK  # glibc's own threshold, untouched
@@ -78,3 +81,10 @@ def test_names_every_variable_the_user_set():
   environ = {"MALLOC_MMAP_THRESHOLD_": "1", "MALLOC_TRIM_THRESHOLD_": "2", "PATH": "/bin"}
   assert keep_freed_memory(environ) == (
       "left as the environment sets it (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_)")
+
+
+def test_glibc_tunables_and_a_preloaded_malloc_are_left_alone():
+  assert keep_freed_memory({"GLIBC_TUNABLES": "glibc.malloc.top_pad=0"}) == (
+      "left as the environment sets it (GLIBC_TUNABLES)")
+  assert keep_freed_memory({"LD_PRELOAD": "/usr/lib/libjemalloc.so.2"}) == (
+      "left alone: another malloc is preloaded (LD_PRELOAD)")

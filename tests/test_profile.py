@@ -1,6 +1,8 @@
 """The step profile's pieces (tools/profile_step.py): the matrix multiplies it times as
-the matmul floor, and the categories it sorts this project's training ops into."""
+the matmul floor, the categories it sorts this project's training ops into, and the
+encoder it times with parts left out."""
 
+import argparse
 import collections
 
 import pytest
@@ -10,7 +12,8 @@ from conftest import THREE_CLASSES, model_features, small_config
 from modeling.flops import (backward_matmuls, forward_flops_per_example, forward_matmuls,
                             matmul_flops)
 from modeling.model_fn import model_fn_builder
-from tools.profile_step import CATEGORIES, OTHER, category_of
+from tools.profile_step import (CATEGORIES, OTHER, category_of, encoder_without,
+                                parse_args, parse_without, without_lines)
 
 
 def closed_form_macs(config, s, num_outputs, pooled_only):
@@ -56,3 +59,73 @@ def test_every_training_op_of_the_model_finds_its_category():
   named = [category for category, _ in CATEGORIES if category != "input pipeline"]
   assert all(found[category] > 0 for category in named), found
   assert found[OTHER] < 0.2 * len(ops), found
+
+
+def training_graph_ops():
+  """{op name: op type} and {trainable variable: shape} of a small model's training step."""
+  config = small_config()
+  with tf.Graph().as_default():
+    model_fn = model_fn_builder(config, THREE_CLASSES, None, 1e-3, 10, 0, use_tpu=False)
+    model_fn(model_features(config), None, tf.estimator.ModeKeys.TRAIN, {})
+    ops = {op.name: op.type for op in tf.get_default_graph().get_operations()}
+    # (Not the optimizer's slots: a part left out has variables without gradients.)
+    variables = {v.op.name: v.shape.as_list() for v in tf.trainable_variables()}
+  return ops, variables
+
+
+def encoder_ops(ops, marker):
+  return [name for name in ops if name.startswith("bert/") and marker(name, ops[name])]
+
+
+DROPOUT = lambda name, kind: "dropout" in name  # noqa: E731
+MOMENTS = lambda name, kind: "/moments/" in name  # noqa: E731
+GELU_TANH = lambda name, kind: "/intermediate/" in name and kind == "Tanh"  # noqa: E731
+
+
+def test_the_encoder_without_each_part_has_none_of_its_ops_and_the_same_variables():
+  full_ops, full_variables = training_graph_ops()
+  for marker in (DROPOUT, MOMENTS, GELU_TANH):
+    assert encoder_ops(full_ops, marker)  # each part is there to begin with
+  for parts, gone in [(("dropout",), [DROPOUT]), (("layer_norm",), [MOMENTS]),
+                      (("gelu",), [GELU_TANH]),
+                      (("dropout", "gelu", "layer_norm"), [DROPOUT, MOMENTS, GELU_TANH])]:
+    with encoder_without(parts):
+      ops, variables = training_graph_ops()
+    assert variables == full_variables, parts  # the model's variables, all of them
+    for marker in (DROPOUT, MOMENTS, GELU_TANH):
+      assert bool(encoder_ops(ops, marker)) == (marker not in gone), (parts, marker)
+  assert training_graph_ops()[0] == full_ops  # everything is back after the context
+
+
+def test_without_runs_are_parsed_and_unknown_parts_refused():
+  assert parse_without("dropout,layer_norm+gelu") == [("dropout",), ("gelu", "layer_norm")]
+  assert parse_without("none") == []
+  with pytest.raises(argparse.ArgumentTypeError, match="unknown part 'softmax' in "
+                     "'dropout[+]softmax'; the parts are dropout, gelu, layer_norm"):
+    parse_without("dropout+softmax")
+  with pytest.raises(argparse.ArgumentTypeError, match="unknown part ''"):
+    parse_without("dropout,")
+  with pytest.raises(argparse.ArgumentTypeError, match="names the run 'dropout[+]gelu' twice"):
+    parse_without("gelu+dropout,dropout+gelu")
+  with pytest.raises(SystemExit):  # argparse's own error message and exit
+    parse_args(["--without", "softmax"])
+
+
+def test_the_encoder_is_restored_when_building_fails():
+  from modeling import bert
+  before = (bert.dropout, bert.layer_norm, dict(bert.ACTIVATIONS))
+  with pytest.raises(RuntimeError):
+    with encoder_without(("dropout", "gelu", "layer_norm")):
+      raise RuntimeError("a failed build")
+  assert (bert.dropout, bert.layer_norm, dict(bert.ACTIVATIONS)) == before
+
+
+def test_the_without_table_divides_by_the_same_floor():
+  result = {"steps": 2, "step_seconds": [0.5, 0.7], "floor_seconds": 0.4,
+            "step_seconds_without": {"dropout": [0.4, 0.6], "gelu+layer_norm": [0.3, 0.3]}}
+  assert without_lines(result)[2:] == [
+      "| left out | ms per step | step ÷ matmul floor | faster by |", "|---|---|---|---|",
+      "| nothing | 600 | 3.00x | - |",
+      "| dropout | 500 | 2.50x | 20% |",
+      "| GELU, layer norm | 300 | 1.50x | 100% |", ""]
+  assert without_lines(dict(result, step_seconds_without={})) == []

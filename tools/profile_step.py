@@ -11,12 +11,18 @@ In each runtime's environment (one process each) it fine-tunes this project's pi
     optimizer update, the input pipeline (the step's wait for its batch), and the rest
     by op type;
   - times the step's own matrix multiplies alone (modeling.flops: the same shapes,
-    forward and backward, at each measured step's length), the "matmul floor".
+    forward and backward, at each measured step's length), the "matmul floor";
+  - times the step again with the encoder's dropout, its GELU, its layer norm, and all
+    three, left out (--without, "none" to skip), then the full step once more (its timed
+    steps are the mean of its two runs): how much faster the step would be if each part
+    cost nothing, the most that fusing it into other kernels could give. Those models
+    train differently; only their speed is measured.
 Writes profile.md and profile.json to --out_dir (default docs/benchmark).
 """
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import subprocess
@@ -54,6 +60,60 @@ def category_of(name, kind):
   return OTHER
 
 
+REMOVABLE = ("dropout", "gelu", "layer_norm")
+WITHOUT_DEFAULT = ("dropout", "gelu", "layer_norm", "dropout+gelu+layer_norm")
+
+
+def parse_without(value):
+  """"dropout,layer_norm+gelu" -> [("dropout",), ("gelu", "layer_norm")]; "none" -> [].
+  An argparse type: a wrong value is an argparse error that names the parts."""
+  if value.strip() == "none":
+    return []
+  runs = []
+  for run in value.split(","):
+    parts = tuple(sorted(part.strip() for part in run.split("+")))
+    unknown = [part for part in parts if part not in REMOVABLE]
+    if unknown:
+      raise argparse.ArgumentTypeError(
+          "unknown part %r in %r; the parts are %s, joined by '+' within a run, runs "
+          "separated by ',' (or 'none')" % (unknown[0], value, ", ".join(REMOVABLE)))
+    if parts in runs or len(set(parts)) < len(parts):
+      raise argparse.ArgumentTypeError("%r names the run %r twice" % (value, "+".join(parts)))
+    runs.append(parts)
+  return runs
+
+
+@contextlib.contextmanager
+def encoder_without(parts):
+  """Builds modeling.bert's encoder with `parts` left out while the context lasts: dropout
+  and layer norm become the identity (layer norm still makes its variables, so the
+  checkpoint layout is unchanged) and GELU (either form; the profiled shapes use the tanh
+  one) becomes linear. For speed measurements only."""
+  from modeling import bert
+  saved = (bert.dropout, bert.layer_norm, dict(bert.ACTIVATIONS))
+
+  def layer_norm_variables_only(x, name="LayerNorm", epsilon=1e-12):
+    import tensorflow.compat.v1 as tf
+    units = bert.static_shape(x)[-1]
+    with tf.variable_scope(name):
+      tf.get_variable("beta", [units], initializer=tf.zeros_initializer())
+      tf.get_variable("gamma", [units], initializer=tf.ones_initializer())
+    return x
+
+  try:
+    if "dropout" in parts:
+      bert.dropout = lambda x, rate: x
+    if "layer_norm" in parts:
+      bert.layer_norm = layer_norm_variables_only
+    if "gelu" in parts:
+      bert.ACTIVATIONS.update({"gelu": None, "gelu_exact": None})
+    yield
+  finally:
+    bert.dropout, bert.layer_norm = saved[0], saved[1]
+    bert.ACTIVATIONS.clear()
+    bert.ACTIVATIONS.update(saved[2])
+
+
 def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--model", default="minilm", choices=sorted(bench_worker.MODELS))
@@ -63,6 +123,9 @@ def parse_args(argv=None):
   parser.add_argument("--steps", type=int, default=10, help="timed steps, untraced")
   parser.add_argument("--traced_steps", type=int, default=5)
   parser.add_argument("--floor_repeats", type=int, default=5)
+  parser.add_argument("--without", type=parse_without, default=",".join(WITHOUT_DEFAULT),
+                      help="comma-separated runs of the step with parts left out, each a "
+                      "'+'-joined set of %s; 'none' for no such runs" % ", ".join(REMOVABLE))
   parser.add_argument("--data", default=DEFAULT_DATA)
   parser.add_argument("--vocab")
   parser.add_argument("--runtimes", default="tf1,tf2")
@@ -134,7 +197,6 @@ def op_times(step_stats_list):
 def profile_one_runtime(args):
   import tensorflow.compat.v1 as tf
   from modeling.bert import BertConfig
-  from modeling.estimator import build_estimator
   from modeling.flops import train_flops_of_steps
   tf.get_logger().setLevel("ERROR")
   workdir = os.path.join(args.work_dir, "tf1" if tf.__version__.startswith("1.") else "tf2")
@@ -149,15 +211,21 @@ def profile_one_runtime(args):
   record_path = os.path.join(workdir, "train.tf_record")
   bench_worker.featurise_ours(rows, worker_args, record_path)
   total = args.warmup_steps + args.steps + args.traced_steps
-  model_fn, input_fn, seq_name = bench_worker.our_model_and_input(worker_args, record_path,
-                                                                   total)
-  estimator = build_estimator(model_fn, os.path.join(workdir, "model"), False, args.batch,
-                              args.batch, args.batch, save_checkpoints_steps=10 ** 9,
-                              log_step_count_steps=10 ** 9, seed=1)
-  hook = ProfileHook(total, args.traced_steps, seq_name)
-  estimator.train(input_fn, max_steps=total, hooks=[hook.as_session_run_hook()])
+  hook = train_steps(worker_args, record_path, os.path.join(workdir, "model"), total,
+                     args.traced_steps)
   timed = slice(args.warmup_steps, args.warmup_steps + args.steps)
   step_seconds, lengths = hook.seconds[timed], hook.lengths[timed]
+  without = {}
+  for parts in args.without:
+    with encoder_without(parts):
+      name = "+".join(parts)
+      without[name] = timed_seconds(worker_args, record_path, workdir, "without_" + name,
+                                    timed, lengths)
+  if without:
+    # The runs above start on a warm process (threads, the allocator's kept memory), so the
+    # full step is timed again last, and the report takes the mean of its two timings.
+    again = timed_seconds(worker_args, record_path, workdir, "full_again", timed, lengths)
+    step_seconds = [(a + b) / 2 for a, b in zip(step_seconds, again)]
   config = BertConfig(**bench_worker.bert_shape(args.model))
   floors = {n: bench_worker.matmul_floor_seconds(config, n, args.batch, args.floor_repeats)
             for n in sorted(set(lengths))}
@@ -169,10 +237,35 @@ def profile_one_runtime(args):
       step_seconds=step_seconds, traced_step_seconds=hook.seconds[-args.traced_steps:],
       floor_seconds_by_length={str(n): s for n, s in floors.items()},
       floor_seconds=sum(floors[n] for n in lengths),
+      step_seconds_without=without,
       train_gflops=train_flops_of_steps(config, lengths, args.batch, pooled_only=True) / 1e9,
       op_micros=[[category, kind, micros] for (category, kind), micros in
                  sorted(totals.items(), key=lambda item: -item[1])],
       largest_other_ops=others.most_common(20))
+
+
+def timed_seconds(worker_args, record_path, workdir, name, timed, lengths):
+  """The `timed` steps' seconds of a fresh run in workdir/name, which must see the same
+  batches (the same lengths) as the first run."""
+  run = train_steps(worker_args, record_path, os.path.join(workdir, name), timed.stop, 0)
+  if run.lengths[timed] != lengths:
+    raise RuntimeError("the run %s had other batches (lengths %s, not %s)" % (
+        name, run.lengths[timed], lengths))
+  return run.seconds[timed]
+
+
+def train_steps(worker_args, record_path, model_dir, total, traced):
+  """Trains `total` steps from random weights; the ProfileHook that timed (and traced the
+  last `traced` of) them. The same seed gives every run the same batches."""
+  from modeling.estimator import build_estimator
+  model_fn, input_fn, seq_name = bench_worker.our_model_and_input(worker_args, record_path,
+                                                                   total)
+  estimator = build_estimator(model_fn, model_dir, False, worker_args.batch, worker_args.batch,
+                              worker_args.batch, save_checkpoints_steps=10 ** 9,
+                              log_step_count_steps=10 ** 9, seed=1)
+  hook = ProfileHook(total, traced, seq_name)
+  estimator.train(input_fn, max_steps=total, hooks=[hook.as_session_run_hook()])
+  return hook
 
 
 # --- The report ---------------------------------------------------------------------
@@ -217,8 +310,29 @@ def report(results, args, machine):
         "| category | ms per step (summed op time) | share |", "|---|---|---|"]
     lines += ["| %s | %.1f | %.1f%% |" % (c, ms, 100 * share)
               for c, ms, share in categories_of(r)]
-    lines.append("")
+    lines += [""] + without_lines(r)
   return "\n".join(lines)
+
+
+def without_lines(r):
+  """The report's table of the step with parts left out (none without such runs)."""
+  if not r.get("step_seconds_without"):
+    return []
+  step, floor = sum(r["step_seconds"]), r["floor_seconds"]
+  lines = ["The same timed steps (the same batches) with parts of the encoder left out: "
+           "how much faster each would be if it cost nothing. This bounds what fusing it "
+           "into other kernels could give. Parts left out together can gain more or less "
+           "than the sum of their own gains (they share threads and memory traffic). "
+           "The full step's time here and above is the mean of a run before these and a "
+           "run after them.",
+           "", "| left out | ms per step | step ÷ matmul floor | faster by |", "|---|---|---|---|",
+           "| nothing | %.0f | %.2fx | - |" % (1000 * step / r["steps"], step / floor)]
+  for name, seconds in r["step_seconds_without"].items():
+    lines.append("| %s | %.0f | %.2fx | %.0f%% |" % (
+        name.replace("+", ", ").replace("_", " ").replace("gelu", "GELU"),
+        1000 * sum(seconds) / r["steps"], sum(seconds) / floor,
+        100 * (step / sum(seconds) - 1)))
+  return lines + [""]
 
 
 def main(argv=None):

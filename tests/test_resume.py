@@ -54,6 +54,14 @@ def _weights(output_dir):
   return {n: reader.get_tensor(n) for n in names}, reader.get_tensor("global_step")
 
 
+def _read_if_present(path):
+  try:
+    with open(path) as f:
+      return f.read()
+  except OSError:
+    return ""
+
+
 def _resume_flags(checkpoint, output_dir, config_file, steps):
   flags = common_flags(checkpoint, output_dir)
   flags = [f for f in flags if not f.startswith("--bert_config_file=")]
@@ -85,7 +93,10 @@ def test_killed_training_resumes_to_the_same_step_and_weights(tmp_path, tiny_che
                              stderr=subprocess.DEVNULL)
   deadline = time.time() + 300
   try:
-    while not os.path.exists(os.path.join(output_dir, "model.ckpt-20.index")):
+    # The checkpoint state file names step 20 only once that checkpoint is complete (its
+    # index is written before the state moves on, and a kill between the two resumes
+    # from step 10).
+    while "model.ckpt-20\"" not in _read_if_present(os.path.join(output_dir, "checkpoint")):
       assert process.poll() is None, "training ended before it could be killed"
       assert time.time() < deadline, "no checkpoint at step 20 within 300 s"
       time.sleep(0.02)

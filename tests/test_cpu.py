@@ -22,9 +22,10 @@ NEEDS_GLIBC = pytest.mark.skipif(not ON_GLIBC, reason="needs glibc 2.33 or later
 BLOCK = 8 << 20  # far above glibc's default mmap threshold (128 KB), below 32 MB
 
 
-def allocation_in_fresh_process(set_allocator, environ=None):
+def allocation_in_fresh_process(set_allocator, **user_environment):
   """{"result": keep_freed_memory's answer or None, "mmapped": the bytes glibc maps anew
-  for one 8 MB block}, from a fresh interpreter."""
+  for one 8 MB block}, from a fresh interpreter whose environment has none of glibc's
+  allocator settings but `user_environment`."""
   script = textwrap.dedent("""
       import ctypes, json, sys
       sys.path.insert(0, %r)
@@ -46,10 +47,10 @@ def allocation_in_fresh_process(set_allocator, environ=None):
       libc.free(block)
       print(json.dumps({"result": result, "mmapped": mmapped}))
   """) % (ROOT, set_allocator, BLOCK)
-  env = dict(os.environ if environ is None else environ)
-  if environ is None:  # glibc's defaults, whatever the environment running the tests says
-    for name in [n for _, n, _ in ALLOCATOR_SETTINGS] + ["GLIBC_TUNABLES", "LD_PRELOAD"]:
-      env.pop(name, None)
+  # glibc's defaults, whatever the environment running the tests says
+  env = {name: value for name, value in os.environ.items() if name not in
+         [n for _, n, _ in ALLOCATOR_SETTINGS] + ["GLIBC_TUNABLES", "LD_PRELOAD"]}
+  env.update(user_environment)
   out = subprocess.run([sys.executable, "-c", script], env=env, check=True,
                        stdout=subprocess.PIPE, universal_newlines=True).stdout
   return json.loads(out.strip().splitlines()[-1])
@@ -68,11 +69,7 @@ def test_keep_freed_memory_serves_large_blocks_from_the_heap():
 
 @NEEDS_GLIBC
 def test_the_users_malloc_variables_are_left_alone():
-  env = dict(os.environ, MALLOC_TOP_PAD_="0")
-  for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES",
-               "LD_PRELOAD"):
-    env.pop(name, None)
-  got = allocation_in_fresh_process(True, env)
+  got = allocation_in_fresh_process(True, MALLOC_TOP_PAD_="0")
   assert got["result"] == "left as the environment sets it (MALLOC_TOP_PAD_)"
   assert got["mmapped"] >= BLOCK  # glibc's own threshold, untouched
 

@@ -377,9 +377,16 @@ def measured_floor_seconds(config, lengths, batch, repeats, pooled_only, session
   length) and summed over the steps; None with no repeats."""
   if not repeats:
     return None
-  floors = {n: matmul_floor_seconds(config, n, batch, repeats, pooled_only, session_config)
-            for n in sorted(set(lengths))}
+  floors = floor_seconds_by_length(config, lengths, batch, repeats, pooled_only,
+                                   session_config)
   return sum(floors[n] for n in lengths)
+
+
+def floor_seconds_by_length(config, lengths, batch, repeats, pooled_only=True,
+                            session_config=None):
+  """{length: matmul floor seconds of one step at that length}, each distinct length once."""
+  return {n: matmul_floor_seconds(config, n, batch, repeats, pooled_only, session_config)
+          for n in sorted(set(lengths))}
 
 
 def main(argv=None):

@@ -227,8 +227,8 @@ def profile_one_runtime(args):
     again = timed_seconds(worker_args, record_path, workdir, "full_again", timed, lengths)
     step_seconds = [(a + b) / 2 for a, b in zip(step_seconds, again)]
   config = BertConfig(**bench_worker.bert_shape(args.model))
-  floors = {n: bench_worker.matmul_floor_seconds(config, n, args.batch, args.floor_repeats)
-            for n in sorted(set(lengths))}
+  floors = bench_worker.floor_seconds_by_length(config, lengths, args.batch,
+                                                args.floor_repeats)
   totals, others = op_times(hook.traces)
   return dict(
       bench_worker.runtime_info(), model=args.model, seq=args.seq, batch=args.batch,

@@ -97,6 +97,16 @@ cmd_setup() {
   for r in $runtimes; do setup_env "$r"; done
 }
 
+# The suite's training runs write checkpoints under the temp folder, up to about a
+# gigabyte at once; a full disk would fail tests far from the cause. ($TEST_SPACE_MB sets
+# what is required.)
+TEST_SPACE_MB=${TEST_SPACE_MB:-2000}
+check_test_space() {
+  local dir=${TMPDIR:-/tmp} free_mb
+  free_mb=$(df -Pm "$dir" | awk 'NR == 2 {print $4}')
+  [ "$free_mb" -ge "$TEST_SPACE_MB" ] || die "the tests need ${TEST_SPACE_MB} MB free in $dir (their checkpoints go there), which has ${free_mb} MB: free some space, or set TMPDIR to a folder on a larger disk"
+}
+
 cmd_test() {
   local r runtimes failed=() status args=() start=$SECONDS
   # --fast: the quick tier only (no end-to-end runs, no full data sets), for day-to-day work.
@@ -105,6 +115,7 @@ cmd_test() {
   done
   runtimes=$(available_runtimes)
   [ -n "$runtimes" ] || die "neither Python 3.7 nor Python 3.9-3.11 was found"
+  check_test_space
   for r in $runtimes; do setup_env "$r"; done
   start=$SECONDS  # the suite's time, without building environments
   export TESTED_RUNTIMES="$(echo $runtimes)"  # tests marked one_runtime run on tf2 alone

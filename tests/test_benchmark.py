@@ -3,6 +3,7 @@ whose figures agree with each other and with the FLOP count of the model (no tim
 asserted)."""
 
 import csv
+import glob
 import os
 import struct
 import subprocess
@@ -50,6 +51,8 @@ def test_benchmark_on_the_committed_sample(tmp_path):
   with open(os.path.join(out_dir, "results.csv")) as f:
     table = list(csv.DictReader(f))
   assert [r["variant"] for r in table] == (["google", "ours"] if IS_TF1 else ["ours"])
+  # The measured runs' checkpoints are gone (MiniLM's would be half a gigabyte a run).
+  assert glob.glob(str(tmp_path / "work" / "**" / "model.ckpt-*"), recursive=True) == []
   # This machine has no GPU and the command names no TPU: one line each says so.
   assert ("GPU rows (float16, XLA, one row per GPU count) skipped: TensorFlow sees no GPU "
           "here (%s)" % runtime) in result.stdout

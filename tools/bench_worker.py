@@ -333,7 +333,8 @@ def run(args):
   build = google_model_and_input if args.impl == "google" else our_model_and_input
   model_fn, input_fn, seq_tensor = build(args, record_path, total_steps)
   batch = args.batch * max(1, args.num_gpus)  # global: --batch rows on each GPU
-  estimator = build_estimator(model_fn, os.path.join(args.workdir, "model"),
+  model_dir = os.path.join(args.workdir, "model")
+  estimator = build_estimator(model_fn, model_dir,
                               bool(args.tpu_name), batch, batch, batch,
                               save_checkpoints_steps=10 ** 9, log_step_count_steps=10 ** 9,
                               seed=1, session_config=session_config_of(args),
@@ -346,6 +347,7 @@ def run(args):
   called = time.time()
   estimator.train(input_fn=input_fn, max_steps=total_steps, hooks=[timing.as_session_run_hook()])
   load_after = load_average()  # (of training, before the floor's own runs)
+  drop_checkpoints(model_dir)
   ends = timing.step_ends
   assert len(ends) == total_steps, "ran %d steps, expected %d" % (len(ends), total_steps)
   measured = ends[-1] - ends[args.warmup - 1] if args.warmup else ends[-1] - timing.session_ready
@@ -370,6 +372,14 @@ def run(args):
       featurise_rows=len(rows), featurise_rows_per_sec=len(rows) / featurise_seconds,
       tokenizer=tokenizer_name, load_before=load_before, load_after=load_after,
       matmul_floor_seconds=floor, step_over_matmul_floor=measured / floor if floor else None)
+
+
+def drop_checkpoints(model_dir):
+  """Deletes a measured run's model folder: nothing reads its checkpoints again (the next
+  measurement starts from nothing), and with MiniLM each run would leave half a gigabyte."""
+  import tensorflow.compat.v1 as tf
+  if tf.io.gfile.isdir(model_dir):
+    tf.io.gfile.rmtree(model_dir)
 
 
 def measured_floor_seconds(config, lengths, batch, repeats, pooled_only, session_config=None):

@@ -265,6 +265,7 @@ def train_steps(worker_args, record_path, model_dir, total, traced):
                               log_step_count_steps=10 ** 9, seed=1)
   hook = ProfileHook(total, traced, seq_name)
   estimator.train(input_fn, max_steps=total, hooks=[hook.as_session_run_hook()])
+  bench_worker.drop_checkpoints(model_dir)
   return hook
 
 

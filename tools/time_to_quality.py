@@ -22,6 +22,7 @@ probabilities is computed here, by one function. Writes quality.md and quality.c
 
 import argparse
 import csv
+import glob
 import io
 import json
 import os
@@ -255,6 +256,13 @@ def environment_versions(environment):
                                  universal_newlines=True).strip().splitlines()[-1]
 
 
+def drop_checkpoints(folder):
+  """Deletes a measured path's checkpoints; its predictions, logs and summaries stay.
+  Nothing reads them again, and each path would leave half a gigabyte."""
+  for path in glob.glob(os.path.join(folder, "model.ckpt-*")):
+    os.remove(path)
+
+
 def measure_path(name, args, files, model_dirs, labels, work):
   from modeling.statistics import roc_auc
   out = os.path.join(work, "runs")
@@ -273,6 +281,8 @@ def measure_path(name, args, files, model_dirs, labels, work):
   probabilities = probabilities_of(name, result_path)
   if len(probabilities) != len(labels):
     raise RuntimeError("%s predicted %d rows of %d" % (name, len(probabilities), len(labels)))
+  for folder in (os.path.join(out, name), os.path.join(out, name + "_model")):
+    drop_checkpoints(folder)
   auc = roc_auc(probabilities, [int(label) for label in labels])
   print("%s: %.0f s from start to predictions, held-out ROC-AUC %.4f" % (name, seconds, auc))
   return dict(path=name, environment=environment_versions(PATHS[name][0]), label=PATHS[name][1],

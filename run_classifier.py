@@ -173,7 +173,8 @@ def define_flags(flag_values):
   integer("num_folds", 0, "k > 1: k-fold cross-validation on the train file (stratified by "
           "label, seeded by --seed): each fold trains on the other folds' rows and is "
           "evaluated and predicted on its own, into <output_dir>/fold_<i>; all folds give "
-          "out-of-fold predictions for every train row and the mean and std of each metric.")
+          "out-of-fold predictions for every train row and the mean and std of each metric; "
+          "with --do_predict, test_results.tsv averages the folds' predictions.")
   integer("fold", -1, "With --num_folds: run only this fold (0-based), e.g. one per "
           "machine; -1 runs them all in one command.")
   boolean("auxiliary_targets", False, "jigsaw_bias: add soft-target outputs for the "
@@ -1239,8 +1240,9 @@ def run_predict(c, estimator, processor, split, checkpoint):
   log.info("predicting %d examples (+%d padding) with %s", len(examples), meta["num_padding"],
            describe_checkpoint(checkpoint, step))
   outputs = predict_outputs(c, estimator, processor.label_spec, split, checkpoint)
-  return write_test_results(c.output_dir, processor, examples, outputs,
+  path = write_test_results(c.output_dir, processor, examples, outputs,
                             {"checkpoint": checkpoint, "global_step": step})
+  return path, outputs
 
 
 def write_test_results(output_dir, processor, examples, outputs, model):
@@ -1440,7 +1442,9 @@ def run_once(c, fold=None, cluster=None):
                            outcome["oof"], label_spec)
   if c.do_predict:
     with timed(seconds, "predict"):
-      outcome["predictions"] = run_predict(c, estimator, processor, splits["test"], checkpoint)
+      outcome["predictions"], outcome["test_outputs"] = run_predict(
+          c, estimator, processor, splits["test"], checkpoint)
+    outcome["test_examples"], outcome["checkpoint"] = splits["test"].examples, checkpoint
   if c.do_export:
     # The card in --output_dir (this run's training may just have rewritten it); a model
     # without one, e.g. a fine-tuned --init_checkpoint, gets this run's card.
@@ -1453,7 +1457,7 @@ def run_once(c, fold=None, cluster=None):
       c, started, seconds, progress if c.do_train else None, bert_config,
       {"eval": outcome.get("eval"), "predictions": outcome.get("predictions"),
        "export": outcome.get("export"), "checkpoint": checkpoint,
-       "best": eval_history.read_best(c.output_dir) if c.best_metric else None})
+       "best": eval_history.read_best(c.output_dir) if c.best_metric else None}, cluster)
   return outcome
 
 
@@ -1473,10 +1477,11 @@ class timed(object):
 RUN_SUMMARY = "run_summary.json"
 
 
-def write_run_summary(c, started, seconds, progress, bert_config, results):
+def write_run_summary(c, started, seconds, progress, bert_config, results, cluster=None):
   """run_summary.json in --output_dir: the wall times (start-up and steady training
   apart), examples/sec, the device, the runtime versions and the flags, so that runs of
-  one command on several machines compare row by row (tools/run_table.py)."""
+  one command on several machines compare row by row (tools/run_table.py). (A task of a
+  cluster trains on every GPU its machine has; otherwise --num_gpus says how many.)"""
   import platform
   import numpy
   training = None
@@ -1500,7 +1505,8 @@ def write_run_summary(c, started, seconds, progress, bert_config, results):
       "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
       "total_seconds": time.time() - started,
       "seconds": seconds, "training": training,
-      "device": describe_device(c.use_tpu, c.tpu_name, c.master, c.num_tpu_cores),
+      "device": describe_device(c.use_tpu, c.tpu_name, c.master, c.num_tpu_cores,
+                                None if cluster is not None else c.num_gpus),
       "versions": {"python": platform.python_version(), "tensorflow": tf.__version__,
                    "numpy": numpy.__version__, "platform": platform.platform()},
       "model": ("hub module %s" % c.bert_hub_module_handle if c.bert_hub_module_handle else
@@ -1612,7 +1618,7 @@ def run_folds(c):
   except ValueError as e:
     raise FlagError(str(e))
   chosen = list(range(c.num_folds)) if c.fold == -1 else [c.fold]
-  evals, outputs = {}, {}
+  evals, outputs, outcomes = {}, {}, {}
   for i in chosen:
     log.info("fold %d of %d (0-based): training on %d rows, evaluating on %d", i, c.num_folds,
              len(examples) - assignment.count(i), assignment.count(i))
@@ -1620,8 +1626,8 @@ def run_folds(c):
         output_dir=os.path.join(c.output_dir, "fold_%d" % i), do_eval=True,
         cache_dir=os.path.join(c.cache_dir, "fold_%d" % i) if c.cache_dir else None,
         export_dir=os.path.join(c.export_dir, "fold_%d" % i) if c.export_dir else None)
-    outcome = run_once(fold_config, FoldPlan(c.num_folds, i, assignment))
-    evals[i], outputs[i] = outcome["eval"], outcome["oof"]
+    outcomes[i] = run_once(fold_config, FoldPlan(c.num_folds, i, assignment))
+    evals[i], outputs[i] = outcomes[i]["eval"], outcomes[i]["oof"]
   result = {"folds": evals}
   if len(chosen) < c.num_folds:
     # One fold of several, perhaps on one of several machines writing to the same
@@ -1645,7 +1651,25 @@ def run_folds(c):
                            label_spec)
     log.info("wrote out-of-fold predictions for all %d train rows to %s", len(examples), path)
     result["oof_predictions"] = path
+  if c.do_predict:
+    result["predictions"] = write_fold_mean_predictions(
+        c.output_dir, processor, [outcomes[i] for i in chosen])
   return result
+
+
+def write_fold_mean_predictions(output_dir, processor, outcomes):
+  """test_results.tsv in output_dir from every fold's model: each test row's outputs
+  (probabilities, or values for regression) averaged over the folds, the usual k-fold
+  ensemble; the predicted class is that of the highest mean probability."""
+  examples = outcomes[0]["test_examples"]
+  per_fold = [o["test_outputs"] for o in outcomes]
+  mean = [[sum(values) / len(per_fold) for values in zip(*rows)] for rows in zip(*per_fold)]
+  path = write_test_results(output_dir, processor, examples, mean, {
+      "combined": "the mean of the %d folds' outputs" % len(outcomes),
+      "checkpoints": [o["checkpoint"] for o in outcomes]})
+  log.info("test_results.tsv averages the %d folds' predictions; each fold's own are in "
+           "its fold_<i> folder", len(outcomes))
+  return path
 
 
 def fold_summary(evals, num_folds, seed, sizes):
@@ -1699,6 +1723,25 @@ def main(argv):
     sys.exit(1)
 
 
+# absl's help flags (and whether each shows only this module's flags).
+HELP_ARGUMENTS = {"--help": True, "-help": True, "-?": True, "--helpshort": True,
+                  "-helpshort": True, "--helpfull": False, "-helpfull": False}
+
+
+def exit_after_help_if_asked(argv):
+  """absl ends --help with exit code 1, as it ends a flag error; help asked for is no
+  error (a script with `set -e` would stop), so the same usage is printed here, exit 0."""
+  for arg in argv[1:]:
+    if arg == "--":
+      return
+    if arg in HELP_ARGUMENTS:
+      app.usage(shorthelp=HELP_ARGUMENTS[arg], writeto_stdout=True)
+      if HELP_ARGUMENTS[arg]:
+        print("\nTry --helpfull to get a list of all flags.")
+      sys.exit(0)
+
+
 if __name__ == "__main__":
   define_flags(flags.FLAGS)
+  exit_after_help_if_asked(sys.argv)
   app.run(main)

@@ -217,9 +217,11 @@ def _as_estimator_model_fn(model_fn):
   return estimator_model_fn
 
 
-def describe_device(use_tpu, tpu_name=None, master=None, num_tpu_cores=8):
+def describe_device(use_tpu, tpu_name=None, master=None, num_tpu_cores=8, num_gpus=None):
   """{"kind": TPU, GPU or CPU, "description": what it is, "count": how many} of the
-  device this run computes on, for the run's summary."""
+  device this run computes on, for the run's summary. num_gpus: the GPUs it trains on
+  (0 or 1: one, the first, where TensorFlow places the graph); None: all it sees, as a
+  task of a multi-worker cluster does."""
   if use_tpu:
     return {"kind": "TPU", "count": num_tpu_cores,
             "description": "Cloud TPU %s, %d cores" % (tpu_name or master, num_tpu_cores)}
@@ -230,6 +232,7 @@ def describe_device(use_tpu, tpu_name=None, master=None, num_tpu_cores=8):
              if d.device_type == "GPU"]
     models = [part.split("name: ", 1)[1] for desc in names for part in desc.split(", ")
               if part.startswith("name: ")]
-    return {"kind": "GPU", "count": len(gpus),
-            "description": "%d x %s" % (len(gpus), models[0] if models else "GPU")}
+    count = len(gpus) if num_gpus is None else min(len(gpus), max(1, num_gpus))
+    return {"kind": "GPU", "count": count,
+            "description": "%d x %s" % (count, models[0] if models else "GPU")}
   return describe_cpu()

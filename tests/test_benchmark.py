@@ -169,3 +169,15 @@ def test_a_hugging_face_row_gets_its_flops_from_the_lengths_it_computed():
   assert row["train_flops_per_example"] / 1e9 == pytest.approx(per_example, rel=1e-9)
   assert row["gflops_per_sec"] == pytest.approx(per_example * 16 / 0.5, rel=1e-9)
   assert environment_label(row) == "PyTorch 2.5.1 / transformers 4.46.3 / Python 3.11.7 / CPU"
+
+
+def test_the_benchmark_rows_must_be_text_and_label(tmp_path):
+  from tools import bench_worker
+  path = tmp_path / "rows.csv"
+  path.write_text(u'"a text, with a comma",1\n\nb,0\n')
+  assert bench_worker.read_rows(str(path), 0) == [("a text, with a comma", "1"), ("b", "0")]
+  path.write_text(u'a,1\n\nc,0,2\n')  # (the blank line is csv row 2)
+  with pytest.raises(ValueError) as error:
+    bench_worker.read_rows(str(path), 0)
+  assert str(error.value) == ("%s row 3 has 3 columns; the rows must be text,label (quote a "
+                              "text that holds commas)" % path)

@@ -130,3 +130,25 @@ def test_a_batch_that_does_not_split_over_the_replicas_is_refused(tmp_path):
     build_estimator(model_fn, str(tmp_path), False, 8, 8, 8, num_replicas=3,
                     replica_device_type="CPU")
   assert str(error.value) == "the train batch size 8 does not split over 3 replicas"
+
+
+def test_the_device_described_counts_the_gpus_a_run_trains_on(monkeypatch):
+  """What run_summary.json and the benchmark's rows say. This machine has no GPU, so
+  TensorFlow's two device queries answer as on a machine with four."""
+  from tensorflow.python.client import device_lib
+  from modeling import estimator
+
+  class FourthGpu(object):
+    device_type = "GPU"
+    physical_device_desc = "device: 3, name: Tesla V100-SXM2-16GB, pci bus id: 0000:00:07.0"
+
+  monkeypatch.setattr(estimator.tf.config.experimental, "list_physical_devices",
+                      lambda kind=None: [object()] * 4 if kind == "GPU" else [])
+  monkeypatch.setattr(device_lib, "list_local_devices", lambda: [FourthGpu()] * 4)
+  assert estimator.describe_device(False, num_gpus=2) == {
+      "kind": "GPU", "count": 2, "description": "2 x Tesla V100-SXM2-16GB"}
+  # No --num_gpus: TensorFlow places the graph on the first GPU alone.
+  assert estimator.describe_device(False, num_gpus=0)["description"] == (
+      "1 x Tesla V100-SXM2-16GB")
+  # A task of a cluster trains on every GPU its machine has.
+  assert estimator.describe_device(False)["count"] == 4

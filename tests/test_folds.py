@@ -52,8 +52,8 @@ def _tsv(path):
 def test_three_folds_in_one_command(tmp_path, tiny_checkpoint):
   output_dir = str(tmp_path / "cv")
   result = run_flags(*common_flags(tiny_checkpoint, output_dir) + [
-      "--num_folds=3", "--do_train", "--num_train_steps=3", "--eval_batch_size=16",
-      "--predict_batch_size=16"])
+      "--num_folds=3", "--do_train", "--do_predict", "--num_train_steps=3",
+      "--eval_batch_size=16", "--predict_batch_size=16"])
   train = os.path.join(JIGSAW, "train.csv")
   with io.open(train, encoding="utf-8", newline="") as f:
     truth = list(csv.DictReader(f))
@@ -81,6 +81,30 @@ def test_three_folds_in_one_command(tmp_path, tiny_checkpoint):
   assert summary["metrics"]["auc"]["mean"] == pytest.approx(np.mean(aucs))
   assert summary["metrics"]["auc"]["std"] == pytest.approx(np.std(aucs, ddof=1))
   assert result["oof_predictions"].endswith("oof_predictions.tsv")
+  # --do_predict: each fold's model predicts the test file, and test_results.tsv beside
+  # the folds averages their probabilities, row by row, in file order.
+  with io.open(os.path.join(JIGSAW, "test.csv"), encoding="utf-8", newline="") as f:
+    test_ids = [r["id"] for r in csv.DictReader(f)]
+  mean = _tsv(result["predictions"])
+  per_fold = [_tsv(os.path.join(output_dir, "fold_%d" % i, "test_results.tsv"))
+              for i in range(3)]
+  assert [r["id"] for r in mean] == test_ids and len(test_ids) > 0
+  assert all([r["id"] for r in fold] == test_ids for fold in per_fold)
+  for k, row in enumerate(mean):
+    for column in ("probability_0", "probability_1"):
+      assert float(row[column]) == pytest.approx(
+          np.mean([float(fold[k][column]) for fold in per_fold]), abs=1e-6)
+    assert row["prediction"] == (
+        "1" if float(row["probability_1"]) > float(row["probability_0"]) else "0")
+  # (Three barely trained models disagree: the mean is not any one fold's prediction.)
+  assert any(len(set(fold[k]["probability_1"] for fold in per_fold)) == 3
+             for k in range(len(test_ids)))
+  with open(os.path.join(output_dir, "test_results.json")) as f:
+    written = json.load(f)
+  assert written["combined"] == "the mean of the 3 folds' outputs"
+  assert written["rows"] == len(test_ids)
+  assert [os.path.dirname(p) for p in written["checkpoints"]] == [
+      os.path.join(output_dir, "fold_%d" % i) for i in range(3)]
   # One fold alone (as on its own machine) trains on the same rows: the same figures, up
   # to the CPU's multi-threaded rounding, which can flip near-ties of this barely trained
   # model.

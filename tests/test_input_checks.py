@@ -5,7 +5,6 @@ as data is caught, and predict files need no labels. Each case on a real file.""
 import csv
 import io
 import json
-import os
 
 import pytest
 

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from conftest import CORPORA, FULL_DATASETS, SAMPLES, sample_path
-from data.processors import InputExample, get_processor
+from data.processors import get_processor
 
 
 def label_counts(examples):

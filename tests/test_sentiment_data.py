@@ -2,7 +2,6 @@
 
 import csv
 import io
-import os
 
 import pytest
 

@@ -31,7 +31,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tools import assets  # noqa: E402
+from tools import assets, bench_worker  # noqa: E402
 
 SHARED_COMMENTS = os.path.join(os.path.dirname(ROOT), "shared", "datasets",
                                "jigsaw_toxic_balanced", "comments.csv")
@@ -55,8 +55,7 @@ def parse_args(argv=None):
 
 
 def read_rows(path, limit):
-  with io.open(path, encoding="utf-8", newline="") as f:
-    rows = [row for row in csv.reader(f) if len(row) == 2]
+  rows = bench_worker.read_rows(path, 0)
   if len(rows) < limit:
     raise SystemExit("%s has %d rows; --rows=%d asks for more" % (path, len(rows), limit))
   return rows[:limit]

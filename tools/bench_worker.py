@@ -72,7 +72,8 @@ def runtime_info(args=None):
   tpu_name = args.tpu_name if args is not None else None
   return {"python": platform.python_version(), "tensorflow": tf.__version__,
           "device": describe_device(bool(tpu_name), tpu_name, None,
-                                    args.num_tpu_cores if tpu_name else 8)}
+                                    args.num_tpu_cores if tpu_name else 8,
+                                    getattr(args, "num_gpus", 0))}
 
 
 def matmul_peak_gflops(n=2048, repeats=10, rounds=5):
@@ -171,9 +172,9 @@ def read_rows(path, count):
   rows = []
   with io.open(path, encoding="utf-8", newline="") as f:
     for number, row in enumerate(csv.reader(f), 1):
-      if len(row) == 1:
-        raise ValueError("%s row %d has one column; the rows must be text,label" % (
-            path, number))
+      if row and len(row) != 2:  # (a blank line is no row)
+        raise ValueError("%s row %d has %d columns; the rows must be text,label (quote a "
+                         "text that holds commas)" % (path, number, len(row)))
       if row:
         rows.append((row[0], row[1]))
   return rows[:count] if count else rows

@@ -730,6 +730,17 @@ def take_fraction(examples, fraction, seed):
   return [examples[i] for i in chosen]
 
 
+def in_training_order(examples, weights, seed):
+  """The train rows (and their weights) in a seeded random order, the order their records
+  are written in. The input's shuffle mixes only rows within its buffer, and record
+  shards are runs of rows, so a file sorted by label would otherwise train on one label
+  for thousands of rows at a time and give each machine of a cluster a skewed part."""
+  order = list(range(len(examples)))
+  random.Random(seed).shuffle(order)
+  return ([examples[i] for i in order],
+          [weights[i] for i in order] if weights is not None else None)
+
+
 def featurise(c, processor, split, examples, tokenizer, vocab_file, pad_to_multiple,
               weights=None, fold=None):
   """Writes (or reuses) the split's TFRecords. Returns (record_files, metadata). With fold,
@@ -751,7 +762,8 @@ def featurise(c, processor, split, examples, tokenizer, vocab_file, pad_to_multi
       "read": processor.accounts.get(split),  # lines, records, rows skipped by cause
   }
   if split == "train":
-    settings.update(train_fraction=c.train_fraction, seed=c.seed)
+    settings.update(train_fraction=c.train_fraction, seed=c.seed,
+                    order="in_training_order(seed)")
   if fold is not None:
     settings.update(fold=fold.index, num_folds=fold.num_folds, fold_seed=c.seed)
   metadata = build_records(examples, record_path, settings, tokenizer, pad_to_multiple,
@@ -798,6 +810,7 @@ def prepare_splits(c, processor, tokenizer, vocab_file, fold=None):
       log.info("--train_fraction=%g: training on %d of %d rows", c.train_fraction,
                len(examples), len(all_train))
     weights = training_weights(c, processor, examples)
+    examples, weights = in_training_order(examples, weights, c.seed)
     splits["train"] = Split(examples, *featurise(c, processor, "train", examples, tokenizer,
                                                  vocab_file, 0, weights, fold=fold))
   # The bias metric of jigsaw_bias predicts the dev records too: pad them for both sizes.

@@ -36,8 +36,11 @@ def test_demo_short_run_beats_the_majority_baseline(tmp_path):
     results = json.load(f)
   assert results["num_examples"] == 2111 and results["global_step"] == SHORT_RUN_STEPS
   assert results["majority_baseline_accuracy"] == pytest.approx(0.5017, abs=1e-4)
-  # 1,280 training sentences already lift the real model far above the baseline
-  # (0.834 after the full demo's two epochs).
-  assert results["accuracy"] >= 0.72 and results["auc"] >= 0.80, results
+  # 1,280 training sentences already lift the real model's ROC-AUC well above chance
+  # (0.5; with 2,111 held-out sentences chance stays below about 0.53). A run this short
+  # varies with its seed: 0.68 to 0.86 over four seeds at 40 and 80 steps, accuracy
+  # from the baseline to 0.78, so the bound says only that it learned; the full demo's
+  # figures are in the README.
+  assert results["auc"] >= 0.65, results
   with open(os.path.join(output_dir, "test_results.tsv")) as f:
     assert len(f.read().splitlines()) == 1 + 12

@@ -386,3 +386,51 @@ def test_a_failing_featurisation_worker_fails_the_build_and_writes_nothing(tmp_p
   with pytest.raises(MemoryError, match="example 17"):  # in one process: the error itself
     build_records(_examples(23), str(tmp_path / "r.tf_record"), _settings(tiny_vocab),
                   tokenizer)
+
+
+def _labels_and_ids(record_file):
+  rows = []
+  for serialized in tf.io.tf_record_iterator(record_file):
+    features = tf.train.Example.FromString(serialized).features.feature
+    rows.append((features["label_ids"].int64_list.value[0],
+                 tuple(features["input_ids"].int64_list.value)))
+  return rows
+
+
+def _train_records(tmp_path, csv_path, name, seed):
+  from conftest import TINY_VOCAB
+  from run_classifier import make_processor, make_tokenizer, parse_flags, prepare_splits
+  c = parse_flags(["run_classifier.py", "--task_name=csv", "--train_file=%s" % csv_path,
+                   "--has_header=false", "--text_column=0", "--label_column=1", "--do_train",
+                   "--vocab_file=" + TINY_VOCAB, "--output_dir=%s" % (tmp_path / name),
+                   "--max_seq_length=16", "--num_record_shards=2", "--seed=%d" % seed])
+  tokenizer, vocab_file = make_tokenizer(c.vocab_file, c.do_lower_case, None, None,
+                                         c.tokenizer)
+  train = prepare_splits(c, make_processor(c), tokenizer, vocab_file)["train"]
+  return [_labels_and_ids(path) for path in train.record_files]
+
+
+def test_a_label_sorted_train_file_is_written_in_a_seeded_mixed_order(tmp_path, tiny_vocab):
+  """The input's shuffle buffer mixes only nearby rows, and shards are runs of records:
+  the train records are written in a seeded random order, so that neither the stream
+  nor a machine's shards hold one label for long."""
+  csv_path = tmp_path / "sorted.csv"
+  rows = [("comment number %d" % i, "0" if i < 100 else "1") for i in range(200)]
+  csv_path.write_text(u"".join("%s,%s\n" % row for row in rows))
+  shards = _train_records(tmp_path, csv_path, "a", seed=7)
+  assert [len(shard) for shard in shards] == [100, 100]
+  for shard in shards:
+    labels = [label for label, _ in shard]
+    assert 35 <= sum(labels) <= 65, labels  # each machine's part holds both labels
+    assert 0 < sum(labels[:20]) < 20  # and so does each stretch of the stream
+  # Every row once, its label with it.
+  tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
+  expected = sorted((int(label), tuple(
+      tokenizer.convert_tokens_to_ids(["[CLS]"] + tokenizer.tokenize(text) + ["[SEP]"])))
+      for text, label in rows)
+  written = sorted((label, ids[:ids.index(0)] if 0 in ids else ids)
+                   for shard in shards for label, ids in shard)
+  assert written == expected
+  # The same seed writes the same order; another seed another.
+  assert _train_records(tmp_path, csv_path, "b", seed=7) == shards
+  assert _train_records(tmp_path, csv_path, "c", seed=8) != shards

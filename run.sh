@@ -103,7 +103,11 @@ cmd_setup() {
 TEST_SPACE_MB=${TEST_SPACE_MB:-2000}
 check_test_space() {
   local dir=${TMPDIR:-/tmp} free_mb
-  free_mb=$(df -Pm "$dir" | awk 'NR == 2 {print $4}')
+  case $TEST_SPACE_MB in
+    ''|*[!0-9]*) die "TEST_SPACE_MB=$TEST_SPACE_MB must be a whole number of megabytes" ;;
+  esac
+  [ -d "$dir" ] || die "the temp folder $dir (TMPDIR) does not exist: create it, or unset TMPDIR"
+  free_mb=$(df -Pm "$dir" | awk 'NR == 2 {print $4}') || die "cannot read the free space of $dir"
   [ "$free_mb" -ge "$TEST_SPACE_MB" ] || die "the tests need ${TEST_SPACE_MB} MB free in $dir (their checkpoints go there), which has ${free_mb} MB: free some space, or set TMPDIR to a folder on a larger disk"
 }
 

@@ -152,3 +152,9 @@ def test_the_device_described_counts_the_gpus_a_run_trains_on(monkeypatch):
       "1 x Tesla V100-SXM2-16GB")
   # A task of a cluster trains on every GPU its machine has.
   assert estimator.describe_device(False)["count"] == 4
+  # The benchmark's peak row counts them all (it adds a row per GPU count up to it); a
+  # measured row those it trained on.
+  from tools import bench_worker
+  assert bench_worker.runtime_info()["device"]["count"] == 4
+  measured = bench_worker.parse_args(["--impl", "ours", "--num_gpus", "2"])
+  assert bench_worker.runtime_info(measured)["device"]["count"] == 2

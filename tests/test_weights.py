@@ -125,11 +125,16 @@ def test_identity_weights_reach_the_training_records(tmp_path, tiny_checkpoint):
             "--output_dir=" + output_dir, "--max_seq_length=16", "--train_batch_size=8",
             "--do_train", "--num_train_steps=2")
   record = os.path.join(output_dir, "features", "train.tf_record")
-  written = [tf.train.Example.FromString(r).features.feature["sample_weight"].float_list.value[0]
+  written = [tf.train.Example.FromString(r).features.feature
              for r in tf.io.tf_record_iterator(record)]
   # The records are in training order (a seeded shuffle of the file's rows, --seed's
-  # default), and each row's weight goes with it.
+  # default), and each row's weight goes with its row: with its target.
   from run_classifier import in_training_order
-  expected = reference_identity_weights(_bias_rows("train"))
-  in_order, _ = in_training_order(expected, None, 12345)
-  assert written == pytest.approx(in_order, rel=1e-6)
+  rows = _bias_rows("train")
+  expected, _ = in_training_order(
+      list(zip([float(r["target"]) for r in rows], reference_identity_weights(rows))), None,
+      12345)
+  assert [f["label_ids"].float_list.value[0] for f in written] == pytest.approx(
+      [target for target, _ in expected], abs=1e-6)
+  assert [f["sample_weight"].float_list.value[0] for f in written] == pytest.approx(
+      [weight for _, weight in expected], rel=1e-6)

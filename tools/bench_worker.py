@@ -73,7 +73,8 @@ def runtime_info(args=None):
   return {"python": platform.python_version(), "tensorflow": tf.__version__,
           "device": describe_device(bool(tpu_name), tpu_name, None,
                                     args.num_tpu_cores if tpu_name else 8,
-                                    getattr(args, "num_gpus", 0))}
+                                    # (no args: the peak's row, which counts every GPU)
+                                    args.num_gpus if args is not None else None)}
 
 
 def matmul_peak_gflops(n=2048, repeats=10, rounds=5):

@@ -181,3 +181,22 @@ def test_the_benchmark_rows_must_be_text_and_label(tmp_path):
     bench_worker.read_rows(str(path), 0)
   assert str(error.value) == ("%s row 3 has 3 columns; the rows must be text,label (quote a "
                               "text that holds commas)" % path)
+
+
+@pytest.mark.parametrize("tool", ["benchmark", "profile_step"])
+def test_a_bad_data_file_stops_the_command_with_one_line(tmp_path, tool):
+  from tools import benchmark, profile_step
+  main = {"benchmark": benchmark.main, "profile_step": profile_step.main}[tool]
+  prefix = {"benchmark": "benchmark", "profile_step": "profile"}[tool]
+  path = tmp_path / "rows.csv"
+  path.write_text(u"a,1\nb,0,x\n")
+  common = ["--vocab", TINY_VOCAB, "--work_dir", str(tmp_path / "work")]
+  with pytest.raises(SystemExit) as stopped:
+    main(["--data", str(path)] + common)
+  assert str(stopped.value) == ("%s: %s row 2 has 3 columns; the rows must be text,label "
+                                "(quote a text that holds commas)" % (prefix, path))
+  with pytest.raises(SystemExit) as stopped:
+    main(["--data", str(tmp_path / "none.csv")] + common)
+  assert str(stopped.value) == ("%s: no data file %s; pass --data=a CSV of text,label rows"
+                                % (prefix, tmp_path / "none.csv"))
+  assert not (tmp_path / "work").exists()  # stopped before any work

@@ -55,7 +55,7 @@ def parse_args(argv=None):
 
 
 def read_rows(path, limit):
-  rows = bench_worker.read_rows(path, 0)
+  rows = bench_worker.rows_or_exit(path, "bench_predictor")
   if len(rows) < limit:
     raise SystemExit("%s has %d rows; --rows=%d asks for more" % (path, len(rows), limit))
   return rows[:limit]

@@ -181,6 +181,18 @@ def read_rows(path, count):
   return rows[:count] if count else rows
 
 
+def rows_or_exit(path, tool):
+  """read_rows(path, 0), or an exit with one line (tool: its prefix) when a row is not
+  text,label or the file is missing: in the command the user ran, not in a worker's
+  traceback."""
+  if not os.path.isfile(path):
+    sys.exit("%s: no data file %s; pass --data=a CSV of text,label rows" % (tool, path))
+  try:
+    return read_rows(path, 0)
+  except ValueError as e:
+    sys.exit("%s: %s" % (tool, e))
+
+
 def bert_shape(model):
   layers, hidden, heads, intermediate = MODELS[model]
   return dict(vocab_size=VOCAB_SIZE, hidden_size=hidden, num_hidden_layers=layers,

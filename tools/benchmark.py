@@ -473,8 +473,8 @@ def main(argv=None):
   sys.path.insert(0, ROOT)
   if args.replot:
     return replot(args.replot)
-  if not os.path.isfile(args.data):
-    sys.exit("benchmark: no data file %s; pass --data=a CSV of text,label rows" % args.data)
+  from tools.bench_worker import rows_or_exit
+  rows_or_exit(args.data, "benchmark")
   if not args.vocab:
     from tools import assets
     args.vocab = os.path.join(assets.minilm_hf_dir(), "vocab.txt")

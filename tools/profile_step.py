@@ -345,6 +345,7 @@ def main(argv=None):
     with open(args.worker_out, "w") as f:
       json.dump(profile_one_runtime(args), f)
     return
+  bench_worker.rows_or_exit(args.data, "profile")
   os.makedirs(args.work_dir, exist_ok=True)
   results = []
   for runtime in args.runtimes.split(","):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import BINARY, google_bert, sample_path
+from conftest import BINARY, TINY_VOCAB, google_bert, sample_path
 from data import tokenization
 from data.features import convert_example, convert_examples, num_padding_rows, truncate_pair
 from data.input_fn import input_fn_builder
@@ -398,7 +398,6 @@ def _labels_and_ids(record_file):
 
 
 def _train_records(tmp_path, csv_path, name, seed):
-  from conftest import TINY_VOCAB
   from run_classifier import make_processor, make_tokenizer, parse_flags, prepare_splits
   c = parse_flags(["run_classifier.py", "--task_name=csv", "--train_file=%s" % csv_path,
                    "--has_header=false", "--text_column=0", "--label_column=1", "--do_train",

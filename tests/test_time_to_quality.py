@@ -131,7 +131,7 @@ def test_each_path_is_timed_and_scored_on_the_same_held_out_rows(tmp_path, tiny_
   with open(os.path.join(out_dir, "quality.csv")) as f:
     table = list(csv.DictReader(f))
   assert [r["path"] for r in table] == paths
-  # Each path's checkpoints are gone once its predictions are read; they stay.
+  # Each path's checkpoints are gone once its predictions are read; the predictions stay.
   assert glob.glob(os.path.join(work, "**", "model.ckpt-*"), recursive=True) == []
   for row in table:
     outputs = os.path.join(work, "runs", "google.json" if row["path"] == "google" else

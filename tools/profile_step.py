@@ -205,8 +205,8 @@ def profile_one_runtime(args):
   tf.io.gfile.makedirs(workdir)
   worker_args = argparse.Namespace(
       model=args.model, seq=args.seq, batch=args.batch, dynamic_padding=True, xla=False,
-      fp16=False, tpu_name=None, workdir=workdir, warmup=args.warmup_steps, workers=1,
-      vocab=args.vocab, data=args.data)
+      fp16=False, tpu_name=None, num_gpus=0, workdir=workdir, warmup=args.warmup_steps,
+      workers=1, vocab=args.vocab, data=args.data)
   rows = bench_worker.read_rows(args.data, 0)
   record_path = os.path.join(workdir, "train.tf_record")
   bench_worker.featurise_ours(rows, worker_args, record_path)
@@ -231,7 +231,7 @@ def profile_one_runtime(args):
                                                 args.floor_repeats)
   totals, others = op_times(hook.traces)
   return dict(
-      bench_worker.runtime_info(), model=args.model, seq=args.seq, batch=args.batch,
+      bench_worker.runtime_info(worker_args), model=args.model, seq=args.seq, batch=args.batch,
       steps=args.steps, traced_steps=len(hook.traces), lengths=lengths,
       traced_lengths=hook.lengths[-args.traced_steps:],
       step_seconds=step_seconds, traced_step_seconds=hook.seconds[-args.traced_steps:],

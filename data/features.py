@@ -5,6 +5,8 @@ import numbers
 import time
 
 from data.tokenization import CLS_TOKEN, SEP_TOKEN
+from spec.errors import FlagError
+from spec.model_card import TRUNCATION_MODES
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +64,7 @@ class InputFeatures(object):
     return {name: getattr(self, name) for name in self.__slots__}
 
 
-HEAD, TAIL, HEAD_TAIL = "head", "tail", "head_tail"
+HEAD, TAIL, HEAD_TAIL = TRUNCATION_MODES
 
 
 class Truncation(object):
@@ -86,15 +88,15 @@ class Truncation(object):
 
   def __init__(self, mode=HEAD, head_tokens=None):
     if not isinstance(mode, str) or mode not in self.MODES:
-      raise ValueError("truncation mode %r is not one of %s" % (mode, ", ".join(self.MODES)))
+      raise FlagError("truncation mode %r is not one of %s" % (mode, ", ".join(self.MODES)))
     if head_tokens is not None:
       if mode != HEAD_TAIL:
-        raise ValueError("head_tokens=%r is only for truncation mode %s, not %s" %
-                         (head_tokens, HEAD_TAIL, mode))
+        raise FlagError("head_tokens=%r is only for truncation mode %s, not %s" %
+                        (head_tokens, HEAD_TAIL, mode))
       if (isinstance(head_tokens, bool) or not isinstance(head_tokens, numbers.Integral) or
           head_tokens < 0):
-        raise ValueError("head_tokens must be a whole number of tokens >= 0 (or None for a "
-                         "quarter of the room), not %r" % (head_tokens,))
+        raise FlagError("head_tokens must be a whole number of tokens >= 0 (or None for a "
+                        "quarter of the room), not %r" % (head_tokens,))
       head_tokens = int(head_tokens)
     self.mode = mode
     self.head_tokens = head_tokens

@@ -9,13 +9,15 @@ proportion and the folds' sizes differ by at most one.
 import collections
 import random
 
+from spec.errors import FlagError
+
 
 def assign_folds(strata, num_folds, seed):
   """fold[i] for each row i, given each row's stratum (any hashable)."""
   if num_folds < 2:
-    raise ValueError("--num_folds=%d: k-fold needs at least 2 folds" % num_folds)
+    raise FlagError("--num_folds=%d: k-fold needs at least 2 folds" % num_folds)
   if len(strata) < num_folds:
-    raise ValueError("--num_folds=%d is more than the %d train rows" % (num_folds, len(strata)))
+    raise FlagError("--num_folds=%d is more than the %d train rows" % (num_folds, len(strata)))
   groups = collections.OrderedDict()
   for i, stratum in enumerate(strata):
     groups.setdefault(stratum, []).append(i)

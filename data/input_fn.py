@@ -2,7 +2,7 @@
 
 import tensorflow.compat.v1 as tf
 
-from data.tfrecord import SEQUENCE_FIELDS, parsing_spec
+from data.record_format import SEQUENCE_FIELDS, parsing_spec
 
 # Large enough to mix examples from across a typical fine-tuning file.
 SHUFFLE_BUFFER = 10000

@@ -8,6 +8,7 @@ import collections
 import math
 
 from data.errors import DataError
+from spec.errors import FlagError
 
 
 def balanced_class_weights(examples, classes):
@@ -17,9 +18,9 @@ def balanced_class_weights(examples, classes):
   counts = collections.Counter(e.label for e in examples)
   missing = [c for c in classes if not counts[c]]
   if missing:
-    raise ValueError("--class_weights=balanced: the train file has no row of class %s, so "
-                     "its weight is undefined; give the weights as a list instead"
-                     % ", ".join(missing))
+    raise FlagError("--class_weights=balanced: the train file has no row of class %s, so "
+                    "its weight is undefined; give the weights as a list instead"
+                    % ", ".join(missing))
   n = float(sum(counts[c] for c in classes))
   return {c: n / (len(classes) * counts[c]) for c in classes}
 
@@ -27,18 +28,18 @@ def balanced_class_weights(examples, classes):
 def parse_class_weights(values, classes):
   """{class: weight} from one positive number per class, in the classes' order."""
   if len(values) != len(classes):
-    raise ValueError("--class_weights has %d values but the head has %d classes (%s): give "
-                     "one weight per class, in that order, or 'balanced'"
-                     % (len(values), len(classes), ", ".join(classes)))
+    raise FlagError("--class_weights has %d values but the head has %d classes (%s): give "
+                    "one weight per class, in that order, or 'balanced'"
+                    % (len(values), len(classes), ", ".join(classes)))
   weights = {}
   for value, cls in zip(values, classes):
     try:
       weight = float(value)
     except ValueError:
-      raise ValueError("--class_weights: %r (for class %s) is not a number" % (value, cls))
+      raise FlagError("--class_weights: %r (for class %s) is not a number" % (value, cls))
     if not weight > 0 or math.isinf(weight):
-      raise ValueError("--class_weights: the weight of class %s is %r; weights must be "
-                       "positive and finite" % (cls, value))
+      raise FlagError("--class_weights: the weight of class %s is %r; weights must be "
+                      "positive and finite" % (cls, value))
     weights[cls] = weight
   return weights
 

@@ -15,6 +15,10 @@ import tensorflow.compat.v1 as tf
 from modeling.compat import static_shape
 
 
+class BertConfigError(ValueError):
+  """A BERT config that cannot describe a model: a bad value, or a file that is not one."""
+
+
 class BertConfig(object):
   """The hyper-parameters of a BERT model, as in Google's bert_config.json."""
 
@@ -42,17 +46,17 @@ class BertConfig(object):
 
   def validate(self):
     if self.hidden_size % self.num_attention_heads:
-      raise ValueError("hidden_size %d is not a multiple of num_attention_heads %d" %
-                       (self.hidden_size, self.num_attention_heads))
+      raise BertConfigError("hidden_size %d is not a multiple of num_attention_heads %d" %
+                            (self.hidden_size, self.num_attention_heads))
     if self.hidden_act not in ACTIVATIONS:
-      raise ValueError("unknown hidden_act %r; known: %s" %
-                       (self.hidden_act, ", ".join(sorted(ACTIVATIONS))))
+      raise BertConfigError("unknown hidden_act %r; known: %s" %
+                            (self.hidden_act, ", ".join(sorted(ACTIVATIONS))))
 
   @classmethod
   def from_dict(cls, values):
     missing = [f for f in ("vocab_size",) if f not in values]
     if missing:
-      raise ValueError("bert config lacks %s" % ", ".join(missing))
+      raise BertConfigError("bert config lacks %s" % ", ".join(missing))
     return cls(**{k: v for k, v in values.items() if k in cls.FIELDS})
 
   @classmethod
@@ -61,11 +65,11 @@ class BertConfig(object):
       try:
         values = json.load(f)
       except ValueError as e:
-        raise ValueError("%s is not valid JSON: %s" % (path, e))
+        raise BertConfigError("%s is not valid JSON: %s" % (path, e))
     try:
       return cls.from_dict(values)
-    except (TypeError, ValueError) as e:
-      raise ValueError("%s: %s" % (path, e))
+    except (TypeError, ValueError) as e:  # a wrong type, a missing or impossible value
+      raise BertConfigError("%s: %s" % (path, e))
 
   def to_dict(self):
     return {f: getattr(self, f) for f in self.FIELDS}

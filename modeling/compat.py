@@ -2,8 +2,6 @@
 
 import tensorflow.compat.v1 as tf
 
-from modeling.cpu import keep_freed_memory
-
 _READY = []
 
 
@@ -11,12 +9,10 @@ def setup_tensorflow():
   """Call once before building graphs, on either runtime.
 
   Resource variables everywhere: TF 1.15 defaults to reference variables, which
-  XLA cannot compile, and TF 2.15 already uses resource variables. The C allocator
-  keeps freed memory for the next step's tensors (modeling.cpu.keep_freed_memory).
+  XLA cannot compile, and TF 2.15 already uses resource variables.
   """
   if not _READY:
     tf.enable_resource_variables()
-    tf.logging.info("C allocator (malloc) keeps freed memory: %s", keep_freed_memory())
     _READY.append(True)
 
 

@@ -5,8 +5,6 @@ import os
 
 import tensorflow.compat.v1 as tf
 
-from modeling.cpu import describe_cpu
-
 # On CPU, a global JIT level alone compiles nothing: auto-clustering must be switched
 # on for the CPU device too. TensorFlow reads this before its first session.
 XLA_CPU_FLAGS = "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"
@@ -39,48 +37,55 @@ def plain_global_step_read():
   graph.add_to_collection(GLOBAL_STEP_READ_KEY, global_step.read_value() + 0)
 
 
-def build_estimator(model_fn, output_dir, use_tpu, train_batch_size, eval_batch_size,
-                    predict_batch_size, save_checkpoints_steps=1000, iterations_per_loop=1000,
-                    num_tpu_cores=8, seed=None, log_step_count_steps=100, tpu_name=None,
-                    tpu_zone=None, gcp_project=None, master=None, session_config=None,
-                    save_summary_steps=100, num_replicas=1, replica_device_type="GPU",
-                    cluster=None):
-  """A TPUEstimator; with use_tpu=False the same graph runs on the local device.
+def build_estimator(model_fn, output_dir, device, training, cluster=None, session_config=None,
+                    replica_device_type="GPU"):
+  """A TPUEstimator over model_fn, writing into output_dir; with device.use_tpu False the
+  same graph runs on the local device.
+
+  device (spec.options.DeviceOptions): use_tpu, the TPU (tpu_name or master, tpu_zone,
+  gcp_project), num_tpu_cores and iterations_per_loop, num_gpus, use_xla.
+  training (spec.options.TrainingOptions): the three batch sizes, seed,
+  save_checkpoints_steps, save_summary_steps and log_every_steps (the Estimator logs
+  every ten of them).
 
   Batch sizes are global. On TPU, TPUEstimator hands each core
   batch_size / num_tpu_cores through params['batch_size'] (PER_HOST_V2 input: on a pod
   every host calls input_fn, see data.input_fn.pipeline_of), and runs
   iterations_per_loop steps on the device between host round trips.
-  num_replicas > 1 trains on that many local devices of replica_device_type with
+  num_gpus > 1 trains on that many local devices of replica_device_type with
   TensorFlow's MirroredStrategy instead, and a cluster (spec.cluster.Cluster, from
   TF_CONFIG) on several machines with its MultiWorkerMirroredStrategy (see
-  ReplicatedEstimator).
+  ReplicatedEstimator). session_config, when given, replaces the one of use_xla.
   """
-  common = dict(model_dir=output_dir, save_checkpoints_steps=save_checkpoints_steps,
-                tf_random_seed=seed, save_summary_steps=save_summary_steps,
-                log_step_count_steps=log_step_count_steps, session_config=session_config)
-  batch_sizes = (train_batch_size, eval_batch_size, predict_batch_size)
+  if session_config is None and device.use_xla:
+    session_config = xla_session_config()
+  common = dict(model_dir=output_dir, save_checkpoints_steps=training.save_checkpoints_steps,
+                tf_random_seed=training.seed, save_summary_steps=training.save_summary_steps,
+                log_step_count_steps=training.log_every_steps * 10,
+                session_config=session_config)
+  batch_sizes = (training.train_batch_size, training.eval_batch_size,
+                 training.predict_batch_size)
   if cluster is not None:
     return ReplicatedEstimator(model_fn, common, multi_worker_strategy(cluster), *batch_sizes,
                                cluster=cluster)
-  if num_replicas > 1:
+  if device.num_gpus > 1:
     return ReplicatedEstimator(model_fn, common,
-                               mirrored_strategy(num_replicas, replica_device_type),
+                               mirrored_strategy(device.num_gpus, replica_device_type),
                                *batch_sizes)
   resolver = None
-  if use_tpu and tpu_name:
+  if device.use_tpu and device.tpu_name:
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
-        tpu_name, zone=tpu_zone, project=gcp_project)
+        device.tpu_name, zone=device.tpu_zone, project=device.gcp_project)
   run_config = tf.estimator.tpu.RunConfig(
-      cluster=resolver, master=master,
+      cluster=resolver, master=device.master,
       tpu_config=tf.estimator.tpu.TPUConfig(
-          iterations_per_loop=iterations_per_loop, num_shards=num_tpu_cores,
+          iterations_per_loop=device.iterations_per_loop, num_shards=device.num_tpu_cores,
           per_host_input_for_training=tf.estimator.tpu.InputPipelineConfig.PER_HOST_V2),
       **common)
   return tf.estimator.tpu.TPUEstimator(
-      use_tpu=use_tpu, model_fn=model_fn, config=run_config,
-      train_batch_size=train_batch_size, eval_batch_size=eval_batch_size,
-      predict_batch_size=predict_batch_size)
+      use_tpu=device.use_tpu, model_fn=model_fn, config=run_config,
+      train_batch_size=batch_sizes[0], eval_batch_size=batch_sizes[1],
+      predict_batch_size=batch_sizes[2])
 
 
 # The evaluator task's evaluations go to <model_dir>/eval_<this>.
@@ -215,24 +220,3 @@ def _as_estimator_model_fn(model_fn):
   def estimator_model_fn(features, labels, mode, params):
     return model_fn(features, labels, mode, params).as_estimator_spec()
   return estimator_model_fn
-
-
-def describe_device(use_tpu, tpu_name=None, master=None, num_tpu_cores=8, num_gpus=None):
-  """{"kind": TPU, GPU or CPU, "description": what it is, "count": how many} of the
-  device this run computes on, for the run's summary. num_gpus: the GPUs it trains on
-  (0 or 1: one, the first, where TensorFlow places the graph); None: all it sees, as a
-  task of a multi-worker cluster does."""
-  if use_tpu:
-    return {"kind": "TPU", "count": num_tpu_cores,
-            "description": "Cloud TPU %s, %d cores" % (tpu_name or master, num_tpu_cores)}
-  gpus = tf.config.experimental.list_physical_devices("GPU")
-  if gpus:
-    from tensorflow.python.client import device_lib  # the only GPU-model query on both TFs
-    names = [d.physical_device_desc for d in device_lib.list_local_devices()
-             if d.device_type == "GPU"]
-    models = [part.split("name: ", 1)[1] for desc in names for part in desc.split(", ")
-              if part.startswith("name: ")]
-    count = len(gpus) if num_gpus is None else min(len(gpus), max(1, num_gpus))
-    return {"kind": "GPU", "count": count,
-            "description": "%d x %s" % (count, models[0] if models else "GPU")}
-  return describe_cpu()

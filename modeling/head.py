@@ -7,9 +7,6 @@ Google's run_classifier, so its fine-tuned checkpoints load here too.
 import tensorflow.compat.v1 as tf
 
 from modeling.compat import static_shape
-from spec.config import CHOICES
-
-POOLINGS = CHOICES["pooling"]
 
 
 def mean_pool(sequence_output, input_mask):

@@ -11,6 +11,7 @@ from modeling.loss_scale import DynamicLossScale
 from modeling.metrics import metric_fn_for
 from modeling.optimization import create_train_op, learning_rate_schedule
 from modeling.summaries import training_scalars
+from spec.model_card import POOLINGS
 
 TRAIN_LOSS_NAME = "train_loss"
 SEQ_LENGTH_NAME = "batch_seq_length"
@@ -40,8 +41,8 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
   if use_one_hot_embeddings is None:
     use_one_hot_embeddings = use_tpu
   num_outputs = label_spec.num_outputs
-  if pooling not in head.POOLINGS:
-    raise ValueError("pooling %r is not one of %s" % (pooling, ", ".join(head.POOLINGS)))
+  if pooling not in POOLINGS:
+    raise ValueError("pooling %r is not one of %s" % (pooling, ", ".join(POOLINGS)))
 
   def model_fn(features, labels, mode, params):
     del labels, params  # Labels travel inside `features`; batch size is the input_fn's business.

@@ -21,7 +21,7 @@ import tensorflow.compat.v1 as tf
 
 from data.fast_tokenization import tokenizer_for
 from data.features import Truncation, convert_examples
-from data.processors import InputExample
+from data.examples import InputExample
 from spec import labels as label_specs
 from spec import model_card
 from spec import signature

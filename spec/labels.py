@@ -22,6 +22,8 @@ Adding a label shape means one subclass here (and its test file).
 
 import math
 
+from spec.errors import FlagError
+
 # Cells that mean "no value" (as pandas reads them), unless a class is named so.
 MISSING_VALUES = frozenset(["", "nan", "NaN", "NAN", "NA", "N/A", "n/a", "null", "NULL",
                             "None", "#N/A"])
@@ -60,9 +62,9 @@ class LabelSpec(object):
   def __init__(self, columns):
     self.columns = tuple(str(c) for c in columns)
     if not self.columns:
-      raise ValueError("a label specification needs at least one label column")
+      raise FlagError("a label specification needs at least one label column")
     if len(set(self.columns)) != len(self.columns):
-      raise ValueError("label column listed twice: %s" % ", ".join(self.columns))
+      raise FlagError("label column listed twice: %s" % ", ".join(self.columns))
 
   @property
   def num_outputs(self):
@@ -124,15 +126,15 @@ class SingleLabel(LabelSpec):
   def __init__(self, columns, classes):
     super(SingleLabel, self).__init__(columns)
     if len(self.columns) != 1:
-      raise ValueError("a classification head reads one label column, not %d (%s); for "
-                       "several 0/1 columns use the multi_label head"
-                       % (len(self.columns), ", ".join(self.columns)))
+      raise FlagError("a classification head reads one label column, not %d (%s); for "
+                      "several 0/1 columns use the multi_label head"
+                      % (len(self.columns), ", ".join(self.columns)))
     self._classes = [str(c) for c in classes]
     if len(self._classes) < 2:
-      raise ValueError("a classification head needs at least 2 classes, not %d (%s)"
-                       % (len(self._classes), ", ".join(self._classes) or "none"))
+      raise FlagError("a classification head needs at least 2 classes, not %d (%s)"
+                      % (len(self._classes), ", ".join(self._classes) or "none"))
     if len(set(self._classes)) != len(self._classes):
-      raise ValueError("class listed twice: %s" % ", ".join(self._classes))
+      raise FlagError("class listed twice: %s" % ", ".join(self._classes))
     self._index = {c: i for i, c in enumerate(self._classes)}
 
   @property
@@ -261,12 +263,12 @@ SPECS = {spec.kind: spec for spec in (SingleLabel, MultiLabel, SoftTarget, Regre
 def build_spec(kind, columns, classes=None):
   """The spec of a head kind over label columns (classes: classification only)."""
   if kind not in SPECS:
-    raise ValueError("unknown head %r; heads: %s" % (kind, ", ".join(HEAD_KINDS)))
+    raise FlagError("unknown head %r; heads: %s" % (kind, ", ".join(HEAD_KINDS)))
   if kind == "classification":
     return SingleLabel(columns, classes or ())
   if classes:
-    raise ValueError("a %s head has no class list (its outputs are the label columns %s); "
-                     "drop --labels" % (kind, ", ".join(str(c) for c in columns)))
+    raise FlagError("a %s head has no class list (its outputs are the label columns %s); "
+                    "drop --labels" % (kind, ", ".join(str(c) for c in columns)))
   return SPECS[kind](columns)
 
 

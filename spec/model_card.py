@@ -11,12 +11,22 @@ settings come from the model itself rather than from flags that may disagree.
 import json
 import os
 
+from spec.errors import FlagError
+
 CARD_NAME = "model_card.json"
 CARD_FORMAT = "bert-text-classifier-model-card"
 CARD_VERSION = 2  # 2: label_spec (head kind, label columns, classes)
+# What the head may read, and which tokens of a long text are kept: settings a card records.
+POOLINGS = ("cls", "mean")
+TRUNCATION_MODES = ("head", "tail", "head_tail")
 
 
-class CardMismatch(ValueError):
+class CardError(FlagError):
+  """A model card that cannot be read: not JSON, not a card, or a version this program
+  does not know."""
+
+
+class CardMismatch(FlagError):
   """A setting of this run contradicts the model card; the message names both values."""
 
 
@@ -47,19 +57,19 @@ def to_json(card):
 
 
 def from_json(text, where):
-  """Parses a card, checking it is one. Raises ValueError naming where it came from."""
+  """Parses a card, checking it is one. Raises CardError naming where it came from."""
   try:
     card = json.loads(text)
   except ValueError as e:
-    raise ValueError("%s is not valid JSON (%s): delete it, or train again into a new "
-                     "--output_dir" % (where, e))
+    raise CardError("%s is not valid JSON (%s): delete it, or train again into a new "
+                    "--output_dir" % (where, e))
   if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
-    raise ValueError("%s is not a model card of this project" % where)
+    raise CardError("%s is not a model card of this project" % where)
   if card.get("version") == 1:
     return _upgraded_from_version_1(card)
   if card.get("version") != CARD_VERSION:
-    raise ValueError("%s has card version %r; this program reads versions 1 and %d"
-                     % (where, card.get("version"), CARD_VERSION))
+    raise CardError("%s has card version %r; this program reads versions 1 and %d"
+                    % (where, card.get("version"), CARD_VERSION))
   return card
 
 

@@ -99,7 +99,7 @@ def test_the_clock_reports_progress_every_so_many_steps_and_at_the_end(capsys):
 
 
 def test_the_device_is_named_as_the_tensorflow_paths_name_a_cpu():
-  from modeling.estimator import describe_device
+  from pipeline.machine import describe_device
   ours = describe_device(False)
   if ours["kind"] != "CPU":
     pytest.skip("TensorFlow computes on a %s here" % ours["kind"])

@@ -1,7 +1,7 @@
 """The Jigsaw Unintended Bias metric against an independent brute-force reference.
 
 The reference below counts every (positive, negative) pair for each AUC and picks each
-AUC's rows with explicit loops; it shares no code with modeling/bias_metrics.py.
+AUC's rows with explicit loops; it shares no code with pipeline/bias_metrics.py.
 """
 
 import csv
@@ -17,8 +17,9 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, pairwise_auc, sample_path
-from modeling import bias_metrics
-from modeling.bias_metrics import IDENTITY_COLUMNS, bias_report, write_bias_report
+from pipeline import bias_metrics
+from pipeline.bias_metrics import IDENTITY_COLUMNS, bias_report, bias_report_files
+from pipeline.outputs import write_files
 
 NAN = float("nan")
 METRICS_LIST = list(bias_metrics.METRICS)
@@ -285,13 +286,19 @@ def test_bad_input_is_named(kwargs, message):
 
 # --- the report files --------------------------------------------------------------------
 
-def test_write_bias_report_csv_reads_back_and_png_is_valid(tmp_path):
+def _write_report(folder, table, summary):
+  """The report's files as a run writes them (pipeline.tasks: pipeline.outputs.write_files)."""
+  folder.mkdir(exist_ok=True)
+  return tuple(write_files(str(folder), bias_report_files(table, summary)))
+
+
+def test_the_report_csv_reads_back_and_its_png_is_valid(tmp_path):
   _, scores, targets, identities = read_jigsaw_bias("dev")
   identities["my_extra"] = [NAN] * len(scores)  # undefined AUCs: empty cells
   table, summary = bias_report(scores, targets, identities)
   assert table["subgroup_auc"].map(lambda x: len(repr(x))).max() >= 17  # many digits
   pyplot_before = "matplotlib.pyplot" in sys.modules
-  csv_path, png_path = write_bias_report(str(tmp_path / "report"), table, summary)
+  csv_path, png_path = _write_report(tmp_path / "report", table, summary)
   assert ("matplotlib.pyplot" in sys.modules) == pyplot_before  # no global pyplot state
   assert (csv_path, png_path) == (str(tmp_path / "report" / "bias_metrics.csv"),
                                   str(tmp_path / "report" / "bias_metrics.png"))
@@ -310,7 +317,7 @@ def test_write_bias_report_csv_reads_back_and_png_is_valid(tmp_path):
 
   # Every identity undefined: the chart still draws and its title says so.
   table, summary = bias_report(TINY_SCORES, TINY_TARGETS, {"male": [NAN] * 6})
-  csv_path, png_path = write_bias_report(str(tmp_path / "report"), table, summary)
+  csv_path, png_path = _write_report(tmp_path / "report", table, summary)
   pd.testing.assert_frame_equal(pd.read_csv(csv_path), table, check_exact=True)
   with open(csv_path) as f:
     assert f.read() == "identity,subgroup_size,subgroup_auc,bpsn_auc,bnsp_auc\nmale,0,,,\n"
@@ -319,7 +326,7 @@ def test_write_bias_report_csv_reads_back_and_png_is_valid(tmp_path):
 
 
 def test_module_imports_no_tensorflow():
-  code = ("import sys; import modeling.bias_metrics as b; "
+  code = ("import sys; import pipeline.bias_metrics as b; "
           "b.bias_report([0.1, 0.9], [0, 1], {'male': [1, 1]}); "
           "assert not [m for m in sys.modules if m.split('.')[0] == 'tensorflow'], 'tf'")
   subprocess.check_call([sys.executable, "-c", code], cwd=ROOT)

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from conftest import JIGSAW, ROOT, TINY, common_flags, run_flags
-from run_classifier import FlagError, parse_flags
+from run_classifier import parse_flags
+from spec.errors import FlagError
 
 
 def run_cli(*args):
@@ -144,14 +145,15 @@ def test_flag_errors_name_the_flag_and_the_fix(tmp_path, tiny_checkpoint):
 @pytest.mark.parametrize("alias,task", [("SST2", "sst-2"), ("stsb", "sts-b"),
                                         ("mnli_mm", "mnli-mm"), ("MRPC", "mrpc")])
 def test_task_aliases_are_one_list(alias, task):
-  from data.processors import canonical_task_name, get_processor
-  from run_classifier import check_run_flags, check_task_and_model_flags
+  from data.processors import get_processor
+  from pipeline.checks import check_run, check_task_and_model
+  from spec.tasks import canonical_task_name
   assert canonical_task_name(alias) == task and get_processor(alias).name == task
   values = parse_flags(["run_classifier.py", "--task_name=" + alias, "--output_dir=/tmp/x",
                         "--do_eval", "--bert_config_file=" + os.path.join(TINY, "bert_config.json"),
                         "--vocab_file=" + os.path.join(TINY, "vocab.txt")])
-  check_run_flags(values)
-  assert check_task_and_model_flags(values).hidden_size == 128  # accepted, config read
+  check_run(values)
+  assert check_task_and_model(values).hidden_size == 128  # accepted, config read
 
 
 def test_vocab_that_disagrees_with_config(tmp_path, tiny_checkpoint):

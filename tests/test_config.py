@@ -1,32 +1,49 @@
 """The typed configuration (spec/config.py): the flags build it, Python builds it without
 absl, and its values are checked once."""
 
+import dataclasses
 import os
 
 import pytest
 
 from conftest import JIGSAW, TINY, TINY_VOCAB
-from run_classifier import FlagError, define_flags, parse_flags, run
-from spec import config
+from run_classifier import define_flags, parse_flags, run
+from spec import options
 from spec.config import ConfigError, RunConfig
+from spec.errors import FlagError
 
 
-def test_every_flag_is_a_config_field_with_the_same_default():
+def test_every_option_is_one_flag_with_its_definition():
+  """The flags are made from spec/config.py: one per option, with its default, help and
+  choices, and the option's type decides the flag's."""
   from absl import flags
   values = flags.FlagValues()
   define_flags(values)
-  assert sorted(values) == sorted(config.option_names())
-  for name in config.option_names():
-    default = values[name].default
-    default = tuple(default) if isinstance(default, list) else default
-    assert default == config.default(name), name
+  assert sorted(values) == sorted(options.option_names())
+  kinds = {"bool": "BooleanParser", "int": "IntegerParser", "float": "FloatParser",
+           "str": "ArgumentParser", "tuple": "ListParser"}
+  for group, field in options.option_fields():
+    flag = values[field.name]
+    default = tuple(flag.default) if isinstance(flag.default, list) else flag.default
+    assert default == field.default == options.default(field.name), field.name
+    help_text = options.help_of(field.name)
+    if options.choices(field.name):  # (absl shows an enum's choices first)
+      assert flag.parser.enum_values == list(options.choices(field.name)), field.name
+      help_text = "<%s>: %s" % ("|".join(options.choices(field.name)), help_text)
+    else:
+      assert type(flag.parser).__name__ == kinds[options.base_type(field).__name__], field.name
+    assert flag.help == help_text, field.name
+    assert field.name in [f.name for f in dataclasses.fields(getattr(RunConfig(), group))]
+  # Groups hold each option once.
+  assert len(options.option_names()) == len(set(options.option_names())) == 74
 
 
 def test_given_names_the_flags_on_the_command_line():
   c = parse_flags(["run_classifier.py", "--task_name=sst-2", "--max_seq_length=128",
                    "--labels=0,1", "--nodo_lower_case"])
   assert c.given == {"task_name", "max_seq_length", "labels", "do_lower_case"}
-  assert (c.max_seq_length, c.labels, c.do_lower_case) == (128, ("0", "1"), False)
+  assert (c.model.max_seq_length, c.data.labels, c.model.do_lower_case) == (128, ("0", "1"),
+                                                                          False)
   # Built directly, a field counts as given when it differs from its default.
   assert RunConfig(max_seq_length=64, do_train=True).given == {"max_seq_length", "do_train"}
 
@@ -55,8 +72,8 @@ def test_run_takes_a_config_built_in_python(tmp_path, tiny_checkpoint):
           TINY, "bert_config.json"), vocab_file=TINY_VOCAB, init_checkpoint=tiny_checkpoint,
       output_dir=output_dir, max_seq_length=32, train_batch_size=8, predict_batch_size=8,
       num_train_steps=3, do_train=True, do_predict=True))
-  assert outcome["train_progress"] and outcome["predictions"].endswith("test_results.tsv")
-  with open(outcome["predictions"]) as f:
+  assert outcome.train_progress and outcome.predictions.endswith("test_results.tsv")
+  with open(outcome.predictions) as f:
     assert len(f.read().splitlines()) == 1 + 33
   # A later config gives only what differs; the card gives the rest, and a contradiction
   # is refused.

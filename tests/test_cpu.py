@@ -1,4 +1,4 @@
-"""The C allocator's settings (modeling/cpu.py keep_freed_memory).
+"""The C allocator's settings (pipeline/machine.py keep_freed_memory).
 
 Each check runs in a fresh interpreter: glibc's settings last for the life of a
 process, and this one has already made them (tests/conftest.py sets TensorFlow up).
@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 from conftest import ROOT
-from modeling.cpu import ALLOCATOR_SETTINGS, glibc_version, keep_freed_memory
+from pipeline.machine import ALLOCATOR_SETTINGS, glibc_version, keep_freed_memory
 
 # mallinfo2, which the checks read glibc's mapped bytes from, is in glibc 2.33 and later.
 ON_GLIBC = bool(glibc_version()) and hasattr(ctypes.CDLL(None), "mallinfo2")
@@ -29,7 +29,7 @@ def allocation_in_fresh_process(set_allocator, **user_environment):
   script = textwrap.dedent("""
       import ctypes, json, sys
       sys.path.insert(0, %r)
-      from modeling.cpu import keep_freed_memory
+      from pipeline.machine import keep_freed_memory
       result = keep_freed_memory() if %r else None
       libc = ctypes.CDLL(None)
       libc.malloc.argtypes, libc.malloc.restype = [ctypes.c_size_t], ctypes.c_void_p

@@ -8,12 +8,16 @@ import tensorflow.compat.v1 as tf
 
 from conftest import (BINARY, checkpoint_variables, common_flags, small_config,
                       tiny_vocab_records)
+from data.examples import InputExample
 from data.input_fn import input_fn_builder
-from data.processors import InputExample
 from modeling.estimator import BatchSplitError, build_estimator
 from modeling.model_fn import TRAIN_LOSS_NAME, model_fn_builder
-from modeling.progress import ProgressHook
-from run_classifier import FlagError, check_run_flags, parse_flags
+from pipeline import machine
+from pipeline.checks import check_run
+from pipeline.progress import ProgressHook
+from run_classifier import parse_flags
+from spec.options import DeviceOptions, TrainingOptions
+from spec.errors import FlagError
 
 MAX_SEQ = 20
 GLOBAL_BATCH = 8
@@ -35,9 +39,12 @@ def _estimator(output_dir, replicas, init_checkpoint=None):
   model_fn = model_fn_builder(CONFIG, BINARY, init_checkpoint, 1e-3, num_train_steps=10,
                               num_warmup_steps=0, use_tpu=False)
   session_config = tf.ConfigProto(device_count={"CPU": replicas})
-  return build_estimator(model_fn, output_dir, False, GLOBAL_BATCH, GLOBAL_BATCH, GLOBAL_BATCH,
-                         save_checkpoints_steps=100, seed=1, session_config=session_config,
-                         num_replicas=replicas, replica_device_type="CPU")
+  return build_estimator(model_fn, output_dir, DeviceOptions(num_gpus=replicas),
+                         TrainingOptions(train_batch_size=GLOBAL_BATCH,
+                                         eval_batch_size=GLOBAL_BATCH,
+                                         predict_batch_size=GLOBAL_BATCH,
+                                         save_checkpoints_steps=100, seed=1),
+                         session_config=session_config, replica_device_type="CPU")
 
 
 def _logged_losses(estimator, input_fn):
@@ -117,7 +124,7 @@ def test_num_gpus_flags_that_cannot_work_are_refused(tmp_path, tiny_checkpoint, 
   config = parse_flags(["run_classifier.py"] + common_flags(tiny_checkpoint, str(tmp_path)) +
                        ["--do_train", "--train_batch_size=8"] + flags)
   with pytest.raises(FlagError) as error:
-    check_run_flags(config)
+    check_run(config)
   assert str(error.value) == message
 
 
@@ -127,8 +134,8 @@ def test_a_batch_that_does_not_split_over_the_replicas_is_refused(tmp_path):
   model_fn = model_fn_builder(CONFIG, BINARY, None, 1e-3, num_train_steps=10,
                               num_warmup_steps=0, use_tpu=False)
   with pytest.raises(BatchSplitError) as error:
-    build_estimator(model_fn, str(tmp_path), False, 8, 8, 8, num_replicas=3,
-                    replica_device_type="CPU")
+    build_estimator(model_fn, str(tmp_path), DeviceOptions(num_gpus=3),
+                    TrainingOptions(train_batch_size=8), replica_device_type="CPU")
   assert str(error.value) == "the train batch size 8 does not split over 3 replicas"
 
 
@@ -136,22 +143,21 @@ def test_the_device_described_counts_the_gpus_a_run_trains_on(monkeypatch):
   """What run_summary.json and the benchmark's rows say. This machine has no GPU, so
   TensorFlow's two device queries answer as on a machine with four."""
   from tensorflow.python.client import device_lib
-  from modeling import estimator
 
   class FourthGpu(object):
     device_type = "GPU"
     physical_device_desc = "device: 3, name: Tesla V100-SXM2-16GB, pci bus id: 0000:00:07.0"
 
-  monkeypatch.setattr(estimator.tf.config.experimental, "list_physical_devices",
+  monkeypatch.setattr(tf.config.experimental, "list_physical_devices",
                       lambda kind=None: [object()] * 4 if kind == "GPU" else [])
   monkeypatch.setattr(device_lib, "list_local_devices", lambda: [FourthGpu()] * 4)
-  assert estimator.describe_device(False, num_gpus=2) == {
+  assert machine.describe_device(False, num_gpus=2) == {
       "kind": "GPU", "count": 2, "description": "2 x Tesla V100-SXM2-16GB"}
   # No --num_gpus: TensorFlow places the graph on the first GPU alone.
-  assert estimator.describe_device(False, num_gpus=0)["description"] == (
+  assert machine.describe_device(False, num_gpus=0)["description"] == (
       "1 x Tesla V100-SXM2-16GB")
   # A task of a cluster trains on every GPU its machine has.
-  assert estimator.describe_device(False)["count"] == 4
+  assert machine.describe_device(False)["count"] == 4
   # The benchmark's peak row counts them all (it adds a row per GPU count up to it); a
   # measured row those it trained on.
   from tools import bench_worker

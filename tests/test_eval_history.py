@@ -9,10 +9,14 @@ import numpy as np
 import pytest
 
 from conftest import JIGSAW, common_flags, run_flags
-from modeling import eval_history
-from modeling.eval_history import EvalHistory, Goal, keep_best, lower_is_better
 from modeling.metrics import metric_names
-from run_classifier import FlagError, eval_metric_names
+from pipeline import eval_history
+from pipeline.checks import check_run
+from pipeline.eval_history import EvalHistory, Goal, keep_best, lower_is_better
+from pipeline.evaluation import metric_names_of
+from pipeline.tasks import task_of
+from run_classifier import parse_flags
+from spec.errors import FlagError
 from spec.labels import MultiLabel, Regression, SingleLabel
 from test_summaries import scalars_in
 
@@ -105,10 +109,9 @@ def test_periodic_eval_flag_errors():
       (["--do_train", "--do_eval", "--eval_every_steps=5", "--num_folds=3"],
        "cannot be combined with --num_folds"),
   ]
-  from run_classifier import check_run_flags, parse_flags
   for flags, message in cases:
     with pytest.raises(FlagError, match=message):
-      check_run_flags(parse_flags(["run_classifier.py"] + base + flags))
+      check_run(parse_flags(["run_classifier.py"] + base + flags))
 
 
 def _history(output_dir):
@@ -135,7 +138,7 @@ def test_evaluation_during_training_keeps_the_best_checkpoint(tmp_path, tiny_che
   running = [aucs[i] > max(aucs[:i], default=-1) for i in range(3)]
   assert [r["best"] == "1" for r in rows] == running
   # Train loss: the mean of the steps since the previous evaluation.
-  losses = dict(outcome["train_losses"])
+  losses = dict(outcome.train_losses)
   assert sorted(losses) == list(range(1, 13))
   assert float(rows[2]["train_loss"]) == pytest.approx(
       sum(losses[s] for s in range(9, 13)) / 4, rel=1e-5)
@@ -151,7 +154,7 @@ def test_evaluation_during_training_keeps_the_best_checkpoint(tmp_path, tiny_che
   with open(os.path.join(output_dir, "learning_curve.png"), "rb") as f:
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
   assert [s for s, _ in scalars_in(os.path.join(output_dir, "eval"))["auc"]] == [4, 8, 12]
-  with open(outcome["summary"]) as f:
+  with open(outcome.summary) as f:
     summary = json.load(f)
   assert summary["training"]["restarts"] == 2
   assert summary["results"]["best"]["step"] == best_step
@@ -188,7 +191,7 @@ def test_early_stopping_and_its_rerun(tmp_path, tiny_checkpoint):
 
   outcome = run_flags(*flags)
   assert _history(output_dir) == rows
-  assert outcome["train_progress"] == []
+  assert outcome.train_progress == []
   from modeling.checkpoint import checkpoint_global_step
   import tensorflow.compat.v1 as tf
   assert checkpoint_global_step(tf.train.latest_checkpoint(output_dir)) == 9
@@ -218,5 +221,5 @@ def test_eval_metric_names_of_a_run():
   class Processor(object):
     name = "jigsaw_toxic"
     label_spec = SingleLabel(["toxic"], ["0", "1"])
-  assert eval_metric_names(Processor(), []) == [
+  assert metric_names_of(task_of(Processor()), []) == [
       "accuracy", "auc", "f1", "loss", "mcc", "precision", "recall"]

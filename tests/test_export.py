@@ -13,12 +13,12 @@ import tensorflow.compat.v1 as tf
 
 from conftest import IN_CI, IS_TF1, JIGSAW, ROOT, TINY, TINY_VOCAB, common_flags, run_flags
 from data.features import Truncation
-from data.processors import InputExample
+from data.examples import InputExample
 from data.tokenization import FullTokenizer
 from modeling.bert import BertConfig
 from modeling.export import export_saved_model, versioned_export_dir
 from modeling.model_fn import model_fn_builder
-from run_classifier import FlagError
+from spec.errors import FlagError
 from serving.predictor import ExportNotFound, Predictor, find_export
 from spec import labels as label_specs
 from spec import model_card, signature
@@ -173,7 +173,7 @@ OTHER_RUNTIME = "tf2" if IS_TF1 else "tf1"
 LOAD_ON_OTHER = """
 import json, sys
 sys.path.insert(0, %r)
-from data.processors import InputExample
+from data.examples import InputExample
 from serving.predictor import Predictor
 texts = json.loads(sys.argv[2])
 with Predictor(sys.argv[1], tokenizer="python") as p:
@@ -234,7 +234,7 @@ def test_train_export_and_score_from_the_export_alone(tmp_path, tiny_checkpoint,
   outcome = run_flags(*common_flags(tiny_checkpoint, output_dir) + [
       "--do_train", "--do_predict", "--do_export", "--num_train_steps=6",
       "--export_dir=" + export_dir])
-  assert outcome["export"] == export_dir
+  assert outcome.export == export_dir
   assert "exported %s/model.ckpt-6 (global step 6) to %s" % (output_dir, export_dir) in caplog.text
   header, cli_rows = read_results(os.path.join(output_dir, "test_results.tsv"))
   with open(os.path.join(export_dir, "assets", "model_card.json")) as f:
@@ -286,7 +286,7 @@ def test_train_export_and_score_from_the_export_alone(tmp_path, tiny_checkpoint,
                              [[float(v) for v in r[1:3]] for r in cli_rows], atol=1e-5)
 
   # Exporting again (no training) from the output_dir: a new numbered version inside it.
-  again = run_flags(*common_flags(tiny_checkpoint, output_dir) + ["--do_export"])["export"]
+  again = run_flags(*common_flags(tiny_checkpoint, output_dir) + ["--do_export"]).export
   assert os.path.dirname(again) == os.path.join(output_dir, "export")
   assert find_export(output_dir) == again
 

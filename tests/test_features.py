@@ -13,7 +13,8 @@ from conftest import BINARY, TINY_VOCAB, google_bert, sample_path
 from data import tokenization
 from data.features import convert_example, convert_examples, num_padding_rows, truncate_pair
 from data.input_fn import input_fn_builder
-from data.processors import InputExample, get_processor
+from data.examples import InputExample
+from data.processors import get_processor
 from data.tfrecord import build_records, metadata_path
 from spec.labels import MultiLabel, Regression, SingleLabel
 
@@ -281,7 +282,7 @@ def _example_proto(features, float_labels, weight=None):
                          ids=lambda spec: spec.kind)
 def test_fast_serializer_equals_protobuf_deterministic_bytes(spec, weighted):
   from data.features import InputFeatures
-  from data.tfrecord import ExampleSerializer
+  from data.record_format import ExampleSerializer
   rng = np.random.RandomState(0)
   serialize = ExampleSerializer(spec, weighted)
   float_labels = spec.record_width is not None
@@ -398,14 +399,16 @@ def _labels_and_ids(record_file):
 
 
 def _train_records(tmp_path, csv_path, name, seed):
-  from run_classifier import make_processor, make_tokenizer, parse_flags, prepare_splits
+  from pipeline.build import make_processor, make_tokenizer
+  from pipeline.splits import prepare_splits
+  from pipeline.tasks import task_of
+  from run_classifier import parse_flags
   c = parse_flags(["run_classifier.py", "--task_name=csv", "--train_file=%s" % csv_path,
                    "--has_header=false", "--text_column=0", "--label_column=1", "--do_train",
                    "--vocab_file=" + TINY_VOCAB, "--output_dir=%s" % (tmp_path / name),
                    "--max_seq_length=16", "--num_record_shards=2", "--seed=%d" % seed])
-  tokenizer, vocab_file = make_tokenizer(c.vocab_file, c.do_lower_case, None, None,
-                                         c.tokenizer)
-  train = prepare_splits(c, make_processor(c), tokenizer, vocab_file)["train"]
+  tokenizer, vocab_file = make_tokenizer(c.model)
+  train = prepare_splits(c, task_of(make_processor(c)), tokenizer, vocab_file)["train"]
   return [_labels_and_ids(path) for path in train.record_files]
 
 

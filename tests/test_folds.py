@@ -80,12 +80,12 @@ def test_three_folds_in_one_command(tmp_path, tiny_checkpoint):
     assert os.path.exists(os.path.join(fold_dir, "model_card.json"))
   assert summary["metrics"]["auc"]["mean"] == pytest.approx(np.mean(aucs))
   assert summary["metrics"]["auc"]["std"] == pytest.approx(np.std(aucs, ddof=1))
-  assert result["oof_predictions"].endswith("oof_predictions.tsv")
+  assert result.oof_predictions.endswith("oof_predictions.tsv")
   # --do_predict: each fold's model predicts the test file, and test_results.tsv beside
   # the folds averages their probabilities, row by row, in file order.
   with io.open(os.path.join(JIGSAW, "test.csv"), encoding="utf-8", newline="") as f:
     test_ids = [r["id"] for r in csv.DictReader(f)]
-  mean = _tsv(result["predictions"])
+  mean = _tsv(result.predictions)
   per_fold = [_tsv(os.path.join(output_dir, "fold_%d" % i, "test_results.tsv"))
               for i in range(3)]
   assert [r["id"] for r in mean] == test_ids and len(test_ids) > 0
@@ -111,6 +111,6 @@ def test_three_folds_in_one_command(tmp_path, tiny_checkpoint):
   again = run_flags(*common_flags(tiny_checkpoint, str(tmp_path / "one")) + [
       "--num_folds=3", "--fold=1", "--do_train", "--num_train_steps=3",
       "--eval_batch_size=16", "--predict_batch_size=16"])
-  assert again["folds"][1]["auc"] == pytest.approx(aucs[1], abs=0.02)
-  assert again["folds"][1]["num_examples"] == summary["fold_sizes"][1]
+  assert again.folds[1]["auc"] == pytest.approx(aucs[1], abs=0.02)
+  assert again.folds[1]["num_examples"] == summary["fold_sizes"][1]
   assert sorted(os.listdir(str(tmp_path / "one"))) == ["fold_1"]  # nothing beside it

@@ -216,7 +216,7 @@ def test_soft_target_run_on_jigsaw_bias_reports_the_competition_metric(tmp_path,
     assert results["auc_" + c] == pytest.approx(pairwise_auc(p[:, i], y[:, i] >= 0.5),
                                                 abs=2e-4)
     assert results["spearman_" + c] == pytest.approx(spearman(p[:, i], y[:, i]), abs=2e-3)
-  from modeling.bias_metrics import IDENTITY_COLUMNS, bias_report
+  from pipeline.bias_metrics import IDENTITY_COLUMNS, bias_report
   identities = {n: [float(t[n]) if t[n] else float("nan") for t in truth]
                 for n in IDENTITY_COLUMNS}
   table, summary = bias_report(p[:, 0], y[:, 0], identities)
@@ -260,7 +260,7 @@ def test_regression_on_any_numeric_column_of_a_csv(tmp_path, tiny_checkpoint):
   os.rename(os.path.join(output_dir, "test_results.tsv"), str(tmp_path / "first.tsv"))
   run_flags("--output_dir=" + output_dir, "--do_predict", "--predict_file=" + data)
   assert _predictions(os.path.join(output_dir, "test_results.tsv")) == rows
-  from run_classifier import FlagError
+  from spec.errors import FlagError
   with pytest.raises(FlagError, match="says pooling=mean, but this run has cls"):
     run_flags("--output_dir=" + output_dir, "--do_predict", "--predict_file=" + data,
               "--pooling=cls")
@@ -288,7 +288,7 @@ def test_mean_pooling_averages_the_last_layer_over_real_tokens():
 
 
 def test_flags_a_head_cannot_use_are_refused_before_any_work(tmp_path, tiny_checkpoint):
-  from run_classifier import FlagError
+  from spec.errors import FlagError
   output_dir = str(tmp_path / "never")
   flags = common_flags(tiny_checkpoint, output_dir)
   cases = [

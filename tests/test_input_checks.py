@@ -11,7 +11,8 @@ import pytest
 from conftest import TINY_VOCAB, sample_path
 from data import tokenization
 from data.errors import DataError
-from data.processors import InputExample, get_processor
+from data.examples import InputExample
+from data.processors import get_processor
 from data.tfrecord import build_records
 from spec.labels import SingleLabel
 

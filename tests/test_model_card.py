@@ -12,7 +12,7 @@ import pytest
 from conftest import JIGSAW, TINY, TINY_VOCAB, common_flags, run_flags, sample_path
 from data.errors import DataError
 from modeling.bert import BertConfig
-from run_classifier import FlagError
+from spec.errors import FlagError
 
 SST2 = sample_path("glue", "SST-2")
 
@@ -181,7 +181,7 @@ def test_a_bad_predict_file_stops_the_run_before_training(tiny_checkpoint, tmp_p
 @pytest.mark.slow
 def test_eval_results_name_their_checkpoint(trained, tiny_checkpoint):
   output_dir, _ = trained
-  results = run_flags(*sst2_flags(tiny_checkpoint, output_dir, "--do_eval"))["eval"]
+  results = run_flags(*sst2_flags(tiny_checkpoint, output_dir, "--do_eval")).eval
   assert results["checkpoint"] == os.path.join(output_dir, "model.ckpt-6")
   assert results["global_step"] == 6 and results["num_examples"] == 100
   with open(os.path.join(output_dir, "eval_results.json")) as f:
@@ -204,20 +204,21 @@ def test_another_task_is_refused(tiny_checkpoint, tmp_path):
   # Through the csv task, with the model's labels, the same SST-2 file is fine.
   results = run_flags("--output_dir=" + output_dir, "--do_eval", "--task_name=csv",
                       "--eval_file=" + os.path.join(SST2, "dev.tsv"), "--text_column=sentence",
-                      "--label_column=label")["eval"]
+                      "--label_column=label").eval
   assert results["num_examples"] == 100 and results["global_step"] == 2
 
 
 def test_header_and_quoting_flags_reach_the_reader():
   import csv as csv_module
-  from run_classifier import make_processor, parse_flags
-  processor = make_processor(parse_flags([
+  from data.processors import processor_for
+  from run_classifier import parse_flags
+  processor = processor_for(parse_flags([
       "run_classifier.py", "--task_name=csv", "--text_column=0", "--label_column=1",
-      "--nohas_header", "--predict_has_header", "--quoting=none"]))
+      "--nohas_header", "--predict_has_header", "--quoting=none"]).data)
   assert [processor.has_header_for(s) for s in ("train", "dev", "test")] == [False, False, True]
   assert processor.quoting_of("a.csv") == csv_module.QUOTE_NONE
-  default = make_processor(parse_flags(["run_classifier.py", "--task_name=csv",
-                                        "--text_column=text", "--label_column=label"]))
+  default = processor_for(parse_flags(["run_classifier.py", "--task_name=csv",
+                                       "--text_column=text", "--label_column=label"]).data)
   assert [default.has_header_for(s) for s in ("train", "dev", "test")] == [True, True, True]
   assert (default.quoting_of("a.csv"), default.quoting_of("a.tsv")) == (
       csv_module.QUOTE_MINIMAL, csv_module.QUOTE_NONE)

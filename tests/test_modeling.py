@@ -146,7 +146,7 @@ def test_checkpoint_shape_mismatch_is_explained(tmp_path):
 
 
 def test_pooled_only_flops_count_one_token_in_the_last_layer_except_keys_and_values():
-  from modeling.flops import forward_flops_per_example
+  from tools.flops import forward_flops_per_example
   config = small_config()  # H 32, I 37, 2 layers
   h, i, s = 32, 37, 10
   layer = s * (4 * h * h + 2 * h * i) + 2 * s * s * h

@@ -20,9 +20,12 @@ from modeling.bert import BertConfig
 from modeling.estimator import build_estimator
 from modeling.model_fn import model_fn_builder
 from modeling.summaries import scalar_events
-from run_classifier import (FlagError, check_cluster_flags, label_spec_of, make_processor,
-                            parse_flags)
+from pipeline.build import make_processor
+from pipeline.distribution import check_cluster
+from run_classifier import parse_flags
 from spec.cluster import ClusterError, parse_tf_config
+from spec.options import DeviceOptions, TrainingOptions
+from spec.errors import FlagError
 
 STEPS = 3
 GLOBAL_BATCH = 8
@@ -76,13 +79,14 @@ def _train_on_one_process(config, bert_config_file, record_files, init_checkpoin
                           output_dir):
   """The reference: one process, one device, each step's batch the chief's half-batch
   followed by the worker's (the input pipelines of the two machines, zipped)."""
-  label_spec = label_spec_of(make_processor(config))
+  label_spec = make_processor(config).label_spec
+  training = config.training
   model_fn = model_fn_builder(BertConfig.from_json_file(bert_config_file), label_spec,
-                              init_checkpoint, config.learning_rate, num_train_steps=STEPS,
-                              num_warmup_steps=int(STEPS * config.warmup_proportion),
+                              init_checkpoint, training.learning_rate, num_train_steps=STEPS,
+                              num_warmup_steps=int(STEPS * training.warmup_proportion),
                               use_tpu=False)
-  pipeline = input_fn_builder(record_files, config.max_seq_length, is_training=True,
-                              label_spec=label_spec, seed=config.seed)
+  pipeline = input_fn_builder(record_files, config.model.max_seq_length, is_training=True,
+                              label_spec=label_spec, seed=training.seed)
 
   def global_batches(params):
     halves = [pipeline({"batch_size": GLOBAL_BATCH // 2, "input_pipeline_id": i,
@@ -90,9 +94,11 @@ def _train_on_one_process(config, bert_config_file, record_files, init_checkpoin
     return tf.data.Dataset.zip(tuple(halves)).map(
         lambda a, b: {k: tf.concat([a[k], b[k]], 0) for k in a})
 
-  estimator = build_estimator(model_fn, output_dir, False, GLOBAL_BATCH, GLOBAL_BATCH,
-                              GLOBAL_BATCH, save_checkpoints_steps=1, save_summary_steps=1,
-                              seed=config.seed)  # the graph's seed (and so the shuffle's)
+  estimator = build_estimator(  # (the graph's seed is the shuffle's too)
+      model_fn, output_dir, DeviceOptions(), TrainingOptions(
+          train_batch_size=GLOBAL_BATCH, eval_batch_size=GLOBAL_BATCH,
+          predict_batch_size=GLOBAL_BATCH, save_checkpoints_steps=1, save_summary_steps=1,
+          seed=training.seed))
   estimator.train(global_batches, max_steps=STEPS)
 
 
@@ -233,7 +239,7 @@ def test_flags_a_cluster_cannot_run_are_refused(tmp_path, tiny_checkpoint, task_
   config = parse_flags(["run_classifier.py"] + common_flags(tiny_checkpoint, str(tmp_path)) +
                        flags)
   with pytest.raises(FlagError) as error:
-    check_cluster_flags(config, cluster)
+    check_cluster(config, cluster)
   assert str(error.value) == message
 
 

@@ -9,7 +9,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from conftest import THREE_CLASSES, model_features, small_config
-from modeling.flops import (backward_matmuls, forward_flops_per_example, forward_matmuls,
+from tools.flops import (backward_matmuls, forward_flops_per_example, forward_matmuls,
                             matmul_flops)
 from modeling.model_fn import model_fn_builder
 from tools.profile_step import (CATEGORIES, OTHER, category_of, encoder_without,

@@ -16,7 +16,7 @@ import tensorflow.compat.v1 as tf
 from conftest import (BINARY, ROOT, common_flags, first_batches, run_flags,
                       tiny_config_without_dropout, tiny_vocab_records)
 from data.input_fn import input_fn_builder
-from data.processors import InputExample
+from data.examples import InputExample
 
 
 def _training_records(tmp_path, n=37, shards=2):
@@ -82,7 +82,7 @@ def test_killed_training_resumes_to_the_same_step_and_weights(tmp_path, tiny_che
   config_file = tiny_config_without_dropout(tmp_path)
   reference = str(tmp_path / "uninterrupted")
   outcome = run_flags(*_resume_flags(tiny_checkpoint, reference, config_file, steps))
-  expected_losses = {step: loss for step, loss, _ in outcome["train_progress"]}
+  expected_losses = {step: loss for step, loss, _ in outcome.train_progress}
   expected, expected_step = _weights(reference)
   assert expected_step == steps
 
@@ -132,7 +132,7 @@ def _losses(tmp_path, tiny_checkpoint, name, seed):
   outcome = run_flags(*common_flags(tiny_checkpoint, str(tmp_path / name)) + [
       "--do_train", "--num_train_steps=6", "--log_every_steps=1", "--seed=%d" % seed,
       "--save_checkpoints_steps=100"])
-  return [loss for _, loss, _ in outcome["train_progress"]]
+  return [loss for _, loss, _ in outcome.train_progress]
 
 
 def test_the_same_seed_gives_the_same_losses(tmp_path, tiny_checkpoint):

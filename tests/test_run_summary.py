@@ -55,8 +55,8 @@ def test_a_training_run_writes_its_summary(tmp_path, tiny_checkpoint):
   output_dir = str(tmp_path / "out")
   outcome = run_flags(*common_flags(tiny_checkpoint, output_dir) + [
       "--do_train", "--do_eval", "--num_train_steps=6", "--log_every_steps=1"])
-  assert outcome["summary"] == os.path.join(output_dir, "run_summary.json")
-  with open(outcome["summary"]) as f:
+  assert outcome.summary == os.path.join(output_dir, "run_summary.json")
+  with open(outcome.summary) as f:
     summary = json.load(f)
   training = summary["training"]
   assert training["steps"] == 6 and training["global_step"] == 6

@@ -6,12 +6,15 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from conftest import BINARY, common_flags, first_batches, small_config, tiny_vocab_records
+from data.examples import InputExample
 from data.input_fn import files_of_pipeline, input_fn_builder, pipeline_of
-from data.processors import InputExample
 from modeling.estimator import build_estimator
 from modeling.model_fn import model_fn_builder
-from run_classifier import (FlagError, check_every_pipeline_has_rows, check_run_flags,
-                            parse_flags)
+from pipeline.checks import check_run
+from pipeline.distribution import check_every_pipeline_has_rows
+from run_classifier import parse_flags
+from spec.options import DeviceOptions, TrainingOptions
+from spec.errors import FlagError
 
 HOSTS = 2
 CORES_PER_HOST = 2  # a real host has 8; the arithmetic is the same
@@ -82,8 +85,9 @@ def test_records_need_a_shard_per_host(tmp_path):
 
 def test_the_pod_run_config_feeds_each_host(tmp_path):
   model_fn = model_fn_builder(small_config(), BINARY, None, 1e-3, 10, 0, use_tpu=True)
-  estimator = build_estimator(model_fn, str(tmp_path), False, 256, 256, 256,
-                              num_tpu_cores=32, iterations_per_loop=100)
+  estimator = build_estimator(
+      model_fn, str(tmp_path), DeviceOptions(num_tpu_cores=32, iterations_per_loop=100),
+      TrainingOptions(train_batch_size=256, eval_batch_size=256, predict_batch_size=256))
   tpu_config = estimator.config.tpu_config
   assert tpu_config.num_shards == 32 and tpu_config.iterations_per_loop == 100
   assert (tpu_config.per_host_input_for_training ==
@@ -119,23 +123,21 @@ def test_pod_flags_that_cannot_work_are_refused(tmp_path, tiny_checkpoint, flags
   config = parse_flags(["run_classifier.py"] + common_flags(tiny_checkpoint, str(tmp_path)) +
                        POD + flags)
   with pytest.raises(FlagError) as error:
-    check_run_flags(config)
+    check_run(config)
   assert str(error.value) == message
 
 
 def test_a_pod_training_command_passes_the_checks(tmp_path, tiny_checkpoint):
-  check_run_flags(parse_flags(["run_classifier.py"] + common_flags(
+  check_run(parse_flags(["run_classifier.py"] + common_flags(
       tiny_checkpoint, str(tmp_path)) + POD + ["--do_train", "--num_record_shards=4"]))
 
 
 def test_every_host_needs_rows(tmp_path, tiny_checkpoint):
   """9 rows in 4 shards are 3, 3, 3 and 0 rows: with 4 hosts, the last would read nothing
   while the others wait for it; with 2 hosts each has rows."""
-  config = parse_flags(["run_classifier.py"] + common_flags(tiny_checkpoint, str(tmp_path)) +
-                       POD + ["--do_train", "--num_record_shards=4"])
-  check_every_pipeline_has_rows(config, 9, 2)
+  check_every_pipeline_has_rows(9, 4, 2)
   with pytest.raises(FlagError) as error:
-    check_every_pipeline_has_rows(config, 9, 4)
+    check_every_pipeline_has_rows(9, 4, 4)
   assert str(error.value) == (
       "9 training rows in --num_record_shards=4 shards leave the input pipeline of machine or "
       "TPU host 3 of 4 without a row: pass fewer shards")

@@ -129,7 +129,7 @@ def test_identity_weights_reach_the_training_records(tmp_path, tiny_checkpoint):
              for r in tf.io.tf_record_iterator(record)]
   # The records are in training order (a seeded shuffle of the file's rows, --seed's
   # default), and each row's weight goes with its row: with its target.
-  from run_classifier import in_training_order
+  from pipeline.splits import in_training_order
   rows = _bias_rows("train")
   expected, _ = in_training_order(
       list(zip([float(r["target"]) for r in rows], reference_identity_weights(rows))), None,

@@ -14,7 +14,7 @@ Face BERT folder for an epoch on --train_file and reports the ROC-AUC on --eval_
 from process start; --out also gets the held-out probabilities, in row order.
 
 It runs in the optional environment of tools/requirements-hf.txt (.venvs/hf) and imports
-no TensorFlow (from this project only modeling.cpu and modeling.statistics, plain
+no TensorFlow (from this project only pipeline.machine and modeling.statistics, plain
 Python and numpy). torch and transformers are
 imported inside the functions that use them, so that the tests, which run in the
 TensorFlow environments, can import the rest.
@@ -31,7 +31,7 @@ import platform
 import sys
 import tempfile
 
-from modeling.cpu import describe_cpu  # (plain Python, no TensorFlow)
+from pipeline.machine import describe_cpu  # (plain Python, no TensorFlow)
 from modeling.statistics import roc_auc  # (plain numpy)
 from tools.bench_worker import MODELS, VOCAB_SIZE, read_rows  # (bench_worker imports no TF at load)
 

@@ -65,10 +65,10 @@ def parse_args(argv=None):
 
 
 def runtime_info(args=None):
-  """The runtime's versions, and the device a run computes on (modeling.estimator's
+  """The runtime's versions, and the device a run computes on (pipeline.machine's
   describe_device: kind, description, count)."""
   import tensorflow as tf
-  from modeling.estimator import describe_device
+  from pipeline.machine import describe_device
   tpu_name = args.tpu_name if args is not None else None
   return {"python": platform.python_version(), "tensorflow": tf.__version__,
           "device": describe_device(bool(tpu_name), tpu_name, None,
@@ -101,10 +101,10 @@ def matmul_peak_gflops(n=2048, repeats=10, rounds=5):
 def matmul_floor_seconds(config, seq_length, batch, repeats, pooled_only=True,
                          session_config=None):
   """The median time of a training step's matrix multiplies alone, forward and backward,
-  at seq_length tokens (modeling.flops' shapes), in float32 on this runtime: the "matmul
+  at seq_length tokens (tools.flops' shapes), in float32 on this runtime: the "matmul
   floor" that no implementation of the step can beat on this machine."""
   import tensorflow.compat.v1 as tf
-  from modeling.flops import backward_matmuls, forward_matmuls
+  from tools.flops import backward_matmuls, forward_matmuls
   forward = forward_matmuls(config, seq_length, pooled_only=pooled_only, batch=batch)
   products = forward + backward_matmuls(forward)
   with tf.Graph().as_default():
@@ -220,7 +220,7 @@ def binary_label_spec():
 
 def featurise_ours(rows, args, path, tokenizer_kind="fast"):
   from data import fast_tokenization
-  from data.processors import InputExample
+  from data.examples import InputExample
   from data.tfrecord import build_records
   from data.tokenization import FullTokenizer
   fast = tokenizer_kind == "fast" and fast_tokenization.available()
@@ -286,9 +286,9 @@ def google_model_and_input(args, record_path, total_steps):
 def our_model_and_input(args, record_path, total_steps):
   from data.input_fn import input_fn_builder
   from modeling.bert import BertConfig
-  from modeling.compat import setup_tensorflow
   from modeling.model_fn import SEQ_LENGTH_NAME, model_fn_builder
-  setup_tensorflow()
+  from pipeline.machine import prepare
+  prepare()  # (graph mode on either runtime; the C allocator as a run sets it)
   config = BertConfig(**bert_shape(args.model))
   on_tpu = bool(args.tpu_name)
   model_fn = model_fn_builder(config, binary_label_spec(), None, 2e-5, total_steps,
@@ -301,6 +301,24 @@ def our_model_and_input(args, record_path, total_steps):
                               dynamic_padding=args.dynamic_padding)
   # (On a TPU the length is inside the TPU computation, where no hook can read it.)
   return model_fn, input_fn, None if on_tpu else SEQ_LENGTH_NAME
+
+
+def measured_estimator(model_fn, model_dir, batch, args=None):
+  """The (TPU)Estimator of a measured run: no checkpoints or step logs while it runs, seed
+  1; with args, on their device (a TPU at one step per host round trip, so that every
+  step is timed; GPUs) with their session config."""
+  from modeling.estimator import build_estimator
+  from spec.options import DeviceOptions, TrainingOptions
+  training = TrainingOptions(train_batch_size=batch, eval_batch_size=batch,
+                             predict_batch_size=batch, save_checkpoints_steps=10 ** 9,
+                             log_every_steps=10 ** 8, seed=1)
+  if args is None:
+    return build_estimator(model_fn, model_dir, DeviceOptions(), training)
+  device = DeviceOptions(use_tpu=bool(args.tpu_name), tpu_name=args.tpu_name,
+                         num_tpu_cores=args.num_tpu_cores, iterations_per_loop=1,
+                         num_gpus=max(1, args.num_gpus))
+  return build_estimator(model_fn, model_dir, device, training,
+                         session_config=session_config_of(args))
 
 
 def session_config_of(args):
@@ -333,8 +351,7 @@ def load_average():
 def run(args):
   import tensorflow.compat.v1 as tf
   from modeling.bert import BertConfig
-  from modeling.estimator import build_estimator
-  from modeling.flops import train_flops_of_steps
+  from tools.flops import train_flops_of_steps
 
   tf.get_logger().setLevel("ERROR")
   tf.io.gfile.makedirs(args.workdir)
@@ -348,14 +365,7 @@ def run(args):
   model_fn, input_fn, seq_tensor = build(args, record_path, total_steps)
   batch = args.batch * max(1, args.num_gpus)  # global: --batch rows on each GPU
   model_dir = os.path.join(args.workdir, "model")
-  estimator = build_estimator(model_fn, model_dir,
-                              bool(args.tpu_name), batch, batch, batch,
-                              save_checkpoints_steps=10 ** 9, log_step_count_steps=10 ** 9,
-                              seed=1, session_config=session_config_of(args),
-                              num_replicas=max(1, args.num_gpus), tpu_name=args.tpu_name,
-                              num_tpu_cores=args.num_tpu_cores,
-                              # one step per host round trip, so that every step is timed
-                              iterations_per_loop=1)
+  estimator = measured_estimator(model_fn, model_dir, batch, args)
   timing = TimingHook(seq_tensor)
   load_before = load_average()
   called = time.time()

@@ -427,7 +427,7 @@ def summarise_runs(measured, variant, peaks):
 def add_flops(r, pooled_only):
   """FLOPs of a run that reports only the lengths its measured steps computed."""
   import types
-  from modeling.flops import train_flops_of_steps
+  from tools.flops import train_flops_of_steps
   from tools.bench_worker import bert_shape
   # The shape alone: modeling.bert would import TensorFlow into this process, and TF 2
   # then sets TF2_BEHAVIOR=1 in the environment that TF 1.15 workers inherit.

@@ -10,7 +10,7 @@ In each runtime's environment (one process each) it fine-tunes this project's pi
     masking, layer norm, GELU, dropout, the embedding gather and its gradient, the
     optimizer update, the input pipeline (the step's wait for its batch), and the rest
     by op type;
-  - times the step's own matrix multiplies alone (modeling.flops: the same shapes,
+  - times the step's own matrix multiplies alone (tools.flops: the same shapes,
     forward and backward, at each measured step's length), the "matmul floor";
   - times the step again with the encoder's dropout, its GELU, its layer norm, and all
     three, left out (--without, "none" to skip), then the full step once more (its timed
@@ -197,7 +197,7 @@ def op_times(step_stats_list):
 def profile_one_runtime(args):
   import tensorflow.compat.v1 as tf
   from modeling.bert import BertConfig
-  from modeling.flops import train_flops_of_steps
+  from tools.flops import train_flops_of_steps
   tf.get_logger().setLevel("ERROR")
   workdir = os.path.join(args.work_dir, "tf1" if tf.__version__.startswith("1.") else "tf2")
   if tf.io.gfile.isdir(workdir):
@@ -257,12 +257,9 @@ def timed_seconds(worker_args, record_path, workdir, name, timed, lengths):
 def train_steps(worker_args, record_path, model_dir, total, traced):
   """Trains `total` steps from random weights; the ProfileHook that timed (and traced the
   last `traced` of) them. The same seed gives every run the same batches."""
-  from modeling.estimator import build_estimator
   model_fn, input_fn, seq_name = bench_worker.our_model_and_input(worker_args, record_path,
                                                                    total)
-  estimator = build_estimator(model_fn, model_dir, False, worker_args.batch, worker_args.batch,
-                              worker_args.batch, save_checkpoints_steps=10 ** 9,
-                              log_step_count_steps=10 ** 9, seed=1)
+  estimator = bench_worker.measured_estimator(model_fn, model_dir, worker_args.batch)
   hook = ProfileHook(total, traced, seq_name)
   estimator.train(input_fn, max_steps=total, hooks=[hook.as_session_run_hook()])
   bench_worker.drop_checkpoints(model_dir)

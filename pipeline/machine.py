@@ -1,6 +1,6 @@
-"""The CPU a run computes on, as the run records name it, and the C allocator's settings
-for it. Plain Python (no TensorFlow), so that the benchmark's Hugging Face path names its
-CPU the same way."""
+"""The machine a run computes on: its device as the run records name it, and the C
+allocator's settings for it. Plain Python at import (TensorFlow only inside
+describe_device), so that the benchmark's Hugging Face path names its CPU the same way."""
 
 import ctypes
 import os
@@ -33,6 +33,15 @@ def describe_cpu():
   """{"kind": "CPU", "count": cores, "description": "<model>, <cores> cores"}."""
   return {"kind": "CPU", "count": os.cpu_count(),
           "description": "%s, %d cores" % (cpu_model(), os.cpu_count())}
+
+
+def prepare():
+  """Sets up this process for a run: TensorFlow's graph mode on either runtime
+  (modeling.compat) and the C allocator's settings."""
+  import tensorflow.compat.v1 as tf
+  from modeling.compat import setup_tensorflow
+  setup_tensorflow()
+  tf.logging.info("C allocator (malloc) keeps freed memory: %s", keep_freed_memory())
 
 
 def keep_freed_memory(environ=None):
@@ -74,3 +83,25 @@ def glibc_version():
   except (AttributeError, ValueError, OSError, TypeError):
     return None
   return version if name == "glibc" else None
+
+
+def describe_device(use_tpu, tpu_name=None, master=None, num_tpu_cores=8, num_gpus=None):
+  """{"kind": TPU, GPU or CPU, "description": what it is, "count": how many} of the
+  device this run computes on, for the run's summary. num_gpus: the GPUs it trains on
+  (0 or 1: one, the first, where TensorFlow places the graph); None: all it sees, as a
+  task of a multi-worker cluster does."""
+  if use_tpu:
+    return {"kind": "TPU", "count": num_tpu_cores,
+            "description": "Cloud TPU %s, %d cores" % (tpu_name or master, num_tpu_cores)}
+  import tensorflow.compat.v1 as tf
+  gpus = tf.config.experimental.list_physical_devices("GPU")
+  if gpus:
+    from tensorflow.python.client import device_lib  # the only GPU-model query on both TFs
+    names = [d.physical_device_desc for d in device_lib.list_local_devices()
+             if d.device_type == "GPU"]
+    models = [part.split("name: ", 1)[1] for desc in names for part in desc.split(", ")
+              if part.startswith("name: ")]
+    count = len(gpus) if num_gpus is None else min(len(gpus), max(1, num_gpus))
+    return {"kind": "GPU", "count": count,
+            "description": "%d x %s" % (count, models[0] if models else "GPU")}
+  return describe_cpu()

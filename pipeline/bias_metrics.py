@@ -48,15 +48,12 @@ without being listed.
 
 import io
 import math
-import os
 
 import numpy as np
 import pandas as pd
 
 from modeling.statistics import roc_auc
-
-IDENTITY_COLUMNS = ("male", "female", "homosexual_gay_or_lesbian", "christian", "jewish",
-                    "muslim", "black", "white", "psychiatric_or_mental_illness")
+from spec.tasks import SCORED_IDENTITY_COLUMNS as IDENTITY_COLUMNS
 METRICS = ("subgroup_auc", "bpsn_auc", "bnsp_auc")
 TABLE_COLUMNS = ("identity", "subgroup_size") + METRICS
 THRESHOLD = 0.5  # toxic when target >= 0.5; in a subgroup when its identity value >= 0.5
@@ -193,22 +190,10 @@ def _format(value):
   return "undefined" if value is None or math.isnan(value) else "%.4f" % value
 
 
-def write_bias_report(output_dir, table, summary):
-  """Writes bias_metrics.csv and bias_metrics.png (see bias_report_files) into a local
-  output_dir. Returns (csv_path, png_path)."""
-  if not os.path.isdir(output_dir):
-    os.makedirs(output_dir)
-  paths = []
-  for name, content in bias_report_files(table, summary):
-    paths.append(os.path.join(output_dir, name))
-    with open(paths[-1], "wb") as f:
-      f.write(content)
-  return tuple(paths)
-
-
 def bias_report_files(table, summary):
   """[(CSV_NAME, bytes), (PNG_NAME, bytes)]: the table as CSV and a bar chart of the AUCs,
-  for the caller to write anywhere (a local disk or a bucket).
+  for the caller to write anywhere (pipeline.outputs.write_files: a local disk or a
+  bucket).
 
   The CSV holds the table only, floats as their shortest exact decimal (repr; pandas
   reads them back exactly with float_precision="round_trip", to the last bit or so with

@@ -2,7 +2,7 @@
 stopping and the learning curve.
 
 Plain Python on files (tf.io.gfile, so an output_dir in a bucket works as on disk);
-run_classifier runs the train/evaluate loop and hands results here. The history file is
+pipeline/training.py runs the train/evaluate loop and hands results here. The history file is
 also the loop's memory: a resumed run reads which steps were evaluated, which was best
 and how many evaluations have passed without improvement.
 """

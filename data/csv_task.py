@@ -1,0 +1,184 @@
+"""Any CSV or TSV file, its columns named by flags."""
+
+import logging
+import re
+
+from data.errors import DataError
+from data.examples import Columns, DataProcessor, flag_for_split
+from data.table import delimiter_for, quoting_for, read_table
+from spec.errors import FlagError
+from spec.labels import MISSING_VALUES
+
+log = logging.getLogger(__name__)
+
+class CsvProcessor(DataProcessor):
+  """Any CSV or TSV: columns by name (with a header) or by 0-based position. Quotes enclose
+  fields in .csv files but are plain characters in .tsv/.txt files unless quoting says
+  otherwise."""
+  name = "csv"
+  heads = ("classification", "multi_label", "soft_target", "regression")
+  split_files = {"train": ("train.csv", "train.tsv"),
+                 "dev": ("dev.csv", "dev.tsv", "valid.csv", "valid.tsv"),
+                 "test": ("test.csv", "test.tsv")}
+
+  def __init__(self, text_column, label_columns, text_b_column=None, id_column=None,
+               has_header=True, delimiter=None, labels=None, split_headers=None, **kwargs):
+    super(CsvProcessor, self).__init__(**kwargs)
+    self.text_column = text_column
+    self.text_b_column = text_b_column
+    self._label_columns = tuple(label_columns or ())
+    self.label_column = self._label_columns[0] if self._label_columns else None
+    self.id_column = id_column
+    self.has_header = has_header
+    # {split: True/False} where one file's layout differs from the others'.
+    self.split_headers = {k: v for k, v in (split_headers or {}).items() if v is not None}
+    self.explicit_delimiter = delimiter
+    self._labels = list(labels) if labels else None
+    if self._labels and self.head_kind != "classification":
+      raise FlagError("--labels lists the classes of a classification head; a %s head's "
+                      "outputs are its label columns (%s): drop --labels"
+                      % (self.head_kind, ", ".join(self._label_columns)))
+
+  takes_label_column = True
+  takes_class_list = True
+
+  @classmethod
+  def required_options(cls, needs_labels):
+    # Predicting needs no labels; training and evaluating do.
+    return ("text_column",) + (("label_column",) if needs_labels else ())
+
+  @classmethod
+  def settings_of(cls, options):
+    return dict(super(CsvProcessor, cls).settings_of(options),
+                text_column=options.text_column, text_b_column=options.text_b_column,
+                label_columns=options.label_columns(), id_column=options.id_column,
+                has_header=options.has_header, split_headers=options.split_headers(),
+                delimiter=options.delimiter, labels=options.labels)
+
+  def delimiter_of(self, path):
+    return delimiter_for(path, self.explicit_delimiter)
+
+  def quoting_of(self, path):
+    return quoting_for(path, self.quoting_choice)
+
+  def has_header_for(self, split):
+    return self.split_headers.get(split, self.has_header)
+
+  @property
+  def label_columns(self):
+    # A predict-only run reads no label column; its head's outputs still need a name.
+    return self._label_columns or ("label",)
+
+  def default_head(self):
+    return "classification" if len(self._label_columns) <= 1 else "multi_label"
+
+  @property
+  def labels(self):
+    """The classes of a classification head: --labels, else found in the train file."""
+    if self.head_kind != "classification":
+      return None
+    if self._labels is None:
+      self._labels = self._labels_from_train_file()
+    return self._labels
+
+  def _labels_from_train_file(self):
+    """The sorted distinct labels of the train file (numerically when they are numbers)."""
+    path = self.file_for("train")
+    table = read_table(path, self.delimiter_of(path), self.has_header_for("train"),
+                       self.quoting_of(path))
+    index = table.column_index(self.label_column, "--label_column")
+    self._check_no_header_as_data(table, index, "train")
+    self._check_header_is_not_data(table, index, "train")
+    # Missing values are no class: their rows are errors (or counted skips) when read.
+    values = set(fields[index].strip() for _, fields in table.rows if len(fields) > index) - \
+        MISSING_VALUES
+    try:
+      found = sorted(values, key=float)
+    except ValueError:
+      found = sorted(values)
+    if len(found) < 2:
+      raise DataError(path, "column %s holds %s, but a classifier needs at least two classes"
+                      % (self.label_column, "only the label %r" % found[0] if found else
+                         "no label"),
+                      "check --label_column, or list every class with --labels (e.g. "
+                      "--labels=0,1)", column=self.label_column)
+    log.info("labels found in %s: %s (pass --labels to fix the list and its order)",
+             path, ", ".join(found))
+    return found
+
+  def _check_no_header_as_data(self, table, label_index, split):
+    """A header read as data (a headered file with --nohas_header) would make its label
+    cell, e.g. 'label', a class. Its signs: the first row's label appears on no other row,
+    and both that label and the first row's text look like column names."""
+    if table.header is not None or len(table.rows) < 2 or self.split_headers.get(split) is False:
+      return  # (a header flag given for this file says there is none: no second guessing)
+    first = table.rows[0][1]
+    text_index = table.column_index(self.text_column, "--text_column")
+    if max(label_index, text_index) >= len(first):
+      return
+    label, text = first[label_index].strip(), first[text_index].strip()
+    others = set(fields[label_index].strip() for _, fields in table.rows[1:]
+                 if len(fields) > label_index)
+    if label not in others and _COLUMN_NAME.match(label) and _COLUMN_NAME.match(text):
+      raise DataError(table.path, "the first line looks like a header read as data: its label %r "
+                      "appears on no other line, and its text is %r" % (label, text),
+                      "drop --nohas_header or pass --%s (the file has a header; then name "
+                      "the columns, e.g. --text_column=%s --label_column=%s), remove the "
+                      "line, or pass --no%s to confirm the file has no header"
+                      % (_header_flag(split), text, label, _header_flag(split)),
+                      line=table.rows[0][0])
+
+  def _check_header_is_not_data(self, table, label_index, split):
+    """With columns given by position, a headerless file read with a header (the default)
+    would lose its first row. Its sign: the 'header' has a label cell that is a label of the
+    other rows, or a number."""
+    if table.header is None or not str(self.label_column).isdigit():
+      return
+    if label_index >= len(table.header):
+      return
+    cell = table.header[label_index]
+    others = set(fields[label_index].strip() for _, fields in table.rows
+                 if len(fields) > label_index)
+    if cell in others or _is_number(cell):
+      raise DataError(table.path, "the first line is read as a header, but it looks like data: "
+                      "its label %r is %s" % (cell, "a label of other lines" if cell in others
+                                              else "a number"),
+                      "pass --nohas_header (no file has a header) or --no%s (this file "
+                      "has none), or add a header line" % _header_flag(split), line=1)
+
+  def columns(self, table, split):
+    labels = None
+    if self._label_columns and split != "test":  # predict files' labels: unread
+      labels = tuple(table.column_index(c, "--label_column") for c in self._label_columns)
+      self._check_no_header_as_data(table, labels[0], split)
+      self._check_header_is_not_data(table, labels[0], split)
+    if table.header is not None and str(self.text_column).isdigit():
+      # Columns by position and a header: say which line was taken as the header, so a
+      # headerless file (e.g. a predict file without labels) cannot lose a row unseen.
+      log.info("%s: line 1 read as the header (%s); pass --no%s if it is data", table.path,
+               ", ".join(table.header[:4]) + (", ..." if len(table.header) > 4 else ""),
+               _header_flag(split))
+    return Columns(
+        text_a=table.column_index(self.text_column, "--text_column"),
+        text_b=(table.column_index(self.text_b_column, "--text_b_column")
+                if self.text_b_column is not None else None),
+        labels=labels,
+        guid=(table.column_index(self.id_column, "--id_column")
+              if self.id_column is not None else None))
+
+
+def _is_number(text):
+  try:
+    float(text)
+    return True
+  except ValueError:
+    return False
+
+
+def _header_flag(split):
+  """The flag that says whether a split's file has a header."""
+  return "%s_has_header" % flag_for_split(split)
+
+
+# What a column name looks like: a short identifier ('comment_text', 'label', '#1 ID' aside).
+_COLUMN_NAME = re.compile(r"^[A-Za-z_#][A-Za-z0-9_#.-]{0,39}$")

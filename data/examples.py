@@ -1,0 +1,315 @@
+"""Examples and the processors that read them: a task's files become InputExamples.
+
+Every processor reads by column name where the file has a header, so the GLUE
+layouts, the original MRPC files and Kaggle's Jigsaw CSVs are all read by what
+their columns are called rather than where they happen to sit. The tasks themselves are
+in data/glue.py, data/jigsaw.py and data/csv_task.py; data/processors.py finds them by
+name.
+"""
+
+import collections
+import csv
+import logging
+import os
+
+from data.errors import DataError
+from data.table import quoting_for, read_table
+from spec.errors import FlagError
+from spec.labels import LabelError, build_spec
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "dev", "test")
+
+
+class InputExample(object):
+  """One row of input.
+
+  guid: the id written next to its prediction (the file's id column, else the row number).
+  label: the value its label spec parsed from the label cells (a class name, or a tuple
+    of floats), or None for a row whose labels are not read (a predict file).
+  extras: other columns carried through to the outputs (e.g. Jigsaw identity columns).
+  """
+
+  def __init__(self, guid, text_a, text_b=None, label=None, extras=None):
+    self.guid = guid
+    self.text_a = text_a
+    self.text_b = text_b
+    self.label = label
+    self.extras = extras or {}
+
+  def __repr__(self):
+    return "InputExample(guid=%r, text_a=%r, text_b=%r, label=%r)" % (
+        self.guid, self.text_a[:40], (self.text_b or "")[:40] or None, self.label)
+
+
+class Columns(object):
+  """Which columns of a table make up an example. Each is an index or None."""
+
+  def __init__(self, text_a, text_b=None, labels=None, guid=None, extras=()):
+    self.text_a = text_a
+    self.text_b = text_b
+    self.labels = labels  # the label columns' indices, or None: labels not read
+    self.guid = guid
+    self.extras = extras  # (name, index) pairs
+
+
+class DataProcessor(object):
+  """Base class. Subclasses set `name`, `labels`, `split_files` and implement `columns`.
+
+  The label spec (spec/labels.py) says what a row's label cells mean; the head kind
+  picks it: the task's default_head unless the user chose one of its heads.
+  """
+
+  name = None
+  labels = None  # the class names, for a classification head
+  weight_column = None  # a train column of per-row weights, read into extras
+  heads = ("classification",)  # the head kinds this task's labels can train; first = default
+  delimiter = "\t"
+  quoting = csv.QUOTE_NONE  # GLUE files are unquoted TSV: a quote is just a character.
+  has_header = True
+  split_files = {}
+
+  def __init__(self, data_dir=None, files=None, skip_malformed_rows=False, quoting="auto",
+               head=None):
+    if head is not None and head not in self.heads:
+      raise FlagError("--head=%s cannot be used with task %s; its labels train: %s"
+                      % (head, self.name, ", ".join(self.heads)))
+    self.head = head
+    self._label_spec = None
+    self.data_dir = data_dir
+    self.files = dict(files or {})
+    self.skip_malformed_rows = skip_malformed_rows
+    self.quoting_choice = quoting
+    self.skipped = {}  # split -> {cause: rows skipped at the user's request}
+    self.accounts = {}  # split -> what reading the file found (lines, records, skips)
+
+  # Which of the run's label options the task reads: --label_column, and --labels (the
+  # classes of its label column).
+  takes_label_column = False
+  takes_class_list = False
+
+  @classmethod
+  def required_options(cls, needs_labels):
+    """The options (DataOptions' names) this task cannot run without."""
+    return ()
+
+  @classmethod
+  def settings_of(cls, options):
+    """The constructor's settings from the run's DataOptions (spec/options.py): those every
+    task reads. A task that reads more options adds its own; one it does not read is
+    left alone, or refused where a user would expect it to do something."""
+    if options.auxiliary_targets:
+      raise FlagError("--auxiliary_targets is for task jigsaw_bias; list extra label "
+                      "columns with --label_column instead")
+    return dict(data_dir=options.data_dir, files=options.files(),
+                skip_malformed_rows=options.skip_malformed_rows, quoting=options.quoting,
+                head=None if options.head == "auto" else options.head)
+
+  # -- files ---------------------------------------------------------------
+  def file_for(self, split):
+    """The path of a split's file: an explicit one, else the first known name in data_dir."""
+    if self.files.get(split):
+      return self.files[split]
+    candidates = self.split_files.get(split, ())
+    if not self.data_dir:
+      raise DataError("<%s %s file>" % (self.name, split), "no file was given for the %s split" % split,
+                      "pass --data_dir, or --%s_file" % flag_for_split(split))
+    for name in candidates:
+      path = os.path.join(self.data_dir, name)
+      if os.path.exists(path) or "://" in path:
+        return path
+    raise DataError(self.data_dir, "no %s file for task %s (looked for %s)"
+                    % (split, self.name, ", ".join(candidates) or "nothing"),
+                    "put one of those files in --data_dir, or pass --%s_file" % flag_for_split(split))
+
+  # -- examples ------------------------------------------------------------
+  def get_examples(self, split):
+    path = self.file_for(split)
+    table = read_table(path, self.delimiter_of(path), self.has_header_for(split),
+                       self.quoting_of(path))
+    columns = self.columns(table, split)
+    if self.weight_column is not None and split == "train":
+      columns.extras = tuple(columns.extras) + (
+          (str(self.weight_column),
+           table.column_index(self.weight_column, "--sample_weight_column")),)
+    examples = self._rows_to_examples(table, columns, split)
+    if table.blank_lines:
+      log.warning("%s: %d empty lines held no record and were passed over", path, table.blank_lines)
+    if table.multi_line:
+      log.warning("%s: %d records span several lines (quoted newlines), starting at lines %s%s",
+                  path, len(table.multi_line),
+                  ", ".join(str(line) for line, _ in table.multi_line[:5]),
+                  ", ..." if len(table.multi_line) > 5 else "")
+    skipped = self.skipped.get(split, {})
+    log.info("%s: %s -> %d %s examples%s", path, table.accounting(), len(examples), split,
+             "".join(", %d skipped (%s)" % (n, cause) for cause, n in sorted(skipped.items())))
+    self.accounts[split] = {
+        "lines": table.num_lines, "header": table.header is not None,
+        "records": len(table.rows), "blank_lines": table.blank_lines,
+        "multi_line_records": len(table.multi_line), "examples": len(examples),
+        "skipped": dict(skipped)}
+    return examples
+
+  def delimiter_of(self, path):
+    return self.delimiter
+
+  def quoting_of(self, path):
+    return self.quoting if self.quoting_choice == "auto" else quoting_for(path,
+                                                                         self.quoting_choice)
+
+  def has_header_for(self, split):
+    return self.has_header
+
+  def columns(self, table, split):
+    raise NotImplementedError
+
+  # -- labels --------------------------------------------------------------
+  @property
+  def head_kind(self):
+    return self.head or self.default_head()
+
+  def default_head(self):
+    return self.heads[0]
+
+  @property
+  def label_columns(self):
+    """The label columns, as the spec and the model card name them."""
+    return (self.label_column,)
+
+  @property
+  def label_spec(self):
+    """The spec of this task's labels with the chosen head (spec/labels.py)."""
+    if self._label_spec is None:
+      kind = self.head_kind
+      self._label_spec = build_spec(kind, self.label_columns,
+                                    self.labels if kind == "classification" else None)
+    return self._label_spec
+
+  def check_row(self, path, line, fields, columns):
+    """A task's own checks of a row's other cells (DataError); none by default."""
+
+  def label_cell(self, cell, index):
+    """A task's own reading of one raw label cell (the index-th label column) before the
+    spec parses it, e.g. RTE's 0/1 for its class names. Raises LabelError; the default
+    passes the cell on."""
+    return cell
+
+  def parse_labels(self, cells, path, line, column_names):
+    """The spec's value of a row's label cells. A missing value is a MissingLabel (which
+    --skip_malformed_rows may skip); any other bad value is a DataError naming the column."""
+    try:
+      return self.label_spec.parse([self.label_cell(c, i) for i, c in enumerate(cells)])
+    except LabelError as e:
+      column = column_names[e.index]
+      if e.missing:
+        raise MissingLabel(path, e.problem, "%s, or pass --skip_malformed_rows to skip and "
+                           "count such rows%s" % (e.fix, e.hint), line=line, column=column)
+      raise DataError(path, "task %s: %s" % (self.name, e.problem), e.fix + e.hint,
+                      line=line, column=column)
+
+  def _rows_to_examples(self, table, columns, split):
+    """The examples of a table's rows. A row that cannot make an example is an error naming
+    its line, or, with skip_malformed_rows, a skip counted by cause. A predict file's labels
+    are not read (columns gives them no label column): predicting needs none."""
+    label_columns = columns.labels
+    label_names = [_column_name(table, i) for i in label_columns or ()]
+    needed = max(i for i in (columns.text_a, columns.text_b, columns.guid) +
+                 tuple(label_columns or ()) if i is not None)
+    width = len(table.header) if table.header else _usual_width(table)
+    examples = []
+    skipped = {}
+    for row_number, (line, fields) in enumerate(table.rows):
+      try:
+        _check_row_width(table, line, fields, needed, width)
+        label = None
+        if label_columns is not None:
+          label = self.parse_labels([fields[i] for i in label_columns], table.path, line,
+                                    label_names)
+      except MalformedRow as e:
+        if not self.skip_malformed_rows:
+          raise
+        skipped[e.cause] = skipped.get(e.cause, 0) + 1
+        continue
+      self.check_row(table.path, line, fields, columns)
+      guid = fields[columns.guid] if columns.guid is not None else str(row_number)
+      extras = {name: fields[i] for name, i in columns.extras if i < len(fields)}
+      text_b = fields[columns.text_b] if columns.text_b is not None else None
+      examples.append(InputExample(guid, fields[columns.text_a], text_b, label, extras))
+    if skipped:
+      log.warning("%s: skipped %s (--skip_malformed_rows)", table.path, ", ".join(
+          "%d rows with %s" % (n, cause) for cause, n in sorted(skipped.items())))
+    self.skipped[split] = skipped
+    return examples
+
+
+class MalformedRow(DataError):
+  """A row that cannot make an example; --skip_malformed_rows skips and counts it by cause."""
+  cause = "malformed rows"
+
+
+class MissingLabel(MalformedRow):
+  cause = "a missing label"
+
+
+class ShortRow(MalformedRow):
+  cause = "too few fields"
+
+
+class LongRow(MalformedRow):
+  cause = "too many fields"
+
+
+def _check_row_width(table, line, fields, needed, width):
+  if len(fields) <= needed:
+    raise ShortRow(table.path, "the row has %d fields but column %d is needed"
+                   % (len(fields), needed),
+                   "fix the row (a stray delimiter or quote?), or pass "
+                   "--skip_malformed_rows to skip and count such rows", line=line)
+  if len(fields) > width:
+    raise LongRow(table.path, "the row has %d fields but %s %d: a delimiter (%r) inside a "
+                  "text that is not quoted would cut the text there"
+                  % (len(fields), "the header has" if table.header else "most rows have",
+                     width, _delimiter_name(table)),
+                  "quote the text (\"...\"; a .tsv/.txt file also needs --quoting=csv), remove "
+                  "the extra delimiter, or pass "
+                  "--skip_malformed_rows to skip and count such rows", line=line)
+
+
+def _usual_width(table):
+  """The number of fields most rows of a headerless table have."""
+  counts = collections.Counter(len(fields) for _, fields in table.rows)
+  return counts.most_common(1)[0][0]
+
+
+def _delimiter_name(table):
+  return "tab" if table.delimiter == "\t" else table.delimiter
+
+
+def flag_for_split(split):
+  return {"train": "train", "dev": "eval", "test": "predict"}[split]
+
+
+def _column_name(table, index):
+  return table.header[index] if table.header else index
+
+
+
+class HeaderProcessor(DataProcessor):
+  """A task whose files name their columns in a header; subclasses only declare them."""
+  text_a_column = None
+  text_b_column = None
+  label_column = None
+  id_columns = ("index",)  # the first one present names each row
+  label_hint = None  # how the user picks the label column, when they can
+
+  def columns(self, table, split):
+    ids = [table.header.index(c) for c in self.id_columns if c in table.header]
+    return Columns(
+        text_a=table.column_index(self.text_a_column, "the %s column" % self.text_a_column),
+        text_b=(table.column_index(self.text_b_column, "the %s column" % self.text_b_column)
+                if self.text_b_column else None),
+        # A predict file's labels are not read, so it needs no label column.
+        labels=(tuple(table.column_index(c, self.label_hint or "the %s column" % c)
+                      for c in self.label_columns) if split != "test" else None),
+        guid=ids[0] if ids else None)

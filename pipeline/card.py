@@ -1,0 +1,176 @@
+"""The model card of a run's model: read from its folder, its settings taken where no
+flag gives them, checked against the task, and written when training."""
+
+import logging
+import os
+
+import tensorflow.compat.v1 as tf
+
+from data import tokenization
+from modeling.bert import BertConfig, BertConfigError
+from pipeline import build, distribution
+from spec import labels as label_specs
+from spec import model_card
+from spec.errors import FlagError
+from spec.tasks import canonical_task_name
+
+log = logging.getLogger(__name__)
+
+# How the training files were read: a later run on files of the same task reads them so.
+LAYOUT_OPTIONS = ("text_column", "text_b_column", "id_column", "has_header", "delimiter",
+                  "quoting")
+
+
+def settle(c, cluster=None):
+  """(the configuration this process runs, the model card of its --output_dir or None):
+  this task's part of a cluster's run, with the settings of the model in --output_dir
+  where no flag gives them. The one place a model's configuration changes."""
+  c = distribution.for_this_task(c, cluster)
+  card = read_model_card(c.outputs.output_dir)
+  if card:
+    c = apply_model_card(c, card)
+  build.truncation_of(c.model)  # (refused here, before any work)
+  return c, card
+
+
+def read_model_card(output_dir):
+  """The model card in output_dir, or None when there is none."""
+  path = model_card.card_path(output_dir)
+  try:
+    if not tf.io.gfile.exists(path):
+      return None
+    with tf.io.gfile.GFile(path, "r") as f:
+      text = f.read()
+  except tf.errors.OpError as e:
+    raise FlagError("--output_dir=%s cannot be read (%s): check the path and your access to it"
+                    % (output_dir, e.message.splitlines()[0]))
+  return model_card.from_json(text, path)
+
+
+def apply_model_card(c, card, where=None):
+  """The configuration with the model's settings from its card where no flag gives them;
+  a flag that contradicts the card is a FlagError naming both values. where: the card's
+  file, for messages (default: the one in --output_dir)."""
+  where = where or model_card.card_path(c.outputs.output_dir)
+  task = canonical_task_name(c.data.task_name or "") or c.data.task_name
+  if not c.is_given("task_name"):
+    c = c.replace(task_name=card["task"])
+  elif not same_task_family(task, card["task"]):
+    raise FlagError("%s says the model was trained for task %s, but this run has --task_name=%s."
+                    " Drop the flag (or use --task_name=csv to read another file layout with "
+                    "the model's labels), or train a new model into another --output_dir"
+                    % (where, card["task"], c.data.task_name))
+  c = _with_card_defaults(c, card)
+  truncation_given = c.is_given("truncation") or c.is_given("truncation_head_tokens")
+  model_card.check_agrees(
+      card, where, labels=c.if_given("labels"), pooling=c.if_given("pooling"),
+      truncation=build.truncation_of(c.model).as_dict() if truncation_given else None,
+      do_lower_case=c.if_given("do_lower_case"),
+      hub_module=c.if_given("bert_hub_module_handle"))
+  if c.is_given("bert_config_file") and tf.io.gfile.exists(c.model.bert_config_file):
+    try:
+      config = BertConfig.from_json_file(c.model.bert_config_file)
+    except BertConfigError as e:
+      raise FlagError("--bert_config_file=%s cannot be used: %s"
+                      % (c.model.bert_config_file, e))
+    model_card.check_agrees(card, where, bert_config=config.to_dict())
+  if not c.is_given("labels") and card["labels"]:
+    c = c.replace(labels=tuple(card["labels"]))
+  if not c.is_given("do_lower_case"):
+    c = c.replace(do_lower_case=card["do_lower_case"])
+  c = _with_card_vocabulary(c, card, where)
+  if not c.is_given("bert_config_file") and not c.model.bert_hub_module_handle:
+    c = c.replace(bert_config_file=None)  # check_task_and_model takes the card's config
+  if (canonical_task_name(c.data.task_name) or c.data.task_name) == card["task"]:
+    for name in LAYOUT_OPTIONS:
+      if not c.is_given(name) and name in card["flags"]:
+        c = c.replace(**{name: card["flags"][name]})
+  log.info("model card %s: task %s, %s, max_seq_length %d, do_lower_case=%s", where,
+           card["task"], label_specs.from_card(card["label_spec"]).describe(),
+           card["max_seq_length"], card["do_lower_case"])
+  return c
+
+
+def _with_card_defaults(c, card):
+  """The model's shape from the card: its hub module, sequence length, head, pooling,
+  truncation and label columns, where no flag gives them."""
+  # The head's outputs are the card's: its kind and, unless this run reads other files'
+  # columns for them, its label columns.
+  changes = {name: value for name, value in (
+      ("bert_hub_module_handle", card["hub_module"]), ("max_seq_length", card["max_seq_length"]),
+      ("head", card["head"]), ("pooling", card["pooling"]),
+      ("truncation", card["truncation"]["mode"]),
+      ("truncation_head_tokens", card["truncation"].get("head_tokens")))
+             if not c.is_given(name)}
+  if not card["hub_module"]:
+    changes.pop("bert_hub_module_handle", None)
+  if c.data.auxiliary_targets and card["label_columns"]:
+    log.info("--auxiliary_targets: the model card lists the label columns (%s)",
+             ", ".join(card["label_columns"]))
+    changes["auxiliary_targets"] = False  # the card's columns already say which
+  if not c.is_given("label_column") and card["label_columns"]:
+    changes["label_column"] = ",".join(card["label_columns"])
+  return c.replace(**changes)
+
+
+def _with_card_vocabulary(c, card, where):
+  """The card's vocabulary where no flag names one; a vocabulary that is not the model's
+  is a FlagError."""
+  if not c.is_given("vocab_file") and not card["hub_module"]:
+    c = c.replace(vocab_file=card["vocab_file"])
+    if not tf.io.gfile.exists(c.model.vocab_file):
+      raise FlagError("%s names the vocabulary %s, which no longer exists: pass --vocab_file="
+                      "<the same vocab.txt> (its sha256 must be %s)"
+                      % (where, c.model.vocab_file, card["vocab_sha256"]))
+  vocab_file = c.model.vocab_file
+  if vocab_file and not tf.io.gfile.exists(vocab_file):
+    raise FlagError("--vocab_file=%s does not exist" % vocab_file)
+  if vocab_file and tokenization.vocab_fingerprint(vocab_file) != card["vocab_sha256"]:
+    raise FlagError("--vocab_file=%s is not the vocabulary the model was trained with (%s names "
+                    "%s, sha256 %s): token ids would not mean what the model learnt. Pass the "
+                    "model's own vocab.txt, or drop --vocab_file"
+                    % (vocab_file, where, card["vocab_file"], card["vocab_sha256"]))
+  return c
+
+
+def same_task_family(task, trained_task):
+  """Whether a model trained for trained_task may serve task: the same task, MNLI's matched
+  and mismatched sets, or any task through csv (labels are checked separately)."""
+  mnli = ("mnli", "mnli-mm")
+  return (task == trained_task or "csv" in (task, trained_task) or
+          (task in mnli and trained_task in mnli))
+
+
+def check_matches_task(card, processor, where):
+  """The task's head and labels must be the model's: the same kind, the same classes in
+  the same order, and as many label columns, with the same names for the same task (a
+  csv run may read the model's labels from columns named otherwise). where: the card's
+  file, for messages."""
+  spec = processor.label_spec
+  model_card.check_agrees(card, where, head=spec.kind, labels=spec.classes,
+                          num_outputs=spec.num_outputs)
+  same_names = card["label_columns"] and set(spec.columns) == set(card["label_columns"])
+  if card["label_columns"] and (processor.name == card["task"] or same_names):
+    model_card.check_agrees(card, where, label_columns=list(spec.columns))
+
+
+def write_model_card(output_dir, card):
+  """Writes the card into output_dir, whole (workers of a cluster read it)."""
+  path = model_card.card_path(output_dir)
+  with tf.io.gfile.GFile(path + ".tmp", "w") as out:
+    out.write(model_card.to_json(card))
+  tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+  log.info("wrote the model card %s", path)
+
+
+def card_of_run(c, processor, vocab_file, tokenizer, bert_config):
+  """The model card of the model this run trains (or, without a card, exports)."""
+  return model_card.build_card(
+      task=processor.name, label_spec=processor.label_spec, pooling=c.model.pooling,
+      truncation=build.truncation_of(c.model).as_dict(),
+      max_seq_length=c.model.max_seq_length, do_lower_case=tokenizer.do_lower_case,
+      vocab_file=os.path.abspath(vocab_file) if "://" not in vocab_file else vocab_file,
+      vocab_sha256=tokenization.vocab_fingerprint(vocab_file),
+      bert_config=bert_config.to_dict() if bert_config else None,
+      init_checkpoint=c.model.init_checkpoint, hub_module=c.model.bert_hub_module_handle,
+      flags=c.as_dict())

@@ -1,0 +1,198 @@
+"""The checks of the options, before any work: each problem stops the run with a FlagError
+that names the option and the fix."""
+
+import tensorflow.compat.v1 as tf
+
+from data import fast_tokenization, tokenization
+from data.processors import processor_class
+from modeling.bert import BertConfig, BertConfigError
+from pipeline import distribution
+from spec import model_card
+from spec.errors import FlagError
+
+# Options that must be positive integers.
+POSITIVE = (("training", ("train_batch_size", "eval_batch_size", "predict_batch_size",
+                          "save_checkpoints_steps", "save_summary_steps", "log_every_steps",
+                          "gradient_accumulation_steps")),
+            ("device", ("iterations_per_loop", "num_record_shards", "featurise_workers")))
+
+
+def check_run(c, cluster=None):
+  """Every check that needs no file: the modes, sizes, rates, devices and their
+  combinations; with cluster (TF_CONFIG), what a task of a cluster can do."""
+  if cluster is not None:
+    distribution.check_cluster(c, cluster)
+  check_modes(c.modes, c.model, c.outputs, c.given)
+  for group, names in POSITIVE:
+    for name in names:
+      value = getattr(getattr(c, group), name)
+      if value <= 0:
+        raise FlagError("--%s=%d must be a positive integer" % (name, value))
+  check_training(c.training, c.modes, c.given)
+  check_device(c.device, c.training, c.modes, c.outputs.output_dir)
+  check_model_inputs(c.model)
+
+
+def check_modes(modes, model, outputs, given):
+  """Something to do, somewhere to write it, and the export flags that belong together."""
+  if not (modes.do_train or modes.do_eval or modes.do_predict or modes.do_export):
+    raise FlagError("nothing to do: pass at least one of --do_train, --do_eval, --do_predict, "
+                    "--do_export")
+  if not outputs.output_dir:
+    raise FlagError("--output_dir is required")
+  if model.saved_model:
+    check_saved_model(modes, model, given)
+  if outputs.export_dir and not modes.do_export:
+    raise FlagError("--export_dir says where --do_export writes the SavedModel: add "
+                    "--do_export, or drop --export_dir (to predict from an export, pass "
+                    "--saved_model)")
+  if outputs.export_dir and tf.io.gfile.exists(outputs.export_dir):
+    raise FlagError("--export_dir=%s already exists: an export never overwrites another. "
+                    "Pass a new folder, or leave --export_dir out for a new numbered version "
+                    "under <output_dir>/export" % outputs.export_dir)
+
+
+def check_saved_model(modes, model, given):
+  """--saved_model predicts, and the export brings its own model and vocabulary."""
+  if not modes.do_predict or modes.do_train or modes.do_eval or modes.do_export:
+    raise FlagError("--saved_model=%s predicts with an export: pass --do_predict alone (train, "
+                    "evaluate and export from the model's --output_dir instead)"
+                    % model.saved_model)
+  for name in ("bert_config_file", "init_checkpoint", "vocab_file", "bert_hub_module_handle",
+               "num_folds"):
+    if name in given:
+      raise FlagError("--%s has no use with --saved_model: the export holds the model, its "
+                      "vocabulary and its model card. Drop --%s" % (name, name))
+
+
+def check_training(training, modes, given):
+  """Rates, fractions, the schedule, evaluation during training, and the weights, which
+  only training uses."""
+  check_periodic_eval(training, modes)
+  if training.learning_rate <= 0:
+    raise FlagError("--learning_rate=%g must be > 0 (BERT fine-tuning uses 2e-5 to 5e-5)" %
+                    training.learning_rate)
+  if not 0.0 < training.train_fraction <= 1.0:
+    raise FlagError("--train_fraction=%g must be in (0, 1]; e.g. 0.1 trains on 10%% of the rows"
+                    % training.train_fraction)
+  if not 0.0 <= training.warmup_proportion < 1.0:
+    raise FlagError("--warmup_proportion=%g must be in [0, 1)" % training.warmup_proportion)
+  if modes.do_train and training.num_train_steps <= 0 and training.num_train_epochs <= 0:
+    raise FlagError("--num_train_epochs=%g must be > 0, or give --num_train_steps" %
+                    training.num_train_epochs)
+  if not modes.do_train:
+    for name in ("class_weights", "sample_weight_column", "identity_weights"):
+      if name in given:
+        raise FlagError("--%s weighs the training loss; it does nothing without --do_train"
+                        % name)
+
+
+def check_periodic_eval(training, modes):
+  """--eval_every_steps, --best_metric and --early_stopping_patience go together."""
+  if training.eval_every_steps < 0 or training.early_stopping_patience < 0:
+    raise FlagError("--eval_every_steps and --early_stopping_patience must be >= 0 (0: off)")
+  if training.eval_every_steps and not (modes.do_train and modes.do_eval):
+    raise FlagError("--eval_every_steps=%d evaluates the dev split during training: add "
+                    "--do_train and --do_eval" % training.eval_every_steps)
+  if training.best_metric and not training.eval_every_steps:
+    raise FlagError("--best_metric=%s picks the best of the evaluations during training: "
+                    "add --eval_every_steps (e.g. --eval_every_steps=%d)" % (
+                        training.best_metric, training.save_checkpoints_steps))
+  if training.early_stopping_patience and not training.best_metric:
+    raise FlagError("--early_stopping_patience=%d counts evaluations without improvement of "
+                    "a metric: add --best_metric (e.g. --best_metric=loss)"
+                    % training.early_stopping_patience)
+  if training.eval_every_steps and training.num_folds:
+    raise FlagError("--eval_every_steps cannot be combined with --num_folds: each fold's dev "
+                    "split is its held-out rows, so choosing its checkpoint by them would make "
+                    "the out-of-fold predictions optimistic. Drop one of them")
+
+
+def check_device(device, training, modes, output_dir):
+  """The tokenizer, the precision, and the device's own needs (GPUs, a TPU)."""
+  if device.use_fp16 and device.use_bf16:
+    raise FlagError("pass one of --use_fp16 (GPU) and --use_bf16 (TPU), not both")
+  if device.use_fp16 and training.gradient_accumulation_steps > 1:
+    raise FlagError("--use_fp16 cannot be combined with --gradient_accumulation_steps yet: "
+                    "drop one of them")
+  if device.num_gpus > 1 or device.num_gpus < 0:
+    distribution.check_gpu_replicas(device, training, modes.do_train)
+  if device.use_tpu:
+    distribution.check_tpu(device, training, modes, output_dir)
+    if device.use_fp16:
+      raise FlagError("--use_fp16 is for GPUs; on a TPU pass --use_bf16")
+    if device.use_xla:
+      raise FlagError("--use_xla is implied on a TPU (everything there is XLA); drop it")
+    if training.gradient_accumulation_steps > 1:
+      raise FlagError("--gradient_accumulation_steps cannot be used with --use_tpu: use a "
+                      "larger --train_batch_size spread over the TPU cores instead")
+    if device.dynamic_padding:
+      raise FlagError("--dynamic_padding cannot be used with --use_tpu: a TPU compiles one "
+                      "static shape, so batches stay padded to --max_seq_length there")
+
+
+def check_model_inputs(model):
+  """The tokenizer asked for, a sequence that can hold [CLS] and [SEP], and a starting
+  checkpoint that is one."""
+  if model.tokenizer == "fast" and not fast_tokenization.available():
+    raise FlagError("--tokenizer=fast needs the `tokenizers` package: pip install -r "
+                    "requirements.txt (or pass --tokenizer=python)")
+  if model.max_seq_length < 3:
+    raise FlagError("--max_seq_length=%d is too short: [CLS] text [SEP] needs at least 3"
+                    % model.max_seq_length)
+  if model.init_checkpoint and not tf.io.gfile.exists(model.init_checkpoint + ".index"):
+    raise FlagError("--init_checkpoint=%s: no file %s.index. Give the checkpoint prefix, e.g. "
+                    ".../bert_model.ckpt (not the .index or .data file)" %
+                    (model.init_checkpoint, model.init_checkpoint))
+
+
+def check_task_and_model(c, card=None):
+  """The task and the pre-trained model. card is the model card of --output_dir, whose
+  settings the configuration has taken (pipeline.card.settle); the vocabulary and the
+  BERT config then need no flags. Returns the BertConfig (None with a hub module without
+  config)."""
+  data, model = c.data, c.model
+  if not data.task_name:
+    raise FlagError("--task_name is required (or a model card in --output_dir)")
+  processor = processor_class(data.task_name)
+  if c.is_given("labels") and not processor.takes_class_list:
+    raise FlagError("--labels lists the classes of a csv task's label column; task %s has "
+                    "its own labels. Drop --labels" % processor.name)
+  if c.is_given("label_column") and not processor.takes_label_column:
+    raise FlagError("--label_column picks label columns of the csv and Jigsaw tasks; task %s "
+                    "reads its own. Drop --label_column" % processor.name)
+  for name in processor.required_options(needs_labels=c.modes.do_train or c.modes.do_eval):
+    if getattr(data, name) is None:
+      raise FlagError("--task_name=%s needs --%s (a column name, or a 0-based position "
+                      "with --nohas_header)" % (processor.name, name))
+  card_config = card and card["bert_config"]
+  if not model.bert_hub_module_handle:
+    for name in ("bert_config_file", "vocab_file"):
+      if not getattr(model, name) and not card_config:
+        raise FlagError("--%s is required (or give --bert_hub_module_handle)" % name)
+  config = None
+  if card_config and not model.bert_config_file:
+    config = BertConfig.from_dict(card_config)
+  if model.bert_config_file:
+    config = read_bert_config(model.bert_config_file)
+  config_source = model.bert_config_file or model_card.card_path(c.outputs.output_dir)
+  if config is not None and model.max_seq_length > config.max_position_embeddings:
+    raise FlagError("--max_seq_length=%d exceeds max_position_embeddings=%d in %s. Pass "
+                    "--max_seq_length=%d or less" % (
+                        model.max_seq_length, config.max_position_embeddings, config_source,
+                        config.max_position_embeddings))
+  if model.vocab_file and config is not None:
+    tokenization.check_vocab_matches_config(model.vocab_file, config.vocab_size,
+                                            config_source)
+  return config
+
+
+def read_bert_config(path):
+  """The BertConfig of --bert_config_file; FlagError when it is missing or no config."""
+  if not tf.io.gfile.exists(path):
+    raise FlagError("--bert_config_file=%s does not exist" % path)
+  try:
+    return BertConfig.from_json_file(path)
+  except BertConfigError as e:
+    raise FlagError("--bert_config_file=%s cannot be used: %s. Pass the bert_config.json "
+                    "that came with the checkpoint" % (path, e))

@@ -1,0 +1,156 @@
+"""Training on more than one device: the GPUs of one machine, the machines of a TF_CONFIG
+cluster, the hosts of a TPU pod slice. What each needs of the options, and what one task
+of a cluster does."""
+
+import os
+
+import tensorflow.compat.v1 as tf
+
+from data.tfrecord import shard_sizes
+from spec.errors import FlagError
+
+# Cores a TPU host feeds (v2-8, v3-8, and each host of a v2 or v3 pod slice).
+CORES_PER_TPU_HOST = 8
+
+
+def flags_not_written_for_replicas(device, training):
+  """[(flag, what of it)] of the flags set whose updates replicas cannot run yet."""
+  return [(name, what) for name, what, used in (
+      ("use_fp16", "its loss-scale update is", device.use_fp16),
+      ("gradient_accumulation_steps", "its accumulators are",
+       training.gradient_accumulation_steps > 1)) if used]
+
+
+def check_gpu_replicas(device, training, do_train):
+  """--num_gpus other than 0 or 1: MirroredStrategy over the GPUs of this machine."""
+  if device.num_gpus < 0:
+    raise FlagError("--num_gpus=%d must be 0 or more" % device.num_gpus)
+  if device.use_tpu:
+    raise FlagError("--num_gpus is for the GPUs of this machine; a TPU spreads each batch "
+                    "over --num_tpu_cores. Drop --num_gpus")
+  for name, what in flags_not_written_for_replicas(device, training):
+    raise FlagError("--%s cannot be combined with --num_gpus=%d yet (%s not written for "
+                    "replicas): drop one of them" % (name, device.num_gpus, what))
+  if training.train_batch_size % device.num_gpus:
+    raise FlagError("--train_batch_size=%d is the global batch: it must split evenly over "
+                    "--num_gpus=%d (each GPU takes an equal share)"
+                    % (training.train_batch_size, device.num_gpus))
+  if do_train:
+    gpus = len(tf.config.experimental.list_physical_devices("GPU"))
+    if gpus < device.num_gpus:
+      raise FlagError("--num_gpus=%d, but TensorFlow sees %d GPU%s on this machine (check "
+                      "CUDA_VISIBLE_DEVICES and that TensorFlow's GPU build is installed)"
+                      % (device.num_gpus, gpus, "" if gpus == 1 else "s"))
+
+
+def check_tpu(device, training, modes, output_dir):
+  """--use_tpu: an address, a bucket to write to, batches that split over the cores, and on
+  a pod slice what every host can do."""
+  if not (device.tpu_name or device.master):
+    raise FlagError("--use_tpu needs --tpu_name (or --master)")
+  if not output_dir.startswith("gs://"):
+    raise FlagError("--use_tpu needs --output_dir on Cloud Storage (gs://bucket/path): the TPU "
+                    "cannot write to this machine's disk")
+  for name in ("train_batch_size", "eval_batch_size", "predict_batch_size"):
+    if getattr(training, name) % device.num_tpu_cores:
+      raise FlagError("--%s=%d must be a multiple of --num_tpu_cores=%d (each core gets an "
+                      "equal share)" % (name, getattr(training, name), device.num_tpu_cores))
+  if device.num_tpu_cores > CORES_PER_TPU_HOST:
+    _check_pod(device, training, modes)
+
+
+def _check_pod(device, training, modes):
+  """A pod slice (more cores than one host has): each host reads its own record shards."""
+  hosts, remainder = divmod(device.num_tpu_cores, CORES_PER_TPU_HOST)
+  if remainder:
+    raise FlagError("--num_tpu_cores=%d: a pod slice has a multiple of %d cores (v3-32 has "
+                    "32)" % (device.num_tpu_cores, CORES_PER_TPU_HOST))
+  if modes.do_train and device.num_record_shards % hosts:
+    raise FlagError("--num_tpu_cores=%d is %d hosts, and each host reads record shards of "
+                    "its own, as many as every other host: pass --num_record_shards=%d (or a "
+                    "multiple of it)" % (device.num_tpu_cores, hosts, hosts))
+  if training.num_folds:
+    raise FlagError("--num_folds on a pod slice would evaluate and predict each held-out "
+                    "fold on every host: cross-validate on one TPU host (--num_tpu_cores=8)")
+  for mode in ("do_eval", "do_predict"):
+    if getattr(modes, mode):
+      raise FlagError("--%s on a pod slice (--num_tpu_cores=%d) would read the dev or test "
+                      "file on every host: train on the pod, then run --%s from the same "
+                      "--output_dir on one TPU host (--num_tpu_cores=8), a GPU or the CPU"
+                      % (mode, device.num_tpu_cores, mode))
+
+
+def tpu_hosts(device):
+  """The TPU hosts that feed a run (1 off a TPU)."""
+  return max(1, device.num_tpu_cores // CORES_PER_TPU_HOST) if device.use_tpu else 1
+
+
+def input_pipelines(device, cluster):
+  """How many input pipelines feed each training step: one per machine of a cluster or per
+  TPU host, else one."""
+  return cluster.num_workers if cluster is not None else tpu_hosts(device)
+
+
+def check_every_pipeline_has_rows(num_examples, num_record_shards, pipelines):
+  """Each machine or TPU host reads every pipelines-th record shard; an input pipeline
+  without a row would end while the others wait for it."""
+  if pipelines == 1:
+    return
+  sizes = shard_sizes(num_examples, num_record_shards)
+  for pipeline in range(pipelines):
+    if not sum(sizes[pipeline::pipelines]):
+      raise FlagError("%d training rows in --num_record_shards=%d shards leave the input "
+                      "pipeline of machine or TPU host %d of %d without a row: pass fewer "
+                      "shards" % (num_examples, num_record_shards, pipeline, pipelines))
+
+
+def check_cluster(c, cluster):
+  """The options of one task of a multi-worker run (the same on every task)."""
+  if not c.modes.do_train:
+    raise FlagError("TF_CONFIG sets up a cluster for training: add --do_train, or unset "
+                    "TF_CONFIG to evaluate or predict on this machine alone")
+  device, training = c.device, c.training
+  for name, why, used in (
+      [("use_tpu", "a TPU pod spreads training over its own hosts", device.use_tpu),
+       ("num_gpus", "each machine of the cluster trains on all the GPUs it sees (choose them "
+                    "with CUDA_VISIBLE_DEVICES)", device.num_gpus)] +
+      [(name, what + " not written for replicas", True)
+       for name, what in flags_not_written_for_replicas(device, training)] +
+      [("eval_every_steps", "add an \"evaluator\" task to TF_CONFIG: it evaluates every "
+                            "checkpoint the chief saves", training.eval_every_steps),
+       ("num_folds", "cross-validate without TF_CONFIG, on one machine", training.num_folds)]):
+    if used:
+      raise FlagError("--%s cannot be used with TF_CONFIG's cluster (%s): drop it" % (
+          name, why))
+  if cluster.is_evaluator and not c.modes.do_eval:
+    raise FlagError("TF_CONFIG makes this task the evaluator, which evaluates the dev split: "
+                    "add --do_eval")
+  if training.train_batch_size % cluster.num_workers:
+    raise FlagError("--train_batch_size=%d is the global batch: it must split evenly over "
+                    "TF_CONFIG's %d training tasks" % (training.train_batch_size,
+                                                       cluster.num_workers))
+  if device.num_record_shards % cluster.num_workers:
+    raise FlagError("--num_record_shards=%d: each of TF_CONFIG's %d training tasks reads "
+                    "shards of its own, as many as every other task; pass "
+                    "--num_record_shards=%d (or a multiple of it)" % (
+                        device.num_record_shards, cluster.num_workers, cluster.num_workers))
+
+
+def for_this_task(c, cluster):
+  """What one task of a multi-worker run does: the chief everything asked for; a worker
+  only trains, and the evaluator only evaluates (it reads the train split for the number
+  of steps). Tasks other than the chief write their records apart from the chief's."""
+  if cluster is None or cluster.is_chief:
+    return c
+  cache_dir = os.path.join(c.outputs.features_dir(),
+                           "%s_%d" % (cluster.task_type, cluster.task_index))
+  return c.replace(do_eval=cluster.is_evaluator, do_predict=False, do_export=False,
+                   cache_dir=cache_dir)
+
+
+def remove_worker_scratch(output_dir, cluster):
+  """TensorFlow has a worker save its own copy of every checkpoint in the chief's
+  output_dir: scratch, which no restart reads."""
+  scratch = os.path.join(output_dir, "tmp_%s_%d" % (cluster.task_type, cluster.task_index))
+  if tf.io.gfile.exists(scratch):
+    tf.io.gfile.rmtree(scratch)

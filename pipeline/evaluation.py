@@ -1,0 +1,168 @@
+"""Evaluation and prediction of one model: which checkpoint holds its head, the dev
+split's metrics, and the head's outputs for every row in input order."""
+
+import collections
+import logging
+import math
+import os
+
+import tensorflow.compat.v1 as tf
+
+from modeling.checkpoint import checkpoint_global_step, head_shape
+from modeling.metrics import metric_names
+from pipeline import eval_history
+from pipeline.outputs import write_eval_results, write_test_results
+from spec.errors import FlagError
+
+log = logging.getLogger(__name__)
+
+# Eval results that are no metric to choose a checkpoint by.
+NOT_METRICS = ("checkpoint", "global_step", "num_examples", "majority_baseline_accuracy")
+
+
+class Evaluator(object):
+  """Evaluates and predicts splits (pipeline.splits.Split) of one model with its
+  estimator, writing into output_dir. task (pipeline.tasks) adds its own report to an
+  evaluation; init_checkpoint is what the model_fn initialises from (a checkpoint named
+  so is not restored again)."""
+
+  def __init__(self, estimator, task, output_dir, eval_batch_size, init_checkpoint=None):
+    self.estimator = estimator
+    self.task = task
+    self.label_spec = task.processor.label_spec
+    self.output_dir = output_dir
+    self.eval_batch_size = eval_batch_size
+    self.init_checkpoint = init_checkpoint
+
+  def restore_path(self, checkpoint):
+    """What the Estimator restores: a checkpoint of --output_dir (or its best/) by path;
+    None for the initialisation from --init_checkpoint (a fine-tuned head there, or none
+    at all), which the model_fn does."""
+    return checkpoint if checkpoint and checkpoint != self.init_checkpoint else None
+
+  def evaluate(self, split, checkpoint, outputs=None, name=None):
+    """The dev split's metrics into eval_results. outputs, when the caller has predicted
+    the split already (folds), spare the task's report a second pass. name puts the
+    TensorBoard events in <output_dir>/eval_<name> (the best checkpoint's, which would
+    otherwise sit out of order among the evaluations during training)."""
+    examples, meta = split.examples, split.metadata
+    steps = meta["num_records"] // self.eval_batch_size
+    log.info("evaluating %d examples (+%d padding) in %d batches with %s", len(examples),
+             meta["num_padding"], steps, describe_checkpoint(checkpoint))
+    raw = self.estimator.evaluate(input_fn=split.input_fn(), steps=steps, name=name,
+                                  checkpoint_path=self.restore_path(checkpoint))
+    results = {k: _plain(v) for k, v in raw.items()}
+    # Estimator's own "loss" averages per-batch means, so a part-padded last batch would
+    # weigh too much; eval_loss is the exact mean over real examples.
+    results["loss"] = results.pop("eval_loss")
+    results["num_examples"] = int(round(results["num_examples"]))
+    if results["num_examples"] != len(examples):
+      raise RuntimeError("eval counted %d examples but the dev file has %d" %
+                         (results["num_examples"], len(examples)))
+    for key in sorted(k for k, v in results.items() if isinstance(v, float) and math.isnan(v)):
+      log.warning("eval %s is undefined on this dev set (e.g. an AUC of a column with no "
+                  "positive or no negative row); recorded as null", key)
+      results[key] = None
+    if self.label_spec.kind == "classification":
+      results["majority_baseline_accuracy"] = majority_accuracy(examples)
+    if self.task.reports_on(examples):
+      if outputs is None:
+        outputs = self.predict_outputs(split, checkpoint)
+      results.update(self.task.evaluation_report(examples, outputs, self.output_dir))
+    results["checkpoint"] = checkpoint
+    write_eval_results(self.output_dir, results)
+    return results
+
+  def predict(self, split, checkpoint):
+    """test_results.tsv of the test split. Returns (its path, the outputs)."""
+    log.info("predicting %d examples (+%d padding) with %s", len(split.examples),
+             split.metadata["num_padding"], describe_checkpoint(checkpoint))
+    outputs = self.predict_outputs(split, checkpoint)
+    path = write_test_results(self.output_dir, self.task.processor, split.examples, outputs,
+                              {"checkpoint": checkpoint,
+                               "global_step": checkpoint and checkpoint_global_step(checkpoint)})
+    return path, outputs
+
+  def predict_outputs(self, split, checkpoint):
+    """The head's outputs (a list of floats) for every example of a split, in input order;
+    padding rows are dropped, and a row lost or predicted twice is an error."""
+    rows = {}
+    for prediction in self.estimator.predict(input_fn=split.input_fn(),
+                                             yield_single_examples=True,
+                                             checkpoint_path=self.restore_path(checkpoint)):
+      if not prediction["is_real_example"]:
+        continue
+      example_id = int(prediction["example_id"])
+      if example_id in rows:
+        raise RuntimeError("example %d was predicted twice" % example_id)
+      rows[example_id] = prediction["outputs"].tolist()
+    if sorted(rows) != list(range(len(split.examples))):
+      raise RuntimeError("predicted %d rows for %d examples: rows were lost" %
+                         (len(rows), len(split.examples)))
+    return [rows[i] for i in range(len(split.examples))]
+
+
+def metric_names_of(task, dev_examples):
+  """The metrics an evaluation of this run reports (as in eval_results.json)."""
+  names = {"loss" if n == "eval_loss" else n for n in metric_names(task.processor.label_spec)}
+  names.update(task.report_metric_names(dev_examples))
+  return sorted(names - set(NOT_METRICS))
+
+
+def head_checkpoint(output_dir, init_checkpoint, allow_untrained_head, mode, label_spec):
+  """The checkpoint that eval and predict take the classifier head from, checked.
+
+  That is the best checkpoint kept in --output_dir, else its newest, else
+  --init_checkpoint when it holds a fine-tuned head. A head in no checkpoint has never
+  been trained, and its predictions would be random: refused unless
+  allow_untrained_head. A head with another number of outputs belongs to another task:
+  refused.
+  """
+  kept = eval_history.read_best(output_dir)
+  if kept and tf.io.gfile.exists(kept["checkpoint"] + ".index"):
+    source = kept["checkpoint"]
+    log.info("%s keeps the best checkpoint by %s (%s at step %d): using it", os.path.dirname(
+        source), kept["metric"], format_metric(kept["value"]), kept["step"])
+  else:
+    source = tf.train.latest_checkpoint(output_dir) or init_checkpoint
+  shape = head_shape(source) if source else None
+  if shape is None:
+    if allow_untrained_head:
+      log.warning("--allow_untrained_head: the classifier head starts from random values, so "
+                  "predictions are random")
+      return None
+    raise FlagError(
+        "refusing to %s with an untrained classifier head: %s holds no fine-tuned model, and "
+        "%s. Fine-tune first (add --do_train, which saves the model in --output_dir), or point "
+        "--output_dir at a fine-tuned model's folder or --init_checkpoint at a fine-tuned "
+        "checkpoint. --allow_untrained_head runs anyway, with random predictions" % (
+            mode, output_dir,
+            "--init_checkpoint=%s is a pre-trained encoder without a head" % init_checkpoint
+            if init_checkpoint else "no --init_checkpoint was given"))
+  if shape[0] != label_spec.num_outputs:
+    raise FlagError("the classifier head in %s has %d outputs, but this run has %d (%s): the "
+                    "checkpoint was trained for another task or label set. Use the labels it "
+                    "was trained with, or another --output_dir" % (
+                        source, shape[0], label_spec.num_outputs, label_spec.describe()))
+  return source
+
+
+def describe_checkpoint(path):
+  """'<path> (global step N)', for the log."""
+  if path is None:
+    return "no checkpoint (random head)"
+  step = checkpoint_global_step(path)
+  return "%s (global step %s)" % (path, step if step is not None else "unknown")
+
+
+def format_metric(value):
+  return "%.4f" % value if isinstance(value, float) else str(value)
+
+
+def majority_accuracy(examples):
+  counts = collections.Counter(e.label for e in examples if e.label is not None)
+  return counts.most_common(1)[0][1] / float(sum(counts.values())) if counts else 0.0
+
+
+def _plain(value):
+  return value.item() if hasattr(value, "item") else value

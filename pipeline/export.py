@@ -1,0 +1,67 @@
+"""The SavedModel of a fine-tuned model, and predicting a file from such an export alone
+(--saved_model)."""
+
+import logging
+import os
+import time
+
+import tensorflow.compat.v1 as tf
+
+from modeling import export
+from pipeline import build, card, evaluation, machine
+from pipeline.outputs import ModelRun, write_test_results
+from pipeline.progress import format_seconds
+from serving.predictor import ExportNotFound, Predictor
+from spec import model_card, signature
+from spec.errors import FlagError
+
+log = logging.getLogger(__name__)
+
+
+def export_model(c, bert_config, label_spec, checkpoint, export_card, vocab_file):
+  """The SavedModel of checkpoint, built on this machine's CPU (also after a TPU run), into
+  --export_dir or a new version folder under <output_dir>/export, with the card and the
+  vocabulary as assets. Returns its path."""
+  outputs = c.outputs
+  export_dir = outputs.export_dir or export.versioned_export_dir(
+      os.path.join(outputs.output_dir, "export"))
+  model_fn = build.model_fn_of(c, bert_config, label_spec, serving=True)
+  with tf.io.gfile.GFile(vocab_file, "r") as f:  # a hub module's may be in a bucket
+    vocab = f.read()
+  export.export_saved_model(
+      model_fn, checkpoint, export_dir, signature.output_name(label_spec),
+      {signature.CARD_ASSET: model_card.to_json(export_card), signature.VOCAB_ASSET: vocab})
+  log.info("exported %s to %s: predict from it alone with --saved_model=%s, or load it in "
+           "Python with serving.predictor.Predictor",
+           evaluation.describe_checkpoint(checkpoint), export_dir, export_dir)
+  return export_dir
+
+
+def predict_with_export(c):
+  """--saved_model: the predict file's rows scored by an export alone, into
+  test_results.tsv in --output_dir. The export's model card gives the task, the file
+  layout, the labels and the tokenisation; flags that contradict it are refused."""
+  machine.prepare()
+  model = c.model
+  try:
+    predictor = Predictor(model.saved_model, tokenizer=model.tokenizer,
+                          batch_size=c.training.predict_batch_size)
+  except (ExportNotFound, model_card.CardError) as e:
+    raise FlagError("--saved_model=%s: %s" % (model.saved_model, e))
+  with predictor:
+    where = os.path.join(predictor.export_dir, "assets", signature.CARD_ASSET)
+    c = card.apply_model_card(c, dict(predictor.card, hub_module=None), where)
+    build.truncation_of(c.model)
+    processor = build.make_processor(c)
+    card.check_matches_task(predictor.card, processor, where)
+    examples = processor.get_examples("test")
+    tf.io.gfile.makedirs(c.outputs.output_dir)
+    log.info("predicting %d rows of %s with the export %s", len(examples),
+             processor.file_for("test"), predictor.export_dir)
+    start = time.time()
+    outputs = predictor.predict_outputs(examples)
+    log.info("predicted %d rows in %s", len(examples), format_seconds(time.time() - start))
+    return ModelRun(predictions=write_test_results(
+        c.outputs.output_dir, processor, examples, outputs,
+        {"saved_model": predictor.export_dir}))
+

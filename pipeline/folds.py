@@ -1,0 +1,152 @@
+"""k-fold cross-validation: one model per fold, each trained on the other folds' rows and
+evaluated and predicted on its own; then the out-of-fold predictions of every train row,
+the folds' metrics, and the folds' mean predictions of the test file."""
+
+import json
+import logging
+import os
+
+import tensorflow.compat.v1 as tf
+
+from data import folds as folds_lib
+from pipeline.build import make_processor
+from pipeline.outputs import FoldsRun, write_fold_predictions, write_test_results
+from spec.errors import FlagError
+
+log = logging.getLogger(__name__)
+
+
+class FoldPlan(object):
+  """Fold `index` of `num_folds`; assignment[i] is train row i's fold."""
+
+  def __init__(self, num_folds, index, assignment):
+    self.num_folds = num_folds
+    self.index = index
+    self.assignment = assignment
+
+  def split(self, examples):
+    """(the other folds' examples, this fold's), each in file order."""
+    if len(examples) != len(self.assignment):
+      raise RuntimeError("the train file has %d rows but the folds were assigned for %d"
+                         % (len(examples), len(self.assignment)))
+    own = [e for e, a in zip(examples, self.assignment) if a == self.index]
+    return [e for e, a in zip(examples, self.assignment) if a != self.index], own
+
+
+def fold_strata(examples, label_spec):
+  """What the folds are stratified by: the class; for 0/1 or fractional columns whether
+  the first is >= 0.5; for numbers the quintile of the first."""
+  if label_spec.kind == "classification":
+    return [e.label for e in examples]
+  if label_spec.kind == "regression":
+    return folds_lib.quantile_bins([e.label[0] for e in examples])
+  return [e.label[0] >= 0.5 for e in examples]
+
+
+def check_folds(c):
+  training = c.training
+  if not c.modes.do_train:
+    raise FlagError("--num_folds=%d trains one model per fold: add --do_train"
+                    % training.num_folds)
+  if training.num_folds < 2:
+    raise FlagError("--num_folds=%d: k-fold needs at least 2 folds" % training.num_folds)
+  if not -1 <= training.fold < training.num_folds:
+    raise FlagError("--fold=%d is not a fold of --num_folds=%d: give 0 to %d, or -1 for all"
+                    % (training.fold, training.num_folds, training.num_folds - 1))
+
+
+def fold_config(c, i):
+  """The configuration of fold i: its own folders under --output_dir (and --cache_dir,
+  --export_dir), evaluated on its held-out rows."""
+  outputs = c.outputs
+  return c.replace(
+      output_dir=os.path.join(outputs.output_dir, "fold_%d" % i), do_eval=True,
+      cache_dir=os.path.join(outputs.cache_dir, "fold_%d" % i) if outputs.cache_dir else None,
+      export_dir=os.path.join(outputs.export_dir, "fold_%d" % i) if outputs.export_dir else None)
+
+
+def run_folds(c, run_model):
+  """Runs run_model(config, fold_plan) for each fold asked for, in <output_dir>/fold_<i>.
+  With every fold run, oof_predictions.tsv holds an out-of-fold prediction for every train
+  row (in file order) and folds_summary.json the mean and std of each metric over the
+  folds; with --do_predict, test_results.tsv is the folds' mean. A single fold (--fold)
+  writes only into its own folder. Returns a FoldsRun."""
+  check_folds(c)
+  num_folds, output_dir = c.training.num_folds, c.outputs.output_dir
+  processor = make_processor(c)
+  examples = processor.get_examples("train")
+  assignment = folds_lib.assign_folds(fold_strata(examples, processor.label_spec), num_folds,
+                                      c.training.seed)
+  chosen = list(range(num_folds)) if c.training.fold == -1 else [c.training.fold]
+  runs = {}
+  for i in chosen:
+    log.info("fold %d of %d (0-based): training on %d rows, evaluating on %d", i, num_folds,
+             len(examples) - assignment.count(i), assignment.count(i))
+    runs[i] = run_model(fold_config(c, i), FoldPlan(num_folds, i, assignment))
+  result = FoldsRun(folds={i: run.eval for i, run in runs.items()})
+  if len(chosen) < num_folds:
+    # One fold of several, perhaps on one of several machines writing to the same
+    # --output_dir: its results stay in its own fold_<i> folder, and nothing is written
+    # beside the other folds'.
+    return result
+  result.summary = fold_summary(result.folds, num_folds, c.training.seed,
+                                [assignment.count(i) for i in range(num_folds)])
+  with tf.io.gfile.GFile(os.path.join(output_dir, "folds_summary.json"), "w") as out:
+    json.dump(result.summary, out, indent=2, sort_keys=True)
+  for name, figures in sorted(result.summary["metrics"].items()):
+    log.info("  %d-fold %s = %.4f +- %.4f", num_folds, name, figures["mean"], figures["std"])
+  by_row = {}
+  for i in chosen:
+    rows = [r for r, a in enumerate(assignment) if a == i]
+    by_row.update(zip(rows, runs[i].oof))
+  result.oof_predictions = os.path.join(output_dir, "oof_predictions.tsv")
+  write_fold_predictions(result.oof_predictions, examples, assignment,
+                         [by_row[r] for r in range(len(examples))], processor.label_spec)
+  log.info("wrote out-of-fold predictions for all %d train rows to %s", len(examples),
+           result.oof_predictions)
+  if c.modes.do_predict:
+    result.predictions = write_fold_mean_predictions(output_dir, processor,
+                                                     [runs[i] for i in chosen])
+  return result
+
+
+def write_held_out_predictions(output_dir, examples, fold, outputs, label_spec):
+  """A fold's oof_predictions.tsv in its own folder: its held-out rows' predictions."""
+  write_fold_predictions(os.path.join(output_dir, "oof_predictions.tsv"), examples,
+                         [fold.index] * len(examples), outputs, label_spec)
+
+
+def write_fold_mean_predictions(output_dir, processor, runs):
+  """test_results.tsv in output_dir from every fold's model: each test row's outputs
+  (probabilities, or values for regression) averaged over the folds, the usual k-fold
+  ensemble; the predicted class is that of the highest mean probability."""
+  per_fold = [run.test_outputs for run in runs]
+  mean = [[sum(values) / len(per_fold) for values in zip(*rows)] for rows in zip(*per_fold)]
+  path = write_test_results(output_dir, processor, runs[0].test_examples, mean, {
+      "combined": "the mean of the %d folds' outputs" % len(runs),
+      "checkpoints": [run.checkpoint for run in runs]})
+  log.info("test_results.tsv averages the %d folds' predictions; each fold's own are in "
+           "its fold_<i> folder", len(runs))
+  return path
+
+
+def fold_summary(evals, num_folds, seed, sizes):
+  """The folds' metrics: each numeric one's mean and sample std over the folds run, and
+  its value per fold (a metric undefined on some fold is averaged over the others, and
+  the folds it lacks are listed)."""
+  names = sorted(set(k for e in evals.values() for k, v in e.items()
+                     if isinstance(v, (int, float)) and not isinstance(v, bool)
+                     and k not in ("global_step", "num_examples")) |
+                 set(k for e in evals.values() for k, v in e.items() if v is None))
+  metrics = {}
+  for name in names:
+    values = {i: e.get(name) for i, e in evals.items()}
+    defined = [v for v in values.values() if v is not None]
+    if not defined:
+      continue
+    mean, std = folds_lib.mean_and_std(defined)
+    metrics[name] = {"mean": mean, "std": std, "per_fold": {str(i): v for i, v in
+                                                             sorted(values.items())},
+                     "undefined_on_folds": [i for i, v in sorted(values.items()) if v is None]}
+  return {"num_folds": num_folds, "folds_run": sorted(evals), "seed": seed,
+          "fold_sizes": sizes, "metrics": metrics}

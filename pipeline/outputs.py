@@ -1,0 +1,169 @@
+"""The files a run writes into --output_dir (a local folder or a bucket): the eval
+results, the predictions, report files and the run summary; and what a run returns."""
+
+import dataclasses
+import json
+import logging
+import os
+import platform
+import time
+from typing import Any, Dict, List, Optional
+
+import tensorflow.compat.v1 as tf
+
+from modeling.checkpoint import checkpoint_global_step
+from pipeline.machine import describe_device
+from pipeline.progress import format_seconds
+
+log = logging.getLogger(__name__)
+
+RUN_SUMMARY = "run_summary.json"
+
+
+@dataclasses.dataclass
+class ModelRun(object):
+  """What one model's run produced (None: not asked for, or not this task's part)."""
+  eval: Optional[Dict[str, Any]] = None  # the eval results, as in eval_results.json
+  predictions: Optional[str] = None  # test_results.tsv
+  test_outputs: Optional[List[List[float]]] = None  # the head's outputs per test row
+  test_examples: Optional[list] = None
+  checkpoint: Optional[str] = None  # the checkpoint that eval, predict and export used
+  export: Optional[str] = None  # the SavedModel's folder
+  summary: Optional[str] = None  # run_summary.json
+  train_progress: List[tuple] = dataclasses.field(default_factory=list)  # (step, loss, ex/s)
+  train_losses: List[tuple] = dataclasses.field(default_factory=list)  # (step, loss)
+  oof: Optional[List[List[float]]] = None  # a fold's outputs on its held-out rows
+  evaluated_to_step: Optional[int] = None  # a cluster's evaluator: the last step it evaluated
+
+
+@dataclasses.dataclass
+class FoldsRun(object):
+  """What k-fold cross-validation produced."""
+  folds: Dict[int, Dict[str, Any]]  # each fold's eval results
+  summary: Optional[Dict[str, Any]] = None  # folds_summary.json's content
+  oof_predictions: Optional[str] = None  # oof_predictions.tsv
+  predictions: Optional[str] = None  # test_results.tsv, the folds' mean
+
+
+class timed(object):
+  """with timed(seconds, "phase"): records the block's wall time in seconds["phase"]."""
+
+  def __init__(self, seconds, phase):
+    self.seconds, self.phase = seconds, phase
+
+  def __enter__(self):
+    self.start = time.time()
+
+  def __exit__(self, *exc):
+    self.seconds[self.phase] = time.time() - self.start
+
+
+def write_files(output_dir, files):
+  """Writes [(name, bytes)] into output_dir. Returns their paths."""
+  paths = []
+  for name, content in files:
+    paths.append(os.path.join(output_dir, name))
+    with tf.io.gfile.GFile(paths[-1], "wb") as out:
+      out.write(content)
+  return paths
+
+
+def write_eval_results(output_dir, results):
+  """eval_results.txt (key = value lines) and eval_results.json; each result logged."""
+  with tf.io.gfile.GFile(os.path.join(output_dir, "eval_results.txt"), "w") as out:
+    for key in sorted(results):
+      out.write("%s = %s\n" % (key, results[key]))
+  with tf.io.gfile.GFile(os.path.join(output_dir, "eval_results.json"), "w") as out:
+    json.dump(results, out, indent=2, sort_keys=True)
+  for key in sorted(results):
+    log.info("  eval %s = %s", key, results[key])
+
+
+def write_test_results(output_dir, processor, examples, outputs, model):
+  """test_results.tsv (one line per predict row) and test_results.json (what predicted
+  them: model, e.g. the checkpoint and its step). Returns the .tsv's path."""
+  path = os.path.join(output_dir, "test_results.tsv")
+  write_predictions(path, examples, outputs, processor.label_spec)
+  with tf.io.gfile.GFile(os.path.join(output_dir, "test_results.json"), "w") as out:
+    json.dump(dict(model, predict_file=processor.file_for("test"), rows=len(examples),
+                   labels=processor.label_spec.classes,
+                   label_spec=processor.label_spec.to_card()), out, indent=2, sort_keys=True)
+  log.info("wrote %d predictions to %s", len(examples), path)
+  return path
+
+
+def write_predictions(path, examples, outputs, label_spec):
+  """One line per input row, in input order: id, the label spec's prediction columns
+  (e.g. per-class probabilities and the predicted class), then carried-through columns."""
+  extras = sorted(set(k for e in examples for k in e.extras))
+  header = ["id"] + label_spec.prediction_header()
+  with tf.io.gfile.GFile(path, "w") as out:
+    out.write("\t".join(header + extras) + "\n")
+    for example, values in zip(examples, outputs):
+      line = ([one_line(example.guid)] + label_spec.prediction_cells(values) +
+              [one_line(example.extras.get(k, "")) for k in extras])
+      out.write("\t".join(line) + "\n")
+
+
+def write_fold_predictions(path, examples, fold_of, outputs, label_spec):
+  """Out-of-fold predictions: id, fold, the head's prediction columns, one line per row."""
+  with tf.io.gfile.GFile(path, "w") as out:
+    out.write("\t".join(["id", "fold"] + label_spec.prediction_header()) + "\n")
+    for example, fold, values in zip(examples, fold_of, outputs):
+      out.write("\t".join([one_line(example.guid), str(fold)] +
+                          label_spec.prediction_cells(values)) + "\n")
+
+
+def one_line(text):
+  return str(text).replace("\t", " ").replace("\n", " ")
+
+
+def write_run_summary(c, started, seconds, progress, bert_config, results, cluster=None):
+  """run_summary.json in --output_dir: the wall times (start-up and steady training
+  apart), examples/sec, the device, the runtime versions and every option, so that runs
+  of one command on several machines compare row by row (tools/run_table.py). (A task of
+  a cluster trains on every GPU its machine has; otherwise --num_gpus says how many.)"""
+  import numpy
+  device, output_dir = c.device, c.outputs.output_dir
+  summary = {
+      "format": "bert-text-classifier-run-summary", "version": 1,
+      "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+      "total_seconds": time.time() - started,
+      "seconds": seconds, "training": training_figures(progress, seconds, output_dir),
+      "device": describe_device(device.use_tpu, device.tpu_name, device.master,
+                                device.num_tpu_cores,
+                                None if cluster is not None else device.num_gpus),
+      "versions": {"python": platform.python_version(), "tensorflow": tf.__version__,
+                   "numpy": numpy.__version__, "platform": platform.platform()},
+      "model": ("hub module %s" % c.model.bert_hub_module_handle
+                if c.model.bert_hub_module_handle else
+                "BERT L=%d H=%d A=%d" % (bert_config.num_hidden_layers, bert_config.hidden_size,
+                                         bert_config.num_attention_heads)),
+      "results": results, "flags": c.as_dict(), "given_flags": sorted(c.given),
+  }
+  path = os.path.join(output_dir, RUN_SUMMARY)
+  with tf.io.gfile.GFile(path, "w") as out:
+    json.dump(summary, out, indent=2, sort_keys=True, default=str)
+  log.info("run summary in %s: %s", path, ", ".join(
+      "%s %s" % (phase, format_seconds(s)) for phase, s in sorted(seconds.items())))
+  return path
+
+
+def training_figures(progress, seconds, output_dir):
+  """The summary's training figures from the progress hook (None when nothing trained)."""
+  if progress is None:
+    return None
+  measured_steps, measured_seconds = progress.measured()
+  return {
+      "steps": progress.total_steps, "batch_size": progress.batch_size,
+      "global_step": checkpoint_global_step(tf.train.latest_checkpoint(output_dir)),
+      "wall_seconds": seconds["training"],
+      # train() to the end of its first step; on a TPU its first loop.
+      "startup_seconds": progress.startups[0] if progress.startups else seconds["training"],
+      # Evaluation during training calls train() again after each evaluation, and each
+      # call builds its graph and restores the checkpoint anew.
+      "restarts": max(0, len(progress.startups) - 1),
+      "restart_seconds": sum(progress.startups[1:]),
+      "examples_per_second": progress.steady_examples_per_second(),
+      "measured_seconds": measured_seconds if measured_steps else None,
+      "measured_steps": measured_steps}

@@ -1,0 +1,169 @@
+"""Every split the modes need, read, checked and featurised before the first training step:
+processor -> InputExamples -> InputFeatures -> TFRecords, and the input_fn that reads them
+back. A bad eval or predict file stops the run in seconds, not after training."""
+
+import logging
+import math
+import os
+import random
+
+from data import tokenization
+from data import weights as weights_lib
+from data.input_fn import input_fn_builder
+from data.tfrecord import build_records, file_sha256
+from pipeline.build import truncation_of
+from spec.errors import FlagError
+
+log = logging.getLogger(__name__)
+
+
+class Split(object):
+  """One split, read, validated and featurised: its examples, its record files and their
+  metadata, and how its records are read (input_fn)."""
+
+  def __init__(self, examples, metadata, reading):
+    self.examples = examples
+    self.metadata = metadata
+    self.record_files = metadata["files"]
+    self._reading = reading  # input_fn_builder's max_seq_length, label_spec, seed, padding
+
+  def input_fn(self, is_training=False, skip_examples=0):
+    """The input_fn of the split's records (training: shuffled, repeated, skipping the
+    examples a resumed run's steps have used)."""
+    return input_fn_builder(self.record_files, is_training=is_training,
+                            weighted=self.metadata["weighted"], skip_examples=skip_examples,
+                            **self._reading)
+
+
+def prepare_splits(c, task, tokenizer, vocab_file, fold=None):
+  """{split: Split} for every split the modes need. With fold (a pipeline.folds.FoldPlan)
+  the train file's rows of the other folds are the train split and its own fold's rows the
+  dev split."""
+  processor = task.processor
+  training = c.training
+  featurise = Featuriser(c, processor, tokenizer, vocab_file)
+  splits = {}
+  if fold is not None:
+    all_train, held_out = fold.split(processor.get_examples("train"))
+    splits["dev"] = featurise("dev", held_out, _lcm(training.eval_batch_size,
+                                                    training.predict_batch_size), fold=fold)
+  if c.modes.do_train:
+    if fold is None:
+      all_train = processor.get_examples("train")
+    examples = take_fraction(all_train, training.train_fraction, training.seed)
+    if len(examples) != len(all_train):
+      log.info("--train_fraction=%g: training on %d of %d rows", training.train_fraction,
+               len(examples), len(all_train))
+    weights = training_weights(training, task, examples)
+    examples, weights = in_training_order(examples, weights, training.seed)
+    splits["train"] = featurise("train", examples, 0, weights, fold=fold)
+  # A task whose evaluation also predicts the dev split pads its records for both sizes.
+  dev_multiple = (_lcm(training.eval_batch_size, training.predict_batch_size)
+                  if task.evaluation_predicts else training.eval_batch_size)
+  for split, wanted, multiple in (("dev", c.modes.do_eval, dev_multiple),
+                                  ("test", c.modes.do_predict, training.predict_batch_size)):
+    if wanted and split not in splits:
+      splits[split] = featurise(split, processor.get_examples(split), multiple)
+  return splits
+
+
+class Featuriser(object):
+  """Writes (or reuses) a split's TFRecords in the cache (--cache_dir, else
+  <output_dir>/features): featuriser(split, examples, pad_to_multiple, weights, fold) is
+  its Split. With fold, the train and dev splits both come from the train file."""
+
+  def __init__(self, c, processor, tokenizer, vocab_file):
+    self.processor, self.tokenizer = processor, tokenizer
+    self.data, self.model, self.training, self.device = c.data, c.model, c.training, c.device
+    self.cache_dir = c.outputs.features_dir()
+    self.vocab_sha256 = tokenization.vocab_fingerprint(vocab_file)
+    self.reading = dict(max_seq_length=c.model.max_seq_length,
+                        label_spec=processor.label_spec, seed=c.training.seed,
+                        dynamic_padding=c.device.dynamic_padding)
+
+  def __call__(self, split, examples, pad_to_multiple, weights=None, fold=None):
+    record_path = os.path.join(self.cache_dir, "%s.tf_record" % split)
+    metadata = build_records(examples, record_path, self.settings(split, fold),
+                             self.tokenizer, pad_to_multiple,
+                             num_shards=self.device.num_record_shards,
+                             num_workers=self.device.featurise_workers, weights=weights)
+    return Split(examples, metadata, self.reading)
+
+  def settings(self, split, fold):
+    """Everything that shapes a split's records: what a cached copy must match."""
+    processor, data = self.processor, self.data
+    source = processor.file_for("train" if fold is not None else split)
+    settings = {
+        "task": processor.name, "split": split, "source_file": source,
+        "source_sha256": file_sha256(source), "label_spec": processor.label_spec.to_card(),
+        "truncation": truncation_of(self.model).as_dict(),
+        "max_seq_length": self.model.max_seq_length, "vocab_sha256": self.vocab_sha256,
+        "do_lower_case": self.tokenizer.do_lower_case,
+        # (the label columns are the label spec's)
+        "columns": [data.text_column, data.text_b_column, data.id_column,
+                    processor.has_header_for(split), data.delimiter, data.quoting,
+                    data.skip_malformed_rows],
+        "read": processor.accounts.get(split),  # lines, records, rows skipped by cause
+    }
+    if split == "train":
+      settings.update(train_fraction=self.training.train_fraction, seed=self.training.seed,
+                      order="in_training_order(seed)")
+    if fold is not None:
+      settings.update(fold=fold.index, num_folds=fold.num_folds, fold_seed=self.training.seed)
+    return settings
+
+
+def take_fraction(examples, fraction, seed):
+  """A seeded random subset of round(fraction * n) examples (at least one), in file order."""
+  if fraction >= 1.0:
+    return examples
+  keep = max(1, int(round(len(examples) * fraction)))
+  chosen = sorted(random.Random(seed).sample(range(len(examples)), keep))
+  return [examples[i] for i in chosen]
+
+
+def in_training_order(examples, weights, seed):
+  """The train rows (and their weights) in a seeded random order, the order their records
+  are written in. The input's shuffle mixes only rows within its buffer, and record
+  shards are runs of rows, so a file sorted by label would otherwise train on one label
+  for thousands of rows at a time and give each machine of a cluster a skewed part."""
+  order = list(range(len(examples)))
+  random.Random(seed).shuffle(order)
+  return ([examples[i] for i in order],
+          [weights[i] for i in order] if weights is not None else None)
+
+
+def training_weights(training, task, examples):
+  """Each train row's loss weight: the product of the class, column and identity weights
+  asked for (None when none is). FlagError for weights the head cannot take."""
+  processor = task.processor
+  spec = processor.label_spec
+  parts = []
+  if training.class_weights:
+    if spec.kind != "classification":
+      raise FlagError("--class_weights weighs the classes of a classification head; a %s "
+                      "head has none. Use --sample_weight_column for per-row weights"
+                      % spec.kind)
+    by_class = (weights_lib.balanced_class_weights(examples, spec.classes)
+                if training.class_weights == ("balanced",) else
+                weights_lib.parse_class_weights(training.class_weights, spec.classes))
+    log.info("class weights: %s", ", ".join("%s %.4g" % (cls, by_class[cls])
+                                             for cls in spec.classes))
+    parts.append(weights_lib.class_weighted(examples, by_class))
+  if training.sample_weight_column is not None:
+    parts.append(weights_lib.column_weights(examples, str(training.sample_weight_column),
+                                            processor.file_for("train")))
+  if training.identity_weights:
+    parts.append(task.identity_weights(examples))
+  if not parts:
+    return None
+  combined = [1.0] * len(examples)
+  for part in parts:
+    combined = [a * b for a, b in zip(combined, part)]
+  log.info("training weights: min %.4g, mean %.4g, max %.4g over %d rows", min(combined),
+           sum(combined) / len(combined), max(combined), len(combined))
+  return combined
+
+
+def _lcm(a, b):
+  return a * b // math.gcd(a, b)

@@ -1,0 +1,325 @@
+"""The run's options, each defined once: name, type, default, choices and help.
+
+run_classifier.py makes its absl flags from these definitions, and spec/config.py's
+RunConfig holds their values in these groups, so that a function's signature shows which
+options it reads:
+
+  modes     what to run
+  data      the task, its files and its labels
+  model     the pre-trained model, and how texts become its inputs
+  training  the optimisation and its schedule, checkpoints, evaluation during training,
+            training weights and cross-validation
+  device    where and how fast: TPU, GPUs, precision, XLA, padding, record files
+  outputs   where the results go, and logging
+"""
+
+import dataclasses
+import os
+from typing import Optional, Tuple
+
+from spec.errors import FlagError
+from spec.labels import HEAD_KINDS
+from spec.model_card import POOLINGS, TRUNCATION_MODES
+from spec.tasks import TASK_NAMES
+
+TOKENIZERS = ("auto", "fast", "python")
+QUOTINGS = ("auto", "csv", "none")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def option(default, help, choices=None):
+  """An option's default, its help (the flag's) and, for a closed set, its choices."""
+  return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
+
+
+def _has_header_help(split):
+  return ("csv task: whether the %s file's first row is a header, where it differs from "
+          "the other files (default: --has_header)" % split)
+
+
+@dataclasses.dataclass(frozen=True)
+class Modes(object):
+  """What to run."""
+  do_train: bool = option(False, "Fine-tune on the train split.")
+  do_eval: bool = option(False, "Evaluate on the dev split.")
+  do_predict: bool = option(False, "Predict the test split into test_results.tsv.")
+  do_export: bool = option(
+      False, "Export the fine-tuned model as a SavedModel (a serving signature on "
+      "input_ids/input_mask/segment_ids; the model card and vocabulary as assets) into "
+      "--export_dir.")
+  allow_untrained_head: bool = option(
+      False, "Evaluate or predict even when the classifier head comes from no checkpoint "
+      "(random predictions; refused without this flag).")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataOptions(object):
+  """The task, its files, how they are read, and its labels."""
+  task_name: Optional[str] = option(None, "One of: %s." % ", ".join(TASK_NAMES))
+  data_dir: Optional[str] = option(
+      None, "Folder with the task's files (see the README per task).")
+  train_file: Optional[str] = option(
+      None, "Train file; overrides the one found in --data_dir.")
+  eval_file: Optional[str] = option(None, "Eval file; overrides the one found in --data_dir.")
+  predict_file: Optional[str] = option(
+      None, "Predict file; overrides the one found in --data_dir.")
+  text_column: Optional[str] = option(
+      None, "csv task: text column (name or 0-based position).")
+  text_b_column: Optional[str] = option(None, "csv task: optional second text for pairs.")
+  label_column: Optional[str] = option(
+      None, "Label column(s): a name or 0-based position, or several separated by commas "
+      "for a multi-label, soft-target or regression head with one output each "
+      "(jigsaw_toxic: default toxic, e.g. toxic,severe_toxic,obscene,threat,insult,"
+      "identity_hate; jigsaw_bias: default target; csv: required).")
+  id_column: Optional[str] = option(None, "csv task: optional id column for the outputs.")
+  has_header: bool = option(True, "csv task: the first row of each file is a header.")
+  train_has_header: Optional[bool] = option(None, _has_header_help("train"))
+  eval_has_header: Optional[bool] = option(None, _has_header_help("eval"))
+  predict_has_header: Optional[bool] = option(None, _has_header_help("predict"))
+  quoting: str = option(
+      "auto", "How double quotes are read: 'csv' (they enclose fields, which may then hold "
+      "delimiters and newlines), 'none' (a quote is a plain character, as in Google's "
+      "_read_tsv), or 'auto': csv for .csv files, none for .tsv/.txt files.", QUOTINGS)
+  delimiter: Optional[str] = option(
+      None, "csv task: field delimiter (default: tab for .tsv/.txt, else comma).")
+  labels: Optional[Tuple[str, ...]] = option(
+      None, "csv task: the label values in order (default: sorted distinct values of the "
+      "train file).")
+  skip_malformed_rows: bool = option(
+      False, "Skip rows with too few or too many fields or a missing label, count them by "
+      "cause and report the counts, instead of stopping with an error.")
+  head: str = option(
+      "auto", "What the labels are: 'classification' (one column naming a class; softmax), "
+      "'multi_label' (several 0/1 columns; sigmoid each), 'soft_target' (fractions in "
+      "[0, 1]; sigmoid cross-entropy against the fraction), 'regression' (numbers; squared "
+      "error), or 'auto': the task's own (csv and jigsaw_toxic: classification for one "
+      "label column, multi_label for several; jigsaw_bias: soft_target; sts-b: regression).",
+      ("auto",) + HEAD_KINDS)
+  auxiliary_targets: bool = option(
+      False, "jigsaw_bias: add soft-target outputs for the auxiliary toxicity columns "
+      "(severe_toxicity, obscene, identity_attack, insult, threat, sexual_explicit) that "
+      "the train file fills on every row.")
+
+  def label_columns(self):
+    """--label_column's columns (one, or several separated by commas), or None."""
+    if self.label_column is None:
+      return None
+    columns = [column.strip() for column in str(self.label_column).split(",")]
+    if not all(columns):
+      raise FlagError("--label_column=%s has an empty column name: separate the columns "
+                      "with single commas, e.g. --label_column=toxic,insult"
+                      % self.label_column)
+    return columns
+
+  def split_headers(self):
+    """{split: whether its file has a header} where a --<split>_has_header flag says."""
+    return {"train": self.train_has_header, "dev": self.eval_has_header,
+            "test": self.predict_has_header}
+
+  def files(self):
+    """{split: the file named by its flag, or None}."""
+    return {"train": self.train_file, "dev": self.eval_file, "test": self.predict_file}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelOptions(object):
+  """The pre-trained model (or an export to predict with), and how texts become its
+  inputs."""
+  bert_config_file: Optional[str] = option(None, "bert_config.json of the pre-trained model.")
+  vocab_file: Optional[str] = option(None, "vocab.txt of the pre-trained model.")
+  init_checkpoint: Optional[str] = option(
+      None, "Checkpoint to start from (e.g. .../bert_model.ckpt).")
+  bert_hub_module_handle: Optional[str] = option(
+      None, "A TF1-format BERT hub module (path or URL) to use instead of "
+      "--bert_config_file/--init_checkpoint.")
+  saved_model: Optional[str] = option(
+      None, "Predict with this export alone (a --do_export folder, or an output_dir whose "
+      "export/ holds one; the newest is taken): with --do_predict, --predict_file and "
+      "--output_dir, and no model or training flag.")
+  do_lower_case: bool = option(True, "Lower-case the text (True for uncased models).")
+  max_seq_length: int = option(
+      128, "Tokens per example after WordPiece, with [CLS]/[SEP]. Longer texts are "
+      "truncated, shorter ones padded.")
+  truncation: str = option(
+      "head", "Which tokens of a text longer than --max_seq_length are kept: the first "
+      "(head, Google's), the last (tail), or the first --truncation_head_tokens and the "
+      "last that still fit (head_tail, as the Jigsaw winners kept the start and the end of "
+      "long comments).", TRUNCATION_MODES)
+  truncation_head_tokens: Optional[int] = option(
+      None, "head_tail: how many of the kept tokens come from the start of the text "
+      "(default: a quarter of the room, e.g. 127 of 510).")
+  tokenizer: str = option(
+      "auto", "Tokenizer for the rare texts the exact shortcut declines: 'fast' (Hugging "
+      "Face tokenizers, Rust, all cores), 'python' (this project's), or 'auto' (fast when "
+      "installed). All give Google's FullTokenizer ids.", TOKENIZERS)
+  pooling: str = option(
+      "cls", "What the head reads: 'cls' (BERT's pooled [CLS] output, as Google's "
+      "classifier) or 'mean' (the last layer averaged over the real tokens).", POOLINGS)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingOptions(object):
+  """Batches, the optimiser and its schedule, checkpoints, evaluation during training,
+  training weights and cross-validation."""
+  train_batch_size: int = option(32, "Global training batch size.")
+  eval_batch_size: int = option(8, "Global eval batch size.")
+  predict_batch_size: int = option(8, "Global predict batch size.")
+  learning_rate: float = option(5e-5, "Peak learning rate of AdamWeightDecay.")
+  num_train_epochs: float = option(3.0, "Epochs over the (fraction of the) train split.")
+  num_train_steps: int = option(
+      0, "If > 0, train exactly this many steps instead of --num_train_epochs.")
+  gradient_accumulation_steps: int = option(
+      1, "Apply the mean gradient of this many batches per update: an effective batch of "
+      "train_batch_size times this, in the memory of one batch. Not with --use_tpu.")
+  warmup_proportion: float = option(0.1, "Fraction of the steps with linear warm-up.")
+  train_fraction: float = option(
+      1.0, "Train on this fraction (0, 1] of the train split, a seeded random subset.")
+  seed: int = option(12345, "Seed for initialisation, dropout, shuffling and "
+                            "--train_fraction.")
+  save_checkpoints_steps: int = option(1000, "Steps between checkpoints.")
+  save_summary_steps: int = option(
+      100, "Steps between TensorBoard summaries of training (loss, learning rate, "
+      "examples/sec, the loss scale with --use_fp16) in --output_dir.")
+  log_every_steps: int = option(10, "Steps between progress lines in training.")
+  eval_every_steps: int = option(
+      0, "With --do_train and --do_eval: evaluate the dev split every this many steps "
+      "during training (and at its end), each evaluation a row of eval_history.csv; the "
+      "learning curve is drawn into learning_curve.png. On a TPU training and evaluation "
+      "alternate.")
+  best_metric: Optional[str] = option(
+      None, "With --eval_every_steps: keep the checkpoint with the best value of this eval "
+      "metric (e.g. auc, accuracy, mean_auc, loss; losses and mse lower, others higher) in "
+      "<output_dir>/best; eval, predict and export then use it.")
+  early_stopping_patience: int = option(
+      0, "With --best_metric: stop training when that many evaluations in a row have not "
+      "improved on the best.")
+  class_weights: Optional[Tuple[str, ...]] = option(
+      None, "Training: weight each row's loss by its class, one positive number per class "
+      "in the head's class order, or 'balanced' (n / (classes * rows of the class)). "
+      "Classification heads only.")
+  sample_weight_column: Optional[str] = option(
+      None, "Training: a train-file column (name or 0-based position) of per-row weights "
+      ">= 0 that multiply each row's loss.")
+  identity_weights: bool = option(
+      False, "jigsaw_bias training: weight rows as the top public solutions did (more "
+      "weight for non-toxic rows that mention an identity and toxic rows that mention none; "
+      "see the README), normalised to mean 1.")
+  num_folds: int = option(
+      0, "k > 1: k-fold cross-validation on the train file (stratified by label, seeded by "
+      "--seed): each fold trains on the other folds' rows and is evaluated and predicted on "
+      "its own, into <output_dir>/fold_<i>; all folds give out-of-fold predictions for "
+      "every train row and the mean and std of each metric; with --do_predict, "
+      "test_results.tsv averages the folds' predictions.")
+  fold: int = option(
+      -1, "With --num_folds: run only this fold (0-based), e.g. one per machine; -1 runs "
+      "them all in one command.")
+
+  def per_update(self):
+    """The examples one optimizer update trains on."""
+    return self.train_batch_size * self.gradient_accumulation_steps
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceOptions(object):
+  """Where the graph runs and how fast: a Cloud TPU, GPUs, precision, XLA, padding, and
+  the record files that feed it."""
+  use_tpu: bool = option(False, "Run on a Cloud TPU instead of the local CPU/GPU.")
+  tpu_name: Optional[str] = option(None, "Cloud TPU name or grpc:// address.")
+  tpu_zone: Optional[str] = option(
+      None, "GCE zone of the TPU (found from metadata if unset).")
+  gcp_project: Optional[str] = option(
+      None, "GCP project of the TPU (found from metadata if unset).")
+  master: Optional[str] = option(None, "TensorFlow master URL (alternative to --tpu_name).")
+  num_tpu_cores: int = option(8, "TPU cores to use, with --use_tpu.")
+  iterations_per_loop: int = option(1000, "Steps per TPU loop (host round trip).")
+  num_gpus: int = option(
+      0, "Train data-parallel on this many GPUs of this machine with TensorFlow's "
+      "MirroredStrategy; --train_batch_size stays the global batch, split evenly over the "
+      "GPUs. 0 or 1: one device.")
+  use_fp16: bool = option(
+      False, "GPU: run the encoder in float16 (float32 master weights, dynamic loss "
+      "scaling). Not with --use_tpu (use --use_bf16 there).")
+  use_bf16: bool = option(
+      False, "TPU: run the encoder in bfloat16 (float32 master weights).")
+  use_xla: bool = option(
+      False, "Compile the graph with XLA JIT (CPU/GPU). Measure it with ./run.sh benchmark "
+      "before relying on it: compilation takes seconds.")
+  dynamic_padding: bool = option(
+      False, "CPU/GPU: compute each batch only as long as its longest example, and group "
+      "training examples into length buckets. Faster when texts are shorter than "
+      "--max_seq_length; not with --use_tpu.")
+  num_record_shards: int = option(
+      1, "Split each split's TFRecords into this many files (helps parallel reads on TPU "
+      "hosts and parallel writing).")
+  featurise_workers: int = option(
+      1, "Processes that featurise in parallel (pieces of the examples, joined in order "
+      "into the record files).")
+
+  def precision(self):
+    """The encoder's compute type."""
+    return "float16" if self.use_fp16 else "bfloat16" if self.use_bf16 else "float32"
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputOptions(object):
+  """Where checkpoints, records, results and exports go, and logging."""
+  output_dir: Optional[str] = option(None, "Where checkpoints, features and results go.")
+  cache_dir: Optional[str] = option(
+      None, "Where featurised TFRecords are cached. Default: <output_dir>/features.")
+  export_dir: Optional[str] = option(
+      None, "Where --do_export writes the SavedModel (must not exist). Default: "
+      "<output_dir>/export/<unix seconds>, a version folder as TF Serving reads.")
+  tf_log_level: str = option(
+      "ERROR", "How much of TensorFlow's own logging to show. This program's progress "
+      "lines are always shown.", LOG_LEVELS)
+
+  def features_dir(self):
+    """Where the split's records are cached."""
+    return self.cache_dir or os.path.join(self.output_dir, "features")
+
+
+GROUPS = (("modes", Modes), ("data", DataOptions), ("model", ModelOptions),
+          ("training", TrainingOptions), ("device", DeviceOptions), ("outputs", OutputOptions))
+
+
+def option_fields():
+  """[(group name, dataclasses.Field)] of every option, in definition order."""
+  return [(group, field) for group, cls in GROUPS for field in dataclasses.fields(cls)]
+
+
+def option_names():
+  return [field.name for _, field in option_fields()]
+
+
+_GROUP_OF = {field.name: group for group, field in option_fields()}
+_FIELD = {field.name: field for _, field in option_fields()}
+
+
+def group_of(name):
+  """The group an option belongs to; None for a name that is no option."""
+  return _GROUP_OF.get(name)
+
+
+def default(name):
+  return _FIELD[name].default
+
+
+def choices(name):
+  return _FIELD[name].metadata["choices"]
+
+
+def help_of(name):
+  return _FIELD[name].metadata["help"]
+
+
+def is_optional(field):
+  """Whether the option may be None (unset)."""
+  return type(None) in getattr(field.type, "__args__", ())
+
+
+def base_type(field):
+  """An option's type without Optional: bool, int, float, str, or tuple (of strings)."""
+  annotation = field.type.__args__[0] if is_optional(field) else field.type
+  if getattr(annotation, "__origin__", None) in (tuple, Tuple):
+    return tuple
+  return annotation

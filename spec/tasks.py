@@ -1,0 +1,34 @@
+"""The tasks by name, and the Jigsaw columns that the reader and the bias metric share.
+
+Plain Python: data/processors.py registers one processor per name here, and the run's
+options (spec/options.py) list them in their help.
+"""
+
+TASK_NAMES = ("cola", "mnli", "mnli-mm", "mrpc", "qqp", "rte", "sst-2", "sts-b",
+              "jigsaw_toxic", "jigsaw_bias", "csv")
+# Other spellings that name the same task.
+TASK_ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "mnli_mm": "mnli-mm"}
+
+
+def canonical_task_name(task_name):
+  """The task's name in TASK_NAMES (case-insensitive, aliases resolved), or None if unknown."""
+  name = task_name.lower()
+  name = TASK_ALIASES.get(name, name)
+  return name if name in TASK_NAMES else None
+
+
+# Every identity column of Kaggle's Jigsaw Unintended Bias files, and whether the
+# competition scored it (the identities with at least 500 test rows). The reader
+# carries them all into the outputs; the bias metric scores the scored ones, in this
+# order.
+JIGSAW_IDENTITIES = (
+    ("male", True), ("female", True), ("transgender", False), ("other_gender", False),
+    ("heterosexual", False), ("homosexual_gay_or_lesbian", True), ("bisexual", False),
+    ("other_sexual_orientation", False), ("christian", True), ("jewish", True),
+    ("muslim", True), ("hindu", False), ("buddhist", False), ("atheist", False),
+    ("other_religion", False), ("black", True), ("white", True), ("asian", False),
+    ("latino", False), ("other_race_or_ethnicity", False), ("physical_disability", False),
+    ("intellectual_or_learning_disability", False), ("psychiatric_or_mental_illness", True),
+    ("other_disability", False))
+JIGSAW_IDENTITY_COLUMNS = tuple(name for name, _ in JIGSAW_IDENTITIES)
+SCORED_IDENTITY_COLUMNS = tuple(name for name, scored in JIGSAW_IDENTITIES if scored)

@@ -17,6 +17,8 @@ PROCESSORS = dict(GLUE_PROCESSORS, jigsaw_toxic=JigsawToxicProcessor,
 def processor_class(task_name):
   """The processor class of a task name (case-insensitive, aliases too); FlagError when
   there is none."""
+  if not task_name:
+    raise FlagError("--task_name is required (or a model card in --output_dir)")
   name = canonical_task_name(task_name)
   if name is None:
     raise FlagError("--task_name=%s is unknown; use one of: %s"

@@ -69,10 +69,6 @@ def _shard_ranges(num_examples, num_shards):
           for i in range(num_shards)]
 
 
-# With several workers each shard is written as this many pieces per worker, so
-# that a worker that finishes early takes more pieces (rows differ in cost, and
-
-
 def build_records(examples, record_path, settings, tokenizer, pad_to_multiple=0, num_shards=1,
                   num_workers=1, weights=None):
   """Writes (or reuses) the records of one split. Returns the metadata dict.

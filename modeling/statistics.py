@@ -1,7 +1,7 @@
 """Exact statistics on numpy arrays: ranks, ROC-AUC, correlations, F1, MSE.
 
 Plain numpy, no TensorFlow: the streaming eval metrics (modeling/metrics.py) compute
-them on the collected predictions, and the Jigsaw bias metric (modeling/bias_metrics.py)
+them on the collected predictions, and the Jigsaw bias metric (pipeline/bias_metrics.py)
 on any predictions file. An undefined statistic is NaN.
 """
 

@@ -10,11 +10,14 @@ from pipeline import distribution
 from spec import model_card
 from spec.errors import FlagError
 
-# Options that must be positive integers.
-POSITIVE = (("training", ("train_batch_size", "eval_batch_size", "predict_batch_size",
-                          "save_checkpoints_steps", "save_summary_steps", "log_every_steps",
-                          "gradient_accumulation_steps")),
-            ("device", ("iterations_per_loop", "num_record_shards", "featurise_workers")))
+# Options that must be positive integers, (group, option) in the order they are checked.
+POSITIVE = tuple(("device" if name in ("iterations_per_loop", "num_record_shards",
+                                       "featurise_workers") else "training", name)
+                 for name in ("train_batch_size", "eval_batch_size", "predict_batch_size",
+                              "save_checkpoints_steps", "save_summary_steps",
+                              "iterations_per_loop", "log_every_steps",
+                              "gradient_accumulation_steps", "num_record_shards",
+                              "featurise_workers"))
 
 
 def check_run(c, cluster=None):
@@ -22,18 +25,17 @@ def check_run(c, cluster=None):
   combinations; with cluster (TF_CONFIG), what a task of a cluster can do."""
   if cluster is not None:
     distribution.check_cluster(c, cluster)
-  check_modes(c.modes, c.model, c.outputs, c.given)
-  for group, names in POSITIVE:
-    for name in names:
-      value = getattr(getattr(c, group), name)
-      if value <= 0:
-        raise FlagError("--%s=%d must be a positive integer" % (name, value))
+  check_modes(c.modes, c.model, c.outputs, c.given, c.device.use_tpu)
+  for group, name in POSITIVE:
+    value = getattr(getattr(c, group), name)
+    if value <= 0:
+      raise FlagError("--%s=%d must be a positive integer" % (name, value))
   check_training(c.training, c.modes, c.given)
   check_device(c.device, c.training, c.modes, c.outputs.output_dir)
   check_model_inputs(c.model)
 
 
-def check_modes(modes, model, outputs, given):
+def check_modes(modes, model, outputs, given, use_tpu):
   """Something to do, somewhere to write it, and the export flags that belong together."""
   if not (modes.do_train or modes.do_eval or modes.do_predict or modes.do_export):
     raise FlagError("nothing to do: pass at least one of --do_train, --do_eval, --do_predict, "
@@ -41,7 +43,7 @@ def check_modes(modes, model, outputs, given):
   if not outputs.output_dir:
     raise FlagError("--output_dir is required")
   if model.saved_model:
-    check_saved_model(modes, model, given)
+    check_saved_model(modes, model, given, use_tpu)
   if outputs.export_dir and not modes.do_export:
     raise FlagError("--export_dir says where --do_export writes the SavedModel: add "
                     "--do_export, or drop --export_dir (to predict from an export, pass "
@@ -52,7 +54,7 @@ def check_modes(modes, model, outputs, given):
                     "under <output_dir>/export" % outputs.export_dir)
 
 
-def check_saved_model(modes, model, given):
+def check_saved_model(modes, model, given, use_tpu):
   """--saved_model predicts, and the export brings its own model and vocabulary."""
   if not modes.do_predict or modes.do_train or modes.do_eval or modes.do_export:
     raise FlagError("--saved_model=%s predicts with an export: pass --do_predict alone (train, "
@@ -63,6 +65,8 @@ def check_saved_model(modes, model, given):
     if name in given:
       raise FlagError("--%s has no use with --saved_model: the export holds the model, its "
                       "vocabulary and its model card. Drop --%s" % (name, name))
+  if use_tpu:
+    raise FlagError("--saved_model predicts on this machine's CPU/GPU: drop --use_tpu")
 
 
 def check_training(training, modes, given):

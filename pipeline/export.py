@@ -11,7 +11,7 @@ from modeling import export
 from pipeline import build, card, evaluation, machine
 from pipeline.outputs import ModelRun, write_test_results
 from pipeline.progress import format_seconds
-from serving.predictor import ExportNotFound, Predictor
+from serving.predictor import Predictor
 from spec import model_card, signature
 from spec.errors import FlagError
 
@@ -46,7 +46,7 @@ def predict_with_export(c):
   try:
     predictor = Predictor(model.saved_model, tokenizer=model.tokenizer,
                           batch_size=c.training.predict_batch_size)
-  except (ExportNotFound, model_card.CardError) as e:
+  except FlagError as e:  # no export there, or its card cannot be read
     raise FlagError("--saved_model=%s: %s" % (model.saved_model, e))
   with predictor:
     where = os.path.join(predictor.export_dir, "assets", signature.CARD_ASSET)

@@ -35,13 +35,19 @@ def describe_cpu():
           "description": "%s, %d cores" % (cpu_model(), os.cpu_count())}
 
 
+_PREPARED = []
+
+
 def prepare():
-  """Sets up this process for a run: TensorFlow's graph mode on either runtime
+  """Sets up this process for runs, once: TensorFlow's graph mode on either runtime
   (modeling.compat) and the C allocator's settings."""
+  if _PREPARED:
+    return
   import tensorflow.compat.v1 as tf
   from modeling.compat import setup_tensorflow
   setup_tensorflow()
   tf.logging.info("C allocator (malloc) keeps freed memory: %s", keep_freed_memory())
+  _PREPARED.append(True)
 
 
 def keep_freed_memory(environ=None):

@@ -25,11 +25,12 @@ from data.examples import InputExample
 from spec import labels as label_specs
 from spec import model_card
 from spec import signature
+from spec.errors import FlagError
 
 log = logging.getLogger(__name__)
 
 
-class ExportNotFound(ValueError):
+class ExportNotFound(FlagError):
   """The path holds no SavedModel of this project; the message says how to make one."""
 
 

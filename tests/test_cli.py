@@ -55,30 +55,24 @@ def reference_binary_metrics(p1, labels):
 
 
 @pytest.mark.slow
-def test_train_eval_predict_end_to_end(tmp_path, tiny_checkpoint, caplog):
-  caplog.set_level("INFO")
-  output_dir = str(tmp_path / "out")
-  flags = common_flags(tiny_checkpoint, output_dir)
-  run_flags(*flags + ["--do_train", "--do_eval", "--do_predict", "--train_fraction=0.5",
-                      "--num_train_epochs=1"])
-  log = caplog.text
+def test_train_eval_predict_end_to_end(jigsaw_model, tiny_checkpoint, tmp_path, caplog):
+  log, output_dir = jigsaw_model.log, jigsaw_model.output_dir
 
-  # Training: half of 267 rows, one epoch of batch 8 -> 17 steps, progress on CPU.
-  assert "--train_fraction=0.5: training on 134 of 267 rows" in log
-  assert "training: 134 examples, batch 8, 17 steps" in log
+  # Training: 267 rows, batch 8, 6 steps, the encoder from the checkpoint, progress on CPU.
+  assert "training: 267 examples, batch 8, 6 steps" in log
   assert "initialising 39 of 41 variables from %s" % tiny_checkpoint in log
   assert "from the checkpoint: bert/embeddings/word_embeddings (1)" in log
   assert "bert/encoder/layer_N (32)" in log and "bert/pooler/dense (2)" in log
   assert "output_weights, output_bias" in log  # the head starts from random values
-  assert "step 17/17  loss" in log and "examples/sec  ETA" in log
-  assert sorted(n for n in os.listdir(output_dir) if n.startswith("model.ckpt-17")) == [
-      "model.ckpt-17.data-00000-of-00001", "model.ckpt-17.index", "model.ckpt-17.meta"]
+  assert "step 6/6  loss" in log and "examples/sec  ETA" in log
+  assert sorted(n for n in os.listdir(output_dir) if n.startswith("model.ckpt-6")) == [
+      "model.ckpt-6.data-00000-of-00001", "model.ckpt-6.index", "model.ckpt-6.meta"]
 
   # Eval: 25 rows is not a multiple of 8, so 7 padding rows fill the last batch.
   assert "evaluating 25 examples (+7 padding) in 4 batches" in log
   with open(os.path.join(output_dir, "eval_results.json")) as f:
     results = json.load(f)
-  assert results["num_examples"] == 25 and results["global_step"] == 17
+  assert results["num_examples"] == 25 and results["global_step"] == 6
   assert results["majority_baseline_accuracy"] == 22 / 25.0
   with open(os.path.join(output_dir, "eval_results.txt")) as f:
     assert "num_examples = 25\n" in f.read()
@@ -93,24 +87,42 @@ def test_train_eval_predict_end_to_end(tmp_path, tiny_checkpoint, caplog):
     p0, p1 = float(row[1]), float(row[2])
     assert abs(p0 + p1 - 1.0) < 1e-5 and row[3] == ("1" if p1 > p0 else "0")
 
-  # A second run reuses the cached features and the trained checkpoint: same predictions.
-  caplog.clear()
-  run_flags(*flags + ["--do_predict"])
+  # A second run (on a copy of the model) reuses the cached features and the trained
+  # checkpoint: the same predictions.
+  caplog.set_level("INFO")
+  copy = jigsaw_model.copy_to(str(tmp_path / "copy"))
+  run_flags(*common_flags(tiny_checkpoint, copy) + [
+      "--do_predict", "--cache_dir=" + os.path.join(output_dir, "features")])
   assert "reusing cached features" in caplog.text
-  assert read_predictions(os.path.join(output_dir, "test_results.tsv")) == lines
+  assert read_predictions(os.path.join(copy, "test_results.tsv")) == lines
 
   # The eval metrics equal those computed independently from the same checkpoint's
   # predictions on the same 25 dev rows.
   dev_output = str(tmp_path / "dev_predictions")
   run_flags(*common_flags(tiny_checkpoint, dev_output) + [
       "--do_predict", "--predict_file=" + os.path.join(JIGSAW, "valid.csv"),
-      "--init_checkpoint=" + os.path.join(output_dir, "model.ckpt-17")])
+      "--init_checkpoint=" + os.path.join(output_dir, "model.ckpt-6")])
   dev_rows = [line.split("\t") for line in
               read_predictions(os.path.join(dev_output, "test_results.tsv"))[1:]]
   labels = [int(v) for v in csv_column(os.path.join(JIGSAW, "valid.csv"), "toxic")]
   expected = reference_binary_metrics([float(r[2]) for r in dev_rows], labels)
   for key, value in expected.items():
     assert results[key] == pytest.approx(value, abs=2e-5), key
+
+
+def test_train_fraction_and_epochs_set_the_rows_and_steps(tmp_path, tiny_checkpoint, caplog):
+  """Half of 267 rows, one epoch of batch 8: 134 rows, 17 steps (featurised, not trained)."""
+  from pipeline.build import make_processor, make_tokenizer, num_train_steps_for
+  from pipeline.splits import prepare_splits
+  from pipeline.tasks import task_of
+  caplog.set_level("INFO")
+  c = parse_flags(["run_classifier.py"] + common_flags(tiny_checkpoint, str(tmp_path)) + [
+      "--do_train", "--train_fraction=0.5", "--num_train_epochs=1"])
+  tokenizer, vocab_file = make_tokenizer(c.model)
+  train = prepare_splits(c, task_of(make_processor(c)), tokenizer, vocab_file)["train"]
+  assert "--train_fraction=0.5: training on 134 of 267 rows" in caplog.text
+  assert len(train.examples) == train.metadata["num_examples"] == 134
+  assert num_train_steps_for(len(train.examples), c.training) == 17  # ceil(134 / 8)
 
 
 def _refused(tmp_path, checkpoint, *extra):

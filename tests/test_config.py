@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from conftest import JIGSAW, TINY, TINY_VOCAB
+from conftest import JIGSAW
 from run_classifier import define_flags, parse_flags, run
 from spec import options
 from spec.config import ConfigError, RunConfig
@@ -64,20 +64,25 @@ def test_values_are_checked_for_type_and_choice():
 
 
 @pytest.mark.slow
-def test_run_takes_a_config_built_in_python(tmp_path, tiny_checkpoint):
-  """No absl at all: a RunConfig trains, predicts and writes its card."""
-  output_dir = str(tmp_path / "out")
-  outcome = run(RunConfig(
-      task_name="jigsaw_toxic", data_dir=JIGSAW, bert_config_file=os.path.join(
-          TINY, "bert_config.json"), vocab_file=TINY_VOCAB, init_checkpoint=tiny_checkpoint,
-      output_dir=output_dir, max_seq_length=32, train_batch_size=8, predict_batch_size=8,
-      num_train_steps=3, do_train=True, do_predict=True))
-  assert outcome.train_progress and outcome.predictions.endswith("test_results.tsv")
-  with open(outcome.predictions) as f:
+def test_run_takes_a_config_built_in_python(jigsaw_model, tmp_path):
+  """No absl at all: a RunConfig trained, evaluated, predicted, exported and wrote its card
+  (conftest's jigsaw_model), and run() says what it produced."""
+  result, output_dir = jigsaw_model.result, jigsaw_model.output_dir
+  assert [step for step, _, _ in result.train_progress] == [2, 3, 4, 5, 6]  # after step 1
+  assert [step for step, _ in result.train_losses] == [1, 2, 3, 4, 5, 6]
+  assert result.predictions == os.path.join(output_dir, "test_results.tsv")
+  with open(result.predictions) as f:
     assert len(f.read().splitlines()) == 1 + 33
+  assert result.eval["num_examples"] == 25 and result.eval["global_step"] == 6
+  assert result.checkpoint == os.path.join(output_dir, "model.ckpt-6")
+  assert os.path.dirname(result.export) == os.path.join(output_dir, "export")
+  assert result.summary == os.path.join(output_dir, "run_summary.json")
+  assert len(result.test_outputs) == len(result.test_examples) == 33 and result.oof is None
   # A later config gives only what differs; the card gives the rest, and a contradiction
   # is refused.
-  run(RunConfig(output_dir=output_dir, data_dir=JIGSAW, do_predict=True))
+  copy = jigsaw_model.copy_to(str(tmp_path / "copy"))
+  again = run(RunConfig(output_dir=copy, data_dir=JIGSAW, do_predict=True))
+  with open(again.predictions) as f, open(result.predictions) as g:
+    assert f.read() == g.read()
   with pytest.raises(FlagError, match="says do_lower_case=True, but this run has False"):
-    run(RunConfig(output_dir=output_dir, data_dir=JIGSAW, do_predict=True,
-                  do_lower_case=False))
+    run(RunConfig(output_dir=copy, data_dir=JIGSAW, do_predict=True, do_lower_case=False))

@@ -227,15 +227,12 @@ def read_results(path):
 
 
 @pytest.mark.slow
-def test_train_export_and_score_from_the_export_alone(tmp_path, tiny_checkpoint, caplog):
-  caplog.set_level("INFO")
-  output_dir = str(tmp_path / "model")
-  export_dir = str(tmp_path / "exported")
-  outcome = run_flags(*common_flags(tiny_checkpoint, output_dir) + [
-      "--do_train", "--do_predict", "--do_export", "--num_train_steps=6",
-      "--export_dir=" + export_dir])
-  assert outcome.export == export_dir
-  assert "exported %s/model.ckpt-6 (global step 6) to %s" % (output_dir, export_dir) in caplog.text
+def test_train_export_and_score_from_the_export_alone(jigsaw_model, tmp_path):
+  output_dir = jigsaw_model.output_dir  # trained, predicted and exported in one run
+  export_dir = jigsaw_model.result.export
+  assert os.path.dirname(export_dir) == os.path.join(output_dir, "export")
+  assert ("exported %s/model.ckpt-6 (global step 6) to %s" % (output_dir, export_dir)
+          in jigsaw_model.log)
   header, cli_rows = read_results(os.path.join(output_dir, "test_results.tsv"))
   with open(os.path.join(export_dir, "assets", "model_card.json")) as f:
     assert json.load(f) == json.load(open(os.path.join(output_dir, "model_card.json")))
@@ -258,14 +255,16 @@ def test_train_export_and_score_from_the_export_alone(tmp_path, tiny_checkpoint,
   with open(os.path.join(scored, "test_results.json")) as f:
     assert json.load(f)["saved_model"] == export_dir
 
-  # The in-process predictor, loaded from the output_dir, gives the same probabilities.
+  # The in-process predictor, loaded from the output_dir (its newest export), gives the
+  # same probabilities.
   import csv
   with open(os.path.join(JIGSAW, "test.csv"), newline="", encoding="utf-8") as f:
     texts = [row["comment_text"] for row in csv.DictReader(f)]
   assert len(texts) == 33
   with pytest.raises(ExportNotFound):
-    Predictor(output_dir)  # --export_dir put the export elsewhere
-  with Predictor(export_dir) as predictor:
+    Predictor(str(tmp_path))  # a folder with no export
+  with Predictor(output_dir) as predictor:
+    assert predictor.export_dir == export_dir
     results = predictor.predict(texts)
   np.testing.assert_allclose([[r["probabilities"]["0"], r["probabilities"]["1"]] for r in results],
                              [[float(v) for v in r[1:3]] for r in cli_rows], atol=1e-5)
@@ -285,10 +284,16 @@ def test_train_export_and_score_from_the_export_alone(tmp_path, tiny_checkpoint,
   np.testing.assert_allclose([by_id[str(i)] for i in range(33)],
                              [[float(v) for v in r[1:3]] for r in cli_rows], atol=1e-5)
 
-  # Exporting again (no training) from the output_dir: a new numbered version inside it.
-  again = run_flags(*common_flags(tiny_checkpoint, output_dir) + ["--do_export"]).export
-  assert os.path.dirname(again) == os.path.join(output_dir, "export")
-  assert find_export(output_dir) == again
+  # Exporting again, without training, from a copy of the model: into --export_dir, or
+  # else a new numbered version inside the output_dir.
+  copy = jigsaw_model.copy_to(str(tmp_path / "copy"))
+  chosen = str(tmp_path / "exported")
+  assert run_flags("--output_dir=" + copy, "--do_export", "--export_dir=" + chosen).export == (
+      chosen)
+  assert find_export(chosen) == chosen
+  again = run_flags("--output_dir=" + copy, "--do_export").export
+  assert os.path.dirname(again) == os.path.join(copy, "export")
+  assert find_export(copy) == again
 
 
 def test_export_and_saved_model_flag_errors(tmp_path, tiny_checkpoint):
@@ -309,4 +314,7 @@ def test_export_and_saved_model_flag_errors(tmp_path, tiny_checkpoint):
     run_flags(*saved + ["--do_predict", "--init_checkpoint=" + tiny_checkpoint])
   with pytest.raises(FlagError, match="holds no SavedModel .* --do_export"):
     run_flags(*saved + ["--do_predict"])
+  with pytest.raises(FlagError) as error:  # (before any TPU check)
+    run_flags(*saved + ["--do_predict", "--use_tpu"])
+  assert str(error.value) == "--saved_model predicts on this machine's CPU/GPU: drop --use_tpu"
   assert not (tmp_path / "fresh").exists() and not (tmp_path / "scores").exists()

@@ -189,10 +189,9 @@ def test_eval_results_name_their_checkpoint(trained, tiny_checkpoint):
 
 
 @pytest.mark.slow
-def test_another_task_is_refused(tiny_checkpoint, tmp_path):
+def test_another_task_is_refused(jigsaw_model, tmp_path):
   """A Jigsaw model may read other files through the csv task, but it is no SST-2 model."""
-  output_dir = str(tmp_path / "jigsaw")
-  run_flags(*common_flags(tiny_checkpoint, output_dir) + ["--do_train", "--num_train_steps=2"])
+  output_dir = jigsaw_model.copy_to(str(tmp_path / "jigsaw"))
   with pytest.raises(FlagError) as error:
     run_flags("--output_dir=" + output_dir, "--do_eval", "--task_name=sst-2",
               "--data_dir=" + SST2)
@@ -205,7 +204,7 @@ def test_another_task_is_refused(tiny_checkpoint, tmp_path):
   results = run_flags("--output_dir=" + output_dir, "--do_eval", "--task_name=csv",
                       "--eval_file=" + os.path.join(SST2, "dev.tsv"), "--text_column=sentence",
                       "--label_column=label").eval
-  assert results["num_examples"] == 100 and results["global_step"] == 2
+  assert results["num_examples"] == 100 and results["global_step"] == 6
 
 
 def test_header_and_quoting_flags_reach_the_reader():

@@ -9,7 +9,6 @@ import pytest
 import tensorflow.compat.v1 as tf
 import tensorflow.compat.v2 as tf2
 
-from conftest import common_flags, run_flags
 from modeling.summaries import host_call_fn, scalar_events
 
 
@@ -27,26 +26,39 @@ def scalars_in(folder):
 
 
 @pytest.mark.slow
-def test_training_and_eval_summaries(tmp_path, tiny_checkpoint):
-  output_dir = str(tmp_path / "out")
-  run_flags(*common_flags(tiny_checkpoint, output_dir) + [
-      "--do_train", "--do_eval", "--num_train_steps=6", "--save_summary_steps=2",
-      "--use_fp16"])
+def test_training_and_eval_summaries(jigsaw_model):
+  output_dir = jigsaw_model.output_dir  # 6 steps, summaries every 2
   train = scalars_in(output_dir)
-  assert {"loss", "learning_rate", "examples/sec", "global_step/sec",
-          "fp16_loss_scale"} <= set(train)
+  assert {"loss", "learning_rate", "examples/sec", "global_step/sec"} <= set(train)
+  assert "fp16_loss_scale" not in train  # (float32)
   # Written every 2 steps; the learning rate of the update that ended at step s is
   # 1e-3 * (1 - (s - 1) / 6) (no warm-up: 10% of 6 steps rounds to none).
   assert [s for s, _ in train["learning_rate"]] == [1, 3, 5]
   for step, value in train["learning_rate"]:
     assert value == pytest.approx(1e-3 * (1 - (step - 1) / 6.0), rel=1e-5)
-  assert [v for _, v in train["fp16_loss_scale"]] == [2.0 ** 15] * 3
   assert all(v > 0 for _, v in train["examples/sec"])
   assert scalar_events(output_dir, "loss") == train["loss"]
   evaluated = scalars_in(os.path.join(output_dir, "eval"))
   assert {"accuracy", "auc", "f1", "precision", "recall", "mcc", "loss", "eval_loss",
           "num_examples"} <= set(evaluated)
   assert evaluated["num_examples"] == [(6, 25.0)]
+
+
+def test_float16_training_records_its_loss_scale(tmp_path):
+  """--use_fp16's model_fn adds the loss scale to the training scalars, which the
+  Estimator's summary hook writes with the others."""
+  from conftest import THREE_CLASSES, model_features, small_config
+  from modeling.model_fn import model_fn_builder
+  for precision, expected in (("float16", {"fp16_loss_scale", "learning_rate"}),
+                              ("float32", {"learning_rate"})):
+    model_fn = model_fn_builder(small_config(), THREE_CLASSES, None, 1e-3, 10, 0,
+                                use_tpu=False, precision=precision)
+    with tf.Graph().as_default():
+      tf.train.get_or_create_global_step()
+      model_fn(model_features(small_config()), None, tf.estimator.ModeKeys.TRAIN, {})
+      tags = {tf.make_ndarray(summary.op.inputs[0].op.get_attr("value")).item().decode()
+              for summary in tf.get_collection(tf.GraphKeys.SUMMARIES)}
+    assert tags == expected, precision
 
 
 def test_tpu_host_call_writes_every_n_steps(tmp_path):

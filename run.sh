@@ -111,8 +111,27 @@ check_test_space() {
   [ "$free_mb" -ge "$TEST_SPACE_MB" ] || die "the tests need ${TEST_SPACE_MB} MB free in $dir (their checkpoints go there), which has ${free_mb} MB: free some space, or set TMPDIR to a folder on a larger disk"
 }
 
+# One runtime's suite: a header naming Python and TensorFlow, then pytest; its exit code.
+run_suite() {
+  local r=$1; shift
+  say "tests on $r: $("$VENVS/$r/bin/python" -c 'import sys, tensorflow as t; print("Python %s, TensorFlow %s" % (sys.version.split()[0], t.__version__))' 2>/dev/null)"
+  "$VENVS/$r/bin/python" -m pytest tests "$@"
+}
+
+# How far each runtime's suite is, from pytest's "[ 40%]" marks in its log.
+suite_progress() {
+  local logdir=$1 r mark line=""; shift
+  for r in "$@"; do
+    if [ -f "$logdir/$r.status" ]; then mark="done"
+    else mark=$( (grep -o '\[ *[0-9]*%\]' "$logdir/$r.log" 2>/dev/null || true) | tail -1 | tr -d '[] ')
+    fi
+    line="$line $r ${mark:-starting},"
+  done
+  echo "${line%,}"
+}
+
 cmd_test() {
-  local r runtimes failed=() status args=() start=$SECONDS
+  local r runtimes failed=() status args=() start logdir pids=()
   # --fast: the quick tier only (no end-to-end runs, no full data sets), for day-to-day work.
   for a in "$@"; do
     if [ "$a" = "--fast" ]; then args+=(-m "not slow and not extended"); else args+=("$a"); fi
@@ -123,14 +142,47 @@ cmd_test() {
   for r in $runtimes; do setup_env "$r"; done
   start=$SECONDS  # the suite's time, without building environments
   export TESTED_RUNTIMES="$(echo $runtimes)"  # tests marked one_runtime run on tf2 alone
-  for r in $runtimes; do
-    say "tests on $r: $("$VENVS/$r/bin/python" -c 'import sys, tensorflow as t; print("Python %s, TensorFlow %s" % (sys.version.split()[0], t.__version__))' 2>/dev/null)"
-    set +e
-    "$VENVS/$r/bin/python" -m pytest tests ${args[@]+"${args[@]}"}
-    status=$?
-    set -e
-    [ "$status" -eq 0 ] || failed+=("$r (pytest exit $status)")
-  done
+  if [ "${TEST_ONE_RUNTIME_AT_A_TIME:-}" = 1 ] || [ "$(echo $runtimes | wc -w)" -lt 2 ]; then
+    for r in $runtimes; do
+      set +e
+      run_suite "$r" ${args[@]+"${args[@]}"}
+      status=$?
+      set -e
+      [ "$status" -eq 0 ] || failed+=("$r (pytest exit $status)")
+    done
+  else
+    # The runtimes' suites run at the same time: one alone keeps about one of two cores
+    # busy (process start-ups, Python between TensorFlow's ops), and together they end
+    # in about two thirds of the time. Each one's output is shown when it ends.
+    logdir=$(mktemp -d "${TMPDIR:-/tmp}/run-tests.XXXXXX")
+    trap 'for p in ${pids[*]}; do pkill -P "$p"; kill "$p"; done 2>/dev/null; rm -rf "$logdir"; exit 130' INT TERM
+    say "tests on $(echo $runtimes | sed 's/ / and /') at the same time (TEST_ONE_RUNTIME_AT_A_TIME=1: one after the other); each one's output follows when it ends"
+    for r in $runtimes; do
+      ( set +e; export PYTHONUNBUFFERED=1
+        run_suite "$r" ${args[@]+"${args[@]}"} > "$logdir/$r.log" 2>&1
+        echo $? > "$logdir/$r.status" ) &
+      pids+=($!)
+    done
+    local shown="" next_report=$((SECONDS + 60))
+    while [ "$(echo $shown | wc -w)" -lt "$(echo $runtimes | wc -w)" ]; do
+      for r in $runtimes; do
+        case " $shown " in *" $r "*) continue ;; esac
+        [ -f "$logdir/$r.status" ] || continue
+        cat "$logdir/$r.log"
+        status=$(cat "$logdir/$r.status")
+        [ "$status" -eq 0 ] || failed+=("$r (pytest exit $status)")
+        shown="$shown $r"
+      done
+      sleep 1
+      if [ "$SECONDS" -ge "$next_report" ]; then
+        echo "... $(( (SECONDS - start) / 60 )) min:$(suite_progress "$logdir" $runtimes)"
+        next_report=$((next_report + 60))
+      fi
+    done
+    wait
+    trap - INT TERM
+    rm -rf "$logdir"
+  fi
   if [ "${#failed[@]}" -gt 0 ]; then
     die "tests failed on: ${failed[*]}"
   fi

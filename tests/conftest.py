@@ -32,7 +32,8 @@ FULL_DATASETS = os.path.join(SHARED, "datasets")
 IS_TF1 = tf.__version__.startswith("1.")
 IN_CI = os.environ.get("CI") == "true"
 # The runtimes this `./run.sh test` covers (this one alone when pytest runs on its own).
-TESTED_RUNTIMES = os.environ.get("TESTED_RUNTIMES", "tf1" if IS_TF1 else "tf2").split()
+RUNTIME = "tf1" if IS_TF1 else "tf2"
+TESTED_RUNTIMES = os.environ.get("TESTED_RUNTIMES", RUNTIME).split()
 
 setup_tensorflow()
 
@@ -129,6 +130,13 @@ CORPUS_SIZES = {
 }
 
 
+def one_runtime_of(item):
+  """The runtime a one_runtime test runs on when both are tested: its marker's argument
+  (the two suites run at once, so their lengths are balanced), TF 2.15 by default."""
+  marker = item.get_closest_marker("one_runtime")
+  return marker.args[0] if marker.args else "tf2"
+
+
 def pytest_collection_modifyitems(config, items):
   """Leaves out the tiers that cannot run here, and says so in one line each."""
   notes = []
@@ -143,7 +151,8 @@ def pytest_collection_modifyitems(config, items):
       leave_out.append(("extended", item))
     elif not IS_TF1 and "tf1_only" in item.keywords:
       leave_out.append(("tf1_only", item))
-    elif IS_TF1 and "tf2" in TESTED_RUNTIMES and "one_runtime" in item.keywords:
+    elif "one_runtime" in item.keywords and len(TESTED_RUNTIMES) > 1 and (
+        RUNTIME != one_runtime_of(item)):
       leave_out.append(("one_runtime", item))
     else:
       keep.append(item)
@@ -158,7 +167,7 @@ def pytest_collection_modifyitems(config, items):
                  "(it needs tf.contrib)" % counts["tf1_only"])
   if "one_runtime" in counts:
     notes.append("one_runtime: %d tests whose subject is the same on both runtimes run on "
-                 "TF 2.15, which this run tests too" % counts["one_runtime"])
+                 "the other runtime, which this run tests too" % counts["one_runtime"])
   if leave_out:
     config.hook.pytest_deselected(items=[item for _, item in leave_out])
     items[:] = keep

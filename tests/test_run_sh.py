@@ -4,6 +4,8 @@ import os
 import re
 import subprocess
 
+import pytest
+
 from conftest import ROOT
 
 
@@ -27,3 +29,34 @@ def test_the_suite_refuses_to_start_without_space_for_its_checkpoints(tmp_path):
   assert found.group(1) == str(tmp_path)
   # (other work on the disk may have moved it a little since)
   assert abs(int(found.group(2)) - free_megabytes(str(tmp_path))) < 500
+
+
+def test_fails_where_the_runner_test_asks():
+  """Passes in every run but the runner's own test below, which asks it to fail on one
+  runtime through RUN_SH_FAIL_ON (to see that failure reach run.sh's exit code)."""
+  from conftest import IS_TF1
+  assert os.environ.get("RUN_SH_FAIL_ON") != ("tf1" if IS_TF1 else "tf2")
+
+
+@pytest.mark.slow
+@pytest.mark.one_runtime("tf1")  # (it runs the suites of every runtime itself)
+def test_the_runtimes_suites_run_at_once_and_a_failure_fails_the_run():
+  from conftest import TESTED_RUNTIMES
+  failing = TESTED_RUNTIMES[0]
+  env = dict(os.environ, RUN_SH_FAIL_ON=failing, TEST_SPACE_MB="1")
+  result = subprocess.run(["bash", os.path.join(ROOT, "run.sh"), "test", "-p",
+                           "no:cacheprovider", "-k", "test_fails_where_the_runner_test_asks"],
+                          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=600)
+  assert result.returncode == 1
+  assert result.stderr.strip().splitlines()[-1] == (
+      "run.sh: tests failed on: %s (pytest exit 1)" % failing)
+  out = result.stdout
+  if len(TESTED_RUNTIMES) == 2:
+    assert "tests on tf1 and tf2 at the same time" in out
+    # Each suite's whole output in one piece: its header, its result, nothing between.
+    pieces = {r: out[out.index("==> tests on %s: " % r):] for r in ("tf1", "tf2")}
+    first, second = sorted(pieces, key=lambda r: out.index("==> tests on %s: " % r))
+    pieces[first] = pieces[first][:pieces[first].index("==> tests on %s: " % second)]
+    assert "1 failed" in pieces["tf1"] and "1 passed" not in pieces["tf1"]
+    assert "1 passed" in pieces["tf2"] and "1 failed" not in pieces["tf2"]

@@ -8,17 +8,18 @@ from conftest import (CORPORA, CORPUS_SIZES, corpus_texts, forked_map, google_id
 from data import fast_tokenization, tokenization
 from data.errors import DataError
 
-# The full sets take about 15 s per casing. The tokenizer is the same Python on both
+# The full sets take about 20 s per casing. The tokenizer is the same Python on both
 # runtimes, and what their Pythons differ in (the Unicode tables) is checked for every code
-# point on each, so the full sets run on one runtime.
-FULL_ON_ONE_RUNTIME = [
-    CORPORA[0],
-    pytest.param(*CORPORA[1].values, id="full",
-                 marks=list(CORPORA[1].marks) + [pytest.mark.one_runtime])]
+# point on each, so each casing's full sets run on one runtime (one each: the runtimes'
+# suites run at the same time).
+CASES = [pytest.param(CORPORA[0], True, id="True-samples"),
+         pytest.param(CORPORA[0], False, id="False-samples")] + [
+    pytest.param(*CORPORA[1].values, do_lower_case, id="%s-full" % do_lower_case,
+                 marks=list(CORPORA[1].marks) + [pytest.mark.one_runtime(runtime)])
+    for do_lower_case, runtime in ((True, "tf2"), (False, "tf1"))]
 
 
-@pytest.mark.parametrize("corpus", FULL_ON_ONE_RUNTIME)
-@pytest.mark.parametrize("do_lower_case", [True, False])
+@pytest.mark.parametrize("corpus,do_lower_case", CASES)
 def test_every_path_gives_googles_ids_on_every_text(tiny_vocab, do_lower_case, corpus):
   """Google's FullTokenizer is the reference. Each of our paths on its own: the pure-Python
   general path, the shortcut (which may decline a text), the Rust path without the

@@ -144,10 +144,8 @@ cmd_test() {
   export TESTED_RUNTIMES="$(echo $runtimes)"  # tests marked one_runtime run on tf2 alone
   if [ "${TEST_ONE_RUNTIME_AT_A_TIME:-}" = 1 ] || [ "$(echo $runtimes | wc -w)" -lt 2 ]; then
     for r in $runtimes; do
-      set +e
-      run_suite "$r" ${args[@]+"${args[@]}"}
-      status=$?
-      set -e
+      status=0
+      run_suite "$r" ${args[@]+"${args[@]}"} || status=$?  # (pytest reports its failures)
       [ "$status" -eq 0 ] || failed+=("$r (pytest exit $status)")
     done
   else
@@ -158,9 +156,9 @@ cmd_test() {
     trap 'for p in ${pids[*]}; do pkill -P "$p"; kill "$p"; done 2>/dev/null; rm -rf "$logdir"; exit 130' INT TERM
     say "tests on $(echo $runtimes | sed 's/ / and /') at the same time (TEST_ONE_RUNTIME_AT_A_TIME=1: one after the other); each one's output follows when it ends"
     for r in $runtimes; do
-      ( set +e; export PYTHONUNBUFFERED=1
-        run_suite "$r" ${args[@]+"${args[@]}"} > "$logdir/$r.log" 2>&1
-        echo $? > "$logdir/$r.status" ) &
+      ( export PYTHONUNBUFFERED=1; status=0
+        run_suite "$r" ${args[@]+"${args[@]}"} > "$logdir/$r.log" 2>&1 || status=$?
+        echo "$status" > "$logdir/$r.status" ) &
       pids+=($!)
     done
     local shown="" next_report=$((SECONDS + 60))

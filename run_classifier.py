@@ -57,7 +57,7 @@ def run_model(c, fold=None, cluster=None):
   machine.prepare()
 
   # The processor reads the task's files into InputExamples; the tokenizer makes their ids.
-  processor = build.make_processor(c)
+  processor = build.make_processor(c.data, c.training.sample_weight_column)
   task = tasks.task_of(processor)
   label_spec = processor.label_spec
   if found_card:
@@ -86,7 +86,7 @@ def run_model(c, fold=None, cluster=None):
   # model_fn and the (TPU)Estimator: one graph for a CPU, a GPU or a Cloud TPU.
   encoder_config = build.encoder_config(bert_config, tokenizer)
   model_fn = build.model_fn_of(c, encoder_config, label_spec, num_train_steps)
-  estimator = build.make_estimator(c, model_fn, cluster)
+  estimator = build.make_estimator(model_fn, output_dir, c.device, c.training, cluster)
   evaluator = evaluation.Evaluator(estimator, task, output_dir, c.training.eval_batch_size,
                                    c.model.init_checkpoint)
   if cluster is not None:
@@ -104,13 +104,13 @@ def run_model(c, fold=None, cluster=None):
     trainer = training.Trainer(estimator, data["train"], c.training, output_dir,
                                num_train_steps, fetch_loss=not c.device.use_tpu)
     checkpoint, result.eval = trainer.train(seconds, evaluator, data.get("dev"))
-    result.checkpoint = checkpoint
     if trainer.progress:  # (None when the folder's model had reached its last step)
       result.train_progress, result.train_losses = (trainer.progress.history,
                                                     trainer.progress.losses)
     if cluster is not None and not cluster.is_chief:  # the chief writes the results
       distribution.remove_worker_scratch(output_dir, cluster)
       return result
+  result.checkpoint = checkpoint  # (the best one with --best_metric, else the newest)
   if fold is not None:  # the held-out fold's predictions, before its eval (which uses them)
     result.oof = evaluator.predict_outputs(data["dev"], checkpoint)
   if modes.do_eval and result.eval is None:  # eval_input_fn -> estimator.evaluate
@@ -123,7 +123,7 @@ def run_model(c, fold=None, cluster=None):
   if modes.do_predict:  # predict_input_fn -> estimator.predict -> test_results.tsv
     with outputs.timed(seconds, "predict"):
       result.predictions, result.test_outputs = evaluator.predict(data["test"], checkpoint)
-    result.test_examples, result.checkpoint = data["test"].examples, checkpoint
+    result.test_examples = data["test"].examples
   if modes.do_export:  # the card in --output_dir, else (a fine-tuned --init_checkpoint) this run's
     export_card = card.read_model_card(output_dir) or card.card_of_run(
         c, processor, vocab_file, tokenizer, bert_config)

@@ -24,10 +24,11 @@ def truncation_of(model):
         model.truncation, model.truncation_head_tokens, e))
 
 
-def make_processor(c):
-  """The task's processor (data/processors.py) with its label spec settled: for csv, the
-  classes are read from the train file unless --labels gives them."""
-  processor = processor_for(c.data, c.training.sample_weight_column)
+def make_processor(data, weight_column=None):
+  """The processor (data/processors.py) of the DataOptions, with its label spec settled:
+  for csv, the classes are read from the train file unless --labels gives them.
+  weight_column: --sample_weight_column, read into the train examples."""
+  processor = processor_for(data, weight_column)
   processor.label_spec  # pylint: disable=pointless-statement  (refused now, not later)
   return processor
 
@@ -81,11 +82,11 @@ def model_fn_of(c, bert_config, label_spec, num_train_steps=0, serving=False):
       summary_dir=c.outputs.output_dir, save_summary_steps=training.save_summary_steps)
 
 
-def make_estimator(c, model_fn, cluster=None):
-  """The (TPU)Estimator of model_fn in --output_dir: a Cloud TPU with --use_tpu, else this
+def make_estimator(model_fn, output_dir, device, training, cluster=None):
+  """The (TPU)Estimator of model_fn in output_dir: a Cloud TPU with --use_tpu, else this
   machine (several GPUs with --num_gpus, several machines with a cluster)."""
   try:
-    return build_estimator(model_fn, c.outputs.output_dir, c.device, c.training, cluster)
+    return build_estimator(model_fn, output_dir, device, training, cluster)
   except BatchSplitError as e:  # (a cluster's replicas are known once its strategy exists)
     raise FlagError("--train_batch_size=%d is the global batch, and %s: every GPU of every "
-                    "machine takes an equal share" % (c.training.train_batch_size, e))
+                    "machine takes an equal share" % (training.train_batch_size, e))

@@ -52,7 +52,7 @@ def predict_with_export(c):
     where = os.path.join(predictor.export_dir, "assets", signature.CARD_ASSET)
     c = card.apply_model_card(c, dict(predictor.card, hub_module=None), where)
     build.truncation_of(c.model)
-    processor = build.make_processor(c)
+    processor = build.make_processor(c.data)
     card.check_matches_task(predictor.card, processor, where)
     examples = processor.get_examples("test")
     tf.io.gfile.makedirs(c.outputs.output_dir)

@@ -43,9 +43,9 @@ def fold_strata(examples, label_spec):
   return [e.label[0] >= 0.5 for e in examples]
 
 
-def check_folds(c):
-  training = c.training
-  if not c.modes.do_train:
+def check_folds(training, do_train):
+  """--num_folds trains, at least two folds, and --fold names one of them (or -1)."""
+  if not do_train:
     raise FlagError("--num_folds=%d trains one model per fold: add --do_train"
                     % training.num_folds)
   if training.num_folds < 2:
@@ -71,9 +71,9 @@ def run_folds(c, run_model):
   row (in file order) and folds_summary.json the mean and std of each metric over the
   folds; with --do_predict, test_results.tsv is the folds' mean. A single fold (--fold)
   writes only into its own folder. Returns a FoldsRun."""
-  check_folds(c)
+  check_folds(c.training, c.modes.do_train)
   num_folds, output_dir = c.training.num_folds, c.outputs.output_dir
-  processor = make_processor(c)
+  processor = make_processor(c.data, c.training.sample_weight_column)
   examples = processor.get_examples("train")
   assignment = folds_lib.assign_folds(fold_strata(examples, processor.label_spec), num_folds,
                                       c.training.seed)

@@ -119,7 +119,7 @@ def test_train_fraction_and_epochs_set_the_rows_and_steps(tmp_path, tiny_checkpo
   c = parse_flags(["run_classifier.py"] + common_flags(tiny_checkpoint, str(tmp_path)) + [
       "--do_train", "--train_fraction=0.5", "--num_train_epochs=1"])
   tokenizer, vocab_file = make_tokenizer(c.model)
-  train = prepare_splits(c, task_of(make_processor(c)), tokenizer, vocab_file)["train"]
+  train = prepare_splits(c, task_of(make_processor(c.data)), tokenizer, vocab_file)["train"]
   assert "--train_fraction=0.5: training on 134 of 267 rows" in caplog.text
   assert len(train.examples) == train.metadata["num_examples"] == 134
   assert num_train_steps_for(len(train.examples), c.training) == 17  # ceil(134 / 8)

@@ -79,7 +79,7 @@ def _train_on_one_process(config, bert_config_file, record_files, init_checkpoin
                           output_dir):
   """The reference: one process, one device, each step's batch the chief's half-batch
   followed by the worker's (the input pipelines of the two machines, zipped)."""
-  label_spec = make_processor(config).label_spec
+  label_spec = make_processor(config.data).label_spec
   training = config.training
   model_fn = model_fn_builder(BertConfig.from_json_file(bert_config_file), label_spec,
                               init_checkpoint, training.learning_rate, num_train_steps=STEPS,

@@ -7,9 +7,13 @@ from data.errors import DataError
 from data.examples import Columns, DataProcessor, flag_for_split
 from data.table import delimiter_for, quoting_for, read_table
 from spec.errors import FlagError
-from spec.labels import MISSING_VALUES
+from spec.labels import MISSING_VALUES, canonical_label, class_order
 
 log = logging.getLogger(__name__)
+
+# Above this many classes, a label column where most rows have a value of their own is no
+# label column (an id, a text); below it, a small file's labels may all differ.
+MANY_CLASSES = 20
 
 class CsvProcessor(DataProcessor):
   """Any CSV or TSV: columns by name (with a header) or by 0-based position. Quotes enclose
@@ -82,7 +86,9 @@ class CsvProcessor(DataProcessor):
     return self._labels
 
   def _labels_from_train_file(self):
-    """The sorted distinct labels of the train file (numerically when they are numbers)."""
+    """The distinct labels of the train file, each in its canonical spelling (1.0 is 1,
+    TRUE is true: spec.labels.canonical_label), in class_order (numbers by value). A
+    column where most rows have a label of their own is refused: it is an id or a text."""
     path = self.file_for("train")
     table = read_table(path, self.delimiter_of(path), self.has_header_for("train"),
                        self.quoting_of(path))
@@ -90,12 +96,16 @@ class CsvProcessor(DataProcessor):
     self._check_no_header_as_data(table, index, "train")
     self._check_header_is_not_data(table, index, "train")
     # Missing values are no class: their rows are errors (or counted skips) when read.
-    values = set(fields[index].strip() for _, fields in table.rows if len(fields) > index) - \
-        MISSING_VALUES
-    try:
-      found = sorted(values, key=float)
-    except ValueError:
-      found = sorted(values)
+    cells = [fields[index] for _, fields in table.rows if len(fields) > index and
+             fields[index].strip() not in MISSING_VALUES]
+    found = class_order(set(canonical_label(cell) for cell in cells))
+    if len(found) > MANY_CLASSES and len(found) * 2 > len(cells):
+      raise DataError(path, "column %s has %d distinct values in %d rows: most rows have a "
+                      "label of their own, as an id or a text column does, not a label"
+                      % (self.label_column, len(found), len(cells)),
+                      "name the label column with --label_column (or list the classes with "
+                      "--labels; for numbers to predict, pass --head=regression)",
+                      column=self.label_column)
     if len(found) < 2:
       raise DataError(path, "column %s holds %s, but a classifier needs at least two classes"
                       % (self.label_column, "only the label %r" % found[0] if found else

@@ -20,6 +20,7 @@ A spec is plain Python, shared by data/ and modeling/. It owns:
 Adding a label shape means one subclass here (and its test file).
 """
 
+import decimal
 import math
 
 from spec.errors import FlagError
@@ -29,6 +30,35 @@ MISSING_VALUES = frozenset(["", "nan", "NaN", "NAN", "NA", "N/A", "n/a", "null",
                             "None", "#N/A"])
 
 HEAD_KINDS = ("classification", "multi_label", "soft_target", "regression")
+BOOLEANS = {"true": 1.0, "false": 0.0}
+
+
+def canonical_label(cell):
+  """A class label's one spelling, whatever the file's: a number by its value (1, 1.0,
+  01 and +1 are the class 1; 0.50 is 0.5), true and false in any case (TRUE is true),
+  other text as it is; surrounding whitespace never counts. Two cells are the same class
+  exactly when their canonical labels are equal."""
+  text = cell.strip()
+  if text.lower() in BOOLEANS:
+    return text.lower()
+  try:
+    value = decimal.Decimal(text)
+  except decimal.InvalidOperation:
+    return text
+  if not value.is_finite():
+    return text
+  return "0" if value.is_zero() else format(value.normalize(), "f")
+
+
+def class_order(names):
+  """Canonical class names in a deterministic order: numbers by value, then true and
+  false, then other text in code point order (never the order of a set)."""
+  def key(name):
+    try:
+      return (0, decimal.Decimal(name), name)
+    except decimal.InvalidOperation:
+      return (1 if name in BOOLEANS else 2, 0, name)
+  return sorted(names, key=key)
 
 
 def float32_text(value):
@@ -129,13 +159,16 @@ class SingleLabel(LabelSpec):
       raise FlagError("a classification head reads one label column, not %d (%s); for "
                       "several 0/1 columns use the multi_label head"
                       % (len(self.columns), ", ".join(self.columns)))
-    self._classes = [str(c) for c in classes]
+    self._classes = [str(c).strip() for c in classes]
     if len(self._classes) < 2:
       raise FlagError("a classification head needs at least 2 classes, not %d (%s)"
                       % (len(self._classes), ", ".join(self._classes) or "none"))
-    if len(set(self._classes)) != len(self._classes):
-      raise FlagError("class listed twice: %s" % ", ".join(self._classes))
-    self._index = {c: i for i, c in enumerate(self._classes)}
+    # A cell names a class by its canonical spelling (canonical_label), so two names
+    # that read the same (0 and 0.0, True and true) would be one class.
+    self._index = {canonical_label(c): i for i, c in enumerate(self._classes)}
+    if len(self._index) != len(self._classes):
+      raise FlagError("class listed twice: %s (labels are read by value: 1 and 1.0 are one "
+                      "class, and so are True and true)" % ", ".join(self._classes))
 
   @property
   def classes(self):
@@ -151,8 +184,9 @@ class SingleLabel(LabelSpec):
 
   def parse(self, cells):
     value = cells[0].strip()
-    if value in self._index:
-      return value
+    index = self._index.get(canonical_label(value))
+    if index is not None:
+      return self._classes[index]
     if value in MISSING_VALUES:
       raise LabelError("the label is %s" % ("empty" if not value else
                                             "%r, a missing value" % value),
@@ -164,7 +198,7 @@ class SingleLabel(LabelSpec):
                      "correct the row, or pick the right --task_name / --label_column")
 
   def record_value(self, label):
-    return self._index[label]
+    return self._index[canonical_label(label)]
 
   def unlabelled_value(self):
     return 0
@@ -209,7 +243,8 @@ class MultiLabel(LabelSpec):
   def parse(self, cells):
     values = []
     for i, cell in enumerate(cells):
-      value = parse_number(cell, i, "0 or 1")
+      word = cell.strip().lower()
+      value = BOOLEANS[word] if word in BOOLEANS else parse_number(cell, i, "0 or 1")
       if value not in (0.0, 1.0):
         raise LabelError("%r is not 0 or 1" % cell, "a multi-label column holds 0 or 1; for "
                          "fractions use --head=soft_target", index=i)

@@ -5,6 +5,7 @@ as data is caught, and predict files need no labels. Each case on a real file.""
 import csv
 import io
 import json
+import os
 
 import pytest
 
@@ -280,3 +281,53 @@ def test_cola_predict_files_labels_are_not_read_and_its_test_layout_is_not_train
   assert str(error) == (
       "%s, line 1: this is CoLA's unlabelled test layout (index, sentence). Fix: use it as the "
       "predict file, and give a labelled file for training" % (tmp_path / "train.tsv"))
+
+
+# --- labels read one way -----------------------------------------------------------------
+
+def _labelled(tmp_path, labels_column, name="train.csv"):
+  path = tmp_path / name
+  path.write_text(u"text,label\n" + u"".join(
+      u"row number %d,%s\n" % (i, label) for i, label in enumerate(labels_column)))
+  return get_processor("csv", files={"train": str(path)}, text_column="text",
+                       label_columns=["label"])
+
+
+def test_spellings_of_one_label_are_one_class(tmp_path):
+  numbers = _labelled(tmp_path, ["0", "1", "0.0", "1.0", " 1", "00", "1e0"])
+  assert numbers.labels == ["0", "1"]
+  assert [e.label for e in numbers.get_examples("train")] == ["0", "1", "0", "1", "1", "0", "1"]
+  words = _labelled(tmp_path, ["True", "true", "TRUE", "False", "false", "FALSE"], "b.csv")
+  assert words.labels == ["false", "true"]
+  assert [e.label for e in words.get_examples("train")] == ["true"] * 3 + ["false"] * 3
+
+
+@pytest.mark.one_runtime  # (Python's hashing, the same on both)
+def test_the_class_order_does_not_depend_on_the_hash_seed(tmp_path):
+  """Strings hash differently in each process (PYTHONHASHSEED); a set of labels sorted by
+  value alone would order equal values by that. Two processes, two seeds, one order."""
+  import subprocess
+  import sys
+  from conftest import ROOT
+  path = tmp_path / "train.csv"
+  path.write_text(u"text,label\n" + u"".join(u"t%d,%s\n" % (i, v) for i, v in enumerate(
+      ["1.0", "0", "1", "0.0", "2", "2.00", "-1", "false", "TRUE", "b", "a"] * 3)))
+  code = ("from data.processors import get_processor; print(get_processor('csv', files="
+          "{'train': %r}, text_column='text', label_columns=['label']).labels)" % str(path))
+  orders = {subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(
+      os.environ, PYTHONHASHSEED=str(seed), TF_CPP_MIN_LOG_LEVEL="3"), stdout=subprocess.PIPE,
+      universal_newlines=True, check=True).stdout.strip() for seed in (1, 2)}
+  assert orders == {"['-1', '0', '1', '2', 'false', 'true', 'a', 'b']"}
+
+
+def test_a_label_column_of_ids_is_refused(tmp_path):
+  processor = _labelled(tmp_path, [str(1000 + i) for i in range(500)])
+  with pytest.raises(DataError) as error:
+    processor.labels
+  assert str(error.value) == (
+      "%s, column 'label': column label has 500 distinct values in 500 rows: most rows have a "
+      "label of their own, as an id or a text column does, not a label. Fix: name the label "
+      "column with --label_column (or list the classes with --labels; for numbers to "
+      "predict, pass --head=regression)" % (tmp_path / "train.csv"))
+  # Many classes with rows each are a classifier's labels.
+  assert len(_labelled(tmp_path, [str(i % 40) for i in range(200)], "c.csv").labels) == 40

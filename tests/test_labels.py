@@ -106,3 +106,48 @@ def test_build_spec_names_what_is_wrong():
     labels.build_spec("regression", ["y"], ["0", "1"])
   with pytest.raises(ValueError, match="label column listed twice: toxic, toxic"):
     MultiLabel(["toxic", "toxic"])
+
+
+# --- one way to read a label -------------------------------------------------------------
+
+@pytest.mark.parametrize("cells,canonical", [
+    (["0", "0.0", "00", "+0", "-0", " 0 ", "0e5", "0.000"], "0"),
+    (["1", "1.0", "01", "+1", "1e0", "\t1\n", "1.000"], "1"),
+    (["0.5", ".5", "0.50", "5e-1"], "0.5"),
+    (["10", "1e1", "10.0"], "10"),
+    (["-2", "-2.0"], "-2"),
+    (["True", "true", "TRUE", " tRuE "], "true"),
+    (["False", "false", "FALSE"], "false"),
+    (["positive", " positive"], "positive"),
+    (["Positive"], "Positive"),  # text keeps its case: only true and false are words
+    (["nan"], "nan"), (["inf"], "inf"),  # not numbers to compare (missing, or text)
+])
+def test_a_label_has_one_spelling(cells, canonical):
+  assert {labels.canonical_label(cell) for cell in cells} == {canonical}
+
+
+def test_classes_are_matched_by_value_and_listed_once():
+  spec = SingleLabel(["y"], ["0", "1"])
+  assert [spec.parse([c]) for c in ("1.0", " 01", "0.0", "+0")] == ["1", "1", "0", "0"]
+  assert spec.record_value("1.0") == 1
+  named = SingleLabel(["y"], ["True", "False"])  # the classes keep the spelling given
+  assert [named.parse([c]) for c in ("TRUE", "false", " True")] == ["True", "False", "True"]
+  assert named.prediction_header() == ["probability_True", "probability_False", "prediction"]
+  for classes in (["1", "1.0"], ["True", "TRUE"], ["0", "00", "1"]):
+    with pytest.raises(ValueError, match="class listed twice: %s \\(labels are read by value"
+                                         % ", ".join(classes)):
+      SingleLabel(["y"], classes)
+
+
+def test_multi_label_columns_read_true_and_false():
+  assert MultiLabel(["a", "b", "c"]).parse(["True", "false", "1.0"]) == (1.0, 0.0, 1.0)
+
+
+def test_the_class_order_is_the_same_for_every_order_of_the_names():
+  import random
+  names = ["10", "2", "-1", "0.5", "true", "false", "b", "B", "a"]
+  orders = set()
+  for seed in range(500):
+    random.Random(seed).shuffle(names)
+    orders.add(tuple(labels.class_order(set(names))))
+  assert orders == {("-1", "0.5", "2", "10", "false", "true", "B", "a", "b")}

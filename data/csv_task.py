@@ -5,7 +5,7 @@ import re
 
 from data.errors import DataError
 from data.examples import Columns, DataProcessor, flag_for_split
-from data.table import delimiter_for, quoting_for, read_table
+from data.table import delimiter_for, is_position, quoting_for, read_table
 from spec.errors import FlagError
 from spec.labels import MISSING_VALUES, canonical_label, class_order
 
@@ -142,7 +142,7 @@ class CsvProcessor(DataProcessor):
     """With columns given by position, a headerless file read with a header (the default)
     would lose its first row. Its sign: the 'header' has a label cell that is a label of the
     other rows, or a number."""
-    if table.header is None or not str(self.label_column).isdigit():
+    if table.header is None or not is_position(self.label_column):
       return
     if label_index >= len(table.header):
       return
@@ -162,7 +162,7 @@ class CsvProcessor(DataProcessor):
       labels = tuple(table.column_index(c, "--label_column") for c in self._label_columns)
       self._check_no_header_as_data(table, labels[0], split)
       self._check_header_is_not_data(table, labels[0], split)
-    if table.header is not None and str(self.text_column).isdigit():
+    if table.header is not None and is_position(self.text_column):
       # Columns by position and a header: say which line was taken as the header, so a
       # headerless file (e.g. a predict file without labels) cannot lose a row unseen.
       log.info("%s: line 1 read as the header (%s); pass --no%s if it is data", table.path,

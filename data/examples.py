@@ -304,7 +304,8 @@ class HeaderProcessor(DataProcessor):
   label_hint = None  # how the user picks the label column, when they can
 
   def columns(self, table, split):
-    ids = [table.header.index(c) for c in self.id_columns if c in table.header]
+    ids = [table.column_index(c, "the %s column" % c) for c in self.id_columns
+           if c in table.header]
     return Columns(
         text_a=table.column_index(self.text_a_column, "the %s column" % self.text_a_column),
         text_b=(table.column_index(self.text_b_column, "the %s column" % self.text_b_column)

@@ -106,7 +106,7 @@ class JigsawBiasProcessor(JigsawProcessor):
       if name not in table.header:
         left_out.append("%s (no such column)" % name)
         continue
-      index = table.header.index(name)
+      index = table.column_index(name, "--auxiliary_targets")
       empty = sum(1 for _, fields in table.rows
                   if len(fields) <= index or fields[index].strip() in MISSING_VALUES)
       if empty:
@@ -125,8 +125,8 @@ class JigsawBiasProcessor(JigsawProcessor):
 
   def columns(self, table, split):
     columns = super(JigsawBiasProcessor, self).columns(table, split)
-    columns.extras = tuple((name, table.header.index(name)) for name in JIGSAW_IDENTITY_COLUMNS
-                           if name in table.header)
+    columns.extras = tuple((name, table.column_index(name, "the %s column" % name))
+                           for name in JIGSAW_IDENTITY_COLUMNS if name in table.header)
     return columns
 
   def check_row(self, path, line, fields, columns):

@@ -1,7 +1,6 @@
 """Reads CSV/TSV files into rows that remember their line numbers, with clear errors."""
 
 import csv
-import io
 import re
 import sys
 
@@ -11,11 +10,6 @@ from data.errors import DataError
 
 # Jigsaw comments can be long; Python's default field limit of 128 KiB is not enough.
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
-
-
-# A record may span this many physical lines before the lines it holds are checked
-# for rows it swallowed (a stray quote that is never closed where it should be).
-HANDFUL_OF_LINES = 5
 
 
 class Table(object):
@@ -51,12 +45,13 @@ class Table(object):
 
   def column_index(self, column, flag_hint):
     """Resolves a column given by name or by 0-based position to an index."""
-    if isinstance(column, int) or (isinstance(column, str) and column.isdigit()):
+    if is_position(column):
       index = int(column)
       width = len(self.header) if self.header else (len(self.rows[0][1]) if self.rows else 0)
       if index >= width:
         raise DataError(self.path, "there is no column number %d: rows have %d columns"
-                        % (index, width), "pass %s with a position below %d" % (flag_hint, width),
+                        % (index, width), self._other_delimiter_fix() or
+                        "pass %s with a position below %d" % (flag_hint, width),
                         line=1, column=column)
       return index
     if self.header is None:
@@ -66,9 +61,44 @@ class Table(object):
     if column not in self.header:
       raise DataError(self.path, "there is no column %r; the header has: %s"
                       % (column, ", ".join(self.header)),
+                      self._other_delimiter_fix(column) or
                       "pass %s=<one of those names>, or fix the header" % flag_hint,
                       line=1, column=column)
-    return self.header.index(column)
+    positions = [i for i, name in enumerate(self.header) if name == column]
+    if len(positions) > 1:
+      raise DataError(self.path, "the header names column %r %d times (positions %s), so which "
+                      "one to read is unclear" % (column, len(positions),
+                                                  ", ".join(str(i) for i in positions)),
+                      "rename the columns so that each name appears once", line=1,
+                      column=column)
+    return positions[0]
+
+  def _other_delimiter_fix(self, column=None):
+    """The fix when the file's first line splits into columns by another delimiter than
+    the one read with (into a header that has column, when one is named)."""
+    first = self.header if self.header is not None else self.rows[0][1]
+    line = self.delimiter.join(first)
+    for candidate in OTHER_DELIMITERS:
+      if candidate == self.delimiter:
+        continue
+      names = [name.strip() for name in line.split(candidate)]
+      if len(names) > len(first) and (column is None or column in names):
+        return ("the file seems to be separated by %s, not %s (its first line splits into %s): "
+                "pass --delimiter=%s (with --task_name=csv)" % (
+                    _delimiter_name(candidate), _delimiter_name(self.delimiter),
+                    ", ".join(names[:6]) + (", ..." if len(names) > 6 else ""),
+                    "tab" if candidate == "\t" else "'%s'" % candidate))
+    return None
+
+
+def is_position(column):
+  """Whether a column is given by its 0-based position (digits) rather than by name."""
+  return isinstance(column, int) or bool(_POSITION.match(str(column)))
+
+
+# The delimiters a file may use instead of the one it was read with.
+OTHER_DELIMITERS = (",", ";", "\t", "|")
+_POSITION = re.compile(r"^[0-9]+$")
 
 
 def decode_utf8(path, raw):
@@ -85,11 +115,16 @@ def decode_utf8(path, raw):
 
 
 def read_table(path, delimiter, has_header, quoting=csv.QUOTE_MINIMAL):
-  """Reads a whole delimited file. Raises DataError when it is empty or not UTF-8, or when a
-  quote swallowed rows into one record."""
+  """Reads a whole delimited file. Raises DataError when it is empty or not UTF-8, or when
+  its quotes do not follow CSV's rules (a quoted field that never closes, or that closes
+  with anything but a delimiter or the line's end after it): such a quote would merge rows
+  into one text."""
   if not tf.io.gfile.exists(path):
     raise DataError(path, "the file does not exist",
                     "check --data_dir and the file name (see the README for each task's files)")
+  if tf.io.gfile.isdir(path):
+    raise DataError(path, "this is a folder, not a file",
+                    "name the file itself (or pass the folder as --data_dir)")
   with tf.io.gfile.GFile(path, "rb") as f:
     raw = f.read()
   text = decode_utf8(path, raw)
@@ -98,7 +133,9 @@ def read_table(path, delimiter, has_header, quoting=csv.QUOTE_MINIMAL):
   kwargs = {"delimiter": delimiter}
   if quoting == csv.QUOTE_NONE:
     kwargs.update(quoting=csv.QUOTE_NONE, quotechar=None)
-  lines = io.StringIO(text, newline="").readlines()
+  else:
+    kwargs.update(strict=True)  # a quote out of place is an error, not a merged text
+  lines = lines_of(text)
   consumed = []
 
   def feed():
@@ -119,11 +156,9 @@ def read_table(path, delimiter, has_header, quoting=csv.QUOTE_MINIMAL):
         rows.append((start, fields))
         if len(consumed) > 1:
           multi_line.append((start, len(consumed)))
-          _check_not_swallowing_rows(path, delimiter, start, consumed, rows)
       del consumed[:]
   except csv.Error as e:
-    raise DataError(path, "the file cannot be parsed as %s: %s" % (_kind(delimiter), e),
-                    "check the quoting around line %d" % next_line, line=next_line)
+    raise _quoting_error(path, delimiter, next_line, consumed, e)
   header = None
   if has_header:
     header = [h.strip() for h in rows[0][1]]
@@ -134,36 +169,43 @@ def read_table(path, delimiter, has_header, quoting=csv.QUOTE_MINIMAL):
   return Table(path, header, rows, len(lines), blank_lines, multi_line, delimiter)
 
 
-def _looks_like_a_row(line, delimiter, width):
-  """A line with a row's number of fields whose first or last field is a short token (an id,
-  a label): prose with a comma in it has words with spaces at both ends."""
-  fields = line.rstrip("\r\n").split(delimiter)
-  return len(fields) == width and any(
-      _SHORT_TOKEN.match(fields[i].strip()) for i in (0, -1))
+def lines_of(text):
+  """The file's lines, each with its end. Lines end at "\n" (or "\r\n"), so a lone
+  carriage return stays a character of its line, which the csv module keeps inside a
+  quoted text and refuses elsewhere, instead of taking it for a line end and cutting a row
+  in two. A file with no "\n" at all has its lines end at "\r" (old Mac files)."""
+  end = "\n" if "\n" in text else "\r"
+  pieces = text.split(end)
+  return [piece + end for piece in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
 
 
-_SHORT_TOKEN = re.compile(r"^[^\s\"]{1,32}$")
+def _quoting_error(path, delimiter, start, record_lines, error):
+  """The DataError of a record the csv module could not read (strict quoting), naming
+  where its quoted field opened and what went wrong."""
+  fix = ("remove or double (\"\") the stray quote, or read quotes as plain characters "
+         "(--quoting=none)")
+  quote = (record_lines[0].find('"') + 1) if record_lines else 0
+  end = start + max(len(record_lines), 1) - 1
+  if "unexpected end of data" in str(error):
+    return DataError(path, "the quote at line %d, character %d opens a quoted field that is "
+                     "never closed: the file ends inside it, so the %d lines after it would "
+                     "be one text" % (start, quote, end - start), fix, line=start)
+  if "new-line character seen in unquoted field" in str(error):
+    return DataError(path, "a carriage return (\\r) stands inside a text that is not quoted, "
+                     "where it cannot be told from a line's end",
+                     "quote that text (\"...\") or remove the carriage return", line=start)
+  if "expected after" in str(error):
+    closing = record_lines[-1] if record_lines else ""
+    return DataError(path, "the quoted field that opens at line %d, character %d closes at "
+                     "line %d with text after its closing quote, where %s or the line's end "
+                     "should follow (%s)" % (start, quote, end, _delimiter_name(delimiter),
+                                             closing.strip()[:60]), fix, line=start)
+  return DataError(path, "the file cannot be parsed as %s: %s" % (_kind(delimiter), error),
+                   "check the quoting around line %d" % start, line=start)
 
 
-def _check_not_swallowing_rows(path, delimiter, start, record_lines, rows):
-  """A record over a handful of lines whose inner lines mostly look like rows of their own
-  (as many delimiters as a row has) is rows merged by a quote that opened and never closed
-  where it should: an error that names where the quote opened."""
-  if len(record_lines) <= HANDFUL_OF_LINES:
-    return
-  width = len(rows[0][1]) if len(rows) > 1 else record_lines[0].count(delimiter) + 1
-  inner = record_lines[1:]
-  looking_like_rows = sum(1 for line in inner if _looks_like_a_row(line, delimiter, width))
-  if width < 2 or looking_like_rows * 2 < len(inner):
-    return
-  quote = record_lines[0].find('"')
-  raise DataError(
-      path, "one record runs from line %d over %d lines, and %d of them look like rows of "
-      "their own: the quote at line %d, character %d opens a quoted field that is not closed "
-      "until line %d" % (start, len(record_lines), looking_like_rows, start, quote + 1,
-                         start + len(record_lines) - 1),
-      "remove or double (\"\") the stray quote, or read the file without quote processing "
-      "(--quoting=none)", line=start)
+def _delimiter_name(delimiter):
+  return {"\t": "a tab", ",": "a comma"}.get(delimiter, repr(delimiter))
 
 
 def _kind(delimiter):

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from conftest import TINY_VOCAB, sample_path
+from conftest import JIGSAW, TINY_VOCAB, sample_path
 from data import tokenization
 from data.errors import DataError
 from data.examples import InputExample
@@ -85,11 +85,36 @@ def test_a_quote_that_swallows_rows_is_an_error_naming_where_it_opened(tmp_path)
   path = write_lines(tmp_path / "train.tsv", lines)
   error = error_of(sst2(path, quoting="csv"))
   assert error.line == 11
-  assert str(error).startswith(
-      "%s, line 11: one record runs from line 11 over 291 lines, and 290 of them look like "
-      "rows of their own: the quote at line 11, character 1 opens a quoted field that is not "
-      "closed until line 301. Fix: remove or double" % path)
-  assert "--quoting=none" in str(error)
+  assert str(error) == (
+      "%s, line 11: the quote at line 11, character 1 opens a quoted field that is never "
+      "closed: the file ends inside it, so the 290 lines after it would be one text. Fix: "
+      "remove or double (\"\") the stray quote, or read quotes as plain characters "
+      "(--quoting=none)" % path)
+
+
+def test_an_unclosed_quote_near_the_end_of_a_predict_file_is_an_error(tmp_path):
+  """Three rows before the end: the last rows would have been one text (a warning only)."""
+  with io.open(os.path.join(JIGSAW, "test.csv"), encoding="utf-8", newline="") as f:
+    rows = [r for r in csv.reader(f)][1:]
+  plain = [r for r in rows if not set('",\n') & set(r[1])][:10]
+  lines = ["id,comment_text"] + ["%s,%s" % (r[0], r[1]) for r in plain]
+  lines[-3] = lines[-3].replace(",", ',"', 1)  # its text opens a quote that never closes
+  path = write_lines(tmp_path / "test.csv", lines)
+  error = error_of(get_processor("jigsaw_toxic", files={"test": str(path)}), "test")
+  assert error.line == len(lines) - 2
+  assert ("the quote at line %d, character %d opens a quoted field that is never closed: the "
+          "file ends inside it, so the 2 lines after it would be one text"
+          % (len(lines) - 2, len(plain[-3][0]) + 2)) in str(error)
+
+
+def test_text_after_a_closing_quote_is_an_error(tmp_path):
+  path = tmp_path / "train.csv"
+  path.write_text(u'text,label\n"fine",1\n"he said "hi" to me",0\nok,1\n')
+  error = error_of(get_processor("csv", files={"train": str(path)}, text_column="text",
+                                 label_columns=["label"]))
+  assert error.line == 3
+  assert ("the quoted field that opens at line 3, character 1 closes at line 3 with text "
+          "after its closing quote, where a comma or the line's end should follow") in str(error)
 
 
 def test_more_fields_than_the_header_is_an_error_or_a_counted_skip(tmp_path):
@@ -331,3 +356,31 @@ def test_a_label_column_of_ids_is_refused(tmp_path):
       "predict, pass --head=regression)" % (tmp_path / "train.csv"))
   # Many classes with rows each are a classifier's labels.
   assert len(_labelled(tmp_path, [str(i % 40) for i in range(200)], "c.csv").labels) == 40
+
+
+def test_a_column_named_twice_in_the_header_is_an_error(tmp_path):
+  path = write_lines(tmp_path / "train.csv", ["id,text,label,text", "1,first,0,second",
+                                               "2,third,1,fourth"])
+  error = error_of(get_processor("csv", files={"train": path}, text_column="text",
+                                 label_columns=["label"]))
+  assert str(error) == ("%s, line 1, column 'text': the header names column 'text' 2 times "
+                        "(positions 1, 3), so which one to read is unclear. Fix: rename the "
+                        "columns so that each name appears once" % path)
+
+
+def test_a_file_with_another_delimiter_is_told_its_delimiter(tmp_path):
+  path = write_lines(tmp_path / "train.csv", ["id;text;label", "1;hello there;0",
+                                               "2;good bye;1"])
+  by_name = error_of(get_processor("csv", files={"train": path}, text_column="text",
+                                   label_columns=["label"]))
+  assert str(by_name).endswith(
+      "there is no column 'label'; the header has: id;text;label. Fix: the file seems to be "
+      "separated by ';', not a comma (its first line splits into id, text, label): pass "
+      "--delimiter=';' (with --task_name=csv)")
+  by_position = error_of(get_processor("csv", files={"train": path}, text_column="1",
+                                       label_columns=["2"], has_header=False))
+  assert "there is no column number 2: rows have 1 columns. Fix: the file seems to be " \
+         "separated by ';'" in str(by_position)
+  tsv = write_lines(tmp_path / "train.tsv", ["text,label", "hello,0", "bye,1"])
+  assert "separated by a comma, not a tab" in str(error_of(
+      get_processor("csv", files={"train": tsv}, text_column="text", label_columns=["label"])))

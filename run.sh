@@ -141,7 +141,7 @@ cmd_test() {
   check_test_space
   for r in $runtimes; do setup_env "$r"; done
   start=$SECONDS  # the suite's time, without building environments
-  export TESTED_RUNTIMES="$(echo $runtimes)"  # tests marked one_runtime run on tf2 alone
+  export TESTED_RUNTIMES="$(echo $runtimes)"  # a one_runtime test runs on the runtime it names
   if [ "${TEST_ONE_RUNTIME_AT_A_TIME:-}" = 1 ] || [ "$(echo $runtimes | wc -w)" -lt 2 ]; then
     for r in $runtimes; do
       status=0

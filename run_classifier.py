@@ -33,127 +33,21 @@ from spec.errors import FlagError
 log = logging.getLogger("run_classifier")
 
 
-def run(c, cluster=None):
-  """Runs the modes of a configuration (spec/config.py RunConfig), or its k-fold
-  cross-validation. With cluster (spec.cluster.Cluster, from TF_CONFIG) this process is
-  one task of a multi-worker training. Returns what was produced (pipeline.outputs
-  ModelRun, or FoldsRun)."""
-  checks.check_run(c, cluster)
-  if c.model.saved_model:
-    return export.predict_with_export(c)
-  if c.training.num_folds:
-    return folds.run_folds(c, run_model)
-  return run_model(c, cluster=cluster)
-
-
-def run_model(c, fold=None, cluster=None):
-  """One model through Google's steps. With fold (pipeline.folds.FoldPlan), the train
-  file's rows of the other folds train it and its own fold's rows are its dev split; with
-  cluster, this task's part of a multi-worker run."""
-  started, seconds, result = time.time(), {}, outputs.ModelRun()
-  c, found_card = card.settle(c, cluster)  # this task's part, and the model card's settings
-  output_dir, modes = c.outputs.output_dir, c.modes
-  bert_config = checks.check_task_and_model(c, found_card)
-  machine.prepare()
-
-  # The processor reads the task's files into InputExamples; the tokenizer makes their ids.
-  processor = build.make_processor(c.data, c.training.sample_weight_column)
-  task = tasks.task_of(processor)
-  label_spec = processor.label_spec
-  if found_card:
-    card.check_matches_task(found_card, processor, model_card.card_path(output_dir))
-  tokenizer, vocab_file = build.make_tokenizer(c.model)
-  log.info("task %s: %s", processor.name, label_spec.describe())
-  checkpoint = None
-  if (modes.do_eval or modes.do_predict or modes.do_export) and not modes.do_train:
-    checkpoint = evaluation.head_checkpoint(  # refused before any work
-        output_dir, c.model.init_checkpoint, modes.allow_untrained_head and not modes.do_export,
-        "evaluate" if modes.do_eval else "predict" if modes.do_predict else "export", label_spec)
-  tf.io.gfile.makedirs(output_dir)
-
-  # InputExamples -> InputFeatures -> TFRecords, for every split, before any training.
-  with outputs.timed(seconds, "featurisation"):
-    data = splits.prepare_splits(c, task, tokenizer, vocab_file, fold)
-  num_train_steps = 0
-  if modes.do_train:
-    num_train_steps = build.num_train_steps_for(len(data["train"].examples), c.training)
-    training.check_best_metric(c.training.best_metric, output_dir, task,
-                               data["dev"].examples if modes.do_eval else [])
-    distribution.check_every_pipeline_has_rows(
-        len(data["train"].examples), c.device.num_record_shards,
-        distribution.input_pipelines(c.device, cluster))
-
-  # model_fn and the (TPU)Estimator: one graph for a CPU, a GPU or a Cloud TPU.
-  encoder_config = build.encoder_config(bert_config, tokenizer)
-  model_fn = build.model_fn_of(c, encoder_config, label_spec, num_train_steps)
-  estimator = build.make_estimator(model_fn, output_dir, c.device, c.training, cluster)
-  evaluator = evaluation.Evaluator(estimator, task, output_dir, c.training.eval_batch_size,
-                                   c.model.init_checkpoint)
-  if cluster is not None:
-    log.info("this process is %s", cluster.describe())
-    if cluster.is_evaluator:
-      result.evaluated_to_step = training.evaluate_checkpoints(estimator, data["dev"],
-                                                               output_dir, num_train_steps)
-      return result
-
-  trainer = None
-  if modes.do_train:  # train_input_fn -> estimator.train, in stretches when evaluating
-    if cluster is None or cluster.is_chief:
-      card.write_model_card(output_dir, card.card_of_run(c, processor, vocab_file, tokenizer,
-                                                         bert_config))
-    trainer = training.Trainer(estimator, data["train"], c.training, output_dir,
-                               num_train_steps, fetch_loss=not c.device.use_tpu)
-    checkpoint, result.eval = trainer.train(seconds, evaluator, data.get("dev"))
-    if trainer.progress:  # (None when the folder's model had reached its last step)
-      result.train_progress, result.train_losses = (trainer.progress.history,
-                                                    trainer.progress.losses)
-    if cluster is not None and not cluster.is_chief:  # the chief writes the results
-      distribution.remove_worker_scratch(output_dir, cluster)
-      return result
-  result.checkpoint = checkpoint  # (the best one with --best_metric, else the newest)
-  if fold is not None:  # the held-out fold's predictions, before its eval (which uses them)
-    result.oof = evaluator.predict_outputs(data["dev"], checkpoint)
-  if modes.do_eval and result.eval is None:  # eval_input_fn -> estimator.evaluate
-    with outputs.timed(seconds, "final eval" if c.training.eval_every_steps else "eval"):
-      result.eval = evaluator.evaluate(data["dev"], checkpoint, result.oof,
-                                       name="best" if c.training.best_metric else None)
-  if fold is not None:
-    folds.write_held_out_predictions(output_dir, data["dev"].examples, fold, result.oof,
-                                     label_spec)
-  if modes.do_predict:  # predict_input_fn -> estimator.predict -> test_results.tsv
-    with outputs.timed(seconds, "predict"):
-      result.predictions, result.test_outputs = evaluator.predict(data["test"], checkpoint)
-    result.test_examples = data["test"].examples
-  if modes.do_export:  # the card in --output_dir, else (a fine-tuned --init_checkpoint) this run's
-    export_card = card.read_model_card(output_dir) or card.card_of_run(
-        c, processor, vocab_file, tokenizer, bert_config)
-    with outputs.timed(seconds, "export"):
-      result.export = export.export_model(c, encoder_config, label_spec, checkpoint,
-                                          export_card, vocab_file)
-  result.summary = outputs.write_run_summary(
-      c, started, seconds, trainer and trainer.progress, bert_config,
-      {"eval": result.eval, "predictions": result.predictions, "export": result.export,
-       "checkpoint": checkpoint,
-       "best": eval_history.read_best(output_dir) if c.training.best_metric else None},
-      cluster)
-  return result
-
-
-# --- Flags: each option of spec/options.py, with its type, default, choices and help ------
+# --- Flags: every option of spec/options.py, with its type, default, choices and help -----
 
 def define_flags(flag_values):
   """Defines a flag for every option of spec/options.py on flag_values."""
   for _, field in options.option_fields():
-    name, default, help_text = field.name, field.default, field.metadata["help"]
-    choices, kind = field.metadata["choices"], options.base_type(field)
-    if choices:
-      flags.DEFINE_enum(name, default, choices, help_text, flag_values=flag_values)
+    name, kind = field.name, options.base_type(field)
+    if options.choices(name):
+      flags.DEFINE_enum(name, field.default, options.choices(name), options.help_of(name),
+                        flag_values=flag_values)
     elif kind is tuple:
-      flags.DEFINE_list(name, default, help_text, flag_values=flag_values)
+      flags.DEFINE_list(name, field.default, options.help_of(name), flag_values=flag_values)
     else:
       define = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float,
                 str: flags.DEFINE_string}[kind]
-      define(name, default, help_text, flag_values=flag_values)
+      define(name, field.default, options.help_of(name), flag_values=flag_values)
 
 
 def parse_flags(argv):
@@ -172,6 +66,106 @@ def config_from_flags(flag_values):
   given = frozenset(name for name in options.option_names() if flag_values[name].present)
   return config.RunConfig(given=given, **values)
 
+
+# --- The pipeline -------------------------------------------------------------------------
+
+def run(c, cluster=None):
+  """Runs the modes of a configuration (spec/config.py RunConfig), or its k-fold
+  cross-validation. With cluster (spec.cluster.Cluster, from TF_CONFIG) this process is
+  one task of a multi-worker training. Returns what was produced (pipeline.outputs
+  ModelRun, or FoldsRun)."""
+  checks.check_run(c, cluster)
+  machine.prepare()  # graph mode on either runtime; the C allocator
+  if c.model.saved_model:
+    return export.predict_with_export(c)
+  if c.training.num_folds:
+    return folds.run_folds(c, run_model)
+  return run_model(c, cluster=cluster)
+
+
+def run_model(c, fold=None, cluster=None):
+  """One model through Google's steps. With fold (pipeline.folds.FoldPlan), the train
+  file's rows of the other folds train it and its own fold's rows are its dev split; with
+  cluster, this task's part of a multi-worker run."""
+  started, seconds, result = time.time(), {}, outputs.ModelRun()
+  c, found_card = card.settle(c, cluster)  # this task's part, and the model card's settings
+  modes, output_dir = c.modes, c.outputs.output_dir
+  checks.check_task(c.data, c.given, needs_labels=modes.do_train or modes.do_eval)
+  bert_config = build.bert_config_of(c.model, found_card, model_card.card_path(output_dir))
+
+  # The processor reads the task's files into InputExamples; the tokenizer makes their ids.
+  processor = build.make_processor(c.data, c.training.sample_weight_column)
+  label_spec, task = processor.label_spec, tasks.task_of(processor)
+  if found_card:
+    card.check_matches_task(found_card, processor, model_card.card_path(output_dir))
+  tokenizer, vocab_file = build.make_tokenizer(c.model)
+  log.info("task %s: %s", processor.name, label_spec.describe())
+  checkpoint = evaluation.checkpoint_to_use(modes, output_dir, c.model.init_checkpoint,
+                                            label_spec)
+  tf.io.gfile.makedirs(output_dir)
+
+  # InputExamples -> InputFeatures -> TFRecords, for every split, before any training; each
+  # split's input_fn reads its records back.
+  with outputs.timed(seconds, "featurisation"):
+    featurised = splits.prepare_splits(c, task, tokenizer, vocab_file, fold)
+  num_train_steps = 0
+  if modes.do_train:
+    num_train_steps = build.num_train_steps_for(len(featurised.train.examples), c.training)
+    checks.check_train_split(c.training, c.device, featurised, task, output_dir, cluster)
+
+  # model_fn and the (TPU)Estimator: one graph for a CPU, a GPU or a Cloud TPU. (A hub
+  # module brings its own encoder, and encoder_config is then the vocabulary's size.)
+  encoder_config = build.encoder_config(bert_config, tokenizer)
+  model_fn = build.model_fn_of(c.model, c.training, c.device, output_dir, encoder_config,
+                               label_spec, num_train_steps)
+  estimator = build.make_estimator(model_fn, output_dir, c.device, c.training, cluster)
+  evaluator = evaluation.Evaluator(estimator, task, output_dir, c.training.eval_batch_size,
+                                   c.model.init_checkpoint)
+  if cluster is not None and cluster.is_evaluator:  # evaluates the chief's checkpoints
+    result.evaluated_to_step = training.evaluate_checkpoints(estimator, featurised.dev,
+                                                             output_dir, num_train_steps)
+    return result
+
+  trainer = None
+  if modes.do_train:  # estimator.train on the train split's input_fn (in stretches with evals)
+    if cluster is None or cluster.is_chief:
+      card.write_model_card(output_dir, card.card_of_run(
+          c.model, c.as_dict(), processor, vocab_file, tokenizer, bert_config))
+    trainer = training.Trainer(estimator, featurised.train, c.training, output_dir,
+                               num_train_steps, fetch_loss=not c.device.use_tpu)
+    checkpoint, result.eval = trainer.train(seconds, evaluator, featurised.dev)
+    if trainer.progress:  # (None when the folder's model had reached its last step)
+      result.train_progress, result.train_losses = (trainer.progress.history,
+                                                    trainer.progress.losses)
+    if cluster is not None and not cluster.is_chief:  # the chief writes the results
+      distribution.remove_worker_scratch(output_dir, cluster)
+      return result
+  result.checkpoint = checkpoint  # (the best one with --best_metric, else the newest)
+  if fold is not None:  # the held-out rows' outputs, for the folds' out-of-fold predictions
+    result.oof = folds.predict_held_out(evaluator, featurised.dev, checkpoint, fold)
+  if modes.do_eval and result.eval is None:  # estimator.evaluate on the dev split's input_fn
+    with outputs.timed(seconds, "final eval" if c.training.eval_every_steps else "eval"):
+      result.eval = evaluator.evaluate(featurised.dev, checkpoint, result.oof,
+                                       name="best" if c.training.best_metric else None)
+  if modes.do_predict:  # estimator.predict on the test split's input_fn -> test_results.tsv
+    with outputs.timed(seconds, "predict"):
+      result.predictions, result.test_outputs = evaluator.predict(featurised.test, checkpoint)
+    result.test_examples = featurised.test.examples
+  if modes.do_export:  # the SavedModel, with the folder's card (or this run's, if it has none)
+    export_card = card.read_model_card(output_dir) or card.card_of_run(
+        c.model, c.as_dict(), processor, vocab_file, tokenizer, bert_config)
+    serving_fn = build.model_fn_of(c.model, c.training, c.device, output_dir, encoder_config,
+                                   label_spec, serving=True)
+    with outputs.timed(seconds, "export"):
+      result.export = export.export_model(c.outputs, serving_fn, label_spec, checkpoint,
+                                          export_card, vocab_file)
+  result.summary = outputs.write_run_summary(
+      c, started, seconds, trainer and trainer.progress, bert_config, result,
+      eval_history.read_best(output_dir) if c.training.best_metric else None, cluster)
+  return result
+
+
+# --- main ---------------------------------------------------------------------------------
 
 def main(argv):
   if len(argv) > 1:

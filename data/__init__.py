@@ -1,4 +1,4 @@
 """Data side of the pipeline: files -> InputExamples -> InputFeatures -> TFRecords -> input_fn.
 
-Nothing in this package imports `modeling`; `run_classifier.py` wires the two together.
+Nothing in this package imports `modeling`; `pipeline/` wires the two together.
 """

@@ -8,6 +8,7 @@ the ids against FullTokenizer on every text in ../shared/datasets.
 """
 
 from data.tokenization import MAX_CHARS_PER_WORD, UNK_TOKEN, ShortcutEncoder, load_vocab
+from spec.options import TOKENIZERS
 
 
 def available():
@@ -22,8 +23,8 @@ def tokenizer_for(vocab_file, do_lower_case, choice="auto"):
   """A tokenizer of vocab_file: choice 'fast' (Rust), 'python', or 'auto' (fast when the
   tokenizers package is installed). Both give Google's FullTokenizer ids."""
   from data.tokenization import FullTokenizer
-  if choice not in ("auto", "fast", "python"):
-    raise ValueError("tokenizer %r is not one of auto, fast, python" % choice)
+  if choice not in TOKENIZERS:
+    raise ValueError("tokenizer %r is not one of %s" % (choice, ", ".join(TOKENIZERS)))
   use_fast = choice == "fast" or (choice == "auto" and available())
   return (FastTokenizer if use_fast else FullTokenizer)(vocab_file, do_lower_case)
 

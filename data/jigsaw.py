@@ -9,12 +9,10 @@ from data.examples import HeaderProcessor
 from data.table import read_table
 from spec.errors import FlagError
 from spec.labels import MISSING_VALUES, SoftTarget
-from spec.tasks import JIGSAW_IDENTITY_COLUMNS
+from spec.tasks import (JIGSAW_BIAS_AUXILIARY_COLUMNS, JIGSAW_BIAS_TARGET,
+                        JIGSAW_IDENTITY_COLUMNS, JIGSAW_TOXIC_LABEL_COLUMNS)
 
 log = logging.getLogger(__name__)
-
-JIGSAW_TOXIC_LABEL_COLUMNS = ("toxic", "severe_toxic", "obscene", "threat", "insult",
-                              "identity_hate")
 
 
 class JigsawProcessor(HeaderProcessor):
@@ -35,14 +33,14 @@ class JigsawToxicProcessor(JigsawProcessor):
   heads = ("classification", "multi_label", "soft_target")
   label_hint = "--label_column"
 
-  def __init__(self, label_columns=("toxic",), **kwargs):
+  def __init__(self, label_columns=JIGSAW_TOXIC_LABEL_COLUMNS[:1], **kwargs):
     super(JigsawToxicProcessor, self).__init__(**kwargs)
     self._label_columns = tuple(label_columns)
 
   @classmethod
   def settings_of(cls, options):
     return dict(super(JigsawToxicProcessor, cls).settings_of(options),
-                label_columns=options.label_columns() or ("toxic",))
+                label_columns=options.label_columns() or JIGSAW_TOXIC_LABEL_COLUMNS[:1])
 
   @property
   def label_columns(self):
@@ -50,10 +48,6 @@ class JigsawToxicProcessor(JigsawProcessor):
 
   def default_head(self):
     return "classification" if len(self._label_columns) == 1 else "multi_label"
-
-
-JIGSAW_BIAS_AUXILIARY_COLUMNS = ("severe_toxicity", "obscene", "identity_attack", "insult",
-                                 "threat", "sexual_explicit")
 
 
 class JigsawBiasProcessor(JigsawProcessor):
@@ -70,19 +64,19 @@ class JigsawBiasProcessor(JigsawProcessor):
   def settings_of(cls, options):
     settings = super(JigsawBiasProcessor, cls).settings_of(
         dataclasses.replace(options, auxiliary_targets=False))
-    return dict(settings, label_columns=options.label_columns() or ("target",),
+    return dict(settings, label_columns=options.label_columns() or (JIGSAW_BIAS_TARGET,),
                 auxiliary_targets=options.auxiliary_targets)
 
-  def __init__(self, label_columns=("target",), auxiliary_targets=False, **kwargs):
+  def __init__(self, label_columns=(JIGSAW_BIAS_TARGET,), auxiliary_targets=False, **kwargs):
     super(JigsawBiasProcessor, self).__init__(**kwargs)
     self._label_columns = tuple(label_columns)
     self.auxiliary_targets = auxiliary_targets
-    if self.head_kind == "classification" and (self._label_columns != ("target",) or
+    if self.head_kind == "classification" and (self._label_columns != (JIGSAW_BIAS_TARGET,) or
                                                auxiliary_targets):
       raise FlagError("--head=classification on task jigsaw_bias learns target >= 0.5 and "
                       "reads only the target column; drop --label_column and "
                       "--auxiliary_targets")
-    if self._label_columns[0] != "target":
+    if self._label_columns[0] != JIGSAW_BIAS_TARGET:
       raise FlagError("task jigsaw_bias: the first label column must be target (the bias "
                       "metric scores it), not %s; list other columns after it, e.g. "
                       "--label_column=target,%s" % (self._label_columns[0],
@@ -152,4 +146,4 @@ class JigsawBiasProcessor(JigsawProcessor):
     return "1" if target >= 0.5 else "0"
 
 
-_TARGET = SoftTarget(["target"])  # how a Jigsaw target cell is read: a fraction in [0, 1]
+_TARGET = SoftTarget([JIGSAW_BIAS_TARGET])  # how a Jigsaw target cell is read: a fraction in [0, 1]

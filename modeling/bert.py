@@ -52,11 +52,24 @@ class BertConfig(object):
       raise BertConfigError("unknown hidden_act %r; known: %s" %
                             (self.hidden_act, ", ".join(sorted(ACTIVATIONS))))
 
+  # Each field's type in a config file: whole numbers, fractions, the activation's name.
+  TYPES = {"hidden_act": (str,), "hidden_dropout_prob": (int, float),
+           "attention_probs_dropout_prob": (int, float), "initializer_range": (int, float)}
+
   @classmethod
   def from_dict(cls, values):
+    if not isinstance(values, dict):
+      raise BertConfigError("a bert config is a JSON object, not %s" % type(values).__name__)
     missing = [f for f in ("vocab_size",) if f not in values]
     if missing:
       raise BertConfigError("bert config lacks %s" % ", ".join(missing))
+    for name in cls.FIELDS:
+      allowed = cls.TYPES.get(name, (int,))
+      if name in values and (isinstance(values[name], bool) or
+                             not isinstance(values[name], allowed)):
+        raise BertConfigError("%s is %r, not %s" % (
+            name, values[name], "a number" if float in allowed else
+            "a name" if str in allowed else "a whole number"))
     return cls(**{k: v for k, v in values.items() if k in cls.FIELDS})
 
   @classmethod
@@ -68,7 +81,7 @@ class BertConfig(object):
         raise BertConfigError("%s is not valid JSON: %s" % (path, e))
     try:
       return cls.from_dict(values)
-    except (TypeError, ValueError) as e:  # a wrong type, a missing or impossible value
+    except BertConfigError as e:
       raise BertConfigError("%s: %s" % (path, e))
 
   def to_dict(self):

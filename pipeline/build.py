@@ -1,16 +1,20 @@
 """The pieces of Google's pipeline that a configuration builds: the processor and the
-tokenizer on the data side, model_fn and the (TPU)Estimator on the model side."""
+tokenizer on the data side; the BertConfig, model_fn and the (TPU)Estimator on the model
+side."""
 
 import logging
 import math
 
+import tensorflow.compat.v1 as tf
+
 from data import fast_tokenization, tokenization
 from data.features import Truncation
 from data.processors import processor_for
-from modeling.bert import BertConfig
+from modeling.bert import BertConfig, BertConfigError
 from modeling.estimator import BatchSplitError, build_estimator
 from modeling.model_fn import model_fn_builder
 from spec.errors import FlagError
+from spec.model_card import CardError
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +52,46 @@ def make_tokenizer(model):
           vocab_file)
 
 
+def bert_config_of(model, card=None, card_path=None):
+  """The BertConfig of --bert_config_file, else of the model card (card_path: where it was
+  read); None with a hub module, which brings its own. Checked against --max_seq_length
+  and the vocabulary before any work."""
+  card_config = card and card["bert_config"]
+  if not model.bert_hub_module_handle:
+    for name in ("bert_config_file", "vocab_file"):
+      if not getattr(model, name) and not card_config:
+        raise FlagError("--%s is required (or give --bert_hub_module_handle)" % name)
+  config = None
+  if model.bert_config_file:
+    config, source = read_bert_config(model.bert_config_file), model.bert_config_file
+  elif card_config:
+    try:
+      config, source = BertConfig.from_dict(card_config), card_path
+    except BertConfigError as e:
+      raise CardError("%s: its bert_config cannot be used (%s): train the model again, or pass "
+                      "the bert_config.json it was trained from as --bert_config_file"
+                      % (card_path, e))
+  if config is not None and model.max_seq_length > config.max_position_embeddings:
+    raise FlagError("--max_seq_length=%d exceeds max_position_embeddings=%d in %s. Pass "
+                    "--max_seq_length=%d or less" % (
+                        model.max_seq_length, config.max_position_embeddings, source,
+                        config.max_position_embeddings))
+  if model.vocab_file and config is not None:
+    tokenization.check_vocab_matches_config(model.vocab_file, config.vocab_size, source)
+  return config
+
+
+def read_bert_config(path):
+  """The BertConfig of --bert_config_file; FlagError when it is missing or no config."""
+  if not tf.io.gfile.exists(path):
+    raise FlagError("--bert_config_file=%s does not exist" % path)
+  try:
+    return BertConfig.from_json_file(path)
+  except BertConfigError as e:
+    raise FlagError("--bert_config_file=%s cannot be used: %s. Pass the bert_config.json "
+                    "that came with the checkpoint" % (path, e))
+
+
 def encoder_config(bert_config, tokenizer):
   """The encoder's config; a hub module brings its own encoder, and the head needs only
   the config's initializer range."""
@@ -63,23 +107,24 @@ def num_train_steps_for(num_examples, training):
                               training.per_update())))
 
 
-def model_fn_of(c, bert_config, label_spec, num_train_steps=0, serving=False):
-  """Google's model_fn_builder with this run's encoder, head, optimizer and device. With
+def model_fn_of(model, training, device, summary_dir, bert_config, label_spec,
+                num_train_steps=0, serving=False):
+  """Google's model_fn_builder with this run's encoder and head (ModelOptions), optimizer
+  (TrainingOptions) and device (DeviceOptions); TPU summaries go to summary_dir. With
   serving, the graph an export is built from: predictions only, in float32 on this
   machine's CPU (also after a TPU run), the weights all from the checkpoint."""
-  training, device = c.training, c.device
   return model_fn_builder(
       bert_config=bert_config, label_spec=label_spec,
-      init_checkpoint=None if serving else c.model.init_checkpoint,
+      init_checkpoint=None if serving else model.init_checkpoint,
       learning_rate=0.0 if serving else training.learning_rate,
       num_train_steps=num_train_steps,
       num_warmup_steps=int(num_train_steps * training.warmup_proportion),
       use_tpu=device.use_tpu and not serving,
-      hub_module_handle=c.model.bert_hub_module_handle, pooling=c.model.pooling,
+      hub_module_handle=model.bert_hub_module_handle, pooling=model.pooling,
       gradient_accumulation_steps=training.gradient_accumulation_steps,
       precision="float32" if serving else device.precision(),
       xla_global_step_fix=device.use_xla and not serving,
-      summary_dir=c.outputs.output_dir, save_summary_steps=training.save_summary_steps)
+      summary_dir=summary_dir, save_summary_steps=training.save_summary_steps)
 
 
 def make_estimator(model_fn, output_dir, device, training, cluster=None):

@@ -24,7 +24,7 @@ LAYOUT_OPTIONS = ("text_column", "text_b_column", "id_column", "has_header", "de
 def settle(c, cluster=None):
   """(the configuration this process runs, the model card of its --output_dir or None):
   this task's part of a cluster's run, with the settings of the model in --output_dir
-  where no flag gives them. The one place a model's configuration changes."""
+  where no flag gives them (the one place a model card's settings are applied to a run)."""
   c = distribution.for_this_task(c, cluster)
   card = read_model_card(c.outputs.output_dir)
   if card:
@@ -163,14 +163,15 @@ def write_model_card(output_dir, card):
   log.info("wrote the model card %s", path)
 
 
-def card_of_run(c, processor, vocab_file, tokenizer, bert_config):
-  """The model card of the model this run trains (or, without a card, exports)."""
+def card_of_run(model, flags, processor, vocab_file, tokenizer, bert_config):
+  """The model card of the model a run trains (or, without a card, exports): its task and
+  labels, the ModelOptions it reads texts with, and every option's value (flags)."""
   return model_card.build_card(
-      task=processor.name, label_spec=processor.label_spec, pooling=c.model.pooling,
-      truncation=build.truncation_of(c.model).as_dict(),
-      max_seq_length=c.model.max_seq_length, do_lower_case=tokenizer.do_lower_case,
+      task=processor.name, label_spec=processor.label_spec, pooling=model.pooling,
+      truncation=build.truncation_of(model).as_dict(),
+      max_seq_length=model.max_seq_length, do_lower_case=tokenizer.do_lower_case,
       vocab_file=os.path.abspath(vocab_file) if "://" not in vocab_file else vocab_file,
       vocab_sha256=tokenization.vocab_fingerprint(vocab_file),
       bert_config=bert_config.to_dict() if bert_config else None,
-      init_checkpoint=c.model.init_checkpoint, hub_module=c.model.bert_hub_module_handle,
-      flags=c.as_dict())
+      init_checkpoint=model.init_checkpoint, hub_module=model.bert_hub_module_handle,
+      flags=flags)

@@ -3,31 +3,27 @@ that names the option and the fix."""
 
 import tensorflow.compat.v1 as tf
 
-from data import fast_tokenization, tokenization
+from data import fast_tokenization
 from data.processors import processor_class
-from modeling.bert import BertConfig, BertConfigError
 from pipeline import distribution
-from spec import model_card
+from pipeline.training import check_best_metric
 from spec.errors import FlagError
 
-# Options that must be positive integers, (group, option) in the order they are checked.
-POSITIVE = tuple(("device" if name in ("iterations_per_loop", "num_record_shards",
-                                       "featurise_workers") else "training", name)
-                 for name in ("train_batch_size", "eval_batch_size", "predict_batch_size",
-                              "save_checkpoints_steps", "save_summary_steps",
-                              "iterations_per_loop", "log_every_steps",
-                              "gradient_accumulation_steps", "num_record_shards",
-                              "featurise_workers"))
+# Options that must be positive integers, in the order they are checked.
+POSITIVE = ("train_batch_size", "eval_batch_size", "predict_batch_size",
+            "save_checkpoints_steps", "save_summary_steps", "iterations_per_loop",
+            "log_every_steps", "gradient_accumulation_steps", "num_record_shards",
+            "featurise_workers")
 
 
 def check_run(c, cluster=None):
   """Every check that needs no file: the modes, sizes, rates, devices and their
   combinations; with cluster (TF_CONFIG), what a task of a cluster can do."""
   if cluster is not None:
-    distribution.check_cluster(c, cluster)
+    distribution.check_cluster(c.modes, c.device, c.training, cluster)
   check_modes(c.modes, c.model, c.outputs, c.given, c.device.use_tpu)
-  for group, name in POSITIVE:
-    value = getattr(getattr(c, group), name)
+  for name in POSITIVE:
+    value = c.value(name)
     if value <= 0:
       raise FlagError("--%s=%d must be a positive integer" % (name, value))
   check_training(c.training, c.modes, c.given)
@@ -150,53 +146,29 @@ def check_model_inputs(model):
                     (model.init_checkpoint, model.init_checkpoint))
 
 
-def check_task_and_model(c, card=None):
-  """The task and the pre-trained model. card is the model card of --output_dir, whose
-  settings the configuration has taken (pipeline.card.settle); the vocabulary and the
-  BERT config then need no flags. Returns the BertConfig (None with a hub module without
-  config)."""
-  data, model = c.data, c.model
+def check_train_split(training, device, featurised, task, output_dir, cluster=None):
+  """What needs the train split's rows: --best_metric among the run's metrics (and the one
+  a folder's best checkpoint was kept by), and rows in every input pipeline's shards."""
+  dev_examples = featurised.dev.examples if featurised.dev else []
+  check_best_metric(training.best_metric, output_dir, task, dev_examples)
+  distribution.check_every_pipeline_has_rows(
+      len(featurised.train.examples), device.num_record_shards,
+      distribution.input_pipelines(device, cluster))
+
+
+def check_task(data, given, needs_labels):
+  """The task's name, and the label and column options it reads (DataOptions; given: the
+  options set explicitly)."""
   if not data.task_name:
     raise FlagError("--task_name is required (or a model card in --output_dir)")
   processor = processor_class(data.task_name)
-  if c.is_given("labels") and not processor.takes_class_list:
+  if "labels" in given and not processor.takes_class_list:
     raise FlagError("--labels lists the classes of a csv task's label column; task %s has "
                     "its own labels. Drop --labels" % processor.name)
-  if c.is_given("label_column") and not processor.takes_label_column:
+  if "label_column" in given and not processor.takes_label_column:
     raise FlagError("--label_column picks label columns of the csv and Jigsaw tasks; task %s "
                     "reads its own. Drop --label_column" % processor.name)
-  for name in processor.required_options(needs_labels=c.modes.do_train or c.modes.do_eval):
+  for name in processor.required_options(needs_labels):
     if getattr(data, name) is None:
       raise FlagError("--task_name=%s needs --%s (a column name, or a 0-based position "
                       "with --nohas_header)" % (processor.name, name))
-  card_config = card and card["bert_config"]
-  if not model.bert_hub_module_handle:
-    for name in ("bert_config_file", "vocab_file"):
-      if not getattr(model, name) and not card_config:
-        raise FlagError("--%s is required (or give --bert_hub_module_handle)" % name)
-  config = None
-  if card_config and not model.bert_config_file:
-    config = BertConfig.from_dict(card_config)
-  if model.bert_config_file:
-    config = read_bert_config(model.bert_config_file)
-  config_source = model.bert_config_file or model_card.card_path(c.outputs.output_dir)
-  if config is not None and model.max_seq_length > config.max_position_embeddings:
-    raise FlagError("--max_seq_length=%d exceeds max_position_embeddings=%d in %s. Pass "
-                    "--max_seq_length=%d or less" % (
-                        model.max_seq_length, config.max_position_embeddings, config_source,
-                        config.max_position_embeddings))
-  if model.vocab_file and config is not None:
-    tokenization.check_vocab_matches_config(model.vocab_file, config.vocab_size,
-                                            config_source)
-  return config
-
-
-def read_bert_config(path):
-  """The BertConfig of --bert_config_file; FlagError when it is missing or no config."""
-  if not tf.io.gfile.exists(path):
-    raise FlagError("--bert_config_file=%s does not exist" % path)
-  try:
-    return BertConfig.from_json_file(path)
-  except BertConfigError as e:
-    raise FlagError("--bert_config_file=%s cannot be used: %s. Pass the bert_config.json "
-                    "that came with the checkpoint" % (path, e))

@@ -104,12 +104,11 @@ def check_every_pipeline_has_rows(num_examples, num_record_shards, pipelines):
                       "shards" % (num_examples, num_record_shards, pipeline, pipelines))
 
 
-def check_cluster(c, cluster):
+def check_cluster(modes, device, training, cluster):
   """The options of one task of a multi-worker run (the same on every task)."""
-  if not c.modes.do_train:
+  if not modes.do_train:
     raise FlagError("TF_CONFIG sets up a cluster for training: add --do_train, or unset "
                     "TF_CONFIG to evaluate or predict on this machine alone")
-  device, training = c.device, c.training
   for name, why, used in (
       [("use_tpu", "a TPU pod spreads training over its own hosts", device.use_tpu),
        ("num_gpus", "each machine of the cluster trains on all the GPUs it sees (choose them "
@@ -122,7 +121,7 @@ def check_cluster(c, cluster):
     if used:
       raise FlagError("--%s cannot be used with TF_CONFIG's cluster (%s): drop it" % (
           name, why))
-  if cluster.is_evaluator and not c.modes.do_eval:
+  if cluster.is_evaluator and not modes.do_eval:
     raise FlagError("TF_CONFIG makes this task the evaluator, which evaluates the dev split: "
                     "add --do_eval")
   if training.train_batch_size % cluster.num_workers:

@@ -109,6 +109,16 @@ def metric_names_of(task, dev_examples):
   return sorted(names - set(NOT_METRICS))
 
 
+def checkpoint_to_use(modes, output_dir, init_checkpoint, label_spec):
+  """The checkpoint that a run without training evaluates, predicts or exports with
+  (head_checkpoint; refused before any work); None for a run that trains."""
+  if modes.do_train or not (modes.do_eval or modes.do_predict or modes.do_export):
+    return None
+  mode = "evaluate" if modes.do_eval else "predict" if modes.do_predict else "export"
+  return head_checkpoint(output_dir, init_checkpoint,
+                         modes.allow_untrained_head and not modes.do_export, mode, label_spec)
+
+
 def head_checkpoint(output_dir, init_checkpoint, allow_untrained_head, mode, label_spec):
   """The checkpoint that eval and predict take the classifier head from, checked.
 

@@ -8,7 +8,7 @@ import time
 import tensorflow.compat.v1 as tf
 
 from modeling import export
-from pipeline import build, card, evaluation, machine
+from pipeline import build, card, evaluation
 from pipeline.outputs import ModelRun, write_test_results
 from pipeline.progress import format_seconds
 from serving.predictor import Predictor
@@ -18,14 +18,13 @@ from spec.errors import FlagError
 log = logging.getLogger(__name__)
 
 
-def export_model(c, bert_config, label_spec, checkpoint, export_card, vocab_file):
-  """The SavedModel of checkpoint, built on this machine's CPU (also after a TPU run), into
-  --export_dir or a new version folder under <output_dir>/export, with the card and the
-  vocabulary as assets. Returns its path."""
-  outputs = c.outputs
+def export_model(outputs, model_fn, label_spec, checkpoint, export_card, vocab_file):
+  """The SavedModel of checkpoint and a serving model_fn (build.model_fn_of(serving=True):
+  built on this machine's CPU, also after a TPU run), into --export_dir or a new version
+  folder under <output_dir>/export, with the card and the vocabulary as assets. Returns
+  its path."""
   export_dir = outputs.export_dir or export.versioned_export_dir(
       os.path.join(outputs.output_dir, "export"))
-  model_fn = build.model_fn_of(c, bert_config, label_spec, serving=True)
   with tf.io.gfile.GFile(vocab_file, "r") as f:  # a hub module's may be in a bucket
     vocab = f.read()
   export.export_saved_model(
@@ -41,7 +40,6 @@ def predict_with_export(c):
   """--saved_model: the predict file's rows scored by an export alone, into
   test_results.tsv in --output_dir. The export's model card gives the task, the file
   layout, the labels and the tokenisation; flags that contradict it are refused."""
-  machine.prepare()
   model = c.model
   try:
     predictor = Predictor(model.saved_model, tokenizer=model.tokenizer,

@@ -110,10 +110,14 @@ def run_folds(c, run_model):
   return result
 
 
-def write_held_out_predictions(output_dir, examples, fold, outputs, label_spec):
-  """A fold's oof_predictions.tsv in its own folder: its held-out rows' predictions."""
-  write_fold_predictions(os.path.join(output_dir, "oof_predictions.tsv"), examples,
-                         [fold.index] * len(examples), outputs, label_spec)
+def predict_held_out(evaluator, split, checkpoint, fold):
+  """A fold's outputs on its held-out rows (its dev split), also written into its folder
+  as oof_predictions.tsv. Returns them."""
+  outputs = evaluator.predict_outputs(split, checkpoint)
+  write_fold_predictions(os.path.join(evaluator.output_dir, "oof_predictions.tsv"),
+                         split.examples, [fold.index] * len(split.examples), outputs,
+                         evaluator.label_spec)
+  return outputs
 
 
 def write_fold_mean_predictions(output_dir, processor, runs):

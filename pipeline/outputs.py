@@ -118,11 +118,13 @@ def one_line(text):
   return str(text).replace("\t", " ").replace("\n", " ")
 
 
-def write_run_summary(c, started, seconds, progress, bert_config, results, cluster=None):
+def write_run_summary(c, started, seconds, progress, bert_config, result, best=None,
+                      cluster=None):
   """run_summary.json in --output_dir: the wall times (start-up and steady training
-  apart), examples/sec, the device, the runtime versions and every option, so that runs
-  of one command on several machines compare row by row (tools/run_table.py). (A task of
-  a cluster trains on every GPU its machine has; otherwise --num_gpus says how many.)"""
+  apart), examples/sec, the device, the runtime versions, what the run produced (result,
+  a ModelRun; best: the kept best checkpoint's record) and every option, so that runs of
+  one command on several machines compare row by row (tools/run_table.py). (A task of a
+  cluster trains on every GPU its machine has; otherwise --num_gpus says how many.)"""
   import numpy
   device, output_dir = c.device, c.outputs.output_dir
   summary = {
@@ -139,7 +141,9 @@ def write_run_summary(c, started, seconds, progress, bert_config, results, clust
                 if c.model.bert_hub_module_handle else
                 "BERT L=%d H=%d A=%d" % (bert_config.num_hidden_layers, bert_config.hidden_size,
                                          bert_config.num_attention_heads)),
-      "results": results, "flags": c.as_dict(), "given_flags": sorted(c.given),
+      "results": {"eval": result.eval, "predictions": result.predictions,
+                  "export": result.export, "checkpoint": result.checkpoint, "best": best},
+      "flags": c.as_dict(), "given_flags": sorted(c.given),
   }
   path = os.path.join(output_dir, RUN_SUMMARY)
   with tf.io.gfile.GFile(path, "w") as out:

@@ -2,10 +2,12 @@
 processor -> InputExamples -> InputFeatures -> TFRecords, and the input_fn that reads them
 back. A bad eval or predict file stops the run in seconds, not after training."""
 
+import dataclasses
 import logging
 import math
 import os
 import random
+from typing import Optional
 
 from data import tokenization
 from data import weights as weights_lib
@@ -35,10 +37,17 @@ class Split(object):
                             **self._reading)
 
 
+@dataclasses.dataclass
+class Splits(object):
+  """A run's featurised splits; None where its modes need none."""
+  train: Optional[Split] = None
+  dev: Optional[Split] = None
+  test: Optional[Split] = None
+
+
 def prepare_splits(c, task, tokenizer, vocab_file, fold=None):
-  """{split: Split} for every split the modes need. With fold (a pipeline.folds.FoldPlan)
-  the train file's rows of the other folds are the train split and its own fold's rows the
-  dev split."""
+  """The Splits the modes need. With fold (a pipeline.folds.FoldPlan) the train file's
+  rows of the other folds are the train split and its own fold's rows the dev split."""
   processor = task.processor
   training = c.training
   featurise = Featuriser(c, processor, tokenizer, vocab_file)
@@ -64,7 +73,7 @@ def prepare_splits(c, task, tokenizer, vocab_file, fold=None):
                                   ("test", c.modes.do_predict, training.predict_batch_size)):
     if wanted and split not in splits:
       splits[split] = featurise(split, processor.get_examples(split), multiple)
-  return splits
+  return Splits(splits.get("train"), splits.get("dev"), splits.get("test"))
 
 
 class Featuriser(object):

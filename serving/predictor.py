@@ -141,7 +141,7 @@ class Predictor(object):
     return [self._result(outputs) for outputs in self.predict_outputs(examples, batch_size)]
 
   def predict_outputs(self, examples, batch_size=None):
-    """The head's outputs (a list of floats per example; data/processors InputExample),
+    """The head's outputs (a list of floats per example; data/examples InputExample),
     in input order: the values run_classifier writes into test_results.tsv."""
     batch_size = batch_size or self.batch_size
     features = list(convert_examples(examples, self.label_spec, self.max_seq_length,

@@ -1,4 +1,6 @@
-"""What the data side and the model side must agree on, in plain Python (no TensorFlow).
+"""What the layers agree on, in plain Python (no TensorFlow): the run's options and
+RunConfig, the label specifications, the model card, the task names, the export's
+signature, TF_CONFIG's cluster, and FlagError.
 
-Both data/ and modeling/ may import this package; it imports neither.
+Every other package may import this one; it imports none of them.
 """

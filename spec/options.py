@@ -20,7 +20,8 @@ from typing import Optional, Tuple
 from spec.errors import FlagError
 from spec.labels import HEAD_KINDS
 from spec.model_card import POOLINGS, TRUNCATION_MODES
-from spec.tasks import TASK_NAMES
+from spec.tasks import (JIGSAW_BIAS_AUXILIARY_COLUMNS, JIGSAW_BIAS_TARGET,
+                        JIGSAW_TOXIC_LABEL_COLUMNS, TASK_NAMES)
 
 TOKENIZERS = ("auto", "fast", "python")
 QUOTINGS = ("auto", "csv", "none")
@@ -69,8 +70,9 @@ class DataOptions(object):
   label_column: Optional[str] = option(
       None, "Label column(s): a name or 0-based position, or several separated by commas "
       "for a multi-label, soft-target or regression head with one output each "
-      "(jigsaw_toxic: default toxic, e.g. toxic,severe_toxic,obscene,threat,insult,"
-      "identity_hate; jigsaw_bias: default target; csv: required).")
+      "(jigsaw_toxic: default %s, e.g. %s; jigsaw_bias: default %s; csv: required)." % (
+          JIGSAW_TOXIC_LABEL_COLUMNS[0], ",".join(JIGSAW_TOXIC_LABEL_COLUMNS),
+          JIGSAW_BIAS_TARGET))
   id_column: Optional[str] = option(None, "csv task: optional id column for the outputs.")
   has_header: bool = option(True, "csv task: the first row of each file is a header.")
   train_has_header: Optional[bool] = option(None, _has_header_help("train"))
@@ -97,8 +99,7 @@ class DataOptions(object):
       ("auto",) + HEAD_KINDS)
   auxiliary_targets: bool = option(
       False, "jigsaw_bias: add soft-target outputs for the auxiliary toxicity columns "
-      "(severe_toxicity, obscene, identity_attack, insult, threat, sexual_explicit) that "
-      "the train file fills on every row.")
+      "(%s) that the train file fills on every row." % ", ".join(JIGSAW_BIAS_AUXILIARY_COLUMNS))
 
   def label_columns(self):
     """--label_column's columns (one, or several separated by commas), or None."""

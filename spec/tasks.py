@@ -17,6 +17,14 @@ def canonical_task_name(task_name):
   return name if name in TASK_NAMES else None
 
 
+# Kaggle's Jigsaw Toxic Comment labels (the first is the default label column), and the
+# Unintended Bias files' target and auxiliary toxicity columns.
+JIGSAW_TOXIC_LABEL_COLUMNS = ("toxic", "severe_toxic", "obscene", "threat", "insult",
+                              "identity_hate")
+JIGSAW_BIAS_TARGET = "target"
+JIGSAW_BIAS_AUXILIARY_COLUMNS = ("severe_toxicity", "obscene", "identity_attack", "insult",
+                                 "threat", "sexual_explicit")
+
 # Every identity column of Kaggle's Jigsaw Unintended Bias files, and whether the
 # competition scored it (the identities with at least 500 test rows). The reader
 # carries them all into the outputs; the bias metric scores the scored ones, in this

@@ -119,7 +119,7 @@ def test_train_fraction_and_epochs_set_the_rows_and_steps(tmp_path, tiny_checkpo
   c = parse_flags(["run_classifier.py"] + common_flags(tiny_checkpoint, str(tmp_path)) + [
       "--do_train", "--train_fraction=0.5", "--num_train_epochs=1"])
   tokenizer, vocab_file = make_tokenizer(c.model)
-  train = prepare_splits(c, task_of(make_processor(c.data)), tokenizer, vocab_file)["train"]
+  train = prepare_splits(c, task_of(make_processor(c.data)), tokenizer, vocab_file).train
   assert "--train_fraction=0.5: training on 134 of 267 rows" in caplog.text
   assert len(train.examples) == train.metadata["num_examples"] == 134
   assert num_train_steps_for(len(train.examples), c.training) == 17  # ceil(134 / 8)
@@ -158,14 +158,16 @@ def test_flag_errors_name_the_flag_and_the_fix(tmp_path, tiny_checkpoint):
                                         ("mnli_mm", "mnli-mm"), ("MRPC", "mrpc")])
 def test_task_aliases_are_one_list(alias, task):
   from data.processors import get_processor
-  from pipeline.checks import check_run, check_task_and_model
+  from pipeline.build import bert_config_of
+  from pipeline.checks import check_run, check_task
   from spec.tasks import canonical_task_name
   assert canonical_task_name(alias) == task and get_processor(alias).name == task
   values = parse_flags(["run_classifier.py", "--task_name=" + alias, "--output_dir=/tmp/x",
                         "--do_eval", "--bert_config_file=" + os.path.join(TINY, "bert_config.json"),
                         "--vocab_file=" + os.path.join(TINY, "vocab.txt")])
   check_run(values)
-  assert check_task_and_model(values).hidden_size == 128  # accepted, config read
+  check_task(values.data, values.given, needs_labels=True)
+  assert bert_config_of(values.model).hidden_size == 128  # accepted, config read
 
 
 def test_vocab_that_disagrees_with_config(tmp_path, tiny_checkpoint):
@@ -263,3 +265,17 @@ def test_a_broken_bert_config_is_a_flag_error(tmp_path, tiny_checkpoint):
       "--bert_config_file=%s cannot be used: %s: hidden_size 130 is not a multiple of "
       "num_attention_heads 4. Pass the bert_config.json that came with the checkpoint"
       % (config, config))
+
+
+def test_a_bert_config_value_of_the_wrong_type_is_a_flag_error(tmp_path, tiny_checkpoint):
+  config = tmp_path / "bert_config.json"
+  for text, problem in ((u'{"vocab_size": 30522, "hidden_size": "128"}',
+                         "hidden_size is '128', not a whole number"),
+                        (u'{"vocab_size": 30522, "hidden_dropout_prob": "0.1"}',
+                         "hidden_dropout_prob is '0.1', not a number"),
+                        (u'[30522, 128]', "a bert config is a JSON object, not list")):
+    config.write_text(text)
+    assert _refused(tmp_path, tiny_checkpoint, "--do_train",
+                    "--bert_config_file=%s" % config) == (
+        "--bert_config_file=%s cannot be used: %s: %s. Pass the bert_config.json that came "
+        "with the checkpoint" % (config, config, problem))

@@ -408,7 +408,7 @@ def _train_records(tmp_path, csv_path, name, seed):
                    "--vocab_file=" + TINY_VOCAB, "--output_dir=%s" % (tmp_path / name),
                    "--max_seq_length=16", "--num_record_shards=2", "--seed=%d" % seed])
   tokenizer, vocab_file = make_tokenizer(c.model)
-  train = prepare_splits(c, task_of(make_processor(c.data)), tokenizer, vocab_file)["train"]
+  train = prepare_splits(c, task_of(make_processor(c.data)), tokenizer, vocab_file).train
   return [_labels_and_ids(path) for path in train.record_files]
 
 

@@ -239,7 +239,7 @@ def test_flags_a_cluster_cannot_run_are_refused(tmp_path, tiny_checkpoint, task_
   config = parse_flags(["run_classifier.py"] + common_flags(tiny_checkpoint, str(tmp_path)) +
                        flags)
   with pytest.raises(FlagError) as error:
-    check_cluster(config, cluster)
+    check_cluster(config.modes, config.device, config.training, cluster)
   assert str(error.value) == message
 
 

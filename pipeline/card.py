@@ -80,7 +80,7 @@ def apply_model_card(c, card, where=None):
     c = c.replace(do_lower_case=card["do_lower_case"])
   c = _with_card_vocabulary(c, card, where)
   if not c.is_given("bert_config_file") and not c.model.bert_hub_module_handle:
-    c = c.replace(bert_config_file=None)  # check_task_and_model takes the card's config
+    c = c.replace(bert_config_file=None)  # build.bert_config_of takes the card's config
   if (canonical_task_name(c.data.task_name) or c.data.task_name) == card["task"]:
     for name in LAYOUT_OPTIONS:
       if not c.is_given(name) and name in card["flags"]:

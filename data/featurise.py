@@ -84,14 +84,14 @@ def _read_piece_file(path, truncation):
     position += length
 
 
-def write_shards(job, paths, pieces_per_shard, workers):
-  """Writes each of paths (shards, in order) as path + '.tmp'; pieces_per_shard pieces of
-  the job make one shard. With workers > 1, forked processes featurise the pieces.
-  Returns the TruncationCount of all examples."""
+def write_shards(job, paths, staging, pieces_per_shard, workers):
+  """Writes each of paths (shards, in order) as its staging name (staging[path]);
+  pieces_per_shard pieces of the job make one shard. With workers > 1, forked processes
+  featurise the pieces. Returns the TruncationCount of all examples."""
   truncation = TruncationCount()
   piece_files = {}
   piece_dir = None
-  temporary = [path + ".tmp" for path in paths]
+  temporary = [staging[path] for path in paths]
   try:
     if workers > 1:
       # Workers write plain local files (the records may go to Cloud Storage).

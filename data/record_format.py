@@ -5,7 +5,9 @@ import struct
 
 import tensorflow.compat.v1 as tf
 
-SCHEMA_VERSION = 3  # 2: reading and truncation counts in the metadata; 3: label specs
+# 2: reading and truncation counts in the metadata; 3: label specs; 4: each file's size,
+# sha256 and record count, checked before the files are used again.
+SCHEMA_VERSION = 4
 SEQUENCE_FIELDS = ("input_ids", "input_mask", "segment_ids")
 SCALAR_INT_FIELDS = ("is_real_example", "example_id")
 LABEL_FIELD = "label_ids"

@@ -1,7 +1,9 @@
 """The feature cache: each split's record files, with a metadata JSON beside them.
 
 A later run whose inputs have the same fingerprint (source files, vocabulary, lengths,
-labels, padding) reuses the records; any change rebuilds them.
+labels, padding) reuses the records, once each file is checked against what was written
+(its size, sha256 and record count, in the metadata); any change of the inputs, and any
+file that is not what was written, rebuilds them, and the log says why.
 """
 
 import hashlib
@@ -12,22 +14,12 @@ import struct
 import tensorflow.compat.v1 as tf
 
 from data.features import num_padding_rows
+from data.files import file_sha256, remove_quietly, staging_path, write_whole
 from data.featurise import (PIECES_PER_WORKER, Featurisation, existing_objects_frozen,
                             write_shards)
 from data.record_format import SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
-
-
-def file_sha256(path):
-  digest = hashlib.sha256()
-  with tf.io.gfile.GFile(path, "rb") as f:
-    while True:
-      block = f.read(1 << 20)
-      if not block:
-        break
-      digest.update(block)
-  return digest.hexdigest()
 
 
 def fingerprint(settings):
@@ -41,14 +33,18 @@ def metadata_path(record_path):
 
 
 def read_metadata(record_path):
+  """The metadata of a split's records, or None when there is none (or it cannot be read:
+  the log says so, and the records are rebuilt)."""
   path = metadata_path(record_path)
-  if not (tf.io.gfile.exists(path) and tf.io.gfile.exists(record_path)):
+  if not tf.io.gfile.exists(path):
     return None
   with tf.io.gfile.GFile(path, "r") as f:
     try:
-      return json.load(f)
-    except ValueError:
+      metadata = json.load(f)
+    except ValueError as e:
+      log.warning("%s cannot be read (%s): rebuilding its records", path, e)
       return None
+  return metadata if isinstance(metadata, dict) else None
 
 
 def shard_paths(record_path, num_shards):
@@ -88,13 +84,16 @@ def build_records(examples, record_path, settings, tokenizer, pad_to_multiple=0,
                   weights_sha256=_weights_sha256(weights))
   key = fingerprint(settings)
   existing = read_metadata(record_path)
-  if existing is not None and existing.get("fingerprint") == key and all(
-      tf.io.gfile.exists(p) for p in existing.get("files", [])):
-    log.info("reusing cached features %s (%d examples + %d padding)", record_path,
-             existing["num_examples"], existing["num_padding"])
-    report_changes(record_path, existing)
-    return existing
-  if existing is not None:
+  if existing is not None and existing.get("fingerprint") == key:
+    problem = files_problem(existing)
+    if problem is None:
+      log.info("reusing cached features %s (%d examples + %d padding)", record_path,
+               existing["num_examples"], existing["num_padding"])
+      report_changes(record_path, existing)
+      return existing
+    log.warning("cached features %s are not what was written (%s): rebuilding", record_path,
+                problem)
+  elif existing is not None:
     log.info("cached features %s are stale (inputs changed): rebuilding", record_path)
 
   paths = shard_paths(record_path, num_shards)
@@ -106,20 +105,57 @@ def build_records(examples, record_path, settings, tokenizer, pad_to_multiple=0,
             for start, end in _shard_ranges(len(examples), num_shards)
             for a, b in _shard_ranges(end - start, pieces_per_shard)]
   job = Featurisation(examples, settings, tokenizer, num_padding, ranges, weights)
-  with existing_objects_frozen():
-    truncation = write_shards(job, paths, pieces_per_shard, num_workers)
-  for path in paths:
-    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+  staging = {path: staging_path(path) for path in paths}
+  try:
+    with existing_objects_frozen():
+      truncation = write_shards(job, paths, staging, pieces_per_shard, num_workers)
+    checks = [_file_check(staging[path], records) for path, records in zip(
+        paths, _records_per_shard(len(examples), num_shards, num_padding))]
+    for path in paths:
+      tf.io.gfile.rename(staging[path], path, overwrite=True)
+  finally:
+    for path in paths:
+      remove_quietly(staging[path])
 
   metadata = dict(settings, fingerprint=key, schema_version=SCHEMA_VERSION, files=paths,
-                  num_padding=num_padding, num_records=len(examples) + num_padding,
+                  file_checks=checks, num_padding=num_padding,
+                  num_records=len(examples) + num_padding,
                   empty_texts=_empty_texts(examples), **truncation.as_dict())
-  with tf.io.gfile.GFile(metadata_path(record_path), "w") as f:
-    json.dump(metadata, f, indent=2, sort_keys=True)
+  write_whole(metadata_path(record_path), json.dumps(metadata, indent=2, sort_keys=True))
   log.info("wrote %s: %d examples + %d padding rows in %d file(s)", record_path, len(examples),
            num_padding, len(paths))
   report_changes(record_path, metadata)
   return metadata
+
+
+def _records_per_shard(num_examples, num_shards, num_padding):
+  """The records of each shard: its examples, and the padding rows in the last one."""
+  sizes = [end - start for start, end in _shard_ranges(num_examples, num_shards)]
+  sizes[-1] += num_padding
+  return sizes
+
+
+def _file_check(path, records):
+  return {"bytes": tf.io.gfile.stat(path).length, "sha256": file_sha256(path),
+          "records": records}
+
+
+def files_problem(metadata):
+  """None when every record file is what the metadata says was written (its size and
+  sha256), else what is wrong with the first one that is not."""
+  checks = metadata.get("file_checks")
+  if not checks or len(checks) != len(metadata.get("files", ())):
+    return "the metadata lists no sizes and checksums"
+  for path, check in zip(metadata["files"], checks):
+    if not tf.io.gfile.exists(path):
+      return "%s is missing" % path
+    size = tf.io.gfile.stat(path).length
+    if size != check["bytes"]:
+      return "%s has %d bytes, %d were written (%d records)" % (path, size, check["bytes"],
+                                                                check["records"])
+    if file_sha256(path) != check["sha256"]:
+      return "%s has other bytes than were written (its sha256 differs)" % path
+  return None
 
 
 def _weights_sha256(weights):

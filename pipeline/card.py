@@ -7,6 +7,7 @@ import os
 import tensorflow.compat.v1 as tf
 
 from data import tokenization
+from data.files import write_whole
 from modeling.bert import BertConfig, BertConfigError
 from pipeline import build, distribution
 from spec import labels as label_specs
@@ -157,9 +158,7 @@ def check_matches_task(card, processor, where):
 def write_model_card(output_dir, card):
   """Writes the card into output_dir, whole (workers of a cluster read it)."""
   path = model_card.card_path(output_dir)
-  with tf.io.gfile.GFile(path + ".tmp", "w") as out:
-    out.write(model_card.to_json(card))
-  tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+  write_whole(path, model_card.to_json(card))
   log.info("wrote the model card %s", path)
 
 

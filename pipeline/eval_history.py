@@ -15,6 +15,8 @@ import os
 
 import tensorflow.compat.v1 as tf
 
+from data.files import write_whole
+
 HISTORY_CSV = "eval_history.csv"
 CURVE_PNG = "learning_curve.png"
 BEST_DIR = "best"
@@ -105,7 +107,7 @@ class EvalHistory(object):
     writer.writerow(columns)
     for row in self.rows:
       writer.writerow([_cell(row.get(column)) for column in columns])
-    _write_whole(self.path, text.getvalue())
+    write_whole(self.path, text.getvalue())
 
   def last(self, column, default=None):
     """The last row's value of column (default when there is no row)."""
@@ -130,15 +132,6 @@ class EvalHistory(object):
     if best is None:
       return len(self.rows)
     return len(self.rows) - 1 - self.rows.index(best)
-
-
-def _write_whole(path, text):
-  """Writes text to path whole or not at all: a kill while writing leaves the previous
-  file (staged beside it, then renamed over it)."""
-  staging = path + ".partial"
-  with tf.io.gfile.GFile(staging, "w") as out:
-    out.write(text)
-  tf.io.gfile.rename(staging, path, overwrite=True)
 
 
 def best_dir(output_dir):
@@ -171,7 +164,7 @@ def keep_best(checkpoint, output_dir, goal, value, step):
   kept = os.path.join(folder, name)
   record = {"metric": goal.metric, "value": value, "step": step, "checkpoint_name": name,
             "lower_is_better": goal.lower}
-  _write_whole(os.path.join(folder, BEST_JSON), json.dumps(record, indent=2, sort_keys=True))
+  write_whole(os.path.join(folder, BEST_JSON), json.dumps(record, indent=2, sort_keys=True))
   for path in tf.io.gfile.glob(os.path.join(folder, "model.ckpt-*")):
     if not os.path.basename(path).startswith(name + "."):
       tf.io.gfile.remove(path)

@@ -12,7 +12,8 @@ from typing import Optional
 from data import tokenization
 from data import weights as weights_lib
 from data.input_fn import input_fn_builder
-from data.tfrecord import build_records, file_sha256
+from data.files import file_sha256
+from data.tfrecord import build_records
 from pipeline.build import truncation_of
 from spec.errors import FlagError
 

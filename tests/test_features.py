@@ -201,6 +201,59 @@ def test_cache_is_reused_and_stale_cache_rebuilt(tmp_path, tiny_vocab, caplog):
   assert rebuilt["num_examples"] == 6
 
 
+def _records_in(path):
+  return sum(1 for _ in tf.io.tf_record_iterator(path))
+
+
+@pytest.mark.parametrize("fault", ["cut", "one byte", "missing shard", "no checks"])
+def test_cached_records_that_are_not_what_was_written_are_rebuilt(tmp_path, tiny_vocab,
+                                                                 caplog, fault):
+  """The cache checks what its files hold (each one's size, sha256 and record count in
+  the metadata) before reusing them: a file cut short, changed or gone is rebuilt, and the
+  log says which and why."""
+  tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
+  path = str(tmp_path / "train.tf_record")
+  first = build_records(_examples(40), path, _settings(tiny_vocab), tokenizer, num_shards=2)
+  assert [c["records"] for c in first["file_checks"]] == [20, 20]
+  shard = first["files"][1]
+  with open(shard, "rb") as f:
+    data = f.read()
+  if fault == "cut":  # 8 of its 20 records are left
+    lengths = [len(r) + 16 for r in tf.io.tf_record_iterator(shard)]  # (each record's framing)
+    with open(shard, "wb") as f:
+      f.write(data[:sum(lengths[:8])])
+    assert _records_in(shard) == 8
+    why = "%s has %d bytes, %d were written (20 records)" % (shard, sum(lengths[:8]), len(data))
+  elif fault == "one byte":
+    with open(shard, "wb") as f:
+      f.write(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+    why = "%s has other bytes than were written (its sha256 differs)" % shard
+  elif fault == "missing shard":
+    os.remove(shard)
+    why = "%s is missing" % shard
+  else:  # metadata written before the checks existed (under the same fingerprint)
+    meta = json.load(open(metadata_path(path)))
+    del meta["file_checks"]
+    json.dump(meta, open(metadata_path(path), "w"))
+    why = "the metadata lists no sizes and checksums"
+  caplog.set_level("INFO")
+  rebuilt = build_records(_examples(40), path, _settings(tiny_vocab), tokenizer, num_shards=2)
+  assert "cached features %s are not what was written (%s): rebuilding" % (path, why) in (
+      caplog.text)
+  assert [_records_in(f) for f in rebuilt["files"]] == [20, 20]
+  assert rebuilt["file_checks"] == first["file_checks"]  # the same records again
+  assert sorted(os.listdir(str(tmp_path))) == sorted(  # and no staging file left behind
+      [os.path.basename(f) for f in rebuilt["files"]] + ["train.tf_record.meta.json"])
+  # Checked whole, sharded records are reused (they were rebuilt every time before: the
+  # metadata was looked for beside a file that only unsharded records have).
+  mtimes = [os.path.getmtime(f) for f in rebuilt["files"]]
+  caplog.clear()
+  assert build_records(_examples(40), path, _settings(tiny_vocab), tokenizer,
+                       num_shards=2) == rebuilt
+  assert "reusing cached features %s (40 examples + 0 padding)" % path in caplog.text
+  assert [os.path.getmtime(f) for f in rebuilt["files"]] == mtimes
+
+
 def test_training_input_shuffles_with_seed_and_repeats(tmp_path, tiny_vocab):
   tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
   path = str(tmp_path / "train.tf_record")

@@ -1,4 +1,5 @@
-"""Initialising a graph's variables from a BERT checkpoint by name."""
+"""Initialising a graph's variables from a BERT checkpoint by name, and checking a
+checkpoint before it is used: its files, and what it holds against a BERT config."""
 
 import collections
 import logging
@@ -6,16 +7,87 @@ import re
 
 import tensorflow.compat.v1 as tf
 
+from modeling.bert import encoder_variable_shapes
 from modeling.optimization import variable_name
+from spec.errors import FlagError
 
 log = logging.getLogger(__name__)
+
+# The variables a fine-tuning run adds to a pre-trained encoder: they alone may start from
+# random values.
+HEAD_VARIABLES = ("output_weights", "output_bias")
+POOLER_VARIABLES = ("bert/pooler/dense/kernel", "bert/pooler/dense/bias")
+
+
+class CheckpointError(FlagError):
+  """A checkpoint that lacks what the run needs of it: a file, or variables."""
+
+
+def files_problem(prefix):
+  """None when a checkpoint's files hold what its index lists, else what is wrong: no
+  index, a data shard gone, or data files shorter than the variables the index lists
+  (a copy cut short). Reads the index only, not the values."""
+  if not tf.io.gfile.exists(prefix + ".index"):
+    return "there is no file %s.index" % prefix
+  shards = tf.io.gfile.glob(prefix + ".data-*-of-*")
+  counts = set(int(re.search(r"-of-(\d+)$", s).group(1)) for s in shards)
+  expected = set("%s.data-%05d-of-%05d" % (prefix, i, n) for n in counts for i in range(n))
+  if not shards:
+    return ("its data file (%s.data-00000-of-00001) is missing: the .index alone names the "
+            "variables, not their values" % prefix)
+  if len(counts) > 1 or set(shards) != expected:
+    return "its data files %s are missing" % ", ".join(sorted(expected - set(shards)))
+  try:
+    reader = tf.train.load_checkpoint(prefix)
+  except tf.errors.OpError as e:
+    return "its index cannot be read (%s)" % e.message.splitlines()[0]
+  shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
+  needed = sum(_num_elements(shapes[name]) * dtypes[name].size for name in shapes
+               if dtypes[name] != tf.string)
+  held = sum(tf.io.gfile.stat(s).length for s in shards)
+  if held < needed:
+    return ("its data files hold %d bytes, and the %d variables its index lists need %d: "
+            "the copy was cut short" % (held, len(shapes), needed))
+  return None
+
+
+def _num_elements(shape):
+  count = 1
+  for size in shape:
+    count *= size
+  return count
+
+
+def encoder_problem(checkpoint, config, pooling="cls"):
+  """None when checkpoint holds every encoder variable the BertConfig describes, with its
+  shape, and no encoder layer beyond it; else what does not match. (With mean pooling the
+  pooler is not trained, and may be absent.)"""
+  held = dict(tf.train.list_variables(checkpoint))
+  expected = encoder_variable_shapes(config)
+  missing = sorted(name for name in expected if name not in held and not (
+      pooling == "mean" and name in POOLER_VARIABLES))
+  if missing:
+    return "it lacks %d of the encoder's variables: %s" % (len(missing),
+                                                          summarise_names(missing))
+  wrong = ["%s is %s, not %s" % (name, list(held[name]), shape)
+           for name, shape in sorted(expected.items())
+           if name in held and list(held[name]) != list(shape)]
+  if wrong:
+    return "%d variables have other shapes: %s" % (len(wrong), "; ".join(wrong[:3]))
+  layers = set(int(m.group(1)) for m in (re.match(r"bert/encoder/layer_(\d+)/", name)
+                                          for name in held) if m)
+  extra = sorted(layer for layer in layers if layer >= config.num_hidden_layers)
+  if extra:
+    return "it holds encoder layers up to layer_%d, which a config of %d layers leaves out" % (
+        extra[-1], config.num_hidden_layers)
+  return None
 
 
 def assignment_map(variables, init_checkpoint):
   """Maps every variable whose name is in the checkpoint to itself.
 
   Returns (assignment_map, initialised_names, missing_names). A name present with
-  another shape raises ValueError naming both shapes, since that means the config
+  another shape raises CheckpointError naming both shapes, since that means the config
   and the checkpoint do not belong together.
   """
   in_checkpoint = dict(tf.train.list_variables(init_checkpoint))
@@ -27,7 +99,7 @@ def assignment_map(variables, init_checkpoint):
       continue
     shape = var.shape.as_list()
     if list(in_checkpoint[name]) != shape:
-      raise ValueError(
+      raise CheckpointError(
           "variable %s has shape %s in the graph but %s in %s: the bert_config.json does not "
           "belong to this checkpoint" % (name, shape, list(in_checkpoint[name]), init_checkpoint))
     mapping[name] = name
@@ -61,12 +133,16 @@ def summarise_names(names):
   return ", ".join("%s (%d)" % item for item in counts.items())
 
 
-def init_from_checkpoint(init_checkpoint, variables, use_tpu, report=True):
+def init_from_checkpoint(init_checkpoint, variables, use_tpu, report=True,
+                         may_start_random=None):
   """Sets up initialisation from init_checkpoint. Returns the scaffold_fn for TPUEstimatorSpec.
 
   On TPU the initialisation must happen inside the scaffold function, which
   TPUEstimator runs on the host; elsewhere it happens right away. report=False
   keeps quiet (eval and predict normally restore the fine-tuned checkpoint instead).
+  may_start_random: the names of the variables that may be missing from the checkpoint
+  (None: any); another one missing is a CheckpointError, since it would start from random
+  values unnoticed.
   """
   info = log.info if report else log.debug
   if not init_checkpoint:
@@ -78,6 +154,11 @@ def init_from_checkpoint(init_checkpoint, variables, use_tpu, report=True):
   info("  from the checkpoint: %s", summarise_names(initialised))
   for name in initialised:
     log.debug("  from the checkpoint: %s", name)
+  unexpected = [n for n in missing if may_start_random is not None and n not in may_start_random]
+  if unexpected:
+    raise CheckpointError("%s lacks %d variables of the graph besides its new head: %s. The "
+                          "BERT config does not belong to this checkpoint" % (
+                              init_checkpoint, len(unexpected), summarise_names(unexpected)))
   if missing:
     info("  %d variables start from random values: %s", len(missing), ", ".join(missing))
 

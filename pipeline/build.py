@@ -11,6 +11,7 @@ from data import fast_tokenization, tokenization
 from data.features import Truncation
 from data.processors import processor_for
 from modeling.bert import BertConfig, BertConfigError
+from modeling.checkpoint import encoder_problem
 from modeling.estimator import BatchSplitError, build_estimator
 from modeling.model_fn import model_fn_builder
 from spec.errors import FlagError
@@ -78,6 +79,12 @@ def bert_config_of(model, card=None, card_path=None):
                         config.max_position_embeddings))
   if model.vocab_file and config is not None:
     tokenization.check_vocab_matches_config(model.vocab_file, config.vocab_size, source)
+  problem = (config and model.init_checkpoint and not model.bert_hub_module_handle and
+             encoder_problem(model.init_checkpoint, config, model.pooling))
+  if problem:  # (only the new head may start from random values)
+    raise FlagError("--init_checkpoint=%s does not match the BERT config %s: %s. Pass the "
+                    "bert_config.json that came with the checkpoint" % (
+                        model.init_checkpoint, source, problem))
   return config
 
 

@@ -1,10 +1,13 @@
 """The checks of the options, before any work: each problem stops the run with a FlagError
 that names the option and the fix."""
 
+import os
+
 import tensorflow.compat.v1 as tf
 
 from data import fast_tokenization
 from data.processors import processor_class
+from modeling.checkpoint import files_problem as checkpoint_files_problem
 from pipeline import distribution
 from pipeline.training import check_best_metric
 from spec.errors import FlagError
@@ -144,6 +147,11 @@ def check_model_inputs(model):
     raise FlagError("--init_checkpoint=%s: no file %s.index. Give the checkpoint prefix, e.g. "
                     ".../bert_model.ckpt (not the .index or .data file)" %
                     (model.init_checkpoint, model.init_checkpoint))
+  problem = model.init_checkpoint and checkpoint_files_problem(model.init_checkpoint)
+  if problem:
+    raise FlagError("--init_checkpoint=%s cannot be read: %s. Copy the whole checkpoint (its "
+                    ".index and every .data-* file), or give another" % (
+                        model.init_checkpoint, problem))
 
 
 def check_train_split(training, device, featurised, task, output_dir, cluster=None):
@@ -151,6 +159,13 @@ def check_train_split(training, device, featurised, task, output_dir, cluster=No
   a folder's best checkpoint was kept by), and rows in every input pipeline's shards."""
   dev_examples = featurised.dev.examples if featurised.dev else []
   check_best_metric(training.best_metric, output_dir, task, dev_examples)
+  newest = tf.train.latest_checkpoint(output_dir)
+  problem = newest and checkpoint_files_problem(newest)
+  if problem:
+    raise FlagError("--output_dir=%s: training would resume from its newest checkpoint, %s, "
+                    "which cannot be read: %s. Restore its files, or delete that checkpoint's "
+                    "files to resume from an earlier one, or train into a new --output_dir"
+                    % (output_dir, os.path.basename(newest), problem))
   distribution.check_every_pipeline_has_rows(
       len(featurised.train.examples), device.num_record_shards,
       distribution.input_pipelines(device, cluster))

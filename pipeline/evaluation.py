@@ -9,6 +9,7 @@ import os
 import tensorflow.compat.v1 as tf
 
 from modeling.checkpoint import checkpoint_global_step, head_shape
+from modeling.checkpoint import files_problem as checkpoint_files_problem
 from modeling.metrics import metric_names
 from pipeline import eval_history
 from pipeline.outputs import write_eval_results, write_test_results
@@ -135,6 +136,11 @@ def head_checkpoint(output_dir, init_checkpoint, allow_untrained_head, mode, lab
         source), kept["metric"], format_metric(kept["value"]), kept["step"])
   else:
     source = tf.train.latest_checkpoint(output_dir) or init_checkpoint
+  problem = source and checkpoint_files_problem(source)
+  if problem:
+    raise FlagError("refusing to %s with %s: it cannot be read: %s. Restore its files, or "
+                    "point --output_dir or --init_checkpoint at another model" % (
+                        mode, source, problem))
   shape = head_shape(source) if source else None
   if shape is None:
     if allow_untrained_head:

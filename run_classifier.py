@@ -25,8 +25,8 @@ import tensorflow.compat.v1 as tf
 
 from data.errors import DataError
 from pipeline import (build, card, checks, distribution, eval_history, evaluation, export,
-                      folds, machine, outputs, splits, tasks, training)
-from spec import config, model_card, options
+                      folds, machine, outputs, splits, state, tasks, training)
+from spec import config, options
 from spec.cluster import ClusterError, parse_tf_config
 from spec.errors import FlagError
 
@@ -88,16 +88,18 @@ def run_model(c, fold=None, cluster=None):
   file's rows of the other folds train it and its own fold's rows are its dev split; with
   cluster, this task's part of a multi-worker run."""
   started, seconds, result = time.time(), {}, outputs.ModelRun()
-  c, found_card = card.settle(c, cluster)  # this task's part, and the model card's settings
+  # This task's part, and the settings of the model card (the folder's, or a fine-tuned
+  # --init_checkpoint's).
+  c, found_card, card_path = card.settle(c, cluster)
   modes, output_dir = c.modes, c.outputs.output_dir
   checks.check_task(c.data, c.given, needs_labels=modes.do_train or modes.do_eval)
-  bert_config = build.bert_config_of(c.model, found_card, model_card.card_path(output_dir))
+  bert_config = build.bert_config_of(c.model, found_card, card_path)
 
   # The processor reads the task's files into InputExamples; the tokenizer makes their ids.
   processor = build.make_processor(c.data, c.training.sample_weight_column)
   label_spec, task = processor.label_spec, tasks.task_of(processor)
   if found_card:
-    card.check_matches_task(found_card, processor, model_card.card_path(output_dir))
+    card.check_matches_task(found_card, processor, card_path)
   tokenizer, vocab_file = build.make_tokenizer(c.model)
   log.info("task %s: %s", processor.name, label_spec.describe())
   checkpoint = evaluation.checkpoint_to_use(modes, output_dir, c.model.init_checkpoint,
@@ -109,9 +111,14 @@ def run_model(c, fold=None, cluster=None):
   with outputs.timed(seconds, "featurisation"):
     featurised = splits.prepare_splits(c, task, tokenizer, vocab_file, fold)
   num_train_steps = 0
-  if modes.do_train:
+  if modes.do_train:  # what the folder holds must be what this run would continue
     num_train_steps = build.num_train_steps_for(len(featurised.train.examples), c.training)
     checks.check_train_split(c.training, c.device, featurised, task, output_dir, cluster)
+    trained_on, data_from_step = state.continued_state(
+        state.training_state(c.training, featurised.train, processor.file_for("train"),
+                             num_train_steps),
+        found_card, card_path, training.resumed_step(output_dir),
+        c.training.continue_on_new_data)
 
   # model_fn and the (TPU)Estimator: one graph for a CPU, a GPU or a Cloud TPU. (A hub
   # module brings its own encoder, and encoder_config is then the vocabulary's size.)
@@ -130,9 +137,10 @@ def run_model(c, fold=None, cluster=None):
   if modes.do_train:  # estimator.train on the train split's input_fn (in stretches with evals)
     if cluster is None or cluster.is_chief:
       card.write_model_card(output_dir, card.card_of_run(
-          c.model, c.as_dict(), processor, vocab_file, tokenizer, bert_config))
+          c.model, c.as_dict(), processor, vocab_file, tokenizer, bert_config, trained_on))
     trainer = training.Trainer(estimator, featurised.train, c.training, output_dir,
-                               num_train_steps, fetch_loss=not c.device.use_tpu)
+                               num_train_steps, fetch_loss=not c.device.use_tpu,
+                               data_from_step=data_from_step)
     checkpoint, result.eval = trainer.train(seconds, evaluator, featurised.dev)
     if trainer.progress:  # (None when the folder's model had reached its last step)
       result.train_progress, result.train_losses = (trainer.progress.history,

@@ -45,6 +45,11 @@ class CsvProcessor(DataProcessor):
 
   takes_label_column = True
   takes_class_list = True
+  label_columns_name_outputs = False  # a file's label column is where it keeps the labels
+
+  @property
+  def reads_pairs(self):
+    return self.text_b_column is not None
 
   @classmethod
   def required_options(cls, needs_labels):

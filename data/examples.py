@@ -88,6 +88,14 @@ class DataProcessor(object):
   # classes of its label column).
   takes_label_column = False
   takes_class_list = False
+  # Whether the label columns' names say what the outputs mean (a Jigsaw column such as
+  # toxic or insult), or only where a file keeps the labels (csv: its layout).
+  label_columns_name_outputs = True
+
+  @property
+  def reads_pairs(self):
+    """Whether the task's examples are pairs of texts."""
+    return False
 
   @classmethod
   def required_options(cls, needs_labels):
@@ -302,6 +310,10 @@ class HeaderProcessor(DataProcessor):
   label_column = None
   id_columns = ("index",)  # the first one present names each row
   label_hint = None  # how the user picks the label column, when they can
+
+  @property
+  def reads_pairs(self):
+    return self.text_b_column is not None
 
   def columns(self, table, split):
     ids = [table.column_index(c, "the %s column" % c) for c in self.id_columns

@@ -9,6 +9,7 @@ import tensorflow.compat.v1 as tf
 from data import tokenization
 from data.files import write_whole
 from modeling.bert import BertConfig, BertConfigError
+from modeling.checkpoint import head_shape
 from pipeline import build, distribution
 from spec import labels as label_specs
 from spec import model_card
@@ -23,28 +24,35 @@ LAYOUT_OPTIONS = ("text_column", "text_b_column", "id_column", "has_header", "de
 
 
 def settle(c, cluster=None):
-  """(the configuration this process runs, the model card of its --output_dir or None):
-  this task's part of a cluster's run, with the settings of the model in --output_dir
-  where no flag gives them (the one place a model card's settings are applied to a run)."""
+  """(the configuration this process runs, the model card of its model or None, the
+  card's path or None): this task's part of a cluster's run, with the settings of the
+  model where no flag gives them (the one place a model card's settings are applied to a
+  run). The model's card is the one in --output_dir, else, for a fine-tuned
+  --init_checkpoint, the one beside it: wherever a fine-tuned checkpoint is named, its
+  card comes with it."""
   c = distribution.for_this_task(c, cluster)
-  card = read_model_card(c.outputs.output_dir)
+  card, where = read_model_card(c.outputs.output_dir), model_card.card_path(
+      c.outputs.output_dir)
+  if card is None and c.model.init_checkpoint and head_shape(c.model.init_checkpoint):
+    folder = os.path.dirname(c.model.init_checkpoint)
+    card, where = read_model_card(folder, "--init_checkpoint"), model_card.card_path(folder)
   if card:
-    c = apply_model_card(c, card)
+    c = apply_model_card(c, card, where)
   build.truncation_of(c.model)  # (refused here, before any work)
-  return c, card
+  return c, card, where if card else None
 
 
-def read_model_card(output_dir):
-  """The model card in output_dir, or None when there is none."""
-  path = model_card.card_path(output_dir)
+def read_model_card(folder, flag="--output_dir"):
+  """The model card in folder (the one flag names, or where it points), or None."""
+  path = model_card.card_path(folder)
   try:
     if not tf.io.gfile.exists(path):
       return None
     with tf.io.gfile.GFile(path, "r") as f:
       text = f.read()
   except tf.errors.OpError as e:
-    raise FlagError("--output_dir=%s cannot be read (%s): check the path and your access to it"
-                    % (output_dir, e.message.splitlines()[0]))
+    raise FlagError("%s=%s cannot be read (%s): check the path and your access to it"
+                    % (flag, folder, e.message.splitlines()[0]))
   return model_card.from_json(text, path)
 
 
@@ -65,6 +73,7 @@ def apply_model_card(c, card, where=None):
   truncation_given = c.is_given("truncation") or c.is_given("truncation_head_tokens")
   model_card.check_agrees(
       card, where, labels=c.if_given("labels"), pooling=c.if_given("pooling"),
+      max_seq_length=c.if_given("max_seq_length"),
       truncation=build.truncation_of(c.model).as_dict() if truncation_given else None,
       do_lower_case=c.if_given("do_lower_case"),
       hub_module=c.if_given("bert_hub_module_handle"))
@@ -144,14 +153,17 @@ def same_task_family(task, trained_task):
 
 def check_matches_task(card, processor, where):
   """The task's head and labels must be the model's: the same kind, the same classes in
-  the same order, and as many label columns, with the same names for the same task (a
-  csv run may read the model's labels from columns named otherwise). where: the card's
-  file, for messages."""
+  the same order, and as many outputs; and the same label columns where their names say
+  what the outputs mean (a Jigsaw column). Where they only say where a file keeps its
+  labels (csv: the file's layout), another file may keep them in a column named otherwise.
+  where: the card's file, for messages."""
   spec = processor.label_spec
   model_card.check_agrees(card, where, head=spec.kind, labels=spec.classes,
                           num_outputs=spec.num_outputs)
-  same_names = card["label_columns"] and set(spec.columns) == set(card["label_columns"])
-  if card["label_columns"] and (processor.name == card["task"] or same_names):
+  if not card["label_columns"] or not processor.label_columns_name_outputs:
+    return
+  same_names = set(spec.columns) == set(card["label_columns"])
+  if processor.name == card["task"] or same_names:
     model_card.check_agrees(card, where, label_columns=list(spec.columns))
 
 
@@ -162,9 +174,10 @@ def write_model_card(output_dir, card):
   log.info("wrote the model card %s", path)
 
 
-def card_of_run(model, flags, processor, vocab_file, tokenizer, bert_config):
+def card_of_run(model, flags, processor, vocab_file, tokenizer, bert_config, training=None):
   """The model card of the model a run trains (or, without a card, exports): its task and
-  labels, the ModelOptions it reads texts with, and every option's value (flags)."""
+  labels, the ModelOptions it reads texts with, every option's value (flags), and what
+  it was trained on (training: pipeline.state)."""
   return model_card.build_card(
       task=processor.name, label_spec=processor.label_spec, pooling=model.pooling,
       truncation=build.truncation_of(model).as_dict(),
@@ -173,4 +186,4 @@ def card_of_run(model, flags, processor, vocab_file, tokenizer, bert_config):
       vocab_sha256=tokenization.vocab_fingerprint(vocab_file),
       bert_config=bert_config.to_dict() if bert_config else None,
       init_checkpoint=model.init_checkpoint, hub_module=model.bert_hub_module_handle,
-      flags=flags)
+      flags=flags, text_pair=processor.reads_pairs, training=training)

@@ -80,6 +80,9 @@ def check_training(training, modes, given):
                     % training.train_fraction)
   if not 0.0 <= training.warmup_proportion < 1.0:
     raise FlagError("--warmup_proportion=%g must be in [0, 1)" % training.warmup_proportion)
+  if training.num_train_steps < 0:
+    raise FlagError("--num_train_steps=%d must be 0 or more (0: train --num_train_epochs over "
+                    "the train split)" % training.num_train_steps)
   if modes.do_train and training.num_train_steps <= 0 and training.num_train_epochs <= 0:
     raise FlagError("--num_train_epochs=%g must be > 0, or give --num_train_steps" %
                     training.num_train_epochs)
@@ -88,6 +91,9 @@ def check_training(training, modes, given):
       if name in given:
         raise FlagError("--%s weighs the training loss; it does nothing without --do_train"
                         % name)
+    if training.continue_on_new_data:
+      raise FlagError("--continue_on_new_data goes on training a folder's model on a new train "
+                      "file; it does nothing without --do_train")
 
 
 def check_periodic_eval(training, modes):

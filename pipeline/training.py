@@ -24,12 +24,16 @@ log = logging.getLogger(__name__)
 class Trainer(object):
   """Trains a model's train split with its estimator in output_dir to num_train_steps,
   as the TrainingOptions say (batch, accumulation, logging, evaluations during training).
-  fetch_loss: each step's loss is readable (not on a TPU, where it stays on the device)."""
+  fetch_loss: each step's loss is readable (not on a TPU, where it stays on the device).
+  data_from_step: the step at which the model began training on this split's data (0, or
+  where --continue_on_new_data went on with it): a resumed input skips the examples of
+  the steps since then."""
 
-  def __init__(self, estimator, split, training, output_dir, num_train_steps, fetch_loss=True):
+  def __init__(self, estimator, split, training, output_dir, num_train_steps, fetch_loss=True,
+               data_from_step=0):
     self.estimator, self.split, self.training = estimator, split, training
     self.output_dir, self.num_train_steps = output_dir, num_train_steps
-    self.fetch_loss = fetch_loss
+    self.fetch_loss, self.data_from_step = fetch_loss, data_from_step
     self.progress = None  # the ProgressHook, carried from one train() call to the next
 
   def train(self, seconds, evaluator=None, dev_split=None):
@@ -52,15 +56,18 @@ class Trainer(object):
       log.info("training: %d examples, batch %d, %d steps", len(self.split.examples),
                per_update, self.num_train_steps)
       if 0 < start_step < self.num_train_steps:
+        trained_on = (start_step - self.data_from_step) * per_update
         log.info("resuming from the checkpoint at step %d of %d: the input continues after "
-                 "the %d examples those steps trained on (epoch %.2f)", start_step,
-                 self.num_train_steps, start_step * per_update,
-                 start_step * per_update / float(len(self.split.examples)))
+                 "the %d examples those steps trained on (epoch %.2f)%s", start_step,
+                 self.num_train_steps, trained_on, trained_on / float(len(self.split.examples)),
+                 " of this train file, which it began at step %d" % self.data_from_step
+                 if self.data_from_step else "")
       self.progress = ProgressHook(self.num_train_steps, per_update,
                                    self.training.log_every_steps,
                                    loss_tensor_name=TRAIN_LOSS_NAME, fetch_loss=self.fetch_loss,
                                    report=log.info)
-    input_fn = self.split.input_fn(is_training=True, skip_examples=start_step * per_update)
+    input_fn = self.split.input_fn(
+        is_training=True, skip_examples=max(0, start_step - self.data_from_step) * per_update)
     self.progress.train_started = time.time()
     if start_step < until_step:
       self.estimator.train(input_fn=input_fn, max_steps=until_step, hooks=[self.progress])

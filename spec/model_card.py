@@ -15,15 +15,40 @@ from spec.errors import FlagError
 
 CARD_NAME = "model_card.json"
 CARD_FORMAT = "bert-text-classifier-model-card"
-CARD_VERSION = 2  # 2: label_spec (head kind, label columns, classes)
+# The card's versions, each read by a migration to the next:
+#   1  the head's kind and its classes (labels)
+#   2  label_spec: the head's kind, label columns and classes. Later cards of version 2
+#      also record pooling and truncation (written before the version was raised)
+#   3  pooling and truncation always; text_pair; training: the batches and the data the
+#      model was trained on, which a resumed training must continue
+CARD_VERSION = 3
 # What the head may read, and which tokens of a long text are kept: settings a card records.
 POOLINGS = ("cls", "mean")
 TRUNCATION_MODES = ("head", "tail", "head_tail")
+# The tasks whose examples are pairs of texts (a csv task when it names --text_b_column).
+PAIR_TASKS = ("mnli", "mnli-mm", "mrpc", "qqp", "rte", "sts-b")
+
+# Every entry of a version 3 card and what its value is (None: may be null).
+FIELDS = {
+    "format": (str,), "version": (int,), "task": (str,), "label_spec": (dict,),
+    "head": (str,), "labels": (list, None), "label_columns": (list, None),
+    "num_outputs": (int,), "pooling": (str,), "truncation": (dict,),
+    "max_seq_length": (int,), "do_lower_case": (bool,), "vocab_file": (str, None),
+    "vocab_sha256": (str,), "bert_config": (dict, None), "init_checkpoint": (str, None),
+    "hub_module": (str, None), "flags": (dict,), "text_pair": (bool,),
+    "training": (dict, None),
+}
+# A training entry: the batch (examples per optimizer update), the steps asked for, the
+# seed, and each train file in the order the model was trained on them.
+TRAINING_FIELDS = {"per_update": (int,), "num_train_steps": (int,), "seed": (int,),
+                   "data": (list,)}
+DATA_FIELDS = {"file": (str,), "sha256": (str,), "examples": (int,),
+               "train_fraction": (float, int), "from_step": (int,)}
 
 
 class CardError(FlagError):
-  """A model card that cannot be read: not JSON, not a card, or a version this program
-  does not know."""
+  """A model card that cannot be read: not JSON, not a card, a version this program does
+  not know, or an entry missing or of the wrong kind."""
 
 
 class CardMismatch(FlagError):
@@ -36,9 +61,10 @@ def card_path(output_dir):
 
 def build_card(task, label_spec, max_seq_length, do_lower_case, vocab_file, vocab_sha256,
                bert_config, init_checkpoint, hub_module, flags, pooling="cls",
-               truncation=None):
+               truncation=None, text_pair=False, training=None):
   """The card's content as a dict. label_spec is a spec/labels.py LabelSpec; its kind,
-  classes and output count are also shown at the top level, for readers."""
+  classes and output count are also shown at the top level, for readers. training: see
+  TRAINING_FIELDS (None for a model this project did not train)."""
   return {
       "format": CARD_FORMAT, "version": CARD_VERSION, "task": task,
       "label_spec": label_spec.to_card(), "head": label_spec.kind,
@@ -49,6 +75,7 @@ def build_card(task, label_spec, max_seq_length, do_lower_case, vocab_file, voca
       "do_lower_case": bool(do_lower_case), "vocab_file": vocab_file,
       "vocab_sha256": vocab_sha256, "bert_config": bert_config,
       "init_checkpoint": init_checkpoint, "hub_module": hub_module, "flags": flags,
+      "text_pair": bool(text_pair), "training": training,
   }
 
 
@@ -57,7 +84,8 @@ def to_json(card):
 
 
 def from_json(text, where):
-  """Parses a card, checking it is one. Raises CardError naming where it came from."""
+  """Parses a card of any version this project has written, in version 3's terms.
+  Raises CardError naming where it came from and what is wrong."""
   try:
     card = json.loads(text)
   except ValueError as e:
@@ -65,19 +93,48 @@ def from_json(text, where):
                     "--output_dir" % (where, e))
   if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
     raise CardError("%s is not a model card of this project" % where)
-  if card.get("version") == 1:
-    return _upgraded_from_version_1(card)
-  if card.get("version") != CARD_VERSION:
-    raise CardError("%s has card version %r; this program reads versions 1 and %d"
-                    % (where, card.get("version"), CARD_VERSION))
+  version = card.get("version")
+  if version not in MIGRATIONS and version != CARD_VERSION:
+    raise CardError("%s has card version %r; this program reads versions 1 to %d (a newer "
+                    "program wrote it: use that one)" % (where, version, CARD_VERSION))
+  while card["version"] != CARD_VERSION:  # (each version's entries checked, then migrated)
+    _check_entries(card, _FIELDS_OF_VERSION[card["version"]], where, "")
+    card = MIGRATIONS[card["version"]](card, where)
+  return _checked(card, where)
+
+
+def _checked(card, where):
+  """card, when every entry of the current version is there and of its kind."""
+  _check_entries(card, FIELDS, where, "")
+  if card["training"] is not None:
+    _check_entries(card["training"], TRAINING_FIELDS, where, "training.")
+    for i, entry in enumerate(card["training"]["data"]):
+      _check_entries(entry, DATA_FIELDS, where, "training.data[%d]." % i)
   return card
 
 
-def _upgraded_from_version_1(card):
+def _check_entries(values, fields, where, prefix):
+  if not isinstance(values, dict):
+    raise CardError("%s: %s is not an object" % (where, prefix.rstrip(".") or "the card"))
+  for name, kinds in sorted(fields.items()):
+    if name not in values:
+      raise CardError("%s has no entry %s%s (its version, %s, has one): the file was cut "
+                      "or edited; train again into a new --output_dir, or restore the card"
+                      % (where, prefix, name, values.get("version", "3")))
+    value = values[name]
+    if not (value is None and None in kinds or isinstance(value, tuple(
+        k for k in kinds if k is not None)) and not (isinstance(value, bool) and
+                                                     bool not in kinds)):
+      raise CardError("%s: %s%s is %r, which is not %s" % (
+          where, prefix, name, value, " or ".join("null" if k is None else k.__name__
+                                                  for k in kinds)))
+
+
+def _version_1_to_2(card, where):
   """A version 1 card (a classification or a one-output regression head) in version 2's
   terms. Its label column was recorded only when a flag named it; otherwise
   label_columns is None (unknown: the task's default applies and is not checked)."""
-  card = dict(card, version=CARD_VERSION, pooling="cls", truncation={"mode": "head"})
+  card = dict(card, version=2)
   # Version 1 read --label_column only for these tasks; others ignored the flag.
   column = (card.get("flags") or {}).get("label_column") if card["task"] in (
       "csv", "jigsaw_toxic") else None
@@ -85,6 +142,31 @@ def _upgraded_from_version_1(card):
   card["label_spec"] = {"kind": card["head"], "columns": card["label_columns"] or ["label"],
                         "classes": card.get("labels")}
   return card
+
+
+def _version_2_to_3(card, where):
+  """A version 2 card in version 3's terms: the first ones had no pooling or truncation
+  (then BERT's pooled [CLS] and the first tokens), and none records whether its examples
+  were pairs (its task says, or --text_b_column) or what it was trained on (unknown: a
+  resumed training is not checked against it, and the log says so)."""
+  flags = card.get("flags") or {}
+  return dict(card, version=3, pooling=card.get("pooling", "cls"),
+              truncation=card.get("truncation", {"mode": "head"}),
+              text_pair=card["task"] in PAIR_TASKS or bool(flags.get("text_b_column")),
+              training=None)
+
+
+MIGRATIONS = {1: _version_1_to_2, 2: _version_2_to_3}
+# What each version's migration reads.
+_FIELDS_OF_VERSION = {
+    1: {name: FIELDS[name] for name in ("task", "head", "labels", "max_seq_length",
+                                        "do_lower_case", "vocab_file", "vocab_sha256",
+                                        "bert_config", "flags")},
+    2: {name: FIELDS[name] for name in ("task", "label_spec", "head", "labels",
+                                        "label_columns", "max_seq_length", "do_lower_case",
+                                        "vocab_file", "vocab_sha256", "bert_config",
+                                        "flags")},
+}
 
 
 def check_agrees(card, where, **settings):

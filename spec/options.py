@@ -214,6 +214,10 @@ class TrainingOptions(object):
   fold: int = option(
       -1, "With --num_folds: run only this fold (0-based), e.g. one per machine; -1 runs "
       "them all in one command.")
+  continue_on_new_data: bool = option(
+      False, "With --do_train into an --output_dir whose model was trained on another train "
+      "file (its model card says which): go on training that model on this run's file, "
+      "from its last checkpoint, instead of stopping; the card then lists both files.")
 
   def per_update(self):
     """The examples one optimizer update trains on."""

@@ -9,8 +9,9 @@ import shutil
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import TINY, common_flags, run_flags, small_config
+from conftest import TEST_DATA, TINY, common_flags, run_flags, small_config
 from modeling.checkpoint import CheckpointError, encoder_problem, files_problem
+from spec import model_card
 from spec.errors import FlagError
 
 
@@ -118,3 +119,74 @@ def test_a_folders_checkpoint_that_cannot_be_read_is_named_before_any_work(jigsa
       "--output_dir=%s: training would resume from its newest checkpoint, model.ckpt-6, which "
       "cannot be read: its data file" % copy)
   assert not [n for n in os.listdir(copy) if n.startswith("model.ckpt-8")]
+
+
+# --- model cards of every version ---------------------------------------------------------
+
+# Cards written by this project's own earlier versions (tests/data/README.md says how):
+# version 1, version 2 before pooling and truncation, and version 2 with them.
+CARDS = {name: os.path.join(TEST_DATA, "model_cards", name + ".json")
+         for name in ("version1_19bacd4", "version2_e3e8d77", "version2_8f004ca")}
+
+
+@pytest.mark.parametrize("name", sorted(CARDS))
+def test_every_card_this_project_wrote_reads_in_the_current_version(name):
+  with open(CARDS[name]) as f:
+    written = json.load(f)
+  card = model_card.from_json(json.dumps(written), CARDS[name])
+  assert card["version"] == model_card.CARD_VERSION == 3
+  assert set(card) >= set(model_card.FIELDS)
+  assert (card["task"], card["labels"], card["head"], card["max_seq_length"]) == (
+      "jigsaw_toxic", ["0", "1"], "classification", 32)
+  # What later versions added, as the model was: BERT's pooled [CLS], the first tokens,
+  # single texts, and no record of its training data (unknown).
+  assert (card["pooling"], card["truncation"], card["text_pair"], card["training"]) == (
+      "cls", {"mode": "head"}, False, None)
+  assert card["label_spec"]["kind"] == "classification"
+  assert card["label_columns"] == (None if written["version"] == 1 else ["toxic"])
+
+
+def test_a_version_1_card_takes_its_label_column_where_it_was_read():
+  """Version 1 recorded the label column only as the flag, which only csv and
+  jigsaw_toxic read: an SST-2 model's ignored --label_column must not become its column."""
+  with open(CARDS["version1_19bacd4"]) as f:
+    written = json.load(f)
+  written["flags"]["label_column"] = "insult"
+  card = model_card.from_json(json.dumps(written), "x")
+  assert card["label_columns"] == ["insult"] and card["label_spec"]["columns"] == ["insult"]
+  glue = dict(written, task="sst-2")
+  assert model_card.from_json(json.dumps(glue), "x")["label_columns"] is None
+
+
+def test_a_card_that_is_not_a_whole_card_of_a_known_version_is_named():
+  with open(CARDS["version2_8f004ca"]) as f:
+    written = json.load(f)
+  for broken, message in (
+      (dict(written, version=7), "x has card version 7; this program reads versions 1 to 3"),
+      ({k: v for k, v in written.items() if k != "max_seq_length"},
+       "x has no entry max_seq_length (its version, 2, has one)"),
+      (dict(written, max_seq_length="32"), "x: max_seq_length is '32', which is not int"),
+      (dict(written, do_lower_case=1), "x: do_lower_case is 1, which is not bool")):
+    with pytest.raises(model_card.CardError) as error:
+      model_card.from_json(json.dumps(broken), "x")
+    assert str(error.value).startswith(message), str(error.value)
+  current = dict(model_card.from_json(json.dumps(written), "x"),
+                 training={"per_update": 8, "num_train_steps": 6, "seed": 1, "data": [{}]})
+  with pytest.raises(model_card.CardError, match=r"x has no entry training.data\[0\].examples"):
+    model_card.from_json(json.dumps(current), "x")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CARDS))
+def test_a_model_with_a_card_of_every_version_predicts(name, jigsaw_model, tmp_path):
+  """The issue this closes: a card written before pooling and truncation ended in
+  KeyError: 'pooling'. Each old card, beside a model of its shape, predicts."""
+  folder = jigsaw_model.copy_to(str(tmp_path / "model"))
+  shutil.copy(CARDS[name], os.path.join(folder, "model_card.json"))
+  from conftest import JIGSAW, TINY_VOCAB
+  with pytest.raises(FlagError, match="names the vocabulary .*, which no longer exists"):
+    run_flags("--output_dir=" + folder, "--do_predict", "--data_dir=" + JIGSAW)
+  result = run_flags("--output_dir=" + folder, "--do_predict", "--data_dir=" + JIGSAW,
+                     "--vocab_file=" + TINY_VOCAB)
+  with open(result.predictions) as f, open(jigsaw_model.result.predictions) as g:
+    assert f.read() == g.read()  # the same model, the same predictions

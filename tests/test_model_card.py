@@ -150,13 +150,27 @@ def test_an_untrained_head_is_refused_unless_allowed(tiny_checkpoint, tmp_path, 
 
 @pytest.mark.slow
 def test_a_head_for_another_number_of_labels_is_refused(trained, tiny_checkpoint, tmp_path):
+  """A fine-tuned --init_checkpoint brings its card: other labels contradict it. Without a
+  card (a checkpoint from elsewhere), the head's own shape tells."""
   output_dir, _ = trained
   fine_tuned = os.path.join(output_dir, "model.ckpt-6")
   with pytest.raises(FlagError) as error:
     run_flags(*sst2_flags(tiny_checkpoint, str(tmp_path / "three"), "--do_eval",
                           "--labels=0,1,2", "--init_checkpoint=" + fine_tuned))
   assert str(error.value).startswith(
-      "the classifier head in %s has 2 outputs, but this run has 3 (labels 0,1,2)" % fine_tuned)
+      "%s says labels=1,0, but this run has 0,1,2" % os.path.join(output_dir, "model_card.json"))
+  bare = tmp_path / "bare"
+  bare.mkdir()
+  for name in os.listdir(output_dir):
+    if name.startswith("model.ckpt-6"):
+      with open(os.path.join(output_dir, name), "rb") as src, open(str(bare / name), "wb") as dst:
+        dst.write(src.read())
+  with pytest.raises(FlagError) as error:
+    run_flags(*sst2_flags(tiny_checkpoint, str(tmp_path / "three"), "--do_eval",
+                          "--labels=0,1,2", "--init_checkpoint=%s" % (bare / "model.ckpt-6")))
+  assert str(error.value).startswith(
+      "the classifier head in %s has 2 outputs, but this run has 3 (labels 0,1,2)"
+      % (bare / "model.ckpt-6"))
 
 
 @pytest.mark.slow
@@ -221,22 +235,3 @@ def test_header_and_quoting_flags_reach_the_reader():
   assert [default.has_header_for(s) for s in ("train", "dev", "test")] == [True, True, True]
   assert (default.quoting_of("a.csv"), default.quoting_of("a.tsv")) == (
       csv_module.QUOTE_MINIMAL, csv_module.QUOTE_NONE)
-
-
-def test_a_version_1_card_is_read_in_version_2_terms():
-  """Cards written before label specs: a jigsaw_toxic model with its label column named by
-  the flag, and an SST-2 model whose ignored --label_column must not become its column."""
-  from spec import model_card
-  old = {"format": model_card.CARD_FORMAT, "version": 1, "task": "jigsaw_toxic",
-         "labels": ["0", "1"], "head": "classification", "num_outputs": 2,
-         "flags": {"label_column": "insult"}}
-  card = model_card.from_json(json.dumps(old), "old/model_card.json")
-  assert (card["version"], card["label_columns"], card["pooling"], card["truncation"]) == (
-      2, ["insult"], "cls", {"mode": "head"})
-  assert card["label_spec"] == {"kind": "classification", "columns": ["insult"],
-                                "classes": ["0", "1"]}
-  glue = dict(old, task="sst-2", flags={"label_column": "whatever"})
-  assert model_card.from_json(json.dumps(glue), "x")["label_columns"] is None
-  with pytest.raises(ValueError, match="has card version 7; this program reads versions 1 "
-                                       "and 2"):
-    model_card.from_json(json.dumps(dict(old, version=7)), "x")

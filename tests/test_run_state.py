@@ -1,0 +1,176 @@
+"""A run's state checked before step 1: what its --output_dir holds (a model, its card, its
+steps, what it was trained on) against what the run asks. Each case runs on a copy of
+conftest's jigsaw_model: BERT-Tiny trained 6 steps of 8 on the Jigsaw sample."""
+
+import csv
+import io
+import json
+import os
+
+import pytest
+
+from conftest import JIGSAW, run_flags, sample_path
+from spec.errors import FlagError
+
+pytestmark = pytest.mark.slow
+
+TRAIN = os.path.join(JIGSAW, "train.csv")
+
+
+def _card(folder):
+  with open(os.path.join(folder, "model_card.json")) as f:
+    return json.load(f)
+
+
+def _steps(folder):
+  """The steps of the folder's checkpoints after the first (step 0's)."""
+  return sorted(int(n.split("-")[1].split(".")[0]) for n in os.listdir(folder)
+                if n.startswith("model.ckpt-") and n.endswith(".index"))[1:]
+
+
+def _command(folder, tiny_checkpoint, *extra):
+  """jigsaw_model's training command (conftest), into folder."""
+  from conftest import common_flags
+  return common_flags(tiny_checkpoint, folder) + ["--do_train", "--num_train_steps=6",
+                                                  "--log_every_steps=1"] + list(extra)
+
+
+def _other_train_file(tmp_path):
+  """The Jigsaw sample's train rows but the last: another file, of the same layout."""
+  with io.open(TRAIN, encoding="utf-8", newline="") as f:
+    rows = list(csv.reader(f))
+  path = str(tmp_path / "other_train.csv")
+  with io.open(path, "w", encoding="utf-8", newline="") as f:
+    csv.writer(f).writerows(rows[:-1])
+  return path
+
+
+def test_the_card_records_what_the_model_was_trained_on(jigsaw_model):
+  training = _card(jigsaw_model.output_dir)["training"]
+  assert (training["per_update"], training["num_train_steps"], training["seed"]) == (8, 6, 12345)
+  (data,) = training["data"]
+  assert (data["file"], data["examples"], data["train_fraction"], data["from_step"]) == (
+      TRAIN, 267, 1.0, 0)
+  from data.files import file_sha256
+  assert data["sha256"] == file_sha256(TRAIN)
+
+
+def test_training_on_a_new_file_into_a_trained_folder_is_refused_or_continued(
+    jigsaw_model, tiny_checkpoint, tmp_path, caplog):
+  """The old behaviour: 0 steps trained, exit 0, and a card saying the model was trained on
+  the new file."""
+  folder = jigsaw_model.copy_to(str(tmp_path / "model"))
+  card_before = _card(folder)
+  other = _other_train_file(tmp_path)
+  with pytest.raises(FlagError) as error:
+    run_flags(*_command(folder, tiny_checkpoint, "--train_file=" + other))
+  sha = card_before["training"]["data"][0]["sha256"]
+  from data.files import file_sha256
+  assert str(error.value) == (
+      "%s: its model was trained to step 6 on %s (sha256 %s..., 267 rows, --seed=12345), and "
+      "this run's train file is %s (sha256 %s..., 266 rows, --seed=12345): it would go on "
+      "training that model on other data. Pass --continue_on_new_data to do so (the card then "
+      "lists both files), or train a new model into another --output_dir" % (
+          os.path.join(folder, "model_card.json"), TRAIN, sha[:12], other,
+          file_sha256(other)[:12]))
+  assert _card(folder) == card_before and _steps(folder) == [6]
+  # Asked for, the model goes on from its last checkpoint on the new file, whose input
+  # starts at its beginning.
+  caplog.set_level("INFO")
+  run_flags(*_command(folder, tiny_checkpoint, "--train_file=" + other,
+                      "--continue_on_new_data", "--num_train_steps=8"))
+  assert _steps(folder) == [6, 8]
+  data = _card(folder)["training"]["data"]
+  assert [(d["file"], d["examples"], d["from_step"]) for d in data] == [
+      (TRAIN, 267, 0), (other, 266, 6)]
+  assert ("resuming from the checkpoint at step 6 of 8: the input continues after the 0 "
+          "examples those steps trained on (epoch 0.00) of this train file, which it began at "
+          "step 6") in caplog.text
+
+
+def test_resuming_with_another_batch_is_refused(jigsaw_model, tiny_checkpoint, tmp_path):
+  folder = jigsaw_model.copy_to(str(tmp_path / "model"))
+  with pytest.raises(FlagError) as error:
+    run_flags(*_command(folder, tiny_checkpoint, "--num_train_steps=8",
+                        "--train_batch_size=16"))
+  assert str(error.value) == (
+      "%s: its model was trained to step 6 on batches of 8 examples (train_batch_size x "
+      "gradient_accumulation_steps), and this run has 16: the resumed input would skip 96 "
+      "examples where those steps trained on 48. Pass --train_batch_size (and "
+      "--gradient_accumulation_steps) as before, or train a new model into another "
+      "--output_dir" % os.path.join(folder, "model_card.json"))
+  assert _steps(folder) == [6]
+
+
+def test_the_same_finished_command_again_trains_nothing_and_says_so(
+    jigsaw_model, tiny_checkpoint, tmp_path, caplog):
+  folder = jigsaw_model.copy_to(str(tmp_path / "model"))
+  card_before = _card(folder)
+  caplog.set_level("INFO")
+  run_flags(*_command(folder, tiny_checkpoint))
+  assert ("the model in the folder of %s has reached step 6 of 6: there is nothing left to "
+          "train" % os.path.join(folder, "model_card.json")) in caplog.text
+  assert _steps(folder) == [6]
+  assert _card(folder)["training"] == card_before["training"]
+
+
+def test_flags_that_contradict_the_card_or_cannot_work_are_refused(jigsaw_model, tmp_path):
+  folder = jigsaw_model.copy_to(str(tmp_path / "model"))
+  where = os.path.join(folder, "model_card.json")
+  for flags, message in (
+      (["--do_predict", "--max_seq_length=64"],
+       "%s says max_seq_length=32, but this run has 64" % where),
+      (["--do_train", "--num_train_steps=-3"],
+       "--num_train_steps=-3 must be 0 or more (0: train --num_train_epochs over the train "
+       "split)"),
+      (["--do_predict", "--continue_on_new_data"],
+       "--continue_on_new_data goes on training a folder's model on a new train file; it does "
+       "nothing without --do_train")):
+    with pytest.raises(FlagError) as error:
+      run_flags(*["--output_dir=" + folder, "--data_dir=" + JIGSAW] + flags)
+    assert str(error.value).startswith(message), str(error.value)
+
+
+def test_a_fine_tuned_init_checkpoint_brings_its_card(jigsaw_model, tmp_path):
+  """Predicting through --init_checkpoint with the classes in another order inverted every
+  prediction (ROC-AUC 0.03 on held-out rows): the card was read from --output_dir only."""
+  checkpoint = os.path.join(jigsaw_model.output_dir, "model.ckpt-6")
+  scores = str(tmp_path / "scores")
+  with pytest.raises(FlagError) as error:
+    run_flags("--task_name=csv", "--predict_file=" + os.path.join(JIGSAW, "test.csv"),
+              "--text_column=comment_text", "--labels=1,0", "--do_predict",
+              "--init_checkpoint=" + checkpoint, "--output_dir=" + scores)
+  assert str(error.value).startswith(
+      "%s says labels=0,1, but this run has 1,0" % os.path.join(jigsaw_model.output_dir,
+                                                               "model_card.json"))
+  # Without the contradiction, the card gives everything: the predictions are the model's.
+  result = run_flags("--predict_file=" + os.path.join(JIGSAW, "test.csv"), "--do_predict",
+                     "--init_checkpoint=" + checkpoint, "--output_dir=" + scores)
+  with open(result.predictions) as f, open(jigsaw_model.result.predictions) as g:
+    assert f.read() == g.read()
+
+
+def test_a_csv_models_label_column_is_the_files_layout(jigsaw_model, tmp_path):
+  """A model that read its labels from one CSV layout evaluates a file that keeps them in
+  a column named otherwise; its classes are what must agree."""
+  train = sample_path("jigsaw_toxic_sample", "train.csv")
+  folder = str(tmp_path / "model")
+  from conftest import common_flags
+  from run_classifier import parse_flags, run
+  flags = [f for f in common_flags(jigsaw_model.result.checkpoint, folder)
+           if not f.startswith(("--task_name", "--data_dir", "--init_checkpoint"))]
+  run(parse_flags(["run_classifier.py"] + flags + [
+      "--task_name=csv", "--train_file=" + train, "--text_column=comment_text",
+      "--label_column=toxic", "--do_train", "--num_train_steps=1",
+      "--init_checkpoint=" + os.path.join(os.path.dirname(jigsaw_model.result.checkpoint),
+                                          "model.ckpt-6")]))
+  assert _card(folder)["label_columns"] == ["toxic"]
+  renamed = str(tmp_path / "dev.csv")
+  with io.open(os.path.join(JIGSAW, "valid.csv"), encoding="utf-8", newline="") as f:
+    rows = list(csv.reader(f))
+  rows[0] = ["is_toxic" if name == "toxic" else name for name in rows[0]]
+  with io.open(renamed, "w", encoding="utf-8", newline="") as f:
+    csv.writer(f).writerows(rows)
+  results = run_flags("--output_dir=" + folder, "--do_eval", "--eval_file=" + renamed,
+                      "--label_column=is_toxic").eval
+  assert results["num_examples"] == 25

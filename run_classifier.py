@@ -75,6 +75,7 @@ def run(c, cluster=None):
   one task of a multi-worker training. Returns what was produced (pipeline.outputs
   ModelRun, or FoldsRun)."""
   checks.check_run(c, cluster)
+  c = distribution.with_record_shards(c, cluster)  # a shard for each machine or TPU host
   machine.prepare()  # graph mode on either runtime; the C allocator
   if c.model.saved_model:
     return export.predict_with_export(c)

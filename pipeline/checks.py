@@ -23,14 +23,14 @@ def check_run(c, cluster=None):
   """Every check that needs no file: the modes, sizes, rates, devices and their
   combinations; with cluster (TF_CONFIG), what a task of a cluster can do."""
   if cluster is not None:
-    distribution.check_cluster(c.modes, c.device, c.training, cluster)
+    distribution.check_cluster(c.modes, c.device, c.training, cluster, c.given)
   check_modes(c.modes, c.model, c.outputs, c.given, c.device.use_tpu)
   for name in POSITIVE:
     value = c.value(name)
     if value <= 0:
       raise FlagError("--%s=%d must be a positive integer" % (name, value))
   check_training(c.training, c.modes, c.given)
-  check_device(c.device, c.training, c.modes, c.outputs.output_dir)
+  check_device(c.device, c.training, c.modes, c.outputs.output_dir, c.given)
   check_model_inputs(c.model)
 
 
@@ -117,7 +117,7 @@ def check_periodic_eval(training, modes):
                     "the out-of-fold predictions optimistic. Drop one of them")
 
 
-def check_device(device, training, modes, output_dir):
+def check_device(device, training, modes, output_dir, given=frozenset()):
   """The tokenizer, the precision, and the device's own needs (GPUs, a TPU)."""
   if device.use_fp16 and device.use_bf16:
     raise FlagError("pass one of --use_fp16 (GPU) and --use_bf16 (TPU), not both")
@@ -127,7 +127,7 @@ def check_device(device, training, modes, output_dir):
   if device.num_gpus > 1 or device.num_gpus < 0:
     distribution.check_gpu_replicas(device, training, modes.do_train)
   if device.use_tpu:
-    distribution.check_tpu(device, training, modes, output_dir)
+    distribution.check_tpu(device, training, modes, output_dir, given)
     if device.use_fp16:
       raise FlagError("--use_fp16 is for GPUs; on a TPU pass --use_bf16")
     if device.use_xla:

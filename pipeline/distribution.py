@@ -2,12 +2,15 @@
 cluster, the hosts of a TPU pod slice. What each needs of the options, and what one task
 of a cluster does."""
 
+import logging
 import os
 
 import tensorflow.compat.v1 as tf
 
 from data.tfrecord import shard_sizes
 from spec.errors import FlagError
+
+log = logging.getLogger(__name__)
 
 # Cores a TPU host feeds (v2-8, v3-8, and each host of a v2 or v3 pod slice).
 CORES_PER_TPU_HOST = 8
@@ -43,7 +46,7 @@ def check_gpu_replicas(device, training, do_train):
                       % (device.num_gpus, gpus, "" if gpus == 1 else "s"))
 
 
-def check_tpu(device, training, modes, output_dir):
+def check_tpu(device, training, modes, output_dir, given=frozenset()):
   """--use_tpu: an address, a bucket to write to, batches that split over the cores, and on
   a pod slice what every host can do."""
   if not (device.tpu_name or device.master):
@@ -56,16 +59,16 @@ def check_tpu(device, training, modes, output_dir):
       raise FlagError("--%s=%d must be a multiple of --num_tpu_cores=%d (each core gets an "
                       "equal share)" % (name, getattr(training, name), device.num_tpu_cores))
   if device.num_tpu_cores > CORES_PER_TPU_HOST:
-    _check_pod(device, training, modes)
+    _check_pod(device, training, modes, given)
 
 
-def _check_pod(device, training, modes):
+def _check_pod(device, training, modes, given):
   """A pod slice (more cores than one host has): each host reads its own record shards."""
   hosts, remainder = divmod(device.num_tpu_cores, CORES_PER_TPU_HOST)
   if remainder:
     raise FlagError("--num_tpu_cores=%d: a pod slice has a multiple of %d cores (v3-32 has "
                     "32)" % (device.num_tpu_cores, CORES_PER_TPU_HOST))
-  if modes.do_train and device.num_record_shards % hosts:
+  if modes.do_train and "num_record_shards" in given and device.num_record_shards % hosts:
     raise FlagError("--num_tpu_cores=%d is %d hosts, and each host reads record shards of "
                     "its own, as many as every other host: pass --num_record_shards=%d (or a "
                     "multiple of it)" % (device.num_tpu_cores, hosts, hosts))
@@ -104,7 +107,7 @@ def check_every_pipeline_has_rows(num_examples, num_record_shards, pipelines):
                       "shards" % (num_examples, num_record_shards, pipeline, pipelines))
 
 
-def check_cluster(modes, device, training, cluster):
+def check_cluster(modes, device, training, cluster, given=frozenset()):
   """The options of one task of a multi-worker run (the same on every task)."""
   if not modes.do_train:
     raise FlagError("TF_CONFIG sets up a cluster for training: add --do_train, or unset "
@@ -128,11 +131,28 @@ def check_cluster(modes, device, training, cluster):
     raise FlagError("--train_batch_size=%d is the global batch: it must split evenly over "
                     "TF_CONFIG's %d training tasks" % (training.train_batch_size,
                                                        cluster.num_workers))
-  if device.num_record_shards % cluster.num_workers:
+  if "num_record_shards" in given and device.num_record_shards % cluster.num_workers:
     raise FlagError("--num_record_shards=%d: each of TF_CONFIG's %d training tasks reads "
                     "shards of its own, as many as every other task; pass "
                     "--num_record_shards=%d (or a multiple of it)" % (
                         device.num_record_shards, cluster.num_workers, cluster.num_workers))
+
+
+def with_record_shards(c, cluster=None):
+  """The configuration with as many record shards as input pipelines feed each training
+  step (the machines of a cluster, the hosts of a pod slice), when --num_record_shards is
+  not given and its default does not split over them: each pipeline reads shards of its
+  own. The log says so. (A value given that does not split is refused by the checks.)"""
+  pipelines = input_pipelines(c.device, cluster)
+  shards = c.device.num_record_shards
+  if (not c.modes.do_train or c.is_given("num_record_shards") or pipelines == 1 or
+      shards % pipelines == 0):
+    return c
+  log.info("%d input pipelines feed each step (%s), each reading record shards of its own: "
+           "writing %d shards (--num_record_shards=%d)", pipelines,
+           "TF_CONFIG's training tasks" if cluster is not None else "the pod slice's hosts",
+           pipelines, pipelines)
+  return c.replace(num_record_shards=pipelines)
 
 
 def for_this_task(c, cluster):

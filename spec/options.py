@@ -255,7 +255,8 @@ class DeviceOptions(object):
       "--max_seq_length; not with --use_tpu.")
   num_record_shards: int = option(
       1, "Split each split's TFRecords into this many files (helps parallel reads on TPU "
-      "hosts and parallel writing).")
+      "hosts and parallel writing). When not given, a cluster or a pod slice gets one per "
+      "machine or host.")
   featurise_workers: int = option(
       1, "Processes that featurise in parallel (pieces of the examples, joined in order "
       "into the record files).")

@@ -214,9 +214,6 @@ def test_a_tf_config_that_cannot_train_is_refused(tf_config, message):
     ("chief", ["--do_train", "--train_batch_size=8"],
      "--train_batch_size=8 is the global batch: it must split evenly over TF_CONFIG's 3 "
      "training tasks"),
-    ("chief", ["--do_train", "--train_batch_size=6"],
-     "--num_record_shards=1: each of TF_CONFIG's 3 training tasks reads shards of its own, "
-     "as many as every other task; pass --num_record_shards=3 (or a multiple of it)"),
     ("chief", ["--do_train", "--train_batch_size=6", "--num_record_shards=4"],
      "--num_record_shards=4: each of TF_CONFIG's 3 training tasks reads shards of its own, "
      "as many as every other task; pass --num_record_shards=3 (or a multiple of it)"),
@@ -239,7 +236,7 @@ def test_flags_a_cluster_cannot_run_are_refused(tmp_path, tiny_checkpoint, task_
   config = parse_flags(["run_classifier.py"] + common_flags(tiny_checkpoint, str(tmp_path)) +
                        flags)
   with pytest.raises(FlagError) as error:
-    check_cluster(config.modes, config.device, config.training, cluster)
+    check_cluster(config.modes, config.device, config.training, cluster, config.given)
   assert str(error.value) == message
 
 
@@ -255,3 +252,22 @@ def test_the_command_line_names_a_bad_tf_config(tmp_path):
       "Estimators they train asynchronously, which this project does not support. Use "
       "\"chief\" and \"worker\" tasks only (synchronous all-reduce)\n")
   assert "Traceback" not in result.stderr
+
+
+def test_a_cluster_gets_a_record_shard_for_each_training_task(tmp_path, tiny_checkpoint,
+                                                              caplog):
+  """The command that trains on one machine runs on a cluster as it is: the shards are
+  chosen (and logged); a number given that does not split over the tasks is refused."""
+  from pipeline.distribution import with_record_shards
+  caplog.set_level("INFO")
+  cluster = parse_tf_config(_tf_config(CHIEF_AND_TWO_WORKERS, "worker", 1))
+  config = parse_flags(["run_classifier.py"] + common_flags(tiny_checkpoint, str(tmp_path)) +
+                       ["--do_train", "--train_batch_size=6"])
+  check_cluster(config.modes, config.device, config.training, cluster, config.given)
+  assert with_record_shards(config, cluster).device.num_record_shards == 3
+  assert ("3 input pipelines feed each step (TF_CONFIG's training tasks), each reading record "
+          "shards of its own: writing 3 shards (--num_record_shards=3)") in caplog.text
+  six = parse_flags(["run_classifier.py"] + common_flags(tiny_checkpoint, str(tmp_path)) +
+                    ["--do_train", "--train_batch_size=6", "--num_record_shards=6"])
+  assert with_record_shards(six, cluster).device.num_record_shards == 6  # as given
+  assert with_record_shards(config, None).device.num_record_shards == 1  # one machine

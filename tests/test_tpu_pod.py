@@ -99,9 +99,6 @@ POD = ["--use_tpu", "--tpu_name=pod", "--output_dir=gs://bucket/run", "--num_tpu
 
 
 @pytest.mark.parametrize("flags,message", [
-    (["--do_train"], "--num_tpu_cores=32 is 4 hosts, and each host reads record shards of its "
-                     "own, as many as every other host: pass --num_record_shards=4 (or a "
-                     "multiple of it)"),
     (["--do_train", "--num_record_shards=6"],
      "--num_tpu_cores=32 is 4 hosts, and each host reads record shards of its own, as many as "
      "every other host: pass --num_record_shards=4 (or a multiple of it)"),
@@ -130,6 +127,14 @@ def test_pod_flags_that_cannot_work_are_refused(tmp_path, tiny_checkpoint, flags
 def test_a_pod_training_command_passes_the_checks(tmp_path, tiny_checkpoint):
   check_run(parse_flags(["run_classifier.py"] + common_flags(
       tiny_checkpoint, str(tmp_path)) + POD + ["--do_train", "--num_record_shards=4"]))
+
+
+def test_a_pod_slice_gets_a_record_shard_for_each_host(tmp_path, tiny_checkpoint):
+  from pipeline.distribution import with_record_shards
+  config = parse_flags(["run_classifier.py"] + common_flags(tiny_checkpoint, str(tmp_path)) +
+                       POD + ["--do_train"])
+  check_run(config)  # (not given: chosen, not refused)
+  assert with_record_shards(config).device.num_record_shards == 4
 
 
 def test_every_host_needs_rows(tmp_path, tiny_checkpoint):

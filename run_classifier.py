@@ -97,7 +97,8 @@ def run_model(c, fold=None, cluster=None):
   bert_config = build.bert_config_of(c.model, found_card, card_path)
 
   # The processor reads the task's files into InputExamples; the tokenizer makes their ids.
-  processor = build.make_processor(c.data, c.training.sample_weight_column)
+  processor = build.make_processor(c.data, c.training.sample_weight_column,
+                                   card.classes_source(found_card, card_path, c.given))
   label_spec, task = processor.label_spec, tasks.task_of(processor)
   if found_card:
     card.check_matches_task(found_card, processor, card_path)

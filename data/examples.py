@@ -83,6 +83,10 @@ class DataProcessor(object):
     self.quoting_choice = quoting
     self.skipped = {}  # split -> {cause: rows skipped at the user's request}
     self.accounts = {}  # split -> what reading the file found (lines, records, skips)
+    # The model card the classes came from, when they are a trained model's rather than
+    # this run's (--labels, the task's, or the train file's): a row with another label
+    # then needs another model, not only a corrected row.
+    self.classes_from = None
 
   # Which of the run's label options the task reads: --label_column, and --labels (the
   # classes of its label column).
@@ -213,6 +217,12 @@ class DataProcessor(object):
       if e.missing:
         raise MissingLabel(path, e.problem, "%s, or pass --skip_malformed_rows to skip and "
                            "count such rows%s" % (e.fix, e.hint), line=line, column=column)
+      if e.unknown and self.classes_from:
+        raise DataError(path, "task %s: %s, the classes of the model whose card is %s"
+                        % (self.name, e.problem, self.classes_from),
+                        "a file read with this model may hold only its classes: correct the "
+                        "row, or train a model with these labels into another --output_dir",
+                        line=line, column=column)
       raise DataError(path, "task %s: %s" % (self.name, e.problem), e.fix + e.hint,
                       line=line, column=column)
 

@@ -29,11 +29,13 @@ def truncation_of(model):
         model.truncation, model.truncation_head_tokens, e))
 
 
-def make_processor(data, weight_column=None):
+def make_processor(data, weight_column=None, classes_from=None):
   """The processor (data/processors.py) of the DataOptions, with its label spec settled:
   for csv, the classes are read from the train file unless --labels gives them.
-  weight_column: --sample_weight_column, read into the train examples."""
+  weight_column: --sample_weight_column, read into the train examples. classes_from: the
+  model card whose classes --labels holds, for the errors of a row with another label."""
   processor = processor_for(data, weight_column)
+  processor.classes_from = classes_from
   processor.label_spec  # pylint: disable=pointless-statement  (refused now, not later)
   return processor
 

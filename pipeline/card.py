@@ -153,18 +153,26 @@ def same_task_family(task, trained_task):
 
 def check_matches_task(card, processor, where):
   """The task's head and labels must be the model's: the same kind, the same classes in
-  the same order, and as many outputs; and the same label columns where their names say
+  the same order, and as many outputs; single texts or pairs as the model read them; and
+  the same label columns where their names say
   what the outputs mean (a Jigsaw column). Where they only say where a file keeps its
   labels (csv: the file's layout), another file may keep them in a column named otherwise.
   where: the card's file, for messages."""
   spec = processor.label_spec
   model_card.check_agrees(card, where, head=spec.kind, labels=spec.classes,
                           num_outputs=spec.num_outputs)
+  model_card.check_text_pairs(card, where, processor.reads_pairs)
   if not card["label_columns"] or not processor.label_columns_name_outputs:
     return
   same_names = set(spec.columns) == set(card["label_columns"])
   if processor.name == card["task"] or same_names:
     model_card.check_agrees(card, where, label_columns=list(spec.columns))
+
+
+def classes_source(card, where, given):
+  """where, when the run's classes are the model card's (it lists them, and no --labels
+  was given); else None."""
+  return where if card and card["labels"] and "labels" not in given else None
 
 
 def write_model_card(output_dir, card):

@@ -81,6 +81,11 @@ def padded_batch(features):
   return {"input_ids": ids, "input_mask": mask, "segment_ids": segments}
 
 
+def _shown(item):
+  text = repr(item)
+  return text if len(text) <= 60 else text[:57] + "..."
+
+
 class Predictor(object):
   """A SavedModel exported by run_classifier.py --do_export, loaded into its own session.
 
@@ -130,13 +135,22 @@ class Predictor(object):
   def __exit__(self, *exc):
     self.close()
 
+  @property
+  def reads_pairs(self):
+    """Whether the model was trained on pairs of texts (an input is then (text, text_b))."""
+    return self.card["text_pair"]
+
   def predict(self, inputs, batch_size=None):
-    """One result per input, in order. An input is a text, or a (text, text_b) pair.
+    """One result per input, in order. inputs: a list (or any iterable) of texts, or of
+    (text, text_b) pairs for a model trained on pairs.
 
     classification: {"label": the most probable class, "probabilities": {class: p}};
     multi_label: {"labels": the columns with p >= 0.5, "probabilities": {column: p}};
     soft_target: {"probabilities": {column: p}}; regression: {"values": {column: v}}.
     """
+    if isinstance(inputs, (str, bytes)):  # (an iterable of characters: a result for each)
+      raise TypeError("predict takes a list of inputs, not one text: pass [text] to "
+                      "predict one")
     examples = [self._example(i, item) for i, item in enumerate(inputs)]
     return [self._result(outputs) for outputs in self.predict_outputs(examples, batch_size)]
 
@@ -159,13 +173,20 @@ class Predictor(object):
     return outputs
 
   def _example(self, index, item):
-    if isinstance(item, str):
-      return InputExample(index, item)
-    if isinstance(item, (tuple, list)) and len(item) == 2 and all(
-        isinstance(text, str) for text in item):
-      return InputExample(index, item[0], item[1])
-    raise ValueError("input %d is %r: give a text (str) or a pair of texts (text, text_b)"
-                     % (index, item))
+    """The InputExample of one input: a text, or a pair for a model trained on pairs."""
+    is_pair = isinstance(item, (tuple, list)) and len(item) == 2 and all(
+        isinstance(text, str) for text in item)
+    if not (isinstance(item, str) or is_pair):
+      raise ValueError("input %d is %s: give %s" % (index, _shown(item), self._wanted()))
+    if is_pair != self.reads_pairs:
+      raise ValueError("input %d is %s, but the model (task %s) was trained on %s: give %s"
+                       % (index, "a pair of texts" if is_pair else "one text",
+                          self.card["task"], "pairs of texts" if self.reads_pairs else
+                          "single texts", self._wanted()))
+    return InputExample(index, *item) if is_pair else InputExample(index, item)
+
+  def _wanted(self):
+    return "a pair of texts (text, text_b)" if self.reads_pairs else "a text (str)"
 
   def _result(self, outputs):
     named = dict(zip(self.output_names, outputs))

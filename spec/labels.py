@@ -70,14 +70,16 @@ def float32_text(value):
 class LabelError(ValueError):
   """A label cell a spec cannot take. index is the cell's position among the label columns;
   missing is True when the cell holds no value (an empty or NaN cell), which a run may
-  skip and count; fix says what would make it valid."""
+  skip and count; unknown is True for a value that is none of the classes; fix says what
+  would make it valid."""
 
-  def __init__(self, problem, fix, index=0, missing=False, hint=""):
+  def __init__(self, problem, fix, index=0, missing=False, hint="", unknown=False):
     super(LabelError, self).__init__("%s. Fix: %s%s" % (problem, fix, hint))
     self.problem = problem
     self.fix = fix
     self.index = index
     self.missing = missing
+    self.unknown = unknown
     self.hint = hint  # a last remark, after any fix the caller adds
 
 
@@ -195,7 +197,8 @@ class SingleLabel(LabelSpec):
                        hint=(" (if %r is a class, list every class with --labels)" % value
                              if value else ""))
     raise LabelError("unknown label %r; the labels are %s" % (value, ", ".join(self._classes)),
-                     "correct the row, or pick the right --task_name / --label_column")
+                     "correct the row, or pick the right --task_name / --label_column",
+                     unknown=True)
 
   def record_value(self, label):
     return self._index[canonical_label(label)]

@@ -186,6 +186,21 @@ def check_agrees(card, where, **settings):
           % (where, name, _shown(expected), _shown(value), _shown(expected)))
 
 
+def check_text_pairs(card, where, reads_pairs):
+  """Raises CardMismatch when a run reads pairs of texts for a model trained on single
+  texts, or single texts for one trained on pairs: the second segment would be missing, or
+  one the model never saw."""
+  if bool(reads_pairs) == card["text_pair"]:
+    return
+  if card["text_pair"]:
+    raise CardMismatch("%s says the model reads pairs of texts (task %s), but this run reads "
+                       "single texts: name the file's second text with --text_b_column (or "
+                       "use the model's task)" % (where, card["task"]))
+  raise CardMismatch("%s says the model reads single texts (task %s), but this run reads "
+                     "pairs of texts: drop --text_b_column, or train a model on pairs into "
+                     "another --output_dir" % (where, card["task"]))
+
+
 def _normalised(value):
   if isinstance(value, (list, tuple)):
     return [_normalised(v) for v in value]

@@ -54,19 +54,21 @@ def random_classifier_checkpoint(folder, spec, seed=7):
   return path
 
 
-def card_text(spec, truncation=None):
+def card_text(spec, truncation=None, text_pair=False):
   return model_card.to_json(model_card.build_card(
       task="csv", label_spec=spec, max_seq_length=MAX_LEN, do_lower_case=True,
       vocab_file=TINY_VOCAB, vocab_sha256="unused here", bert_config=None,
-      init_checkpoint=None, hub_module=None, flags={}, truncation=truncation))
+      init_checkpoint=None, hub_module=None, flags={}, truncation=truncation,
+      text_pair=text_pair))
 
 
-def export_tiny(tmp_path, kind="classification", truncation=None):
+def export_tiny(tmp_path, kind="classification", truncation=None, text_pair=False):
   spec = SPECS[kind]
   folder = str(tmp_path / kind)
   checkpoint = random_classifier_checkpoint(folder, spec)
   with open(TINY_VOCAB, encoding="utf-8") as f:
-    assets = {signature.CARD_ASSET: card_text(spec, truncation), signature.VOCAB_ASSET: f.read()}
+    assets = {signature.CARD_ASSET: card_text(spec, truncation, text_pair),
+              signature.VOCAB_ASSET: f.read()}
   export_dir = versioned_export_dir(os.path.join(folder, "export"))
   export_saved_model(tiny_model_fn(spec), checkpoint, export_dir, signature.output_name(spec),
                      assets)
@@ -135,16 +137,15 @@ def test_predictor_equals_the_model_graph(tmp_path, kind):
       assert result["labels"] == [n for n, p in zip(names, row) if p >= 0.5]
 
 
-def test_predictor_pairs_tokenizers_and_truncation(tmp_path):
+def test_predictor_tokenizers_and_truncation(tmp_path):
   export_dir, _ = export_tiny(tmp_path, truncation={"mode": "tail"})
   long_text = " ".join("word%d" % i for i in range(60))
   with Predictor(export_dir, tokenizer="python") as python, \
       Predictor(export_dir, tokenizer="auto") as auto:
     assert python.truncation == Truncation("tail")
-    inputs = TEXTS + [("is this a question", "yes it is"), long_text]
+    inputs = TEXTS + [long_text]
     a = python.predict(inputs)
     b = auto.predict(inputs, batch_size=1)
-    first_alone = python.predict(["is this a question"])[0]
     # tail (the card's truncation) keeps a long text's last MAX_LEN - 2 tokens.
     kept_end = python.predict([" ".join(["good"] * 30 + ["bad"] * 30), " ".join(
         ["bad"] * (MAX_LEN - 2)), " ".join(["good"] * (MAX_LEN - 2))])
@@ -154,8 +155,34 @@ def test_predictor_pairs_tokenizers_and_truncation(tmp_path):
   for x, y in zip(a, b):
     np.testing.assert_allclose(list(x["probabilities"].values()),
                                list(y["probabilities"].values()), atol=1e-6)
-  # A pair is not its first text alone.
-  assert a[len(TEXTS)]["probabilities"] != first_alone["probabilities"]
+
+
+def test_predictor_takes_the_inputs_the_model_was_trained_on(tmp_path):
+  """A text for a model of single texts, a pair for a model of pairs (the card's text_pair);
+  anything else is refused. A str gave one result per character, and a pair went to a
+  model of single texts."""
+  single, _ = export_tiny(tmp_path)
+  pairs, _ = export_tiny(tmp_path / "pairs", text_pair=True)
+  with Predictor(single, tokenizer="python") as predictor:
+    assert not predictor.reads_pairs
+    with pytest.raises(TypeError) as error:
+      predictor.predict("some text")
+    assert str(error.value) == ("predict takes a list of inputs, not one text: pass [text] to "
+                                "predict one")
+    with pytest.raises(ValueError) as error:
+      predictor.predict(["fine", ("is this a question", "yes it is")])
+    assert str(error.value) == ("input 1 is a pair of texts, but the model (task csv) was "
+                                "trained on single texts: give a text (str)")
+    assert len(predictor.predict(("one", "two"))) == 2  # a tuple of texts is a list too
+  with Predictor(pairs, tokenizer="python") as predictor:
+    assert predictor.reads_pairs
+    with pytest.raises(ValueError) as error:
+      predictor.predict(["is this a question"])
+    assert str(error.value) == ("input 0 is one text, but the model (task csv) was trained on "
+                                "pairs of texts: give a pair of texts (text, text_b)")
+    yes, no = predictor.predict([("is this a question", "yes it is"),
+                                 ["is this a question", "no"]])
+  assert yes["probabilities"] != no["probabilities"]  # the second text counts
 
 
 def test_find_export(tmp_path):

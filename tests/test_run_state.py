@@ -123,6 +123,11 @@ def test_flags_that_contradict_the_card_or_cannot_work_are_refused(jigsaw_model,
       (["--do_train", "--num_train_steps=-3"],
        "--num_train_steps=-3 must be 0 or more (0: train --num_train_epochs over the train "
        "split)"),
+      (["--do_predict", "--task_name=csv", "--predict_file=" + os.path.join(JIGSAW, "test.csv"),
+        "--text_column=comment_text", "--text_b_column=id"],
+       "%s says the model reads single texts (task jigsaw_toxic), but this run reads pairs of "
+       "texts: drop --text_b_column, or train a model on pairs into another --output_dir"
+       % where),
       (["--do_predict", "--continue_on_new_data"],
        "--continue_on_new_data goes on training a folder's model on a new train file; it does "
        "nothing without --do_train")):
@@ -174,3 +179,17 @@ def test_a_csv_models_label_column_is_the_files_layout(jigsaw_model, tmp_path):
   results = run_flags("--output_dir=" + folder, "--do_eval", "--eval_file=" + renamed,
                       "--label_column=is_toxic").eval
   assert results["num_examples"] == 25
+  # A label the model has no class for needs another model, and the error says so.
+  rows[5][rows[0].index("is_toxic")] = "2"
+  with io.open(renamed, "w", encoding="utf-8", newline="") as f:
+    csv.writer(f).writerows(rows)
+  from data.errors import DataError
+  line = 1 + sum(1 + "".join(row).count("\n") for row in rows[:5])  # (quoted newlines)
+  with pytest.raises(DataError) as error:
+    run_flags("--output_dir=" + folder, "--do_eval", "--eval_file=" + renamed,
+              "--label_column=is_toxic")
+  assert str(error.value) == (
+      "%s, line %d, column 'is_toxic': task csv: unknown label '2'; the labels are 0, 1, the "
+      "classes of the model whose card is %s. Fix: a file read with this model may hold only "
+      "its classes: correct the row, or train a model with these labels into another "
+      "--output_dir" % (renamed, line, os.path.join(folder, "model_card.json")))

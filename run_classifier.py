@@ -25,10 +25,10 @@ import tensorflow.compat.v1 as tf
 
 from data.errors import DataError
 from pipeline import (build, card, checks, distribution, eval_history, evaluation, export,
-                      folds, machine, outputs, splits, state, tasks, training)
+                      folds, machine, outputs, splits, state, tasks, training, workspace)
 from spec import config, options
 from spec.cluster import ClusterError, parse_tf_config
-from spec.errors import FlagError
+from spec.errors import FileFault, FlagError
 
 log = logging.getLogger("run_classifier")
 
@@ -75,13 +75,17 @@ def run(c, cluster=None):
   one task of a multi-worker training. Returns what was produced (pipeline.outputs
   ModelRun, or FoldsRun)."""
   checks.check_run(c, cluster)
+  workspace.check_writable(c.outputs, c.modes, c.model.saved_model)
   c = distribution.with_record_shards(c, cluster)  # a shard for each machine or TPU host
   machine.prepare()  # graph mode on either runtime; the C allocator
-  if c.model.saved_model:
-    return export.predict_with_export(c)
-  if c.training.num_folds:
-    return folds.run_folds(c, run_model)
-  return run_model(c, cluster=cluster)
+  trains_here = c.modes.do_train and (cluster is None or cluster.is_chief)
+  with workspace.faults_reported(c.outputs.output_dir), \
+      workspace.training_lock(c.outputs.output_dir, holds=trains_here):
+    if c.model.saved_model:
+      return export.predict_with_export(c)
+    if c.training.num_folds:
+      return folds.run_folds(c, run_model)
+    return run_model(c, cluster=cluster)
 
 
 def run_model(c, fold=None, cluster=None):
@@ -194,6 +198,9 @@ def main(argv):
     sys.exit(2)
   except DataError as e:
     sys.stderr.write("run_classifier: data error: %s\n" % e)
+    sys.exit(1)
+  except FileFault as e:
+    sys.stderr.write("run_classifier: file error: %s\n" % e)
     sys.exit(1)
 
 

@@ -4,6 +4,7 @@ order into the shards."""
 
 import contextlib
 import gc
+import json
 import os
 import shutil
 import struct
@@ -16,6 +17,7 @@ import tensorflow.compat.v1 as tf
 from data.features import Truncation, TruncationCount, convert_examples, padding_features
 from data.record_format import ExampleSerializer
 from spec import labels as label_specs
+from spec.errors import PLACE_FAULTS
 
 # With several workers each shard is written as this many pieces per worker, so
 # that a worker that finishes early takes more pieces (rows differ in cost, and
@@ -61,14 +63,19 @@ class Featurisation(object):
     """A worker's output: the truncation count of one piece, then its records, each after
     its length (plain Python file writes; the parent turns pieces into TFRecord files)."""
     truncation = TruncationCount()
-    with open(path, "wb") as out:
-      out.write(b"\0" * (3 * _FRAME.size))  # the count goes here once it is known
-      for record in self.records(index, truncation):
-        out.write(_FRAME.pack(len(record)))
-        out.write(record)
-      out.seek(0)
-      out.write(_FRAME.pack(truncation.truncated) + _FRAME.pack(truncation.longest) +
-                _FRAME.pack(truncation.longest_exact))
+    try:
+      with open(path, "wb") as out:
+        out.write(b"\0" * (3 * _FRAME.size))  # the count goes here once it is known
+        for record in self.records(index, truncation):
+          out.write(_FRAME.pack(len(record)))
+          out.write(record)
+        out.seek(0)
+        out.write(_FRAME.pack(truncation.truncated) + _FRAME.pack(truncation.longest) +
+                  _FRAME.pack(truncation.longest_exact))
+    except OSError as e:
+      if e.filename is not None:
+        raise
+      raise OSError(e.errno, e.strerror, path)  # (a failed write names no file)
 
 
 def _read_piece_file(path, truncation):
@@ -146,31 +153,51 @@ def _run_forked(jobs, function):
   held by threads the child does not have): the children here run plain Python
   (tokenizer, serialiser, file writes) and leave with os._exit.
   """
-  children = []
+  children, reports = [], []
   try:
     for items in jobs:
+      read_end, write_end = os.pipe()
       pid = os.fork()
       if pid == 0:
-        _child(function, items)  # never returns
+        os.close(read_end)
+        _child(function, items, write_end)  # never returns
+      os.close(write_end)
       children.append(pid)
+      reports.append(read_end)
   finally:
     statuses = [os.waitpid(pid, 0)[1] for pid in children]
+    faults = [_read_report(read_end) for read_end in reports]
+  for fault in faults:
+    if fault:  # a full disk, say: the parent raises it as its own, for the report it gets
+      raise OSError(fault["errno"], os.strerror(fault["errno"]), fault["filename"])
   failed = sum(1 for status in statuses if status != 0)
   if failed:
     raise RuntimeError("%d of %d featurisation processes failed; their errors are printed "
                        "above" % (failed, len(children)))
 
 
-def _child(function, items):
-  """A forked child's life: work, then leave without running the parent's clean-up."""
+def _child(function, items, report):
+  """A forked child's life: work, then leave without running the parent's clean-up. The
+  fault of a place (a full disk: its number and file) is written to the pipe report for the
+  parent to raise as its own; any other error's traceback is printed."""
   status = 0
   try:
     for item in items:
       function(*item)
-  except BaseException:  # reported here; the parent sees the exit status
-    traceback.print_exc()
+  except BaseException as e:  # the parent sees the exit status, and a fault's report
+    if isinstance(e, OSError) and e.errno in PLACE_FAULTS:
+      os.write(report, json.dumps({"errno": e.errno, "filename": e.filename}).encode("utf-8"))
+    else:
+      traceback.print_exc()
     status = 1
   finally:
     sys.stderr.flush()
     os._exit(status)
+
+
+def _read_report(read_end):
+  """The OSError a child reported ({"errno", "filename"}), or None."""
+  with os.fdopen(read_end, "rb") as f:
+    text = f.read()
+  return json.loads(text.decode("utf-8")) if text else None
 

@@ -1,10 +1,13 @@
-"""Files written whole. A writer stages a file under a name of its own (its process id
-and a random part), then renames it over the name readers open: a kill leaves the old
-file or the new one, never half of one, and two runs writing the same file at once (two
-commands on one --output_dir or --cache_dir) never write into each other's staging file.
+"""Files written whole, and checked when read again. A writer stages a file under a name
+of its own (its process id and a random part), then renames it over the name readers
+open: a kill leaves the old file or the new one, never half of one, and two runs writing
+the same file at once (two commands on one --output_dir or --cache_dir) never write into
+each other's staging file. A folder written for later use (an export) lists its files
+with their sizes and sha256 (its manifest), which a reader checks before use.
 """
 
 import hashlib
+import json
 import os
 import uuid
 
@@ -46,3 +49,47 @@ def file_sha256(path):
         break
       digest.update(block)
   return digest.hexdigest()
+
+
+# A folder's list of its files (an export's), each with its size and sha256, written last.
+MANIFEST = "files.json"
+
+
+def write_manifest(folder):
+  """Lists every file under folder with its bytes and sha256 in folder/MANIFEST."""
+  files = {}
+  for path in sorted(_files_under(folder)):
+    name = os.path.relpath(path, folder).replace(os.sep, "/")
+    files[name] = {"bytes": tf.io.gfile.stat(path).length, "sha256": file_sha256(path)}
+  write_whole(os.path.join(folder, MANIFEST), json.dumps({"files": files}, indent=1,
+                                                         sort_keys=True))
+
+
+def manifest_problem(folder):
+  """None when every file folder/MANIFEST lists is there, with its size and sha256, else
+  what is wrong (the first file that differs); "no manifest" when there is none."""
+  path = os.path.join(folder, MANIFEST)
+  if not tf.io.gfile.exists(path):
+    return "no manifest"
+  try:
+    with tf.io.gfile.GFile(path, "r") as f:
+      files = json.loads(f.read())["files"]
+  except (ValueError, KeyError, TypeError):
+    return "its %s cannot be read" % MANIFEST
+  for name, expected in sorted(files.items()):
+    where = os.path.join(folder, name)
+    if not tf.io.gfile.exists(where):
+      return "%s is missing" % name
+    size = tf.io.gfile.stat(where).length
+    if size != expected["bytes"]:
+      return "%s has %d bytes, and %d were written" % (name, size, expected["bytes"])
+    if file_sha256(where) != expected["sha256"]:
+      return "%s is not the file that was written (its sha256 differs)" % name
+  return None
+
+
+def _files_under(folder):
+  for root, _, names in tf.io.gfile.walk(folder):
+    for name in names:
+      if not (root == folder and name == MANIFEST):
+        yield os.path.join(root, name)

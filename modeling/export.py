@@ -34,13 +34,14 @@ def versioned_export_dir(export_base):
   return os.path.join(export_base, str(version))
 
 
-def export_saved_model(model_fn, checkpoint, export_dir, output_name, assets):
+def export_saved_model(model_fn, checkpoint, export_dir, output_name, assets, seal=None):
   """Writes the SavedModel of model_fn's predictions restored from checkpoint into
   export_dir (which must not exist; it appears only once complete).
 
   model_fn: a model_fn built for the CPU (use_tpu=False) without init_checkpoint.
   output_name: the signature's name for the predictions' "outputs".
   assets: {file name in assets/: its text}, e.g. the model card and the vocabulary.
+  seal: called with the finished folder before it takes its name (to list its files).
   Returns export_dir.
   """
   if tf.io.gfile.exists(export_dir):
@@ -73,6 +74,8 @@ def export_saved_model(model_fn, checkpoint, export_dir, output_name, assets):
             strip_default_attrs=True)
         builder.save()
     drop_debug_names(partial)
+    if seal:
+      seal(partial)
     tf.io.gfile.rename(partial, export_dir)
   finally:
     shutil.rmtree(staging, ignore_errors=True)

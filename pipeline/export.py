@@ -7,6 +7,7 @@ import time
 
 import tensorflow.compat.v1 as tf
 
+from data.files import write_manifest
 from modeling import export
 from pipeline import build, card, evaluation
 from pipeline.outputs import ModelRun, write_test_results
@@ -29,7 +30,8 @@ def export_model(outputs, model_fn, label_spec, checkpoint, export_card, vocab_f
     vocab = f.read()
   export.export_saved_model(
       model_fn, checkpoint, export_dir, signature.output_name(label_spec),
-      {signature.CARD_ASSET: model_card.to_json(export_card), signature.VOCAB_ASSET: vocab})
+      {signature.CARD_ASSET: model_card.to_json(export_card), signature.VOCAB_ASSET: vocab},
+      seal=write_manifest)
   log.info("exported %s to %s: predict from it alone with --saved_model=%s, or load it in "
            "Python with serving.predictor.Predictor",
            evaluation.describe_checkpoint(checkpoint), export_dir, export_dir)

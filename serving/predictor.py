@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from data.fast_tokenization import tokenizer_for
+from data.files import manifest_problem
 from data.features import Truncation, convert_examples
 from data.examples import InputExample
 from spec import labels as label_specs
@@ -31,7 +32,8 @@ log = logging.getLogger(__name__)
 
 
 class ExportNotFound(FlagError):
-  """The path holds no SavedModel of this project; the message says how to make one."""
+  """The path holds no SavedModel of this project, or one that is damaged; the message
+  says how to make one."""
 
 
 def find_export(path):
@@ -67,6 +69,23 @@ def read_export_card(export_dir):
   return dict(card, vocab_file=vocab)
 
 
+_EXPORT_AGAIN = ("export the model again: run_classifier.py --do_export --output_dir=<its "
+                 "output_dir>")
+
+
+def check_export_files(export_dir):
+  """ExportNotFound unless each file of the export is the one written (the manifest that
+  --do_export writes: sizes and sha256). An export written before exports had one is
+  loaded unchecked, and the log says so."""
+  problem = manifest_problem(export_dir)
+  if problem == "no manifest":
+    log.warning("%s lists no files (exported by an earlier version): loading it unchecked",
+                export_dir)
+  elif problem:
+    raise ExportNotFound("%s is damaged: %s. Copy the whole export again, or %s" % (
+        export_dir, problem, _EXPORT_AGAIN))
+
+
 def padded_batch(features):
   """input_ids, input_mask, segment_ids [len(features), longest] of InputFeatures."""
   longest = max(len(f.token_ids) for f in features)
@@ -98,6 +117,7 @@ class Predictor(object):
     if batch_size <= 0:
       raise ValueError("batch_size=%d must be positive" % batch_size)
     self.export_dir = find_export(path)
+    check_export_files(self.export_dir)
     self.card = read_export_card(self.export_dir)
     self.label_spec = label_specs.from_card(self.card["label_spec"])
     self.max_seq_length = self.card["max_seq_length"]
@@ -107,8 +127,13 @@ class Predictor(object):
                                    tokenizer)
     self._graph = tf.Graph()
     self._session = tf.Session(graph=self._graph, config=session_config)
-    meta_graph = tf.saved_model.load(self._session, [signature.SERVE_TAG],
-                                     self.export_dir)
+    try:
+      meta_graph = tf.saved_model.load(self._session, [signature.SERVE_TAG],
+                                       self.export_dir)
+    except tf.errors.OpError as e:  # (an export from before exports listed their files)
+      self._session.close()
+      raise ExportNotFound("%s cannot be loaded (%s): %s" % (
+          self.export_dir, e.message.splitlines()[0], _EXPORT_AGAIN))
     served = meta_graph.signature_def[signature.SIGNATURE_NAME]
     self._inputs = {name: served.inputs[name].name for name in signature.INPUT_NAMES}
     self.output_name = signature.output_name(self.label_spec)

@@ -1,4 +1,12 @@
-"""The error of a setting that cannot work, raised by whichever layer finds it."""
+"""The error of a setting that cannot work, and the faults of a place, for whichever layer
+finds them."""
+
+import errno
+
+# The system errors that are faults of a place (where a file goes), not of the program:
+# pipeline/workspace.py gives each its fix.
+PLACE_FAULTS = frozenset([errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES,
+                          errno.EPERM, errno.EIO])
 
 
 class FlagError(ValueError):
@@ -6,3 +14,9 @@ class FlagError(ValueError):
   that contradicts another one or the model. The message names the setting and the fix;
   run_classifier prints it as a flag error and exits 2. Raised where the mistake is
   found, never made from some other ValueError: a bug stays a traceback."""
+
+
+class FileFault(Exception):
+  """A fault of a place, not of the program or its input: a full disk, a read-only file
+  system, no permission. The message names the path and the fix; run_classifier prints it
+  as a file error and exits 1."""

@@ -323,6 +323,44 @@ def test_train_export_and_score_from_the_export_alone(jigsaw_model, tmp_path):
   assert find_export(copy) == again
 
 
+@pytest.mark.slow
+def test_an_export_is_checked_before_it_is_loaded(jigsaw_model, tmp_path):
+  """An export lists its files with their sizes and sha256 (files.json); a copy cut short
+  or changed is refused naming the file, before TensorFlow reads it (that ended in a
+  traceback). An export without the list is loaded unchecked, and a failed load is one
+  line too."""
+  import shutil
+  export_dir = str(tmp_path / "export")
+  shutil.copytree(jigsaw_model.result.export, export_dir)
+  with open(os.path.join(export_dir, "files.json")) as f:
+    listed = json.load(f)["files"]
+  data = "variables/variables.data-00000-of-00001"
+  assert sorted(listed) == ["assets/model_card.json", "assets/vocab.txt", "saved_model.pb",
+                            data, "variables/variables.index"]
+  size = os.path.getsize(os.path.join(export_dir, data))
+  assert listed[data]["bytes"] == size
+  with open(os.path.join(export_dir, data), "r+b") as f:
+    f.truncate(size // 2)
+  fix = ("export the model again: run_classifier.py --do_export --output_dir=<its "
+         "output_dir>")
+  with pytest.raises(ExportNotFound) as error:
+    Predictor(export_dir)
+  assert str(error.value) == ("%s is damaged: %s has %d bytes, and %d were written. Copy the "
+                              "whole export again, or %s" % (export_dir, data, size // 2, size,
+                                                             fix))
+  with pytest.raises(FlagError) as error:
+    run_flags("--do_predict", "--saved_model=" + export_dir, "--output_dir=" + str(
+        tmp_path / "scores"), "--predict_file=" + os.path.join(JIGSAW, "test.csv"))
+  assert str(error.value).startswith("--saved_model=%s: %s is damaged: " % (export_dir,
+                                                                            export_dir))
+  os.remove(os.path.join(export_dir, "files.json"))
+  os.remove(os.path.join(export_dir, data))
+  with pytest.raises(ExportNotFound) as error:
+    Predictor(export_dir)
+  assert str(error.value).startswith("%s cannot be loaded (" % export_dir)
+  assert str(error.value).endswith("): " + fix)
+
+
 def test_export_and_saved_model_flag_errors(tmp_path, tiny_checkpoint):
   flags = common_flags(tiny_checkpoint, str(tmp_path / "fresh"))
   with pytest.raises(FlagError, match="refusing to export with an untrained classifier head"):

@@ -6,10 +6,16 @@ each other's staging file. A folder written for later use (an export) lists its 
 with their sizes and sha256 (its manifest), which a reader checks before use.
 """
 
+import errno
 import hashlib
 import json
 import os
 import uuid
+
+try:
+  import fcntl
+except ImportError:  # (Windows: no POSIX locks; files are then not held)
+  fcntl = None
 
 import tensorflow.compat.v1 as tf
 
@@ -93,3 +99,50 @@ def _files_under(folder):
     for name in names:
       if not (root == folder and name == MANIFEST):
         yield os.path.join(root, name)
+
+
+# This process's POSIX locks, one open file per lock path. POSIX locks belong to the
+# process: its own never conflict (taking one converts the other, atomically), they end
+# with it, and forked children do not inherit them.
+_HELD = {}
+
+
+def hold(lock_path, exclusive=False, wait=True):
+  """Takes this process's lock on lock_path (an empty file, created if missing): shared by
+  readers, exclusive for a writer. With wait, blocks while another process holds a lock
+  that conflicts; without, returns False then. True once held. Remote paths have no
+  locks (always True). The lock is held until the process ends or takes another on the
+  same path."""
+  if fcntl is None or "://" in lock_path:
+    return True
+  handle = _HELD.get(lock_path)
+  if handle is not None and not _same_file(handle, lock_path):
+    handle.close()
+    handle = None
+  if handle is None:
+    # (reading too: a shared POSIX lock needs a descriptor open for reading)
+    handle = _HELD[lock_path] = open(lock_path, "a+")
+  try:
+    fcntl.lockf(handle, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) |
+                (0 if wait else fcntl.LOCK_NB))
+  except OSError as e:
+    if not wait and e.errno in (errno.EACCES, errno.EAGAIN):
+      return False
+    raise
+  return True
+
+
+def _same_file(handle, path):
+  """Whether handle is still the file at path (not one since deleted and made again: a
+  lock on that would exclude nobody)."""
+  try:
+    return os.path.samestat(os.fstat(handle.fileno()), os.stat(path))
+  except OSError:
+    return False
+
+
+def release(lock_path):
+  """Gives up this process's lock on lock_path, if it holds one."""
+  handle = _HELD.get(lock_path)
+  if fcntl is not None and handle is not None:
+    fcntl.lockf(handle, fcntl.LOCK_UN)

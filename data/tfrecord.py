@@ -3,23 +3,34 @@
 A later run whose inputs have the same fingerprint (source files, vocabulary, lengths,
 labels, padding) reuses the records, once each file is checked against what was written
 (its size, sha256 and record count, in the metadata); any change of the inputs, and any
-file that is not what was written, rebuilds them, and the log says why.
+file that is not what was written, rebuilds them, and the log says why. Runs sharing a
+cache at once take turns through a lock per split: records are never rewritten under a
+run that reads them (one that would have to is refused), and two runs that need the same
+records write them once.
 """
 
 import hashlib
 import json
 import logging
+import random
 import struct
+import time
 
 import tensorflow.compat.v1 as tf
 
 from data.features import num_padding_rows
-from data.files import file_sha256, remove_quietly, staging_path, write_whole
+from data.files import (file_sha256, hold, release, remove_quietly, staging_path,
+                        write_whole)
 from data.featurise import (PIECES_PER_WORKER, Featurisation, existing_objects_frozen,
                             write_shards)
 from data.record_format import SCHEMA_VERSION
+from spec.errors import FlagError
 
 log = logging.getLogger(__name__)
+
+# Tries to take the records' lock for writing while other processes read them (about 3 s
+# in all), before a run is refused.
+WRITE_ATTEMPTS = 12
 
 
 def fingerprint(settings):
@@ -30,6 +41,13 @@ def fingerprint(settings):
 
 def metadata_path(record_path):
   return record_path + ".meta.json"
+
+
+def lock_path(record_path):
+  """The lock of a split's records: held shared by each process that reads them (for its
+  whole life), exclusive by one that writes them, so records are never replaced under a
+  run that reads them (local caches; Cloud Storage has no locks)."""
+  return record_path + ".lock"
 
 
 def read_metadata(record_path):
@@ -83,6 +101,41 @@ def build_records(examples, record_path, settings, tokenizer, pad_to_multiple=0,
                   num_shards=num_shards, weighted=weights is not None,
                   weights_sha256=_weights_sha256(weights))
   key = fingerprint(settings)
+  tf.io.gfile.makedirs(record_path.rsplit("/", 1)[0])
+  lock = lock_path(record_path)
+  for attempt in range(WRITE_ATTEMPTS):
+    _hold_to_read(lock, record_path)
+    existing = _reusable(record_path, key, quiet=attempt > 0)
+    if existing:
+      return existing
+    if hold(lock, exclusive=True, wait=False):
+      try:
+        return _write_records(examples, record_path, settings, key, tokenizer,
+                              pad_to_multiple, num_shards, num_workers, weights)
+      finally:
+        hold(lock)  # written (or not): read from now on, like any reader's
+    # Another process reads them: a run with other settings, or one about to write these
+    # same records (it goes first; this one then finds them made).
+    release(lock)
+    time.sleep(random.SystemRandom().uniform(0.05, 0.5))  # (not the run's seeded random)
+  raise FlagError(
+      "%s: another run is reading this cache's %s records, made with other settings or "
+      "files, and rewriting them would change its input: wait for it to end, or pass this "
+      "run another --cache_dir" % (record_path.rsplit("/", 1)[0],
+                                   record_path.rsplit("/", 1)[-1]))
+
+
+def _hold_to_read(lock, record_path):
+  """Holds the records' lock shared, waiting (and saying so) while another process writes
+  them."""
+  if not hold(lock, wait=False):
+    log.info("waiting for another run to finish writing %s", record_path)
+    hold(lock)
+
+
+def _reusable(record_path, key, quiet=False):
+  """The metadata of a split's cached records when they were made with fingerprint key and
+  every file is what was written, else None (the log says why, unless quiet)."""
   existing = read_metadata(record_path)
   if existing is not None and existing.get("fingerprint") == key:
     problem = files_problem(existing)
@@ -91,14 +144,19 @@ def build_records(examples, record_path, settings, tokenizer, pad_to_multiple=0,
                existing["num_examples"], existing["num_padding"])
       report_changes(record_path, existing)
       return existing
-    log.warning("cached features %s are not what was written (%s): rebuilding", record_path,
-                problem)
-  elif existing is not None:
+    if not quiet:
+      log.warning("cached features %s are not what was written (%s): rebuilding",
+                  record_path, problem)
+  elif existing is not None and not quiet:
     log.info("cached features %s are stale (inputs changed): rebuilding", record_path)
+  return None
 
+
+def _write_records(examples, record_path, settings, key, tokenizer, pad_to_multiple,
+                   num_shards, num_workers, weights):
+  """Featurises examples into the split's record files and metadata (see build_records)."""
   paths = shard_paths(record_path, num_shards)
   num_padding = num_padding_rows(len(examples), pad_to_multiple)
-  tf.io.gfile.makedirs(record_path.rsplit("/", 1)[0])
   pieces_per_shard = (1 if num_workers <= 1 else
                       -(-num_workers * PIECES_PER_WORKER // num_shards))
   ranges = [(start + a, start + b)

@@ -134,7 +134,8 @@ def test_a_second_measurement_in_one_work_folder_starts_afresh(tmp_path):
     bench_worker.main(args)  # (its own assertion: every step of 1 + 2 ran)
     result = json.loads(out.read_text())
     assert (result["steps"], result["warmup_steps"], result["featurise_rows"]) == (2, 1, 400)
-    assert sorted(os.listdir(str(work))) == ["train.tf_record", "train.tf_record.meta.json"]
+    assert sorted(os.listdir(str(work))) == ["train.tf_record", "train.tf_record.lock",
+                                             "train.tf_record.meta.json"]
 
 
 @pytest.mark.parametrize("gpus,tpu,rows,notes", [

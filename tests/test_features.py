@@ -243,7 +243,8 @@ def test_cached_records_that_are_not_what_was_written_are_rebuilt(tmp_path, tiny
   assert [_records_in(f) for f in rebuilt["files"]] == [20, 20]
   assert rebuilt["file_checks"] == first["file_checks"]  # the same records again
   assert sorted(os.listdir(str(tmp_path))) == sorted(  # and no staging file left behind
-      [os.path.basename(f) for f in rebuilt["files"]] + ["train.tf_record.meta.json"])
+      [os.path.basename(f) for f in rebuilt["files"]] + ["train.tf_record.meta.json",
+                                                          "train.tf_record.lock"])
   # Checked whole, sharded records are reused (they were rebuilt every time before: the
   # metadata was looked for beside a file that only unsharded records have).
   mtimes = [os.path.getmtime(f) for f in rebuilt["files"]]
@@ -407,7 +408,8 @@ def test_sharded_records_hold_the_same_records_in_order(tmp_path, tiny_vocab, sh
                     ["many.tf_record-%05d-of-%05d" % (i, shards) for i in range(shards)])
   assert [os.path.basename(p) for p in sharded["files"]] == expected_names
   assert sorted(os.listdir(str(tmp_path))) == sorted(
-      ["one.tf_record", "one.tf_record.meta.json", "many.tf_record.meta.json"] + expected_names)
+      ["one.tf_record", "one.tf_record.meta.json", "many.tf_record.meta.json",
+       "one.tf_record.lock", "many.tf_record.lock"] + expected_names)
   assert sharded["num_records"] == 24 and sharded["num_padding"] == 1
   assert _records(sharded["files"]) == _records(single["files"])
   _, rows = _read_all(input_fn_builder(sharded["files"], 16, False, BINARY), 8)
@@ -436,7 +438,9 @@ def test_a_failing_featurisation_worker_fails_the_build_and_writes_nothing(tmp_p
                   tokenizer, num_workers=2)
   assert "tokenizer failed on example 17" in capfd.readouterr().err  # the worker's traceback
   assert gc.get_freeze_count() == 0  # the garbage collector sees every object again
-  assert os.listdir(str(tmp_path)) == []  # no records, pieces or metadata left behind
+  # No records, pieces or metadata left behind (the lock stays: it is empty, and another
+  # process may hold it).
+  assert os.listdir(str(tmp_path)) == ["r.tf_record.lock"]
   with pytest.raises(MemoryError, match="example 17"):  # in one process: the error itself
     build_records(_examples(23), str(tmp_path / "r.tf_record"), _settings(tiny_vocab),
                   tokenizer)
@@ -490,3 +494,101 @@ def test_a_label_sorted_train_file_is_written_in_a_seeded_mixed_order(tmp_path, 
   # The same seed writes the same order; another seed another.
   assert _train_records(tmp_path, csv_path, "b", seed=7) == shards
   assert _train_records(tmp_path, csv_path, "c", seed=8) != shards
+
+
+# Two processes featurising into one cache at once (two runs sharing --cache_dir): each waits
+# for "go" so that their writes overlap.
+TWO_WRITERS = r"""
+import os, sys, time
+sys.path[:0] = [sys.argv[1], os.path.join(sys.argv[1], "tests")]
+from test_features import _examples, _settings
+from conftest import TINY_VOCAB
+from data import tokenization
+from data.tfrecord import build_records
+open(sys.argv[3] + ".ready-%d" % os.getpid(), "w").close()
+while not os.path.exists(sys.argv[3]):
+  time.sleep(0.01)
+tokenizer = tokenization.FullTokenizer(TINY_VOCAB, do_lower_case=True)
+result = build_records(_examples(3000), sys.argv[2], _settings(TINY_VOCAB), tokenizer,
+                       num_shards=2)
+print(result["num_examples"])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.one_runtime("tf2")
+def test_two_processes_writing_one_cache_at_once_both_finish_whole(tmp_path):
+  """Before, both wrote <split>.tf_record.tmp, and one died with NotFoundError on it."""
+  import subprocess
+  import sys
+  from conftest import ROOT
+  cache = tmp_path / "cache"
+  cache.mkdir()
+  path, go = str(cache / "train.tf_record"), str(tmp_path / "go")
+  writers = [subprocess.Popen([sys.executable, "-c", TWO_WRITERS, ROOT, path, go],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True) for _ in range(2)]
+  while len([n for n in os.listdir(str(tmp_path)) if n.startswith("go.ready-")]) < 2:
+    assert all(w.poll() is None for w in writers), writers[0].communicate()[1][-2000:]
+  open(go, "w").close()
+  for writer in writers:
+    out, err = writer.communicate(timeout=600)
+    assert writer.returncode == 0, err[-3000:]
+    assert out.split() == ["3000"]
+  shards = sorted(n for n in os.listdir(str(cache)) if not n.endswith((".meta.json", ".lock")))
+  assert shards == ["train.tf_record-00000-of-00002", "train.tf_record-00001-of-00002"]
+  assert sum(_records_in(str(cache / n)) for n in shards) == 3000
+  assert sorted(os.listdir(str(cache))) == shards + ["train.tf_record.lock",
+                                                     "train.tf_record.meta.json"]
+
+
+READER = r"""
+import os, sys, time
+sys.path[:0] = [sys.argv[1], os.path.join(sys.argv[1], "tests")]
+from test_features import _examples, _settings
+from conftest import TINY_VOCAB
+from data import tokenization
+from data.tfrecord import build_records
+tokenizer = tokenization.FullTokenizer(TINY_VOCAB, do_lower_case=True)
+build_records(_examples(40), sys.argv[2], _settings(TINY_VOCAB), tokenizer)
+open(sys.argv[3], "w").close()  # built; now reading them, as a training would
+while not os.path.exists(sys.argv[3] + ".end"):
+  time.sleep(0.05)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.one_runtime("tf2")
+def test_records_another_run_reads_are_not_rewritten_under_it(tmp_path, tiny_vocab, caplog):
+  """A run that would rewrite a cache's records with other settings while another run reads
+  them is refused (it would have changed that run's input); once that run ends, it
+  writes them. The same records are reused meanwhile."""
+  import subprocess
+  import sys
+  from conftest import ROOT
+  from spec.errors import FlagError
+  path, built = str(tmp_path / "train.tf_record"), str(tmp_path / "built")
+  reader = subprocess.Popen([sys.executable, "-c", READER, ROOT, path, built],
+                            stderr=subprocess.PIPE, universal_newlines=True)
+  try:
+    while not os.path.exists(built):
+      assert reader.poll() is None, reader.communicate()[1][-2000:]
+    tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
+    caplog.set_level("INFO")
+    reused = build_records(_examples(40), path, _settings(tiny_vocab), tokenizer)
+    assert "reusing cached features %s" % path in caplog.text
+    with pytest.raises(FlagError) as error:
+      build_records(_examples(40), path, _settings(tiny_vocab, max_seq_length=12), tokenizer)
+    assert str(error.value) == (
+        "%s: another run is reading this cache's train.tf_record records, made with other "
+        "settings or files, and rewriting them would change its input: wait for it to end, or "
+        "pass this run another --cache_dir" % tmp_path)
+    from data.tfrecord import files_problem
+    assert files_problem(reused) is None  # the reader's records are as they were
+  finally:
+    open(built + ".end", "w").close()
+    reader.wait(timeout=300)
+  assert reader.returncode == 0
+  rebuilt = build_records(_examples(40), path, _settings(tiny_vocab, max_seq_length=12),
+                          tokenizer)
+  assert rebuilt["max_seq_length"] == 12

@@ -75,7 +75,9 @@ def test_read_only_and_full_disks_are_one_line_and_leave_nothing_half_written(
                    "on a read-only file system (in %s, the nearest folder that exists). Pass "
                    "a folder on one you can write to" % (read_only, read_only)}
   full_cache = report["full_cache"]
-  assert (full_cache["exit"], full_cache["traceback"], full_cache["left"]) == (1, False, [])
+  # (the split's lock stays: an empty file, not records)
+  assert (full_cache["exit"], full_cache["traceback"], full_cache["left"]) == (
+      1, False, ["train.tf_record.lock"])
   assert re.match(r"run_classifier: file error: %s/small/out/features/train\.tf_record\.tmp-"
                   r"\d+-[0-9a-f]{8}: " % re.escape(str(tmp_path)),
                   full_cache["last_line"]), full_cache["last_line"]

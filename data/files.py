@@ -64,34 +64,68 @@ MANIFEST = "files.json"
 def write_manifest(folder):
   """Lists every file under folder with its bytes and sha256 in folder/MANIFEST."""
   files = {}
-  for path in sorted(_files_under(folder)):
-    name = os.path.relpath(path, folder).replace(os.sep, "/")
+  for name in sorted(_names_under(folder)):
+    path = os.path.join(folder, name)
     files[name] = {"bytes": tf.io.gfile.stat(path).length, "sha256": file_sha256(path)}
   write_whole(os.path.join(folder, MANIFEST), json.dumps({"files": files}, indent=1,
                                                          sort_keys=True))
 
 
+# What manifest_problem says of a folder with no MANIFEST (an export of an earlier version,
+# or a copy without it): its files cannot be checked.
+NO_MANIFEST = "no manifest"
+
+
 def manifest_problem(folder):
-  """None when every file folder/MANIFEST lists is there, with its size and sha256, else
-  what is wrong (the first file that differs); "no manifest" when there is none."""
+  """None when folder holds exactly the files folder/MANIFEST lists, each with its size and
+  sha256, else what is wrong (the first file that differs, in name order): a file listed
+  and missing or changed, a file there and not listed, a manifest that cannot be read or
+  lists no files. NO_MANIFEST when there is none."""
   path = os.path.join(folder, MANIFEST)
   if not tf.io.gfile.exists(path):
-    return "no manifest"
+    return NO_MANIFEST
   try:
     with tf.io.gfile.GFile(path, "r") as f:
       files = json.loads(f.read())["files"]
   except (ValueError, KeyError, TypeError):
-    return "its %s cannot be read" % MANIFEST
+    return "its %s cannot be read (no JSON object with a \"files\" entry)" % MANIFEST
+  if not isinstance(files, dict):
+    return "its %s cannot be read (its \"files\" entry is not an object)" % MANIFEST
+  if not files:
+    return "its %s lists no files" % MANIFEST
   for name, expected in sorted(files.items()):
-    where = os.path.join(folder, name)
-    if not tf.io.gfile.exists(where):
+    if not _inside(name):
+      return "its %s lists %r, which is not a path inside the folder" % (MANIFEST, name)
+    if not (isinstance(expected, dict) and type(expected.get("bytes")) is int and
+            isinstance(expected.get("sha256"), str)):
+      return "its %s gives no size and sha256 of %s" % (MANIFEST, name)
+  present = set(_names_under(folder))
+  for name in sorted(present.union(files)):
+    if name not in files:
+      return "it holds %s, which its %s does not list" % (name, MANIFEST)
+    if name not in present:
       return "%s is missing" % name
+    where = os.path.join(folder, name)
     size = tf.io.gfile.stat(where).length
+    expected = files[name]
     if size != expected["bytes"]:
       return "%s has %d bytes, and %d were written" % (name, size, expected["bytes"])
     if file_sha256(where) != expected["sha256"]:
       return "%s is not the file that was written (its sha256 differs)" % name
   return None
+
+
+def _inside(name):
+  """Whether a name the manifest lists is a relative path that stays inside the folder."""
+  parts = name.split("/")
+  return bool(name) and not name.startswith("/") and "\\" not in name and ":" not in name \
+      and all(part not in ("", ".", "..") for part in parts)
+
+
+def _names_under(folder):
+  """The names (relative, with /) of the files under folder, the manifest left out."""
+  for path in _files_under(folder):
+    yield os.path.relpath(path, folder).replace(os.sep, "/")
 
 
 def _files_under(folder):

@@ -13,6 +13,7 @@ each batch is padded only to its longest text, with texts of similar length batc
 together.
 """
 
+import collections.abc
 import logging
 import os
 
@@ -20,7 +21,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from data.fast_tokenization import tokenizer_for
-from data.files import manifest_problem
+from data.files import MANIFEST, NO_MANIFEST, file_sha256, manifest_problem
 from data.features import Truncation, convert_examples
 from data.examples import InputExample
 from spec import labels as label_specs
@@ -57,7 +58,8 @@ def find_export(path):
 
 
 def read_export_card(export_dir):
-  """The model card in an export's assets, with the vocabulary pointing at its own copy."""
+  """The model card in an export's assets, with the vocabulary pointing at its own copy,
+  which must be the vocabulary the card records (its sha256)."""
   path = os.path.join(export_dir, "assets", signature.CARD_ASSET)
   vocab = os.path.join(export_dir, "assets", signature.VOCAB_ASSET)
   for needed in (path, vocab):
@@ -66,6 +68,12 @@ def read_export_card(export_dir):
                            "run_classifier.py --do_export" % (export_dir, needed))
   with tf.io.gfile.GFile(path, "r") as f:
     card = model_card.from_json(f.read(), path)
+  sha256 = file_sha256(vocab)
+  if sha256 != card["vocab_sha256"]:
+    raise ExportNotFound("%s is not the vocabulary the model was trained with: its sha256 is "
+                         "%s, and %s records %s. Export the model again: run_classifier.py "
+                         "--do_export --output_dir=<its output_dir>"
+                         % (vocab, sha256, path, card["vocab_sha256"]))
   return dict(card, vocab_file=vocab)
 
 
@@ -74,14 +82,18 @@ _EXPORT_AGAIN = ("export the model again: run_classifier.py --do_export --output
 
 
 def check_export_files(export_dir):
-  """ExportNotFound unless each file of the export is the one written (the manifest that
-  --do_export writes: sizes and sha256). An export written before exports had one is
-  loaded unchecked, and the log says so."""
+  """ExportNotFound unless the export holds exactly the files it was written with, each
+  the one written (the manifest, files.json, that --do_export writes: sizes and sha256).
+  The one check of an export's files: the Predictor and --saved_model (which loads one)
+  both make it. An export without a manifest (from a version before exports had one, or a
+  copy that left it out) cannot be checked, and is refused."""
   problem = manifest_problem(export_dir)
-  if problem == "no manifest":
-    log.warning("%s lists no files (exported by an earlier version): loading it unchecked",
-                export_dir)
-  elif problem:
+  if problem == NO_MANIFEST:
+    raise ExportNotFound(
+        "%s has no %s, the list of its files and their sha256 that is checked before an "
+        "export is loaded: copy the whole export again, or, if an earlier version exported "
+        "it, %s" % (export_dir, MANIFEST, _EXPORT_AGAIN))
+  if problem:
     raise ExportNotFound("%s is damaged: %s. Copy the whole export again, or %s" % (
         export_dir, problem, _EXPORT_AGAIN))
 
@@ -130,7 +142,7 @@ class Predictor(object):
     try:
       meta_graph = tf.saved_model.load(self._session, [signature.SERVE_TAG],
                                        self.export_dir)
-    except tf.errors.OpError as e:  # (an export from before exports listed their files)
+    except tf.errors.OpError as e:  # (files as listed, and still not a SavedModel TF loads)
       self._session.close()
       raise ExportNotFound("%s cannot be loaded (%s): %s" % (
           self.export_dir, e.message.splitlines()[0], _EXPORT_AGAIN))
@@ -166,17 +178,17 @@ class Predictor(object):
     return self.card["text_pair"]
 
   def predict(self, inputs, batch_size=None):
-    """One result per input, in order. inputs: a list (or any iterable) of texts, or of
-    (text, text_b) pairs for a model trained on pairs.
+    """One result per input, in order. inputs: an ordered collection of texts, or of
+    (text, text_b) pairs for a model trained on pairs: a list, a tuple, a 1-D numpy array
+    or pandas Series (for pairs also an array of shape (n, 2)), an iterator or a
+    generator. A mapping, a set or a table (DataFrame) is refused (a TypeError that says
+    what to pass): iterating one gives its keys, no order, or its column names.
 
     classification: {"label": the most probable class, "probabilities": {class: p}};
     multi_label: {"labels": the columns with p >= 0.5, "probabilities": {column: p}};
     soft_target: {"probabilities": {column: p}}; regression: {"values": {column: v}}.
     """
-    if isinstance(inputs, (str, bytes)):  # (an iterable of characters: a result for each)
-      raise TypeError("predict takes a list of inputs, not one text: pass [text] to "
-                      "predict one")
-    examples = [self._example(i, item) for i, item in enumerate(inputs)]
+    examples = [self._example(i, item) for i, item in enumerate(self._ordered(inputs))]
     return [self._result(outputs) for outputs in self.predict_outputs(examples, batch_size)]
 
   def predict_outputs(self, examples, batch_size=None):
@@ -196,6 +208,46 @@ class Predictor(object):
       for i, value in zip(rows, values.tolist()):
         outputs[i] = value
     return outputs
+
+  def _ordered(self, inputs):
+    """inputs as an iterable of its items in order, or a TypeError naming what was passed
+    and what to pass instead. Tables and arrays are recognised by their attributes, so
+    neither pandas nor numpy is needed to tell them."""
+    kind = type(inputs).__name__
+    refused = None
+    if isinstance(inputs, (str, bytes)):  # (an iterable of characters: a result for each)
+      refused = "one text: pass [text] to predict one"
+    elif isinstance(inputs, collections.abc.Mapping):  # (iterating gives its keys)
+      refused = ("a mapping (%s), whose keys iterating it gives: pass list(inputs.values()) "
+                 "to predict its values" % kind)
+    elif (isinstance(inputs, collections.abc.Set) and
+          not isinstance(inputs, collections.abc.MappingView)):  # (a dict's keys are ordered)
+      refused = ("a %s, which has no order (the results could not be matched to its "
+                 "inputs): pass a list, e.g. sorted(inputs)" % kind)
+    elif hasattr(inputs, "columns"):  # a table: a pandas (or polars) DataFrame
+      refused = ("a table (%s), whose column names iterating it gives: pass %s" % (
+          kind, 'a list of pairs, list(zip(df["<column>"], df["<column b>"]))'
+          if self.reads_pairs else 'one column, df["<column>"]'))
+    elif hasattr(inputs, "ndim") and hasattr(inputs, "shape"):  # a numpy array, a Series
+      shape = tuple(inputs.shape)
+      if inputs.ndim == 0:
+        refused = "a 0-D array: pass a list of texts"
+      elif inputs.ndim == 2 and self.reads_pairs and shape[1] == 2:
+        return inputs.tolist()  # (one pair a row)
+      elif inputs.ndim != 1 and self.reads_pairs:
+        refused = ("a %d-D array (shape %s) for a model of pairs of texts: pass an array of "
+                   "shape (n, 2), one (text, text_b) a row" % (inputs.ndim, shape))
+      elif inputs.ndim != 1:
+        refused = ("a %d-D array (shape %s) for a model of single texts: pass a 1-D array of "
+                   "texts" % (inputs.ndim, shape))
+    else:
+      try:
+        iter(inputs)
+      except TypeError:
+        refused = "%s: pass a list of texts" % kind
+    if refused:
+      raise TypeError("predict takes a list of inputs, not " + refused)
+    return inputs
 
   def _example(self, index, item):
     """The InputExample of one input: a text, or a pair for a model trained on pairs."""

@@ -2,6 +2,7 @@
 (serving/predictor.py): the signature, the assets, the outputs against the model_fn's own
 graph, batching, every head, the other runtime, and the command line end to end."""
 
+import collections
 import json
 import os
 import subprocess
@@ -14,7 +15,8 @@ import tensorflow.compat.v1 as tf
 from conftest import IN_CI, IS_TF1, JIGSAW, ROOT, TINY, TINY_VOCAB, common_flags, run_flags
 from data.features import Truncation
 from data.examples import InputExample
-from data.tokenization import FullTokenizer
+from data.files import NO_MANIFEST, manifest_problem, write_manifest
+from data.tokenization import FullTokenizer, vocab_fingerprint
 from modeling.bert import BertConfig
 from modeling.export import export_saved_model, versioned_export_dir
 from modeling.model_fn import model_fn_builder
@@ -54,24 +56,27 @@ def random_classifier_checkpoint(folder, spec, seed=7):
   return path
 
 
-def card_text(spec, truncation=None, text_pair=False):
+def card_text(spec, truncation=None, text_pair=False, vocab_sha256=None):
   return model_card.to_json(model_card.build_card(
       task="csv", label_spec=spec, max_seq_length=MAX_LEN, do_lower_case=True,
-      vocab_file=TINY_VOCAB, vocab_sha256="unused here", bert_config=None,
+      vocab_file=TINY_VOCAB, vocab_sha256=vocab_sha256 or vocab_fingerprint(TINY_VOCAB),
+      bert_config=None,
       init_checkpoint=None, hub_module=None, flags={}, truncation=truncation,
       text_pair=text_pair))
 
 
-def export_tiny(tmp_path, kind="classification", truncation=None, text_pair=False):
+def export_tiny(tmp_path, kind="classification", truncation=None, text_pair=False,
+                vocab_sha256=None):
+  """An export of a random BERT-Tiny classifier, with its files listed (as --do_export)."""
   spec = SPECS[kind]
   folder = str(tmp_path / kind)
   checkpoint = random_classifier_checkpoint(folder, spec)
   with open(TINY_VOCAB, encoding="utf-8") as f:
-    assets = {signature.CARD_ASSET: card_text(spec, truncation, text_pair),
+    assets = {signature.CARD_ASSET: card_text(spec, truncation, text_pair, vocab_sha256),
               signature.VOCAB_ASSET: f.read()}
   export_dir = versioned_export_dir(os.path.join(folder, "export"))
   export_saved_model(tiny_model_fn(spec), checkpoint, export_dir, signature.output_name(spec),
-                     assets)
+                     assets, seal=write_manifest)
   return export_dir, checkpoint
 
 
@@ -99,7 +104,8 @@ def reference_outputs(spec, checkpoint, texts):
 
 def test_signature_and_assets(tmp_path):
   export_dir, _ = export_tiny(tmp_path)
-  assert sorted(os.listdir(export_dir)) == ["assets", "saved_model.pb", "variables"]
+  assert sorted(os.listdir(export_dir)) == ["assets", "files.json", "saved_model.pb",
+                                            "variables"]
   assert sorted(os.listdir(os.path.join(export_dir, "assets"))) == ["model_card.json",
                                                                      "vocab.txt"]
   assert os.listdir(os.path.dirname(export_dir)) == [os.path.basename(export_dir)]  # no partial
@@ -183,6 +189,150 @@ def test_predictor_takes_the_inputs_the_model_was_trained_on(tmp_path):
     yes, no = predictor.predict([("is this a question", "yes it is"),
                                  ["is this a question", "no"]])
   assert yes["probabilities"] != no["probabilities"]  # the second text counts
+
+
+def test_predict_takes_ordered_collections_of_inputs(tmp_path):
+  """Accepted: a list, a tuple, a 1-D array or Series, an iterator (and, for a model of
+  pairs, an array of shape (n, 2)). Refused, naming the type and what to pass: a mapping
+  (iterating gives its keys), a set (no order), a table (iterating gives its column
+  names), an array of other dimensions, and what is not iterable."""
+  import pandas as pd
+  single, _ = export_tiny(tmp_path)
+  pairs, _ = export_tiny(tmp_path / "pairs", text_pair=True)
+  texts = ["you are great", "ok", "What a STUPID idea!!"]
+  start = "predict takes a list of inputs, not "
+  with Predictor(single, tokenizer="python") as predictor:
+    expected = predictor.predict(texts)
+    assert len(expected) == 3
+    for same in (tuple(texts), iter(texts), (t for t in texts), np.array(texts),
+                 np.array(texts, dtype=object), pd.Series(texts, index=[7, 3, 5]),
+                 {"a": texts[0], "b": texts[1], "c": texts[2]}.values()):
+      assert predictor.predict(same) == expected, type(same)
+    refused = [
+        ({"id1": "you are great"}, "a mapping (dict), whose keys iterating it gives: pass "
+         "list(inputs.values()) to predict its values"),
+        (collections.OrderedDict(a="ok"), "a mapping (OrderedDict), whose keys iterating it "
+         "gives: pass list(inputs.values()) to predict its values"),
+        (set(texts), "a set, which has no order (the results could not be matched to its "
+         "inputs): pass a list, e.g. sorted(inputs)"),
+        (frozenset(texts), "a frozenset, which has no order (the results could not be matched "
+         "to its inputs): pass a list, e.g. sorted(inputs)"),
+        (pd.DataFrame({"text": texts}), 'a table (DataFrame), whose column names iterating '
+         'it gives: pass one column, df["<column>"]'),
+        (np.array([texts, texts]).T, "a 2-D array (shape (3, 2)) for a model of single "
+         "texts: pass a 1-D array of texts"),
+        (np.array("ok"), "a 0-D array: pass a list of texts"),
+        (None, "NoneType: pass a list of texts"),
+        (b"some text", "one text: pass [text] to predict one"),
+    ]
+    for inputs, message in refused:
+      with pytest.raises(TypeError) as error:
+        predictor.predict(inputs)
+      assert str(error.value) == start + message
+  with Predictor(pairs, tokenizer="python") as predictor:
+    rows = [("is this a question", "yes it is"), ("is this a question", "no")]
+    expected = predictor.predict(rows)
+    assert predictor.predict(np.array(rows)) == expected
+    assert predictor.predict(pd.Series(rows)) == expected
+    frame = pd.DataFrame(rows, columns=["text", "text_b"])
+    assert predictor.predict(list(zip(frame["text"], frame["text_b"]))) == expected
+    with pytest.raises(TypeError) as error:
+      predictor.predict(frame)
+    assert str(error.value) == start + (
+        'a table (DataFrame), whose column names iterating it gives: pass a list of pairs, '
+        'list(zip(df["<column>"], df["<column b>"]))')
+    with pytest.raises(TypeError) as error:
+      predictor.predict(np.array([["a", "b", "c"]]))
+    assert str(error.value) == start + (
+        "a 2-D array (shape (1, 3)) for a model of pairs of texts: pass an array of shape "
+        "(n, 2), one (text, text_b) a row")
+
+
+def test_a_manifest_lists_every_file_of_its_folder(tmp_path):
+  """manifest_problem: every file there is listed, every file listed is there with its
+  size and sha256, and a manifest that lists nothing, or not as files with sizes and
+  sha256, is a problem too."""
+  folder = str(tmp_path / "folder")
+  os.makedirs(os.path.join(folder, "assets"))
+  for name, text in (("saved_model.pb", "graph"), ("assets/vocab.txt", "[PAD]\n")):
+    with open(os.path.join(folder, name), "w") as f:
+      f.write(text)
+  manifest = os.path.join(folder, "files.json")
+  assert manifest_problem(folder) == NO_MANIFEST
+  write_manifest(folder)
+  assert manifest_problem(folder) is None
+  with open(manifest) as f:
+    listed = json.load(f)
+  assert sorted(listed["files"]) == ["assets/vocab.txt", "saved_model.pb"]
+
+  def with_manifest(content):
+    with open(manifest, "w") as f:
+      f.write(content if isinstance(content, str) else json.dumps(content))
+    return manifest_problem(folder)
+
+  vocab = listed["files"]["assets/vocab.txt"]
+  cases = [
+      ("not json", 'its files.json cannot be read (no JSON object with a "files" entry)'),
+      ([1], 'its files.json cannot be read (no JSON object with a "files" entry)'),
+      ({"files": ["saved_model.pb"]},
+       'its files.json cannot be read (its "files" entry is not an object)'),
+      ({"files": {}}, "its files.json lists no files"),
+      ({"files": {"assets/vocab.txt": vocab}},
+       "it holds saved_model.pb, which its files.json does not list"),
+      ({"files": dict(listed["files"], **{"assets/extra.txt": vocab})},
+       "assets/extra.txt is missing"),
+      ({"files": dict(listed["files"], **{"../vocab.txt": vocab})},
+       "its files.json lists '../vocab.txt', which is not a path inside the folder"),
+      ({"files": dict(listed["files"], **{"saved_model.pb": {"bytes": 5}})},
+       "its files.json gives no size and sha256 of saved_model.pb"),
+      ({"files": dict(listed["files"], **{"saved_model.pb": dict(vocab, bytes=5)})},
+       "saved_model.pb is not the file that was written (its sha256 differs)"),
+  ]
+  for content, problem in cases:
+    assert with_manifest(content) == problem, content
+  with_manifest(listed)
+  with open(os.path.join(folder, "assets", "notes.txt"), "w") as f:
+    f.write("a file added to a copy")
+  assert manifest_problem(folder) == "it holds assets/notes.txt, which its files.json does not list"
+  os.remove(os.path.join(folder, "assets", "notes.txt"))
+  with open(os.path.join(folder, "saved_model.pb"), "w") as f:
+    f.write("grap")
+  assert manifest_problem(folder) == "saved_model.pb has 4 bytes, and 5 were written"
+
+
+def test_the_predictor_loads_only_an_export_it_can_check(tmp_path):
+  """An export holding a file its files.json does not list, or without files.json, is
+  refused naming the folder (the same check as --saved_model's: it loads a Predictor); so
+  is a vocabulary asset that is not the one the model card records."""
+  fix = ("export the model again: run_classifier.py --do_export --output_dir=<its "
+         "output_dir>")
+  export_dir, _ = export_tiny(tmp_path)
+  extra = os.path.join(export_dir, "assets", "notes.txt")
+  with open(extra, "w") as f:
+    f.write("a file added to a copy")
+  with pytest.raises(ExportNotFound) as error:
+    Predictor(export_dir)
+  assert str(error.value) == (
+      "%s is damaged: it holds assets/notes.txt, which its files.json does not list. Copy "
+      "the whole export again, or %s" % (export_dir, fix))
+  os.remove(extra)
+  os.remove(os.path.join(export_dir, "files.json"))
+  with pytest.raises(ExportNotFound) as error:
+    Predictor(export_dir)
+  assert str(error.value) == (
+      "%s has no files.json, the list of its files and their sha256 that is checked before "
+      "an export is loaded: copy the whole export again, or, if an earlier version exported "
+      "it, %s" % (export_dir, fix))
+
+  other, _ = export_tiny(tmp_path / "other", vocab_sha256="0" * 64)
+  vocab = os.path.join(other, "assets", "vocab.txt")
+  card = os.path.join(other, "assets", "model_card.json")
+  with pytest.raises(ExportNotFound) as error:
+    Predictor(other)
+  assert str(error.value) == (
+      "%s is not the vocabulary the model was trained with: its sha256 is %s, and %s records "
+      "%s. Export the model again: run_classifier.py --do_export --output_dir=<its "
+      "output_dir>" % (vocab, vocab_fingerprint(TINY_VOCAB), card, "0" * 64))
 
 
 def test_find_export(tmp_path):
@@ -327,8 +477,8 @@ def test_train_export_and_score_from_the_export_alone(jigsaw_model, tmp_path):
 def test_an_export_is_checked_before_it_is_loaded(jigsaw_model, tmp_path):
   """An export lists its files with their sizes and sha256 (files.json); a copy cut short
   or changed is refused naming the file, before TensorFlow reads it (that ended in a
-  traceback). An export without the list is loaded unchecked, and a failed load is one
-  line too."""
+  traceback). An export without the list is refused (it cannot be checked), and a failed
+  load is one line too."""
   import shutil
   export_dir = str(tmp_path / "export")
   shutil.copytree(jigsaw_model.result.export, export_dir)
@@ -353,8 +503,21 @@ def test_an_export_is_checked_before_it_is_loaded(jigsaw_model, tmp_path):
         tmp_path / "scores"), "--predict_file=" + os.path.join(JIGSAW, "test.csv"))
   assert str(error.value).startswith("--saved_model=%s: %s is damaged: " % (export_dir,
                                                                             export_dir))
+  # Without files.json nothing can be checked: refused by both, with one message.
   os.remove(os.path.join(export_dir, "files.json"))
+  unlisted = ("%s has no files.json, the list of its files and their sha256 that is checked "
+              "before an export is loaded: copy the whole export again, or, if an earlier "
+              "version exported it, %s" % (export_dir, fix))
+  with pytest.raises(ExportNotFound) as error:
+    Predictor(export_dir)
+  assert str(error.value) == unlisted
+  with pytest.raises(FlagError) as error:
+    run_flags("--do_predict", "--saved_model=" + export_dir, "--output_dir=" + str(
+        tmp_path / "scores"), "--predict_file=" + os.path.join(JIGSAW, "test.csv"))
+  assert str(error.value) == "--saved_model=%s: %s" % (export_dir, unlisted)
+  # Files as listed that TensorFlow still cannot load: one line too.
   os.remove(os.path.join(export_dir, data))
+  write_manifest(export_dir)
   with pytest.raises(ExportNotFound) as error:
     Predictor(export_dir)
   assert str(error.value).startswith("%s cannot be loaded (" % export_dir)

@@ -5,7 +5,7 @@ import re
 
 from data.errors import DataError
 from data.examples import Columns, DataProcessor, flag_for_split
-from data.table import delimiter_for, is_position, quoting_for, read_table
+from data.table import delimiter_for, is_position, quoting_for, read_table, refuse_bom_cell
 from spec.errors import FlagError
 from spec.labels import MISSING_VALUES, canonical_label, class_order
 
@@ -103,6 +103,9 @@ class CsvProcessor(DataProcessor):
     # Missing values are no class: their rows are errors (or counted skips) when read.
     cells = [fields[index] for _, fields in table.rows if len(fields) > index and
              fields[index].strip() not in MISSING_VALUES]
+    for line, fields in table.rows:  # an invisible U+FEFF would make a class of its own
+      if len(fields) > index:
+        refuse_bom_cell(path, line, fields[index], self.label_column)
     found = class_order(set(canonical_label(cell) for cell in cells))
     if len(found) > MANY_CLASSES and len(found) * 2 > len(cells):
       raise DataError(path, "column %s has %d distinct values in %d rows: most rows have a "

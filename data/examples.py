@@ -13,7 +13,9 @@ import logging
 import os
 
 from data.errors import DataError
-from data.table import quoting_for, read_table
+from data.record_format import check_float32
+from data.table import quoting_for, read_table, refuse_bom_cell
+from data.weights import read_weight
 from spec.errors import FlagError
 from spec.labels import LabelError, build_spec
 
@@ -210,8 +212,10 @@ class DataProcessor(object):
   def parse_labels(self, cells, path, line, column_names):
     """The spec's value of a row's label cells. A missing value is a MissingLabel (which
     --skip_malformed_rows may skip); any other bad value is a DataError naming the column."""
+    for cell, column in zip(cells, column_names):
+      refuse_bom_cell(path, line, cell, column)
     try:
-      return self.label_spec.parse([self.label_cell(c, i) for i, c in enumerate(cells)])
+      label = self.label_spec.parse([self.label_cell(c, i) for i, c in enumerate(cells)])
     except LabelError as e:
       column = column_names[e.index]
       if e.missing:
@@ -225,6 +229,12 @@ class DataProcessor(object):
                         line=line, column=column)
       raise DataError(path, "task %s: %s" % (self.name, e.problem), e.fix + e.hint,
                       line=line, column=column)
+    if self.label_spec.record_dtype == "float32":
+      # A float32 record holds each value: refused here, naming the cell, if it cannot.
+      for value, cell, column in zip(label, cells, column_names):
+        check_float32(path, value, cell.strip(), "give a number of at most 3.4e38 in "
+                      "magnitude (rescale the column?)", line=line, column=column)
+    return label
 
   def _rows_to_examples(self, table, columns, split):
     """The examples of a table's rows. A row that cannot make an example is an error naming
@@ -250,6 +260,9 @@ class DataProcessor(object):
         skipped[e.cause] = skipped.get(e.cause, 0) + 1
         continue
       self.check_row(table.path, line, fields, columns)
+      if self.weight_column is not None and split == "train":
+        name = str(self.weight_column)
+        read_weight(table.path, dict(columns.extras)[name], fields, name, line)
       guid = fields[columns.guid] if columns.guid is not None else str(row_number)
       extras = {name: fields[i] for name, i in columns.extras if i < len(fields)}
       text_b = fields[columns.text_b] if columns.text_b is not None else None

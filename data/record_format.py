@@ -1,9 +1,12 @@
 """The one TFRecord schema: the parsing spec that input_fn reads and the serializer that
 writes exactly those features."""
 
+import math
 import struct
 
 import tensorflow.compat.v1 as tf
+
+from data.errors import DataError
 
 # 2: reading and truncation counts in the metadata; 3: label specs; 4: each file's size,
 # sha256 and record count, checked before the files are used again.
@@ -12,6 +15,32 @@ SEQUENCE_FIELDS = ("input_ids", "input_mask", "segment_ids")
 SCALAR_INT_FIELDS = ("is_real_example", "example_id")
 LABEL_FIELD = "label_ids"
 WEIGHT_FIELD = "sample_weight"  # only in weighted training records
+
+
+# The largest finite float32: a float read from a file for a float32 record (a regression
+# target, a sample weight) must be finite and at most this in magnitude.
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def float32_problem(value):
+  """Why a float cannot be stored in a float32 record, or None: NaN, infinite, or beyond
+  float32's range (finite in float64, but struct would refuse to pack it)."""
+  if math.isnan(value):
+    return "is NaN"
+  if math.isinf(value):
+    return "is infinite"
+  if abs(value) > FLOAT32_MAX:
+    return "is beyond the range of a 32-bit float (at most 3.4e38 in magnitude)"
+  return None
+
+
+def check_float32(path, value, cell, fix, line=None, column=None):
+  """The value read from a cell, if a float32 record can hold it; else a DataError naming
+  the file, line and column. Every float from a file that goes into a record passes here."""
+  problem = float32_problem(value)
+  if problem is not None:
+    raise DataError(path, "the value %r %s" % (cell, problem), fix, line=line, column=column)
+  return value
 
 
 def parsing_spec(max_seq_length, label_spec, weighted=False):

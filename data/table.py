@@ -101,10 +101,26 @@ OTHER_DELIMITERS = (",", ";", "\t", "|")
 _POSITION = re.compile(r"^[0-9]+$")
 
 
+# Byte-order marks of the encodings a text file may be in instead of UTF-8; UTF-32's come
+# first, as UTF-32LE's starts with UTF-16LE's.
+_OTHER_BOMS = ((b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"),
+               (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))
+BOM = u"\ufeff"  # a byte-order mark, as text
+
+
 def decode_utf8(path, raw):
-  """Decodes bytes as UTF-8 (a BOM is allowed), naming the line and column of a bad byte."""
+  """Decodes bytes as UTF-8 (a BOM is allowed), naming the line and column of a bad byte.
+  A UTF-16 or UTF-32 file (by its byte-order mark, or UTF-16 without one by its NUL bytes)
+  is refused with the iconv command for its encoding, and a NUL byte in a UTF-8 file with
+  its line (Python 3.7's csv module refuses NUL, 3.11's reads it: both refuse it here)."""
+  encoding = _other_encoding(raw)
+  if encoding is not None:
+    source, sign = encoding
+    raise DataError(path, "the file is %s, not UTF-8 (%s)" % (source.upper(), sign),
+                    "re-save the file as UTF-8, e.g. `iconv -f %s -t utf-8 in.csv > out.csv`"
+                    % source)
   try:
-    return raw.decode("utf-8-sig")
+    text = raw.decode("utf-8-sig")
   except UnicodeDecodeError as e:
     line = raw.count(b"\n", 0, e.start) + 1
     line_start = raw.rfind(b"\n", 0, e.start) + 1
@@ -112,6 +128,85 @@ def decode_utf8(path, raw):
         path, "invalid UTF-8 (byte 0x%02x at byte %d of the line)" % (raw[e.start], e.start - line_start + 1),
         "re-save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 in.csv > out.csv`",
         line=line)
+  nul = text.find(u"\x00")
+  if nul >= 0:
+    line_start = text.rfind(u"\n", 0, nul) + 1
+    raise DataError(path, "the line holds a NUL byte (character %d of the line): the file is "
+                    "probably not a text file, or a text in another encoding than UTF-8"
+                    % (nul - line_start + 1),
+                    "give the CSV/TSV file itself, re-saved as UTF-8 text (or remove the NUL "
+                    "bytes: `tr -d '\\000' < in.csv > out.csv`)",
+                    line=text.count(u"\n", 0, nul) + 1)
+  return text
+
+
+def _other_encoding(raw):
+  """(encoding for iconv, its sign) of a UTF-16/UTF-32 file, else None. Without a
+  byte-order mark, UTF-16 shows as a NUL byte in every other byte of a mostly ASCII
+  text: at odd offsets little-endian, at even offsets big-endian."""
+  for bom, encoding in _OTHER_BOMS:
+    if raw.startswith(bom):
+      return encoding, "it starts with the byte-order mark %s" % " ".join(
+          "%02x" % b for b in bytearray(bom))
+  head = bytearray(raw[:4096])
+  pairs = len(head) // 2
+  if pairs < 2:
+    return None
+  even = sum(1 for i in range(0, 2 * pairs, 2) if head[i] == 0)
+  odd = sum(1 for i in range(1, 2 * pairs, 2) if head[i] == 0)
+  for nuls, others, encoding, where in ((odd, even, "utf-16le", "odd"),
+                                        (even, odd, "utf-16be", "even")):
+    if nuls * 2 > pairs and others * 10 < pairs:
+      return encoding, "every other byte is NUL, at %s offsets: UTF-16 without a " \
+          "byte-order mark" % where
+  return None
+
+
+def _sep_line(path, text):
+  """Excel's first line `sep=X` names the file's delimiter; it is no header and no row.
+  Refused, with the flag that reads the file without it."""
+  first = lines_of(text[:200])[0].rstrip(u"\r\n") if text else u""
+  match = _SEP_LINE.match(first)
+  if match:
+    delimiter = match.group(1)
+    raise DataError(path, "the first line is %r, Excel's line naming the delimiter, not a "
+                    "header or a row" % first,
+                    "remove that line (e.g. `tail -n +2 in.csv > out.csv`) and pass "
+                    "--delimiter=%s (with --task_name=csv)"
+                    % ("tab" if delimiter == u"\t" else "'%s'" % delimiter), line=1)
+
+
+_SEP_LINE = re.compile(u"^sep=(.)$")
+
+
+def _check_rows(path, header, rows):
+  """A row that repeats the header (files joined with `cat`, the second one's header
+  left in, perhaps after its byte-order mark) would make a class of its label cell
+  'label': refused, naming the line. (A byte-order mark at a row's start is refused only
+  where it matters, in a label cell: refuse_bom_cell. A text may start with U+FEFF, and
+  the tokenizer drops it.)"""
+  if header is None:
+    return
+  names = [_cell(h) for h in header]
+  for line, fields in rows:  # (the first cell first: a million rows are read here)
+    if len(fields) == len(names) and _cell(fields[0]) == names[0] and \
+        [_cell(f) for f in fields] == names:
+      raise DataError(path, "the header appears again at line %d (files joined with cat?)"
+                      % line, "remove the repeated header lines (to join files with "
+                      "headers, take all but the first's with `tail -n +2`)", line=line)
+
+
+def _cell(text):
+  return text.strip().lstrip(BOM).strip()
+
+
+def refuse_bom_cell(path, line, cell, column):
+  """A label cell that starts with a byte-order mark (U+FEFF, invisible) would be a class
+  of its own ('\ufeff1' beside '1'): refused, naming the cell."""
+  if cell.strip().startswith(BOM):
+    raise DataError(path, "the cell %r starts with an invisible byte-order mark (U+FEFF)"
+                    % cell.strip(), "remove the mark (a file's first bytes, pasted or "
+                    "joined into this one?)", line=line, column=column)
 
 
 def read_table(path, delimiter, has_header, quoting=csv.QUOTE_MINIMAL):
@@ -130,6 +225,7 @@ def read_table(path, delimiter, has_header, quoting=csv.QUOTE_MINIMAL):
   text = decode_utf8(path, raw)
   if not text.strip():
     raise DataError(path, "the file is empty", "give a file with rows, or point at the right file")
+  _sep_line(path, text)
   kwargs = {"delimiter": delimiter}
   if quoting == csv.QUOTE_NONE:
     kwargs.update(quoting=csv.QUOTE_NONE, quotechar=None)
@@ -163,6 +259,7 @@ def read_table(path, delimiter, has_header, quoting=csv.QUOTE_MINIMAL):
   if has_header:
     header = [h.strip() for h in rows[0][1]]
     rows = rows[1:]
+  _check_rows(path, header, rows)
   if not rows:
     raise DataError(path, "the file has a header but no data rows",
                     "give a file with rows, or point at the right file", line=1)

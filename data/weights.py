@@ -8,6 +8,7 @@ import collections
 import math
 
 from data.errors import DataError
+from data.record_format import check_float32, float32_problem
 from spec.errors import FlagError
 
 
@@ -49,20 +50,42 @@ def class_weighted(examples, weights):
   return [weights[e.label] for e in examples]
 
 
+def read_weight(path, index, fields, column, line):
+  """The weight in a row's cell, checked as the row is read: a number >= 0 that a float32
+  record holds, else a DataError naming the file, line and column."""
+  cell = fields[index].strip() if index < len(fields) else None
+  weight = _number(cell)
+  fix = "fix the cell, or drop --sample_weight_column"
+  if not weight >= 0 or math.isinf(weight):
+    raise DataError(path, "the weight %r is not a number >= 0" % (cell,), fix, line=line,
+                    column=column)
+  return check_float32(path, weight, cell, "give weights of at most 3.4e38 (rescale the "
+                       "column?), or drop --sample_weight_column", line=line, column=column)
+
+
+def _number(cell):
+  try:
+    return float(cell)
+  except (TypeError, ValueError):
+    return float("nan")
+
+
 def column_weights(examples, column, path):
   """The weights in an example column (read into example.extras): positive finite
-  numbers. A bad cell is a DataError naming the row's id and the column."""
+  numbers that a float32 record holds. A bad cell is a DataError naming the row's id and
+  the column (reading the file, read_weight has named its line already)."""
   result = []
   for e in examples:
     cell = e.extras.get(column)
-    try:
-      weight = float(cell)
-    except (TypeError, ValueError):
-      weight = float("nan")
+    weight = _number(cell)
     if not weight >= 0 or math.isinf(weight):
       raise DataError(path, "row %s has weight %r in column %s; weights must be numbers >= 0"
                       % (e.guid, cell, column), "fix the cell, or drop --sample_weight_column",
                       column=column)
+    if float32_problem(weight):
+      raise DataError(path, "row %s has weight %r in column %s, which %s" % (
+          e.guid, cell, column, float32_problem(weight)), "give weights of at most 3.4e38 "
+                      "(rescale the column?), or drop --sample_weight_column", column=column)
     result.append(weight)
   if not any(result):
     raise DataError(path, "every weight in column %s is 0: nothing would be learnt" % column,

@@ -120,8 +120,10 @@ def run_model(c, fold=None, cluster=None):
   if modes.do_train:  # what the folder holds must be what this run would continue
     num_train_steps = build.num_train_steps_for(len(featurised.train.examples), c.training)
     checks.check_train_split(c.training, c.device, featurised, task, output_dir, cluster)
+    stream = state.input_stream(c.device, c.training,
+                                distribution.input_pipelines(c.device, cluster))
     trained_on, data_from_step = state.continued_state(
-        state.training_state(c.training, featurised.train, processor.file_for("train"),
+        state.training_state(c.training, stream, featurised.train, processor.file_for("train"),
                              num_train_steps),
         found_card, card_path, training.resumed_step(output_dir),
         c.training.continue_on_new_data)

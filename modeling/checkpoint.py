@@ -116,6 +116,20 @@ def head_shape(checkpoint):
   return dict(tf.train.list_variables(checkpoint)).get(HEAD_WEIGHTS)
 
 
+# How a folder's newest checkpoint that cannot be read gives way to an earlier one (its
+# `checkpoint` file, not the files present, says which is newest).
+EARLIER_CHECKPOINT_FIX = ("to go back to an earlier checkpoint, name it in the folder's "
+                          "`checkpoint` file (model_checkpoint_path: \"model.ckpt-<step>\")")
+
+
+def newest_checkpoint(folder):
+  """The newest checkpoint that folder's `checkpoint` file names, whether or not its files
+  are there (files_problem says), or None. (tf.train.latest_checkpoint returns None for
+  one whose files are gone, and a run would then start over, or use another model.)"""
+  state = tf.train.get_checkpoint_state(folder)
+  return state.model_checkpoint_path if state and state.model_checkpoint_path else None
+
+
 def checkpoint_global_step(checkpoint):
   """The global step saved in a checkpoint, or None when it has none."""
   try:

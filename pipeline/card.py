@@ -10,7 +10,7 @@ from data import tokenization
 from data.files import write_whole
 from modeling.bert import BertConfig, BertConfigError
 from modeling.checkpoint import head_shape
-from pipeline import build, distribution
+from pipeline import build, distribution, eval_history
 from spec import labels as label_specs
 from spec import model_card
 from spec.errors import FlagError
@@ -34,12 +34,21 @@ def settle(c, cluster=None):
   card, where = read_model_card(c.outputs.output_dir), model_card.card_path(
       c.outputs.output_dir)
   if card is None and c.model.init_checkpoint and head_shape(c.model.init_checkpoint):
-    folder = os.path.dirname(c.model.init_checkpoint)
+    folder = model_folder_of(c.model.init_checkpoint)
     card, where = read_model_card(folder, "--init_checkpoint"), model_card.card_path(folder)
   if card:
     c = apply_model_card(c, card, where)
   build.truncation_of(c.model)  # (refused here, before any work)
   return c, card, where if card else None
+
+
+def model_folder_of(checkpoint):
+  """The folder whose model card describes a fine-tuned checkpoint: its own, or for the
+  best checkpoint kept in <output_dir>/best, that output folder's."""
+  folder = os.path.dirname(checkpoint)
+  if tf.io.gfile.exists(os.path.join(folder, eval_history.BEST_JSON)):
+    return os.path.dirname(folder)
+  return folder
 
 
 def read_model_card(folder, flag="--output_dir"):

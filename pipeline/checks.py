@@ -8,6 +8,7 @@ import tensorflow.compat.v1 as tf
 from data import fast_tokenization
 from data.processors import processor_class
 from modeling.checkpoint import files_problem as checkpoint_files_problem
+from modeling.checkpoint import EARLIER_CHECKPOINT_FIX, newest_checkpoint
 from pipeline import distribution
 from pipeline.training import check_best_metric
 from spec.errors import FlagError
@@ -165,13 +166,13 @@ def check_train_split(training, device, featurised, task, output_dir, cluster=No
   a folder's best checkpoint was kept by), and rows in every input pipeline's shards."""
   dev_examples = featurised.dev.examples if featurised.dev else []
   check_best_metric(training.best_metric, output_dir, task, dev_examples)
-  newest = tf.train.latest_checkpoint(output_dir)
+  newest = newest_checkpoint(output_dir)
   problem = newest and checkpoint_files_problem(newest)
   if problem:
     raise FlagError("--output_dir=%s: training would resume from its newest checkpoint, %s, "
-                    "which cannot be read: %s. Restore its files, or delete that checkpoint's "
-                    "files to resume from an earlier one, or train into a new --output_dir"
-                    % (output_dir, os.path.basename(newest), problem))
+                    "which cannot be read: %s. Restore its files, or %s, or train into a new "
+                    "--output_dir" % (output_dir, os.path.basename(newest), problem,
+                                      EARLIER_CHECKPOINT_FIX))
   distribution.check_every_pipeline_has_rows(
       len(featurised.train.examples), device.num_record_shards,
       distribution.input_pipelines(device, cluster))

@@ -8,7 +8,8 @@ import os
 
 import tensorflow.compat.v1 as tf
 
-from modeling.checkpoint import checkpoint_global_step, head_shape
+from modeling.checkpoint import (EARLIER_CHECKPOINT_FIX, checkpoint_global_step, head_shape,
+                                 newest_checkpoint)
 from modeling.checkpoint import files_problem as checkpoint_files_problem
 from modeling.metrics import metric_names
 from pipeline import eval_history
@@ -135,26 +136,37 @@ def head_checkpoint(output_dir, init_checkpoint, allow_untrained_head, mode, lab
     log.info("%s keeps the best checkpoint by %s (%s at step %d): using it", os.path.dirname(
         source), kept["metric"], format_metric(kept["value"]), kept["step"])
   else:
-    source = tf.train.latest_checkpoint(output_dir) or init_checkpoint
+    source = newest_checkpoint(output_dir) or init_checkpoint
   problem = source and checkpoint_files_problem(source)
   if problem:
-    raise FlagError("refusing to %s with %s: it cannot be read: %s. Restore its files, or "
-                    "point --output_dir or --init_checkpoint at another model" % (
-                        mode, source, problem))
+    raise FlagError("refusing to %s with %s: it cannot be read: %s. Restore its files, %s, "
+                    "or point --output_dir or --init_checkpoint at another model" % (
+                        mode, source, problem, EARLIER_CHECKPOINT_FIX))
   shape = head_shape(source) if source else None
-  if shape is None:
+  if shape is not None and source != init_checkpoint and init_checkpoint and head_shape(
+      init_checkpoint) is not None:
+    raise FlagError(
+        "--init_checkpoint=%s is a fine-tuned model, and --output_dir=%s holds one too, "
+        "which this run would %s with (%s), ignoring the first. Drop --init_checkpoint to "
+        "use the folder's model, or pass an --output_dir without a model to use the "
+        "checkpoint's" % (init_checkpoint, output_dir, mode, os.path.basename(source)))
+  # A step-0 checkpoint has a head, as it was initialised: random.
+  untrained_at_step_0 = shape is not None and checkpoint_global_step(source) == 0
+  if shape is None or untrained_at_step_0:
     if allow_untrained_head:
       log.warning("--allow_untrained_head: the classifier head starts from random values, so "
                   "predictions are random")
-      return None
+      return source if untrained_at_step_0 else None
     raise FlagError(
-        "refusing to %s with an untrained classifier head: %s holds no fine-tuned model, and "
-        "%s. Fine-tune first (add --do_train, which saves the model in --output_dir), or point "
-        "--output_dir at a fine-tuned model's folder or --init_checkpoint at a fine-tuned "
-        "checkpoint. --allow_untrained_head runs anyway, with random predictions" % (
-            mode, output_dir,
-            "--init_checkpoint=%s is a pre-trained encoder without a head" % init_checkpoint
-            if init_checkpoint else "no --init_checkpoint was given"))
+        "refusing to %s with an untrained classifier head: %s. Fine-tune first (add "
+        "--do_train, which saves the model in --output_dir), or point --output_dir at a "
+        "fine-tuned model's folder or --init_checkpoint at a fine-tuned checkpoint. "
+        "--allow_untrained_head runs anyway, with random predictions" % (
+            mode, "%s was saved at step 0, before any training" % source
+            if untrained_at_step_0 else "%s holds no fine-tuned model, and %s" % (
+                output_dir,
+                "--init_checkpoint=%s is a pre-trained encoder without a head" % init_checkpoint
+                if init_checkpoint else "no --init_checkpoint was given")))
   if shape[0] != label_spec.num_outputs:
     raise FlagError("the classifier head in %s has %d outputs, but this run has %d (%s): the "
                     "checkpoint was trained for another task or label set. Use the labels it "

@@ -14,14 +14,31 @@ from spec.errors import FlagError
 log = logging.getLogger(__name__)
 
 
-def training_state(training, train_split, train_file, num_train_steps):
+def training_state(training, input_stream, train_split, train_file, num_train_steps):
   """The card's "training" entry of a run that trains from scratch (spec/model_card.py
-  TRAINING_FIELDS): its batch, steps and seed, and its train file."""
+  TRAINING_FIELDS): its batch, steps and seed, how its records are read (input_stream),
+  and its train file."""
   return {"per_update": training.per_update(), "num_train_steps": num_train_steps,
-          "seed": training.seed,
+          "seed": training.seed, "input": input_stream,
           "data": [{"file": train_file, "sha256": train_split.metadata["source_sha256"],
                     "examples": len(train_split.examples),
                     "train_fraction": training.train_fraction, "from_step": 0}]}
+
+
+def input_stream(device, training, input_pipelines):
+  """How a training run reads its train records (spec/model_card.py INPUT_FIELDS): the
+  record shards, the input pipelines that share them (machines, TPU hosts), and dynamic
+  padding, whose buckets make batches of train_batch_size examples each."""
+  return {"record_shards": device.num_record_shards, "input_pipelines": input_pipelines,
+          "dynamic_padding": bool(device.dynamic_padding),
+          "train_batch_size": training.train_batch_size}
+
+
+# What makes a resumed input another stream, and the option that sets it.
+STREAM_SETTINGS = (
+    ("record_shards", "--num_record_shards"),
+    ("input_pipelines", "input pipelines (TF_CONFIG's training tasks, or a TPU pod's hosts)"),
+    ("dynamic_padding", "--dynamic_padding"))
 
 
 def continued_state(state, card, where, resumed_step, continue_on_new_data):
@@ -49,6 +66,7 @@ def continued_state(state, card, where, resumed_step, continue_on_new_data):
                           resumed_step * previous["per_update"]))
   trained_on, asked = previous["data"][-1], state["data"][0]
   if _same_data(trained_on, asked) and previous["seed"] == state["seed"]:
+    _check_same_stream(previous["input"], state["input"], where, resumed_step)
     state = dict(state, data=previous["data"])
     if resumed_step >= state["num_train_steps"]:
       log.info("the model in the folder of %s has reached step %d of %d: there is nothing "
@@ -68,6 +86,31 @@ def continued_state(state, card, where, resumed_step, continue_on_new_data):
            "on %s", resumed_step, trained_on["file"], asked["file"])
   state = dict(state, data=previous["data"] + [dict(asked, from_step=resumed_step)])
   return state, resumed_step
+
+
+def _check_same_stream(trained, asked, where, resumed_step):
+  """FlagError when the resumed input would read the records otherwise than the steps
+  trained so far did: it would skip other examples than those they trained on."""
+  if trained is None:
+    log.warning("%s does not record how its model's train records were read (an older "
+                "version of this project wrote it): resuming at step %d without checking "
+                "that this run reads them the same way", where, resumed_step)
+    return
+  settings = STREAM_SETTINGS + ((("train_batch_size", "--train_batch_size"),)
+                                if trained["dynamic_padding"] else ())
+  for name, setting in settings:
+    if trained[name] != asked[name]:
+      raise FlagError(
+          "%s: its model was trained to step %d reading its records with %s=%s, and this "
+          "run has %s: the resumed input would not continue where those steps stopped (some "
+          "rows would be trained on twice, others never). Pass %s as before, or train a "
+          "new model into another --output_dir" % (
+              where, resumed_step, setting, _value(trained[name]), _value(asked[name]),
+              setting if setting.startswith("--") else "the same " + setting))
+
+
+def _value(value):
+  return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _same_data(trained_on, asked):

@@ -70,7 +70,14 @@ class Trainer(object):
         is_training=True, skip_examples=max(0, start_step - self.data_from_step) * per_update)
     self.progress.train_started = time.time()
     if start_step < until_step:
-      self.estimator.train(input_fn=input_fn, max_steps=until_step, hooks=[self.progress])
+      try:
+        self.estimator.train(input_fn=input_fn, max_steps=until_step, hooks=[self.progress])
+      except tf.train.NanLossDuringTrainingError:
+        raise FlagError(
+            "training diverged: the loss became NaN before step %d (the checkpoints kept in "
+            "%s are from before it). Lower --learning_rate (or raise --warmup_proportion), "
+            "and check that the train file's targets and weights are of a sensible size"
+            % (until_step, self.output_dir))
       log.info("trained to step %d in %s", until_step,
                format_seconds(time.time() - self.progress.train_started))
 

@@ -74,6 +74,9 @@ def folder_problem(folder):
     return "is a file, not a folder: pass a folder (it is created if missing)"
   existing = path
   while not os.path.exists(existing):
+    if os.path.islink(existing):  # (exists() follows links: this one points nowhere)
+      return ("cannot be created: %s is a link to %s, which does not exist. Create that "
+              "folder, or pass another" % (existing, os.readlink(existing)))
     existing = os.path.dirname(existing)
   if not os.path.isdir(existing):
     return ("cannot be created: %s is a file, not a folder. Pass a folder whose parents are "

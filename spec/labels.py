@@ -306,7 +306,8 @@ def build_spec(kind, columns, classes=None):
     return SingleLabel(columns, classes or ())
   if classes:
     raise FlagError("a %s head has no class list (its outputs are the label columns %s); "
-                    "drop --labels" % (kind, ", ".join(str(c) for c in columns)))
+                    "drop --labels (or, when the classes come from a model card, the --head that "
+                    "contradicts it)" % (kind, ", ".join(str(c) for c in columns)))
   return SPECS[kind](columns)
 
 

@@ -21,14 +21,16 @@ CARD_FORMAT = "bert-text-classifier-model-card"
 #      also record pooling and truncation (written before the version was raised)
 #   3  pooling and truncation always; text_pair; training: the batches and the data the
 #      model was trained on, which a resumed training must continue
-CARD_VERSION = 3
+#   4  training.input: how the train records were read (their shards, the input
+#      pipelines, dynamic padding), which a resumed input must read the same way
+CARD_VERSION = 4
 # What the head may read, and which tokens of a long text are kept: settings a card records.
 POOLINGS = ("cls", "mean")
 TRUNCATION_MODES = ("head", "tail", "head_tail")
 # The tasks whose examples are pairs of texts (a csv task when it names --text_b_column).
 PAIR_TASKS = ("mnli", "mnli-mm", "mrpc", "qqp", "rte", "sts-b")
 
-# Every entry of a version 3 card and what its value is (None: may be null).
+# Every entry of a version 4 card and what its value is (None: may be null).
 FIELDS = {
     "format": (str,), "version": (int,), "task": (str,), "label_spec": (dict,),
     "head": (str,), "labels": (list, None), "label_columns": (list, None),
@@ -41,7 +43,11 @@ FIELDS = {
 # A training entry: the batch (examples per optimizer update), the steps asked for, the
 # seed, and each train file in the order the model was trained on them.
 TRAINING_FIELDS = {"per_update": (int,), "num_train_steps": (int,), "seed": (int,),
-                   "data": (list,)}
+                   "data": (list,), "input": (dict, None)}
+# How the train records were read: the examples a resumed training skips are those of this
+# same stream (input is None for a card of version 3: not known).
+INPUT_FIELDS = {"record_shards": (int,), "input_pipelines": (int,), "dynamic_padding": (bool,),
+                "train_batch_size": (int,)}
 DATA_FIELDS = {"file": (str,), "sha256": (str,), "examples": (int,),
                "train_fraction": (float, int), "from_step": (int,)}
 
@@ -84,7 +90,7 @@ def to_json(card):
 
 
 def from_json(text, where):
-  """Parses a card of any version this project has written, in version 3's terms.
+  """Parses a card of any version this project has written, in the current version's terms.
   Raises CardError naming where it came from and what is wrong."""
   try:
     card = json.loads(text)
@@ -94,6 +100,10 @@ def from_json(text, where):
   if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
     raise CardError("%s is not a model card of this project" % where)
   version = card.get("version")
+  if not isinstance(version, int) or isinstance(version, bool):  # (true == 1 in Python)
+    raise CardError("%s: its version is %r, not a whole number: the file was edited; "
+                    "restore the card, or train again into a new --output_dir"
+                    % (where, version))
   if version not in MIGRATIONS and version != CARD_VERSION:
     raise CardError("%s has card version %r; this program reads versions 1 to %d (a newer "
                     "program wrote it: use that one)" % (where, version, CARD_VERSION))
@@ -110,6 +120,8 @@ def _checked(card, where):
     _check_entries(card["training"], TRAINING_FIELDS, where, "training.")
     for i, entry in enumerate(card["training"]["data"]):
       _check_entries(entry, DATA_FIELDS, where, "training.data[%d]." % i)
+    if card["training"]["input"] is not None:
+      _check_entries(card["training"]["input"], INPUT_FIELDS, where, "training.input.")
   return card
 
 
@@ -120,7 +132,7 @@ def _check_entries(values, fields, where, prefix):
     if name not in values:
       raise CardError("%s has no entry %s%s (its version, %s, has one): the file was cut "
                       "or edited; train again into a new --output_dir, or restore the card"
-                      % (where, prefix, name, values.get("version", "3")))
+                      % (where, prefix, name, values.get("version", CARD_VERSION)))
     value = values[name]
     if not (value is None and None in kinds or isinstance(value, tuple(
         k for k in kinds if k is not None)) and not (isinstance(value, bool) and
@@ -156,7 +168,18 @@ def _version_2_to_3(card, where):
               training=None)
 
 
-MIGRATIONS = {1: _version_1_to_2, 2: _version_2_to_3}
+def _version_3_to_4(card, where):
+  """A version 3 card in version 4's terms: how its train records were read is not known
+  (a resumed training is not checked against it, and the log says so)."""
+  training = card["training"]
+  if training is not None:
+    _check_entries(training, {k: v for k, v in TRAINING_FIELDS.items() if k != "input"},
+                   where, "training.")
+    training = dict(training, input=None)
+  return dict(card, version=4, training=training)
+
+
+MIGRATIONS = {1: _version_1_to_2, 2: _version_2_to_3, 3: _version_3_to_4}
 # What each version's migration reads.
 _FIELDS_OF_VERSION = {
     1: {name: FIELDS[name] for name in ("task", "head", "labels", "max_seq_length",
@@ -166,6 +189,7 @@ _FIELDS_OF_VERSION = {
                                         "label_columns", "max_seq_length", "do_lower_case",
                                         "vocab_file", "vocab_sha256", "bert_config",
                                         "flags")},
+    3: FIELDS,
 }
 
 

@@ -28,9 +28,23 @@ QUOTINGS = ("auto", "csv", "none")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
-def option(default, help, choices=None):
-  """An option's default, its help (the flag's) and, for a closed set, its choices."""
-  return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
+def option(default, help, choices=None, check=None):
+  """An option's default, its help (the flag's) and, for a closed set, its choices; check:
+  a function of a value that says what is wrong with it (None when nothing is)."""
+  return dataclasses.field(default=default, metadata={"help": help, "choices": choices,
+                                                      "check": check})
+
+
+def _delimiter_problem(value):
+  """What makes a --delimiter value unusable as a field delimiter, or None."""
+  if value in ("\\t", "tab"):
+    return None
+  if len(value) != 1:
+    return ("is not one character: give the single character between fields (`\\t` or "
+            "`tab` for a tab)")
+  if value in "\r\n\"":
+    return "cannot separate fields: it ends lines or quotes text. Give another character"
+  return None
 
 
 def _has_header_help(split):
@@ -83,7 +97,8 @@ class DataOptions(object):
       "delimiters and newlines), 'none' (a quote is a plain character, as in Google's "
       "_read_tsv), or 'auto': csv for .csv files, none for .tsv/.txt files.", QUOTINGS)
   delimiter: Optional[str] = option(
-      None, "csv task: field delimiter (default: tab for .tsv/.txt, else comma).")
+      None, "csv task: field delimiter (default: tab for .tsv/.txt, else comma).",
+      check=_delimiter_problem)
   labels: Optional[Tuple[str, ...]] = option(
       None, "csv task: the label values in order (default: sorted distinct values of the "
       "train file).")

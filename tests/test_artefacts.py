@@ -124,9 +124,10 @@ def test_a_folders_checkpoint_that_cannot_be_read_is_named_before_any_work(jigsa
 # --- model cards of every version ---------------------------------------------------------
 
 # Cards written by this project's own earlier versions (tests/data/README.md says how):
-# version 1, version 2 before pooling and truncation, and version 2 with them.
+# version 1, version 2 before pooling and truncation, version 2 with them, and version 3.
 CARDS = {name: os.path.join(TEST_DATA, "model_cards", name + ".json")
-         for name in ("version1_19bacd4", "version2_e3e8d77", "version2_8f004ca")}
+         for name in ("version1_19bacd4", "version2_e3e8d77", "version2_8f004ca",
+                      "version3_32e18f1")}
 
 
 @pytest.mark.parametrize("name", sorted(CARDS))
@@ -134,14 +135,20 @@ def test_every_card_this_project_wrote_reads_in_the_current_version(name):
   with open(CARDS[name]) as f:
     written = json.load(f)
   card = model_card.from_json(json.dumps(written), CARDS[name])
-  assert card["version"] == model_card.CARD_VERSION == 3
+  assert card["version"] == model_card.CARD_VERSION == 4
   assert set(card) >= set(model_card.FIELDS)
   assert (card["task"], card["labels"], card["head"], card["max_seq_length"]) == (
       "jigsaw_toxic", ["0", "1"], "classification", 32)
   # What later versions added, as the model was: BERT's pooled [CLS], the first tokens,
-  # single texts, and no record of its training data (unknown).
-  assert (card["pooling"], card["truncation"], card["text_pair"], card["training"]) == (
-      "cls", {"mode": "head"}, False, None)
+  # single texts, and no record of its training data before version 3, nor of how its
+  # records were read before version 4 (unknown).
+  assert (card["pooling"], card["truncation"], card["text_pair"]) == ("cls", {"mode": "head"},
+                                                                      False)
+  if written["version"] < 3:
+    assert card["training"] is None
+  else:
+    assert card["training"] == dict(written["training"], input=None)
+    assert (card["training"]["per_update"], card["training"]["data"][0]["examples"]) == (8, 267)
   assert card["label_spec"]["kind"] == "classification"
   assert card["label_columns"] == (None if written["version"] == 1 else ["toxic"])
 
@@ -162,7 +169,10 @@ def test_a_card_that_is_not_a_whole_card_of_a_known_version_is_named():
   with open(CARDS["version2_8f004ca"]) as f:
     written = json.load(f)
   for broken, message in (
-      (dict(written, version=7), "x has card version 7; this program reads versions 1 to 3"),
+      (dict(written, version=7), "x has card version 7; this program reads versions 1 to 4"),
+      (dict(written, version="3"), "x: its version is '3', not a whole number: the file was "
+                                   "edited"),
+      (dict(written, version=True), "x: its version is True, not a whole number"),
       ({k: v for k, v in written.items() if k != "max_seq_length"},
        "x has no entry max_seq_length (its version, 2, has one)"),
       (dict(written, max_seq_length="32"), "x: max_seq_length is '32', which is not int"),
@@ -171,8 +181,14 @@ def test_a_card_that_is_not_a_whole_card_of_a_known_version_is_named():
       model_card.from_json(json.dumps(broken), "x")
     assert str(error.value).startswith(message), str(error.value)
   current = dict(model_card.from_json(json.dumps(written), "x"),
-                 training={"per_update": 8, "num_train_steps": 6, "seed": 1, "data": [{}]})
+                 training={"per_update": 8, "num_train_steps": 6, "seed": 1, "data": [{}],
+                           "input": None})
   with pytest.raises(model_card.CardError, match=r"x has no entry training.data\[0\].examples"):
+    model_card.from_json(json.dumps(current), "x")
+  current["training"]["data"] = []
+  current["training"]["input"] = {"record_shards": 1, "input_pipelines": 1}
+  with pytest.raises(model_card.CardError,
+                     match=r"x has no entry training.input.dynamic_padding"):
     model_card.from_json(json.dumps(current), "x")
 
 

@@ -55,12 +55,20 @@ def test_values_are_checked_for_type_and_choice():
                        (dict(do_train=1), "do_train must be bool, not 1"),
                        (dict(labels=["0", "1"]), "labels must be a tuple of strings"),
                        (dict(learning_rate=True), "learning_rate must be float, not True"),
-                       (dict(given=frozenset(["speed"])), "given names unknown options: speed")):
+                       (dict(given=frozenset(["speed"])), "given names unknown options: speed"),
+                       (dict(labels=("0", "", "1")), "--labels=0,,1 has an empty item: list "
+                                                     "the values between commas, each once"),
+                       (dict(delimiter=";;"), "--delimiter=';;' is not one character"),
+                       (dict(delimiter="\n"), "--delimiter='\\n' cannot separate fields: it "
+                                              "ends lines or quotes text"),
+                       (dict(delimiter='"'), "--delimiter='\"' cannot separate fields")):
     with pytest.raises(ConfigError) as error:
       RunConfig(**bad)
     assert message in str(error.value)
   with pytest.raises(FlagError, match="nothing to do"):
     run(RunConfig(output_dir="/tmp/never"))
+  for usable in ("\\t", "tab", ";", "|"):
+    assert RunConfig(delimiter=usable).data.delimiter == usable
 
 
 @pytest.mark.slow

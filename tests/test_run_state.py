@@ -48,6 +48,8 @@ def _other_train_file(tmp_path):
 def test_the_card_records_what_the_model_was_trained_on(jigsaw_model):
   training = _card(jigsaw_model.output_dir)["training"]
   assert (training["per_update"], training["num_train_steps"], training["seed"]) == (8, 6, 12345)
+  assert training["input"] == {"record_shards": 1, "input_pipelines": 1,
+                               "dynamic_padding": False, "train_batch_size": 8}
   (data,) = training["data"]
   assert (data["file"], data["examples"], data["train_fraction"], data["from_step"]) == (
       TRAIN, 267, 1.0, 0)
@@ -99,6 +101,26 @@ def test_resuming_with_another_batch_is_refused(jigsaw_model, tiny_checkpoint, t
       "examples where those steps trained on 48. Pass --train_batch_size (and "
       "--gradient_accumulation_steps) as before, or train a new model into another "
       "--output_dir" % os.path.join(folder, "model_card.json"))
+  assert _steps(folder) == [6]
+
+
+@pytest.mark.parametrize("changed, setting, before, after", [
+    ("--num_record_shards=2", "--num_record_shards", "1", "2"),
+    ("--dynamic_padding", "--dynamic_padding", "false", "true")])
+def test_resuming_reads_the_records_as_the_steps_before_did(
+    jigsaw_model, tiny_checkpoint, tmp_path, changed, setting, before, after):
+  """Two shards are interleaved, and dynamic padding draws batches from length buckets:
+  the resumed input skipped 48 examples of another stream (rows trained twice, others
+  never), exit 0."""
+  folder = jigsaw_model.copy_to(str(tmp_path / "model"))
+  with pytest.raises(FlagError) as error:
+    run_flags(*_command(folder, tiny_checkpoint, "--num_train_steps=8", changed))
+  assert str(error.value) == (
+      "%s: its model was trained to step 6 reading its records with %s=%s, and this run has "
+      "%s: the resumed input would not continue where those steps stopped (some rows would "
+      "be trained on twice, others never). Pass %s as before, or train a new model into "
+      "another --output_dir" % (os.path.join(folder, "model_card.json"), setting, before,
+                                after, setting))
   assert _steps(folder) == [6]
 
 
@@ -193,3 +215,85 @@ def test_a_csv_models_label_column_is_the_files_layout(jigsaw_model, tmp_path):
       "classes of the model whose card is %s. Fix: a file read with this model may hold only "
       "its classes: correct the row, or train a model with these labels into another "
       "--output_dir" % (renamed, line, os.path.join(folder, "model_card.json")))
+
+
+def test_a_checkpoint_saved_at_step_0_is_no_fine_tuned_model(jigsaw_model, tmp_path):
+  """Its head is as it was initialised: predicting through it wrote random predictions."""
+  step_0 = os.path.join(jigsaw_model.output_dir, "model.ckpt-0")
+  with pytest.raises(FlagError) as error:
+    run_flags("--predict_file=" + os.path.join(JIGSAW, "test.csv"), "--do_predict",
+              "--init_checkpoint=" + step_0, "--output_dir=" + str(tmp_path / "scores"))
+  assert str(error.value).startswith(
+      "refusing to predict with an untrained classifier head: %s was saved at step 0, before "
+      "any training. Fine-tune first" % step_0)
+
+
+def test_two_fine_tuned_models_named_at_once_are_refused(jigsaw_model, tmp_path):
+  """The folder's model was used, and the --init_checkpoint the command named was ignored."""
+  copy = jigsaw_model.copy_to(str(tmp_path / "model"))
+  other = os.path.join(jigsaw_model.output_dir, "model.ckpt-6")
+  with pytest.raises(FlagError) as error:
+    run_flags("--output_dir=" + copy, "--do_predict", "--data_dir=" + JIGSAW,
+              "--init_checkpoint=" + other)
+  assert str(error.value) == (
+      "--init_checkpoint=%s is a fine-tuned model, and --output_dir=%s holds one too, which "
+      "this run would predict with (model.ckpt-6), ignoring the first. Drop --init_checkpoint "
+      "to use the folder's model, or pass an --output_dir without a model to use the "
+      "checkpoint's" % (other, copy))
+
+
+def test_the_best_checkpoint_brings_its_models_card(jigsaw_model, tmp_path):
+  """<output_dir>/best holds best_checkpoint.json and the checkpoint, not the card: the
+  card beside the output folder is the model's (classes reversed were accepted)."""
+  import shutil
+  copy = jigsaw_model.copy_to(str(tmp_path / "model"))
+  best = os.path.join(copy, "best")
+  os.makedirs(best)
+  for name in os.listdir(copy):
+    if name.startswith("model.ckpt-6."):
+      shutil.copy(os.path.join(copy, name), best)
+  with open(os.path.join(best, "best_checkpoint.json"), "w") as f:
+    json.dump({"checkpoint": os.path.join(best, "model.ckpt-6")}, f)
+  with pytest.raises(FlagError) as error:
+    run_flags("--task_name=csv", "--predict_file=" + os.path.join(JIGSAW, "test.csv"),
+              "--text_column=comment_text", "--labels=1,0", "--do_predict",
+              "--init_checkpoint=" + os.path.join(best, "model.ckpt-6"),
+              "--output_dir=" + str(tmp_path / "scores"))
+  assert str(error.value).startswith(
+      "%s says labels=0,1, but this run has 1,0" % os.path.join(copy, "model_card.json"))
+
+
+def test_a_newest_checkpoint_whose_files_are_gone_is_named(jigsaw_model, tmp_path):
+  """The folder's `checkpoint` file names model.ckpt-6, deleted: predicting said the folder
+  held no fine-tuned model, and training failed with a traceback."""
+  copy = jigsaw_model.copy_to(str(tmp_path / "model"))
+  for name in os.listdir(copy):
+    if name.startswith("model.ckpt-6."):
+      os.remove(os.path.join(copy, name))
+  fix = ("to go back to an earlier checkpoint, name it in the folder's `checkpoint` file "
+         "(model_checkpoint_path: \"model.ckpt-<step>\")")
+  with pytest.raises(FlagError) as error:
+    run_flags("--output_dir=" + copy, "--do_predict", "--data_dir=" + JIGSAW)
+  assert str(error.value) == (
+      "refusing to predict with %s/model.ckpt-6: it cannot be read: there is no file "
+      "%s/model.ckpt-6.index. Restore its files, %s, or point --output_dir or "
+      "--init_checkpoint at another model" % (copy, copy, fix))
+  with pytest.raises(FlagError) as error:
+    run_flags("--output_dir=" + copy, "--do_train", "--num_train_steps=8",
+              "--data_dir=" + JIGSAW)
+  assert str(error.value) == (
+      "--output_dir=%s: training would resume from its newest checkpoint, model.ckpt-6, which "
+      "cannot be read: there is no file %s/model.ckpt-6.index. Restore its files, or %s, or "
+      "train into a new --output_dir" % (copy, copy, fix))
+
+
+def test_a_training_that_diverges_is_one_line(tiny_checkpoint, tmp_path):
+  """A NaN loss ended in TensorFlow's NanLossDuringTrainingError traceback."""
+  folder = str(tmp_path / "out")
+  with pytest.raises(FlagError) as error:
+    run_flags(*_command(folder, tiny_checkpoint) + ["--learning_rate=1e12",
+                                                    "--warmup_proportion=0"])
+  assert str(error.value) == (
+      "training diverged: the loss became NaN before step 6 (the checkpoints kept in %s are "
+      "from before it). Lower --learning_rate (or raise --warmup_proportion), and check that "
+      "the train file's targets and weights are of a sensible size" % folder)

@@ -25,7 +25,12 @@ FULL_DISK_FIX = ("No space left on device. Fix: free space on that disk, or pass
 def test_folders_that_cannot_be_written_are_refused_before_any_work(tmp_path, tiny_checkpoint):
   a_file = tmp_path / "results.txt"
   a_file.write_text(u"not a folder")
+  nowhere = tmp_path / "nowhere"
+  os.symlink(str(tmp_path / "gone"), str(nowhere))  # a link to a folder since deleted
   cases = (
+      (["--output_dir=%s" % (nowhere / "out")],
+       "--output_dir=%s cannot be created: %s is a link to %s, which does not exist. Create "
+       "that folder, or pass another" % (nowhere / "out", nowhere, tmp_path / "gone")),
       (["--output_dir=%s" % a_file], "--output_dir=%s is a file, not a folder: pass a folder "
                                      "(it is created if missing)" % a_file),
       (["--output_dir=%s" % (a_file / "run" / "1")],
@@ -42,7 +47,7 @@ def test_folders_that_cannot_be_written_are_refused_before_any_work(tmp_path, ti
     with pytest.raises(FlagError) as error:
       run_flags(*common_flags(tiny_checkpoint, "unused") + ["--do_train"] + flags)
     assert str(error.value) == message
-  assert sorted(os.listdir(str(tmp_path))) == ["results.txt"]  # nothing was made
+  assert sorted(os.listdir(str(tmp_path))) == ["nowhere", "results.txt"]  # nothing was made
 
 
 def _can_make_namespaces():

@@ -70,6 +70,9 @@ class BertConfig(object):
         raise BertConfigError("%s is %r, not %s" % (
             name, values[name], "a number" if float in allowed else
             "a name" if str in allowed else "a whole number"))
+      if name in values and allowed == (int,) and values[name] < 1:  # (sizes and counts)
+        raise BertConfigError("%s is %r, not a whole number of at least 1" % (name,
+                                                                               values[name]))
     return cls(**{k: v for k, v in values.items() if k in cls.FIELDS})
 
   @classmethod

@@ -98,6 +98,12 @@ def assignment_map(variables, init_checkpoint):
       missing.append(name)
       continue
     shape = var.shape.as_list()
+    if list(in_checkpoint[name]) != shape and name in HEAD_VARIABLES:
+      raise CheckpointError(
+          "the classifier head in %s has %d outputs, and this run's has %d: the checkpoint "
+          "was fine-tuned for other labels. Use the labels it was trained with, or start "
+          "from a pre-trained checkpoint" % (init_checkpoint, in_checkpoint[name][0],
+                                             shape[0]))
     if list(in_checkpoint[name]) != shape:
       raise CheckpointError(
           "variable %s has shape %s in the graph but %s in %s: the bert_config.json does not "

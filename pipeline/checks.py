@@ -150,6 +150,17 @@ def check_model_inputs(model):
   if model.max_seq_length < 3:
     raise FlagError("--max_seq_length=%d is too short: [CLS] text [SEP] needs at least 3"
                     % model.max_seq_length)
+  for name, usual in (("bert_config_file", "bert_config.json"), ("vocab_file", "vocab.txt")):
+    path = getattr(model, name)
+    if path and tf.io.gfile.isdir(path):
+      inside = os.path.join(path, usual)
+      raise FlagError("--%s=%s is a folder: pass the file itself%s" % (
+          name, path, ", %s" % inside if tf.io.gfile.exists(inside) else ""))
+  if model.init_checkpoint and tf.io.gfile.isdir(model.init_checkpoint):
+    newest = tf.train.latest_checkpoint(model.init_checkpoint)
+    raise FlagError("--init_checkpoint=%s is a folder: pass a checkpoint's prefix%s" % (
+        model.init_checkpoint, " (its newest is %s)" % newest if newest else
+        ", e.g. .../bert_model.ckpt (not the .index or .data file)"))
   if model.init_checkpoint and not tf.io.gfile.exists(model.init_checkpoint + ".index"):
     raise FlagError("--init_checkpoint=%s: no file %s.index. Give the checkpoint prefix, e.g. "
                     ".../bert_model.ckpt (not the .index or .data file)" %
@@ -194,3 +205,16 @@ def check_task(data, given, needs_labels):
     if getattr(data, name) is None:
       raise FlagError("--task_name=%s needs --%s (a column name, or a 0-based position "
                       "with --nohas_header)" % (processor.name, name))
+  check_texts_are_not_labels(data)
+
+
+def check_texts_are_not_labels(data):
+  """A text column that is also a label column: the model would read each row's answer
+  in its input, and score well on nothing it could learn from text."""
+  labels = set(data.label_columns() or ())
+  for name in ("text_column", "text_b_column"):
+    column = getattr(data, name)
+    if column is not None and str(column) in labels:
+      raise FlagError("--%s=%s is also a label column (--label_column=%s): the model would "
+                      "read each row's label in its text. Pass the column of the texts"
+                      % (name, column, data.label_column))

@@ -1,11 +1,13 @@
 """The files a run writes into --output_dir (a local folder or a bucket): the eval
 results, the predictions, report files and the run summary; and what a run returns."""
 
+import collections
 import dataclasses
 import json
 import logging
 import os
 import platform
+import re
 import time
 from typing import Any, Dict, List, Optional
 
@@ -97,25 +99,47 @@ def write_predictions(path, examples, outputs, label_spec):
   (e.g. per-class probabilities and the predicted class), then carried-through columns."""
   extras = sorted(set(k for e in examples for k in e.extras))
   header = ["id"] + label_spec.prediction_header()
+  changed = collections.Counter()
   with tf.io.gfile.GFile(path, "w") as out:
     out.write("\t".join(header + extras) + "\n")
     for example, values in zip(examples, outputs):
-      line = ([one_line(example.guid)] + label_spec.prediction_cells(values) +
-              [one_line(example.extras.get(k, "")) for k in extras])
+      line = ([one_line(example.guid, changed, "id")] + label_spec.prediction_cells(values) +
+              [one_line(example.extras.get(k, ""), changed, k) for k in extras])
       out.write("\t".join(line) + "\n")
+  _report_changed_cells(path, changed)
 
 
 def write_fold_predictions(path, examples, fold_of, outputs, label_spec):
   """Out-of-fold predictions: id, fold, the head's prediction columns, one line per row."""
+  changed = collections.Counter()
   with tf.io.gfile.GFile(path, "w") as out:
     out.write("\t".join(["id", "fold"] + label_spec.prediction_header()) + "\n")
     for example, fold, values in zip(examples, fold_of, outputs):
-      out.write("\t".join([one_line(example.guid), str(fold)] +
+      out.write("\t".join([one_line(example.guid, changed, "id"), str(fold)] +
                           label_spec.prediction_cells(values)) + "\n")
+  _report_changed_cells(path, changed)
 
 
-def one_line(text):
-  return str(text).replace("\t", " ").replace("\n", " ")
+# What would end a TSV cell or its line for some reader: a tab, and every character
+# Python's str.splitlines breaks at (\r, \x0b, \x0c, \x1c-\x1e, \x85, \u2028, \u2029).
+_CELL_BREAKS = re.compile(u"[\t\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def one_line(text, changed=None, column=None):
+  """text as one TSV cell: its tabs and line breaks become spaces (counted by column in
+  changed, for the log)."""
+  cell, count = _CELL_BREAKS.subn(u" ", str(text))
+  if count and changed is not None:
+    changed[column] += 1
+  return cell
+
+
+def _report_changed_cells(path, changed):
+  """A warning naming the cells whose tabs or line breaks were written as spaces: never a
+  silent change (the rows keep the input's order, which matches them)."""
+  for column, count in sorted(changed.items()):
+    log.warning("%s: %d %s cells held tabs or line breaks, written as spaces (the rows are "
+                "in the input's order)", path, count, column)
 
 
 def write_run_summary(c, started, seconds, progress, bert_config, result, best=None,

@@ -114,8 +114,21 @@ def from_json(text, where):
 
 
 def _checked(card, where):
-  """card, when every entry of the current version is there and of its kind."""
+  """card, when every entry of the current version is there and of its kind, and what
+  it shows twice (the head's kind, classes and columns, at the top level for readers) is
+  the same in both places."""
   _check_entries(card, FIELDS, where, "")
+  spec = card["label_spec"]
+  for name, shown in (("head", spec.get("kind")), ("labels", spec.get("classes")),
+                      ("label_columns", spec.get("columns"))):
+    if card[name] != shown and not (name == "label_columns" and card[name] is None):
+      raise CardError("%s contradicts itself: %s is %s, and label_spec says %s (the file was "
+                      "edited): restore the card, or train again into a new --output_dir"
+                      % (where, name, json.dumps(card[name]), json.dumps(shown)))
+  if card["head"] == "classification" and not card["labels"]:
+    raise CardError("%s: a classification head's card lists no classes (labels is %s): "
+                    "restore the card, or train again into a new --output_dir"
+                    % (where, json.dumps(card["labels"])))
   if card["training"] is not None:
     _check_entries(card["training"], TRAINING_FIELDS, where, "training.")
     for i, entry in enumerate(card["training"]["data"]):

@@ -173,6 +173,10 @@ def test_a_card_that_is_not_a_whole_card_of_a_known_version_is_named():
       (dict(written, version="3"), "x: its version is '3', not a whole number: the file was "
                                    "edited"),
       (dict(written, version=True), "x: its version is True, not a whole number"),
+      (dict(written, labels=["1", "0"]), 'x contradicts itself: labels is ["1", "0"], and '
+                                         'label_spec says ["0", "1"] (the file was edited)'),
+      (dict(written, labels=None, label_spec=dict(written["label_spec"], classes=None)),
+       "x: a classification head's card lists no classes (labels is null)"),
       ({k: v for k, v in written.items() if k != "max_seq_length"},
        "x has no entry max_seq_length (its version, 2, has one)"),
       (dict(written, max_seq_length="32"), "x: max_seq_length is '32', which is not int"),
@@ -206,3 +210,18 @@ def test_a_model_with_a_card_of_every_version_predicts(name, jigsaw_model, tmp_p
                      "--vocab_file=" + TINY_VOCAB)
   with open(result.predictions) as f, open(jigsaw_model.result.predictions) as g:
     assert f.read() == g.read()  # the same model, the same predictions
+
+
+@pytest.mark.slow
+def test_a_head_of_another_size_is_named_as_the_head(jigsaw_model):
+  """It was blamed on the bert_config.json."""
+  from modeling.checkpoint import assignment_map
+  checkpoint = os.path.join(jigsaw_model.output_dir, "model.ckpt-6")
+  with tf.Graph().as_default():
+    head = tf.get_variable("output_weights", [3, 128])
+    with pytest.raises(CheckpointError) as error:
+      assignment_map([head], checkpoint)
+  assert str(error.value) == (
+      "the classifier head in %s has 2 outputs, and this run's has 3: the checkpoint was "
+      "fine-tuned for other labels. Use the labels it was trained with, or start from a "
+      "pre-trained checkpoint" % checkpoint)

@@ -94,3 +94,28 @@ def test_run_takes_a_config_built_in_python(jigsaw_model, tmp_path):
     assert f.read() == g.read()
   with pytest.raises(FlagError, match="says do_lower_case=True, but this run has False"):
     run(RunConfig(output_dir=copy, data_dir=JIGSAW, do_predict=True, do_lower_case=False))
+
+
+def test_a_folder_given_for_a_file_or_a_checkpoint_is_named(tiny_checkpoint, tmp_path):
+  """--bert_config_file=<folder> ended in FailedPreconditionError, --vocab_file=<folder> in
+  IsADirectoryError, and --init_checkpoint=<folder> said there was no <folder>.index."""
+  from conftest import TINY, common_flags
+  checkpoint_folder = os.path.dirname(tiny_checkpoint)
+  cases = (
+      ("--bert_config_file=" + TINY, "--bert_config_file=%s is a folder: pass the file itself, "
+                                     "%s/bert_config.json" % (TINY, TINY)),
+      ("--vocab_file=" + str(tmp_path), "--vocab_file=%s is a folder: pass the file itself"
+                                        % tmp_path),
+      ("--init_checkpoint=" + checkpoint_folder,
+       "--init_checkpoint=%s is a folder: pass a checkpoint's prefix (its newest is %s)"
+       % (checkpoint_folder, tiny_checkpoint)),
+      ("--text_column=toxic", "--text_column=toxic is also a label column (--label_column="
+                              "toxic): the model would read each row's label in its text. Pass "
+                              "the column of the texts"))
+  for flag, message in cases:
+    with pytest.raises(FlagError) as error:
+      run(parse_flags(["run_classifier.py"] + common_flags(tiny_checkpoint, str(
+          tmp_path / "out")) + ["--do_train", "--task_name=csv", "--label_column=toxic",
+                                "--train_file=" + os.path.join(JIGSAW, "train.csv"), flag]))
+    assert str(error.value) == message
+  assert not os.path.exists(str(tmp_path / "out"))

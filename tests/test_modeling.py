@@ -129,6 +129,12 @@ def test_shape_checks_and_config_errors():
     small_config(hidden_size=30)
   with pytest.raises(ValueError, match="unknown hidden_act 'swish'"):
     small_config(hidden_act="swish")
+  from modeling.bert import BertConfigError
+  for name in ("vocab_size", "num_hidden_layers", "hidden_size"):  # (-1 blamed the vocabulary)
+    values = dict(small_config().to_dict(), **{name: -1})
+    with pytest.raises(BertConfigError) as error:
+      BertConfig.from_dict(values)
+    assert str(error.value) == "%s is -1, not a whole number of at least 1" % name
 
 
 def test_checkpoint_shape_mismatch_is_explained(tmp_path):

@@ -80,7 +80,8 @@ def run(c, cluster=None):
   machine.prepare()  # graph mode on either runtime; the C allocator
   trains_here = c.modes.do_train and (cluster is None or cluster.is_chief)
   with workspace.faults_reported(c.outputs.output_dir), \
-      workspace.training_lock(c.outputs.output_dir, holds=trains_here):
+      workspace.training_lock(folds.folder_trained(c.training, c.outputs.output_dir),
+                              holds=trains_here):
     if c.model.saved_model:
       return export.predict_with_export(c)
     if c.training.num_folds:

@@ -156,8 +156,13 @@ class DataProcessor(object):
                   ", ".join(str(line) for line, _ in table.multi_line[:5]),
                   ", ..." if len(table.multi_line) > 5 else "")
     skipped = self.skipped.get(split, {})
+    causes = "".join(", %d skipped (%s)" % (n, cause) for cause, n in sorted(skipped.items()))
     log.info("%s: %s -> %d %s examples%s", path, table.accounting(), len(examples), split,
-             "".join(", %d skipped (%s)" % (n, cause) for cause, n in sorted(skipped.items())))
+             causes)
+    if table.rows and not examples:  # (a run on no rows would train, score or predict nothing)
+      raise DataError(path, "every record was skipped (%s): no rows are left to read"
+                      % causes.lstrip(", "), "correct the rows, or the column and label "
+                      "options that read them (the log names each cause)")
     self.accounts[split] = {
         "lines": table.num_lines, "header": table.header is not None,
         "records": len(table.rows), "blank_lines": table.blank_lines,

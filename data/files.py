@@ -19,6 +19,8 @@ except ImportError:  # (Windows: no POSIX locks; files are then not held)
 
 import tensorflow.compat.v1 as tf
 
+from spec.errors import FlagError
+
 
 def staging_path(path):
   """A name beside path that no other writer uses."""
@@ -154,6 +156,9 @@ def hold(lock_path, exclusive=False, wait=True):
     handle.close()
     handle = None
   if handle is None:
+    if os.path.isdir(lock_path):
+      raise FlagError("%s is a folder, where runs sharing this cache keep a lock file: remove "
+                      "it (it holds no records)" % lock_path)
     # (reading too: a shared POSIX lock needs a descriptor open for reading)
     handle = _HELD[lock_path] = open(lock_path, "a+")
   try:

@@ -55,6 +55,14 @@ def check_folds(training, do_train):
                     % (training.fold, training.num_folds, training.num_folds - 1))
 
 
+def folder_trained(training, output_dir):
+  """The folder a run trains into: one fold's own (a run of --fold=<i>, one machine's part
+  of a cross-validation), else --output_dir. A training holds it (pipeline.workspace)."""
+  if training.num_folds and training.fold >= 0:
+    return os.path.join(output_dir, "fold_%d" % training.fold)
+  return output_dir
+
+
 def fold_config(c, i):
   """The configuration of fold i: its own folders under --output_dir (and --cache_dir,
   --export_dir), evaluated on its held-out rows."""

@@ -217,6 +217,9 @@ def _create_exclusively(path, text):
 def _read_lock(path):
   """The holder recorded in a lock file; {} when it cannot be parsed (being written, or
   damaged); None when it is gone."""
+  if tf.io.gfile.isdir(path):
+    raise FlagError("%s is a folder, where a training run keeps its lock file: remove it "
+                    "(it is no part of the model)" % path)
   try:
     with tf.io.gfile.GFile(path, "r") as f:
       text = f.read()

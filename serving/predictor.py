@@ -37,20 +37,28 @@ class ExportNotFound(FlagError):
   says how to make one."""
 
 
+def _check_batch_size(batch_size):
+  """batch_size, when it is a whole number of at least 1; else a ValueError saying so."""
+  if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or (
+      batch_size < 1):
+    raise ValueError("batch_size=%r: give a whole number of texts, at least 1" % (batch_size,))
+  return int(batch_size)
+
+
 def find_export(path):
   """The SavedModel directory of path: path itself when it holds saved_model.pb, else the
-  newest version under path/export (a training --output_dir exported with --do_export)."""
+  newest version under path/export (a training --output_dir exported with --do_export).
+  The newest is taken even when it is damaged (check_export_files then says how): an older
+  one in its place would be another model, silently."""
   if tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
     return path
   base = os.path.join(path, "export")
   versions = []
   if tf.io.gfile.isdir(base):
-    versions = sorted((int(name.rstrip("/")) for name in tf.io.gfile.listdir(base)
-                       if name.rstrip("/").isdigit()), reverse=True)
-  for version in versions:
-    candidate = os.path.join(base, str(version))
-    if tf.io.gfile.exists(os.path.join(candidate, "saved_model.pb")):
-      return candidate
+    versions = sorted((name.rstrip("/") for name in tf.io.gfile.listdir(base)
+                       if name.rstrip("/").isdigit()), key=int)
+  if versions:
+    return os.path.join(base, versions[-1])
   raise ExportNotFound(
       "%s holds no SavedModel (no saved_model.pb, and no %s/<version>/saved_model.pb). Export "
       "the fine-tuned model first: run_classifier.py --do_export --output_dir=<its output_dir>"
@@ -126,8 +134,7 @@ class Predictor(object):
   """
 
   def __init__(self, path, tokenizer="auto", batch_size=32, session_config=None):
-    if batch_size <= 0:
-      raise ValueError("batch_size=%d must be positive" % batch_size)
+    _check_batch_size(batch_size)
     self.export_dir = find_export(path)
     check_export_files(self.export_dir)
     self.card = read_export_card(self.export_dir)
@@ -194,7 +201,7 @@ class Predictor(object):
   def predict_outputs(self, examples, batch_size=None):
     """The head's outputs (a list of floats per example; data/examples InputExample),
     in input order: the values run_classifier writes into test_results.tsv."""
-    batch_size = batch_size or self.batch_size
+    batch_size = self.batch_size if batch_size is None else _check_batch_size(batch_size)
     features = list(convert_examples(examples, self.label_spec, self.max_seq_length,
                                      self.tokenizer, strategy=self.truncation))
     # Texts of similar length share a batch, so little of any batch is padding.

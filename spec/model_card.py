@@ -22,7 +22,8 @@ CARD_FORMAT = "bert-text-classifier-model-card"
 #   3  pooling and truncation always; text_pair; training: the batches and the data the
 #      model was trained on, which a resumed training must continue
 #   4  training.input: how the train records were read (their shards, the input
-#      pipelines, dynamic padding), which a resumed input must read the same way
+#      pipelines, dynamic padding, the TensorFlow version), which a resumed input must
+#      read the same way; and each train file's rows as read (training.data[].rows)
 CARD_VERSION = 4
 # What the head may read, and which tokens of a long text are kept: settings a card records.
 POOLINGS = ("cls", "mean")
@@ -47,9 +48,11 @@ TRAINING_FIELDS = {"per_update": (int,), "num_train_steps": (int,), "seed": (int
 # How the train records were read: the examples a resumed training skips are those of this
 # same stream (input is None for a card of version 3: not known).
 INPUT_FIELDS = {"record_shards": (int,), "input_pipelines": (int,), "dynamic_padding": (bool,),
-                "train_batch_size": (int,)}
+                "train_batch_size": (int,), "tensorflow": (str,)}
+# rows: a fingerprint of what the file's rows held as read (its columns, labels, weights,
+# tokenisation); null in a card of version 3 (not known).
 DATA_FIELDS = {"file": (str,), "sha256": (str,), "examples": (int,),
-               "train_fraction": (float, int), "from_step": (int,)}
+               "train_fraction": (float, int), "from_step": (int,), "rows": (str, None)}
 
 
 class CardError(FlagError):
@@ -138,6 +141,13 @@ def _checked(card, where):
   return card
 
 
+# The least value of a card's whole-number entries (wherever they appear): a card edited
+# to hold less would be used (a max_seq_length of -1 failed on the first text).
+MINIMUMS = {"max_seq_length": 3, "num_outputs": 1, "per_update": 1, "num_train_steps": 0,
+            "examples": 1, "from_step": 0, "record_shards": 1, "input_pipelines": 1,
+            "train_batch_size": 1}
+
+
 def _check_entries(values, fields, where, prefix):
   if not isinstance(values, dict):
     raise CardError("%s: %s is not an object" % (where, prefix.rstrip(".") or "the card"))
@@ -153,6 +163,13 @@ def _check_entries(values, fields, where, prefix):
       raise CardError("%s: %s%s is %r, which is not %s" % (
           where, prefix, name, value, " or ".join("null" if k is None else k.__name__
                                                   for k in kinds)))
+    least = MINIMUMS.get(name)
+    if least is not None and isinstance(value, int) and value < least or (
+        value == [] and name == "data"):
+      raise CardError("%s: %s%s is %r, which no model of this project has (%s): the file "
+                      "was edited; restore the card, or train again into a new --output_dir"
+                      % (where, prefix, name, value, "at least %d" % least if least is not None
+                                                     else "a train file at least"))
 
 
 def _version_1_to_2(card, where):
@@ -188,7 +205,9 @@ def _version_3_to_4(card, where):
   if training is not None:
     _check_entries(training, {k: v for k, v in TRAINING_FIELDS.items() if k != "input"},
                    where, "training.")
-    training = dict(training, input=None)
+    training = dict(training, input=None, data=[
+        dict(entry, rows=None) if isinstance(entry, dict) else entry
+        for entry in training["data"]])
   return dict(card, version=4, training=training)
 
 

@@ -147,7 +147,8 @@ def test_every_card_this_project_wrote_reads_in_the_current_version(name):
   if written["version"] < 3:
     assert card["training"] is None
   else:
-    assert card["training"] == dict(written["training"], input=None)
+    assert card["training"] == dict(written["training"], input=None, data=[
+        dict(entry, rows=None) for entry in written["training"]["data"]])
     assert (card["training"]["per_update"], card["training"]["data"][0]["examples"]) == (8, 267)
   assert card["label_spec"]["kind"] == "classification"
   assert card["label_columns"] == (None if written["version"] == 1 else ["toxic"])
@@ -173,6 +174,8 @@ def test_a_card_that_is_not_a_whole_card_of_a_known_version_is_named():
       (dict(written, version="3"), "x: its version is '3', not a whole number: the file was "
                                    "edited"),
       (dict(written, version=True), "x: its version is True, not a whole number"),
+      (dict(written, max_seq_length=-1), "x: max_seq_length is -1, which no model of this "
+                                         "project has (at least 3): the file was edited"),
       (dict(written, labels=["1", "0"]), 'x contradicts itself: labels is ["1", "0"], and '
                                          'label_spec says ["0", "1"] (the file was edited)'),
       (dict(written, labels=None, label_spec=dict(written["label_spec"], classes=None)),
@@ -190,6 +193,11 @@ def test_a_card_that_is_not_a_whole_card_of_a_known_version_is_named():
   with pytest.raises(model_card.CardError, match=r"x has no entry training.data\[0\].examples"):
     model_card.from_json(json.dumps(current), "x")
   current["training"]["data"] = []
+  with pytest.raises(model_card.CardError, match=r"x: training.data is \[\], which no model "
+                                                 r"of this project has \(a train file at least\)"):
+    model_card.from_json(json.dumps(current), "x")
+  current["training"]["data"] = [{"file": "t.csv", "sha256": "ab", "examples": 1,
+                                  "train_fraction": 1.0, "from_step": 0, "rows": None}]
   current["training"]["input"] = {"record_shards": 1, "input_pipelines": 1}
   with pytest.raises(model_card.CardError,
                      match=r"x has no entry training.input.dynamic_padding"):

@@ -203,6 +203,13 @@ def test_predict_takes_ordered_collections_of_inputs(tmp_path):
   start = "predict takes a list of inputs, not "
   with Predictor(single, tokenizer="python") as predictor:
     expected = predictor.predict(texts)
+    assert [r["label"] for r in predictor.predict(texts, batch_size=1)] == [
+        r["label"] for r in expected]
+    for bad in (-1, 0, 2.5, True):  # (-1 was a TypeError deep inside; 0 the default, silently)
+      with pytest.raises(ValueError) as error:
+        predictor.predict(texts, batch_size=bad)
+      assert str(error.value) == ("batch_size=%r: give a whole number of texts, at least 1"
+                                  % (bad,))
     assert len(expected) == 3
     for same in (tuple(texts), iter(texts), (t for t in texts), np.array(texts),
                  np.array(texts, dtype=object), pd.Series(texts, index=[7, 3, 5]),
@@ -339,9 +346,16 @@ def test_find_export(tmp_path):
   export_dir, _ = export_tiny(tmp_path)
   output_dir = os.path.dirname(os.path.dirname(export_dir))
   newer = os.path.join(output_dir, "export", str(int(os.path.basename(export_dir)) + 5))
-  tf.io.gfile.makedirs(newer)  # an unfinished version without saved_model.pb is passed over
   assert find_export(output_dir) == export_dir
   assert find_export(export_dir) == export_dir
+  # A newer version copied in part: the newest is still the one used, and refused (an older
+  # one was loaded in its place, silently). Exports are written under a name of their own
+  # and renamed whole, so no unfinished export has a version's name.
+  tf.io.gfile.makedirs(newer)
+  assert find_export(output_dir) == newer
+  with pytest.raises(ExportNotFound) as error:
+    Predictor(output_dir)
+  assert str(error.value).startswith("%s has no files.json" % newer)
   with pytest.raises(ExportNotFound, match="--do_export --output_dir"):
     find_export(str(tmp_path))
 

@@ -384,3 +384,18 @@ def test_a_file_with_another_delimiter_is_told_its_delimiter(tmp_path):
   tsv = write_lines(tmp_path / "train.tsv", ["text,label", "hello,0", "bye,1"])
   assert "separated by a comma, not a tab" in str(error_of(
       get_processor("csv", files={"train": tsv}, text_column="text", label_columns=["label"])))
+
+
+def test_a_file_whose_every_record_is_skipped_is_an_error(tmp_path):
+  """Training on 0 rows said 'trained to step 2' and predicted with the random head, and
+  an eval of 0 rows ended in the Estimator's ValueError."""
+  path = write_lines(tmp_path / "train.csv", ["id,comment_text,toxic", "a,some text,",
+                                              "b,more text,", ""])
+  skipping = get_processor("csv", files={"train": path}, text_column="comment_text",
+                           label_columns=["toxic"], labels=["0", "1"],
+                           skip_malformed_rows=True)
+  error = error_of(skipping)
+  assert str(error) == (
+      "%s: every record was skipped (2 skipped (a missing label)): no rows are left to read. "
+      "Fix: correct the rows, or the column and label options that read them (the log names "
+      "each cause)" % path)

@@ -48,11 +48,14 @@ def _other_train_file(tmp_path):
 def test_the_card_records_what_the_model_was_trained_on(jigsaw_model):
   training = _card(jigsaw_model.output_dir)["training"]
   assert (training["per_update"], training["num_train_steps"], training["seed"]) == (8, 6, 12345)
+  import tensorflow as tf
   assert training["input"] == {"record_shards": 1, "input_pipelines": 1,
-                               "dynamic_padding": False, "train_batch_size": 8}
+                               "dynamic_padding": False, "train_batch_size": 8,
+                               "tensorflow": ".".join(tf.__version__.split(".")[:2])}
   (data,) = training["data"]
   assert (data["file"], data["examples"], data["train_fraction"], data["from_step"]) == (
       TRAIN, 267, 1.0, 0)
+  assert len(data["rows"]) == 16
   from data.files import file_sha256
   assert data["sha256"] == file_sha256(TRAIN)
 
@@ -122,6 +125,44 @@ def test_resuming_reads_the_records_as_the_steps_before_did(
       "another --output_dir" % (os.path.join(folder, "model_card.json"), setting, before,
                                 after, setting))
   assert _steps(folder) == [6]
+
+
+def test_a_resume_on_the_other_runtime_or_an_unknown_stream_is_told():
+  """TensorFlow 1.15's seeded shuffle is not 2.15's: a resume on the other runtime trained
+  4 of 32 rows twice. A card that does not say how its records were read resumes with a
+  warning, and records that it is not known."""
+  from pipeline import state
+  stream = {"record_shards": 1, "input_pipelines": 1, "dynamic_padding": False,
+            "train_batch_size": 8, "tensorflow": "2.15"}
+  data = {"file": "t.csv", "sha256": "ab" * 32, "examples": 40, "train_fraction": 1.0,
+          "from_step": 0, "rows": "f" * 16}
+  trained = {"per_update": 8, "num_train_steps": 4, "seed": 1, "input": stream, "data": [data]}
+  asked = dict(trained, num_train_steps=8, input=dict(stream, tensorflow="1.15"))
+  with pytest.raises(FlagError) as error:
+    state.continued_state(asked, {"training": trained}, "card", 4, False)
+  assert str(error.value) == (
+      "card: its model was trained to step 4 reading its records with TensorFlow 2.15, and "
+      "this run has 1.15: the resumed input would not continue where those steps stopped "
+      "(some rows would be trained on twice, others never). Resume with the TensorFlow "
+      "version of those steps (the seeded shuffle differs between versions), or train a new "
+      "model into another --output_dir")
+  recorded, _ = state.continued_state(asked, {"training": dict(trained, input=None)}, "card",
+                                      4, False)
+  assert recorded["input"] is None  # (those steps' stream stays unknown)
+
+
+def test_the_same_file_read_with_another_label_column_is_other_data(jigsaw_model, tmp_path):
+  """The resume was accepted, and the card then said every step trained on the new column."""
+  from conftest import common_flags
+  folder = str(tmp_path / "model")
+  flags = [f for f in common_flags(jigsaw_model.result.checkpoint, folder)
+           if not f.startswith(("--task_name", "--data_dir"))] + [
+      "--task_name=csv", "--train_file=" + TRAIN, "--text_column=comment_text", "--do_train"]
+  run_flags(*flags + ["--label_column=toxic", "--num_train_steps=1"])
+  with pytest.raises(FlagError) as error:
+    run_flags(*flags + ["--label_column=obscene", "--num_train_steps=2"])
+  assert "it would go on training that model on other data" in str(error.value)
+  assert ", read otherwise: its columns, labels, weights or tokenisation)" in str(error.value)
 
 
 def test_the_same_finished_command_again_trains_nothing_and_says_so(

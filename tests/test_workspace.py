@@ -197,3 +197,38 @@ def test_a_lock_is_taken_over_only_from_a_run_seen_to_have_ended(tmp_path, caplo
                                                                   lock))
   with workspace.training_lock(folder, holds=False):  # eval, predict, a worker: no lock
     pass
+
+
+def test_a_folder_where_a_lock_file_belongs_is_named(tmp_path):
+  """Both ended in IsADirectoryError or FailedPreconditionError tracebacks."""
+  from data.files import hold
+  lock = tmp_path / "train.tf_record.lock"
+  lock.mkdir()
+  with pytest.raises(FlagError) as error:
+    hold(str(lock))
+  assert str(error.value) == ("%s is a folder, where runs sharing this cache keep a lock file: "
+                              "remove it (it holds no records)" % lock)
+  (tmp_path / "out" / "training.lock").mkdir(parents=True)
+  with pytest.raises(FlagError) as error:
+    with workspace.training_lock(str(tmp_path / "out"), True):
+      pass
+  assert str(error.value) == (
+      "%s is a folder, where a training run keeps its lock file: remove it (it is no part of "
+      "the model)" % (tmp_path / "out" / "training.lock"))
+
+
+def test_a_folds_run_holds_its_own_fold(tmp_path, tiny_checkpoint):
+  """One machine per fold, each --fold=<i> into one --output_dir, as the README says: the
+  second was refused, since the lock was the whole folder's."""
+  out = tmp_path / "out"
+  (out / "fold_1").mkdir(parents=True)
+  lock = {"pid": 1, "host": "another-machine", "started": None, "since": "2026-01-01 00:00:00",
+          "command": "run_classifier.py", "token": "x"}
+  (out / "fold_1" / workspace.LOCK_NAME).write_text(json.dumps(lock))
+  with pytest.raises(FlagError) as error:
+    run_flags(*common_flags(tiny_checkpoint, str(out)) + ["--do_train", "--num_folds=2",
+                                                          "--fold=1"])
+  assert str(error.value).startswith(
+      "--output_dir=%s is in use by another training run (process 1 on another-machine"
+      % (out / "fold_1"))
+  assert sorted(os.listdir(str(out))) == ["fold_1"]  # (the whole folder is not held)

@@ -107,6 +107,7 @@ class CsvProcessor(DataProcessor):
       if len(fields) > index:
         refuse_bom_cell(path, line, fields[index], self.label_column)
     found = class_order(set(canonical_label(cell) for cell in cells))
+    _check_one_spelling_per_class(path, found, self.label_column)
     if len(found) > MANY_CLASSES and len(found) * 2 > len(cells):
       raise DataError(path, "column %s has %d distinct values in %d rows: most rows have a "
                       "label of their own, as an id or a text column does, not a label"
@@ -200,3 +201,29 @@ def _header_flag(split):
 
 # What a column name looks like: a short identifier ('comment_text', 'label', '#1 ID' aside).
 _COLUMN_NAME = re.compile(r"^[A-Za-z_#][A-Za-z0-9_#.-]{0,39}$")
+
+
+def _check_one_spelling_per_class(path, classes, column):
+  """Classes that differ only in case or in quotes around them ('Pos' and 'pos', '"0"'
+  and '0': a quote a reader without quote processing keeps) are one class written two
+  ways, and would be two outputs of the head: refused, naming them. --labels that lists
+  them keeps them apart (they are then read exactly)."""
+  quoted = [name for name in classes if len(name) > 1 and name[0] == name[-1] == '"']
+  if quoted:
+    raise DataError(path, "the labels %s hold their quotes (the file was read without quote "
+                    "processing), so the classes would be named with them" % ", ".join(
+                        repr(n) for n in quoted),
+                    "pass --quoting=csv to read the quotes as CSV's, or --labels to keep the "
+                    "quotes as part of the classes", column=column)
+  by_form = {}
+  for name in classes:
+    by_form.setdefault(name.strip("\"'").strip().lower(), []).append(name)
+  for spellings in by_form.values():
+    if len(spellings) > 1:
+      raise DataError(path, "the labels %s differ only in case or quotes: one class written "
+                      "in %d ways would be %d classes" % (
+                          ", ".join(repr(n) for n in spellings), len(spellings),
+                          len(spellings)),
+                      "write each class one way (for a TSV whose fields are quoted, pass "
+                      "--quoting=csv), or pass --labels to keep them apart", column=column)
+

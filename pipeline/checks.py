@@ -212,6 +212,10 @@ def check_texts_are_not_labels(data):
   """A text column that is also a label column: the model would read each row's answer
   in its input, and score well on nothing it could learn from text."""
   labels = set(data.label_columns() or ())
+  if data.text_b_column is not None and str(data.text_b_column) == str(data.text_column):
+    raise FlagError("--text_b_column=%s is also --text_column: each text would be paired with "
+                    "itself. Pass the column of the second texts, or drop --text_b_column"
+                    % data.text_b_column)
   for name in ("text_column", "text_b_column"):
     column = getattr(data, name)
     if column is not None and str(column) in labels:

@@ -49,8 +49,11 @@ class Evaluator(object):
     otherwise sit out of order among the evaluations during training)."""
     examples, meta = split.examples, split.metadata
     steps = meta["num_records"] // self.eval_batch_size
-    log.info("evaluating %d examples (+%d padding) in %d batches with %s", len(examples),
-             meta["num_padding"], steps, describe_checkpoint(checkpoint))
+    log.info("evaluating %d examples (+%d padding) in %d batches with %s%s", len(examples),
+             meta["num_padding"], steps, describe_checkpoint(checkpoint),
+             "; the positive class of the binary metrics is %r" % self.label_spec.classes[1]
+             if self.label_spec.kind == "classification" and
+             len(self.label_spec.classes) == 2 else "")
     raw = self.estimator.evaluate(input_fn=split.input_fn(), steps=steps, name=name,
                                   checkpoint_path=self.restore_path(checkpoint))
     results = {k: _plain(v) for k, v in raw.items()}

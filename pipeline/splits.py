@@ -2,6 +2,7 @@
 processor -> InputExamples -> InputFeatures -> TFRecords, and the input_fn that reads them
 back. A bad eval or predict file stops the run in seconds, not after training."""
 
+import collections
 import dataclasses
 import logging
 import math
@@ -172,7 +173,27 @@ def training_weights(training, task, examples):
     combined = [a * b for a, b in zip(combined, part)]
   log.info("training weights: min %.4g, mean %.4g, max %.4g over %d rows", min(combined),
            sum(combined) / len(combined), max(combined), len(combined))
+  _check_every_class_weighs(spec, examples, combined)
   return combined
+
+
+def _check_every_class_weighs(spec, examples, weights):
+  """FlagError when the weights leave a class of a classification head with none at all
+  (a weight column that is the label column gave class 0 weight 0): nothing of it would
+  be learnt, and the head would never predict it."""
+  if spec.kind != "classification":
+    return
+  totals, rows = collections.Counter(), collections.Counter()
+  for example, weight in zip(examples, weights):
+    totals[example.label] += weight
+    rows[example.label] += 1
+  unweighed = [name for name in spec.classes if rows[name] and not totals[name]]
+  if unweighed:
+    raise FlagError("the training weights give the rows of class %s a total weight of 0: "
+                    "nothing of %s would be learnt. Check --sample_weight_column (and "
+                    "--class_weights)."
+                    % (", ".join(repr(n) for n in unweighed),
+                       "it" if len(unweighed) == 1 else "them"))
 
 
 def _lcm(a, b):

@@ -112,10 +112,14 @@ def test_a_folder_given_for_a_file_or_a_checkpoint_is_named(tiny_checkpoint, tmp
       ("--text_column=toxic", "--text_column=toxic is also a label column (--label_column="
                               "toxic): the model would read each row's label in its text. Pass "
                               "the column of the texts"))
+  cases += (("--text_column=comment_text --text_b_column=comment_text",
+             "--text_b_column=comment_text is also --text_column: each text would be paired "
+             "with itself. Pass the column of the second texts, or drop --text_b_column"),)
   for flag, message in cases:
     with pytest.raises(FlagError) as error:
       run(parse_flags(["run_classifier.py"] + common_flags(tiny_checkpoint, str(
           tmp_path / "out")) + ["--do_train", "--task_name=csv", "--label_column=toxic",
-                                "--train_file=" + os.path.join(JIGSAW, "train.csv"), flag]))
+                                "--train_file=" + os.path.join(JIGSAW, "train.csv")] +
+                      flag.split()))
     assert str(error.value) == message
   assert not os.path.exists(str(tmp_path / "out"))

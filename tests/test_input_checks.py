@@ -399,3 +399,21 @@ def test_a_file_whose_every_record_is_skipped_is_an_error(tmp_path):
       "%s: every record was skipped (2 skipped (a missing label)): no rows are left to read. "
       "Fix: correct the rows, or the column and label options that read them (the log names "
       "each cause)" % path)
+
+
+@pytest.mark.parametrize("labels, message", [
+    (["Pos", "pos", "Neg"], "the labels 'Pos', 'pos' differ only in case or quotes: one class "
+                            "written in 2 ways would be 2 classes"),
+    (['"0"', "0", "1"], "the labels '\"0\"' hold their quotes"),
+    (['"0"', '"1"'], "the labels '\"0\"', '\"1\"' hold their quotes (the file was read "
+                     "without quote processing)")])
+def test_one_class_written_two_ways_is_named(tmp_path, labels, message):
+  """'Pos' and 'pos' made a 4-class model; a TSV's quoted labels kept their quotes."""
+  path = write_lines(tmp_path / "train.tsv", ["text\tlabel"] + [
+      "text %d\t%s" % (i, labels[i % len(labels)]) for i in range(12)] + [""])
+  processor = get_processor("csv", files={"train": path}, text_column="text",
+                            label_columns=["label"])
+  assert message in str(error_of(processor))
+  kept = get_processor("csv", files={"train": path}, text_column="text",
+                       label_columns=["label"], labels=sorted(set(labels)))
+  assert len(kept.get_examples("train")) == 12  # --labels keeps them apart

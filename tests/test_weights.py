@@ -138,3 +138,24 @@ def test_identity_weights_reach_the_training_records(tmp_path, tiny_checkpoint):
       [target for target, _ in expected], abs=1e-6)
   assert [f["sample_weight"].float_list.value[0] for f in written] == pytest.approx(
       [weight for _, weight in expected], rel=1e-6)
+
+
+def test_weights_that_leave_a_class_with_none_are_refused(tmp_path):
+  """--sample_weight_column=label on 0/1 labels gave every class-0 row weight 0, and the
+  only trace was 'training weights: min 0'."""
+  from pipeline import splits, tasks
+  from spec.config import RunConfig
+  from spec.errors import FlagError
+  path = str(tmp_path / "train.csv")
+  with io.open(path, "w", encoding="utf-8", newline="") as f:
+    csv.writer(f).writerows([["text", "label"]] + [["text %d" % i, str(i % 2)]
+                                                   for i in range(10)])
+  processor = get_processor("csv", files={"train": path}, text_column="text",
+                            label_columns=["label"], weight_column="label")
+  examples = processor.get_examples("train")
+  training = RunConfig(sample_weight_column="label").training
+  with pytest.raises(FlagError) as error:
+    splits.training_weights(training, tasks.task_of(processor), examples)
+  assert str(error.value) == (
+      "the training weights give the rows of class '0' a total weight of 0: nothing of it "
+      "would be learnt. Check --sample_weight_column (and --class_weights).")

@@ -26,20 +26,37 @@ class ColaProcessor(DataProcessor):
   def columns(self, table, split):
     first = table.rows[0][1]
     labels = (1,) if split != "test" else None  # predict files' labels are not read
-    if [f.strip() for f in first[:2]] == ["index", "sentence"]:
-      if split != "test":
-        raise DataError(table.path, "this is CoLA's unlabelled test layout (index, sentence)",
-                        "use it as the predict file, and give a labelled file for %s"
-                        % {"train": "training", "dev": "evaluation"}[split], line=1)
+    names = [f.strip().lstrip(u"\ufeff").lower() for f in first]
+    if _is_cola_header(names):  # (GLUE's test file, or another export's header)
+      if "label" not in names and split != "test":
+        raise DataError(table.path, "this is CoLA's unlabelled test layout (%s)"
+                        % ", ".join(names), "use it as the predict file, and give a "
+                        "labelled file for %s" % {"train": "training",
+                                                  "dev": "evaluation"}[split], line=1)
       table.header = [f.strip() for f in first]
       table.rows = table.rows[1:]
-      return Columns(text_a=1, guid=0)
+      ids = [i for i, name in enumerate(names) if name in COLA_ID_NAMES]
+      return Columns(text_a=names.index("sentence"), guid=ids[0] if ids else None,
+                     labels=(names.index("label"),) if labels and "label" in names else None)
     if len(first) >= 4:
       return Columns(text_a=3, labels=labels)
     if len(first) == 2:
       return Columns(text_a=0, labels=labels)
     raise DataError(table.path, "CoLA rows have 2 or 4 columns but this one has %d" % len(first),
                     "give GLUE's CoLA files", line=table.rows[0][0])
+
+
+# The names a CoLA file's header may give its columns (GLUE's test file: index, sentence;
+# other exports: idx, or a label).
+COLA_ID_NAMES = ("index", "idx", "id")
+
+
+def _is_cola_header(names):
+  """Whether a CoLA file's first row names its columns: a sentence column and only known
+  names, each once. (A data row's sentence is never the word 'sentence' alone beside
+  them.)"""
+  return ("sentence" in names and len(set(names)) == len(names) and
+          set(names) <= set(COLA_ID_NAMES + ("sentence", "label")))
 
 
 class MrpcProcessor(HeaderProcessor):

@@ -71,11 +71,24 @@ def prepare_splits(c, task, tokenizer, vocab_file, fold=None):
   # A task whose evaluation also predicts the dev split pads its records for both sizes.
   dev_multiple = (_lcm(training.eval_batch_size, training.predict_batch_size)
                   if task.evaluation_predicts else training.eval_batch_size)
+  if fold is None:
+    warn_if_dev_is_predicted(processor, c.modes)
   for split, wanted, multiple in (("dev", c.modes.do_eval, dev_multiple),
                                   ("test", c.modes.do_predict, training.predict_batch_size)):
     if wanted and split not in splits:
       splits[split] = featurise(split, processor.get_examples(split), multiple)
   return Splits(splits.get("train"), splits.get("dev"), splits.get("test"))
+
+
+def warn_if_dev_is_predicted(processor, modes):
+  """A run that evaluates and predicts one file (MRPC's original files have no dev file,
+  so its test file is found for both) says so: its figures, and a best checkpoint chosen
+  by them, are those of the rows it predicts."""
+  if modes.do_eval and modes.do_predict and (
+      processor.file_for("dev") == processor.file_for("test")):
+    log.warning("the dev split is the predict file, %s: the evaluation's figures, and a best "
+                "checkpoint chosen by them, are those of the rows predicted. Pass --eval_file "
+                "for a held-out dev file", processor.file_for("dev"))
 
 
 class Featuriser(object):

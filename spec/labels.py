@@ -22,6 +22,7 @@ Adding a label shape means one subclass here (and its test file).
 
 import decimal
 import math
+import re
 
 from spec.errors import FlagError
 
@@ -33,6 +34,10 @@ HEAD_KINDS = ("classification", "multi_label", "soft_target", "regression")
 BOOLEANS = {"true": 1.0, "false": 0.0}
 
 
+# A number as data files write one (no Python-only spellings: 1_000 is no number).
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
 def canonical_label(cell):
   """A class label's one spelling, whatever the file's: a number by its value (1, 1.0,
   01 and +1 are the class 1; 0.50 is 0.5), true and false in any case (TRUE is true),
@@ -41,6 +46,8 @@ def canonical_label(cell):
   text = cell.strip()
   if text.lower() in BOOLEANS:
     return text.lower()
+  if not _NUMBER.match(text):
+    return text
   try:
     value = decimal.Decimal(text)
   except decimal.InvalidOperation:
@@ -225,6 +232,8 @@ def parse_number(cell, index, what):
                      "fill in %s, remove the row" % what, index=index, missing=True)
   try:
     value = float(text)
+    if "_" in text:  # (Python reads 1_000 as 1000; a data file means no number by it)
+      raise ValueError(text)
   except ValueError:
     raise LabelError("%r is not a number" % cell, "give %s" % what, index=index)
   if math.isnan(value):

@@ -417,3 +417,44 @@ def test_one_class_written_two_ways_is_named(tmp_path, labels, message):
   kept = get_processor("csv", files={"train": path}, text_column="text",
                        label_columns=["label"], labels=sorted(set(labels)))
   assert len(kept.get_examples("train")) == 12  # --labels keeps them apart
+
+
+@pytest.mark.parametrize("header, rows, expected_ids", [
+    ("idx\tsentence", ["0\tthe cat sat .", "1\tsat cat the ."], ["0", "1"]),
+    ("sentence\tlabel", ["the cat sat .\t1", "sat cat the .\t0"], None)])
+def test_a_cola_predict_files_header_is_read_by_its_names(tmp_path, header, rows, expected_ids):
+  """Hugging Face's export heads CoLA's test file idx<TAB>sentence: its header was
+  predicted as a row and every text was the index column."""
+  path = write_lines(tmp_path / "test.tsv", [header] + rows + [""])
+  processor = get_processor("cola", files={"test": path})
+  examples = processor.get_examples("test")
+  assert [e.text_a for e in examples] == ["the cat sat .", "sat cat the ."]
+  if expected_ids:
+    assert [e.guid for e in examples] == expected_ids
+  train = get_processor("cola", files={"train": path})
+  if "label" in header:
+    assert [e.label for e in train.get_examples("train")] == ["1", "0"]
+  else:
+    assert "CoLA's unlabelled test layout (idx, sentence)" in str(error_of(train))
+
+
+def test_numbers_are_read_as_data_files_write_them():
+  """Python's float() reads 1_000 as 1000: a regression target '1_000' was accepted."""
+  from spec.labels import LabelError, canonical_label, parse_number
+  assert canonical_label("1_000") == "1_000" and canonical_label("+1.0") == "1"
+  with pytest.raises(LabelError, match="'1_000' is not a number"):
+    parse_number("1_000", 0, "a number")
+  assert parse_number(" 1e3 ", 0, "a number") == 1000.0
+
+
+def test_evaluating_the_file_it_predicts_is_said(caplog):
+  """MRPC's original files have no dev file: msr_paraphrase_test.txt was evaluated, a best
+  checkpoint chosen on it, and then predicted, without a word."""
+  from conftest import TEST_DATA
+  from pipeline.splits import warn_if_dev_is_predicted
+  from spec.config import RunConfig
+  processor = get_processor("mrpc", data_dir=os.path.join(TEST_DATA, "datasets", "glue",
+                                                          "MRPC"))
+  warn_if_dev_is_predicted(processor, RunConfig(do_eval=True, do_predict=True).modes)
+  assert ("the dev split is the predict file, %s: the evaluation's figures" %
+          processor.file_for("test")) in caplog.text

@@ -47,10 +47,6 @@ class CsvProcessor(DataProcessor):
   takes_class_list = True
   label_columns_name_outputs = False  # a file's label column is where it keeps the labels
 
-  @property
-  def reads_pairs(self):
-    return self.text_b_column is not None
-
   @classmethod
   def required_options(cls, needs_labels):
     # Predicting needs no labels; training and evaluating do.
@@ -101,11 +97,12 @@ class CsvProcessor(DataProcessor):
     self._check_no_header_as_data(table, index, "train")
     self._check_header_is_not_data(table, index, "train")
     # Missing values are no class: their rows are errors (or counted skips) when read.
-    cells = [fields[index] for _, fields in table.rows if len(fields) > index and
-             fields[index].strip() not in MISSING_VALUES]
-    for line, fields in table.rows:  # an invisible U+FEFF would make a class of its own
+    cells = []
+    for line, fields in table.rows:
       if len(fields) > index:
-        refuse_bom_cell(path, line, fields[index], self.label_column)
+        refuse_bom_cell(path, line, fields[index], self.label_column)  # (a class of its own)
+        if fields[index].strip() not in MISSING_VALUES:
+          cells.append(fields[index])
     found = class_order(set(canonical_label(cell) for cell in cells))
     _check_one_spelling_per_class(path, found, self.label_column)
     if len(found) > MANY_CLASSES and len(found) * 2 > len(cells):

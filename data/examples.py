@@ -98,10 +98,12 @@ class DataProcessor(object):
   # toxic or insult), or only where a file keeps the labels (csv: its layout).
   label_columns_name_outputs = True
 
+  text_b_column = None  # the column of each example's second text, for a task of pairs
+
   @property
   def reads_pairs(self):
     """Whether the task's examples are pairs of texts."""
-    return False
+    return self.text_b_column is not None
 
   @classmethod
   def required_options(cls, needs_labels):
@@ -338,10 +340,6 @@ class HeaderProcessor(DataProcessor):
   label_column = None
   id_columns = ("index",)  # the first one present names each row
   label_hint = None  # how the user picks the label column, when they can
-
-  @property
-  def reads_pairs(self):
-    return self.text_b_column is not None
 
   def columns(self, table, split):
     ids = [table.column_index(c, "the %s column" % c) for c in self.id_columns

@@ -59,16 +59,19 @@ def file_sha256(path):
   return digest.hexdigest()
 
 
+def file_check(path):
+  """What a reader later checks a written file against: its size and sha256."""
+  return {"bytes": tf.io.gfile.stat(path).length, "sha256": file_sha256(path)}
+
+
 # A folder's list of its files (an export's), each with its size and sha256, written last.
 MANIFEST = "files.json"
 
 
 def write_manifest(folder):
   """Lists every file under folder with its bytes and sha256 in folder/MANIFEST."""
-  files = {}
-  for name in sorted(_names_under(folder)):
-    path = os.path.join(folder, name)
-    files[name] = {"bytes": tf.io.gfile.stat(path).length, "sha256": file_sha256(path)}
+  files = {name: file_check(os.path.join(folder, name))
+           for name in sorted(_names_under(folder))}
   write_whole(os.path.join(folder, MANIFEST), json.dumps({"files": files}, indent=1,
                                                          sort_keys=True))
 

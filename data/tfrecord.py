@@ -19,8 +19,8 @@ import time
 import tensorflow.compat.v1 as tf
 
 from data.features import num_padding_rows
-from data.files import (file_sha256, hold, release, remove_quietly, staging_path,
-                        write_whole)
+from data.files import (file_check, file_sha256, hold, release, remove_quietly,
+                        staging_path, write_whole)
 from data.featurise import (PIECES_PER_WORKER, Featurisation, existing_objects_frozen,
                             write_shards)
 from data.record_format import SCHEMA_VERSION
@@ -194,8 +194,7 @@ def _records_per_shard(num_examples, num_shards, num_padding):
 
 
 def _file_check(path, records):
-  return {"bytes": tf.io.gfile.stat(path).length, "sha256": file_sha256(path),
-          "records": records}
+  return dict(file_check(path), records=records)
 
 
 def files_problem(metadata):

@@ -14,9 +14,16 @@ from spec.errors import FlagError
 log = logging.getLogger(__name__)
 
 # The variables a fine-tuning run adds to a pre-trained encoder: they alone may start from
-# random values.
-HEAD_VARIABLES = ("output_weights", "output_bias")
+# random values (and the pooler under mean pooling: variables_allowed_random).
+HEAD_WEIGHTS = "output_weights"
+HEAD_VARIABLES = (HEAD_WEIGHTS, "output_bias")
 POOLER_VARIABLES = ("bert/pooler/dense/kernel", "bert/pooler/dense/bias")
+
+
+def variables_allowed_random(pooling):
+  """The variables that may be absent from a pre-trained checkpoint and start from random
+  values: the new head's, and the pooler's under mean pooling."""
+  return HEAD_VARIABLES + (POOLER_VARIABLES if pooling == "mean" else ())
 
 
 class CheckpointError(FlagError):
@@ -64,8 +71,8 @@ def encoder_problem(checkpoint, config, pooling="cls"):
   pooler is not trained, and may be absent.)"""
   held = dict(tf.train.list_variables(checkpoint))
   expected = encoder_variable_shapes(config)
-  missing = sorted(name for name in expected if name not in held and not (
-      pooling == "mean" and name in POOLER_VARIABLES))
+  missing = sorted(name for name in expected if name not in held and
+                   name not in variables_allowed_random(pooling))
   if missing:
     return "it lacks %d of the encoder's variables: %s" % (len(missing),
                                                           summarise_names(missing))
@@ -111,9 +118,6 @@ def assignment_map(variables, init_checkpoint):
     mapping[name] = name
     initialised.append(name)
   return mapping, initialised, missing
-
-
-HEAD_WEIGHTS = "output_weights"
 
 
 def head_shape(checkpoint):

@@ -4,7 +4,7 @@ import tensorflow.compat.v1 as tf
 
 from modeling import head
 from modeling.bert import BertModel
-from modeling.checkpoint import HEAD_VARIABLES, POOLER_VARIABLES, init_from_checkpoint
+from modeling.checkpoint import init_from_checkpoint, variables_allowed_random
 from modeling.distribution import mean_over_replicas
 from modeling.estimator import plain_global_step_read
 from modeling.loss_scale import DynamicLossScale
@@ -57,10 +57,9 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
                               bert_config.hidden_dropout_prob)
     # Only the new head may start from random values (and, when it goes unused, the
     # pooler; a hub module's variables come from the module).
-    may_start_random = None if hub_module_handle else HEAD_VARIABLES + (
-        POOLER_VARIABLES if pooling == "mean" else ())
-    scaffold_fn = init_from_checkpoint(init_checkpoint, tf.trainable_variables(), use_tpu,
-                                       report=is_training, may_start_random=may_start_random)
+    scaffold_fn = init_from_checkpoint(
+        init_checkpoint, tf.trainable_variables(), use_tpu, report=is_training,
+        may_start_random=None if hub_module_handle else variables_allowed_random(pooling))
     spec = tf.estimator.tpu.TPUEstimatorSpec
     if mode == tf.estimator.ModeKeys.PREDICT:
       # Record batches carry their ids and padding flags; a serving request has neither.

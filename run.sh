@@ -10,6 +10,8 @@
 #   ./run.sh benchmark predictor [ARGS]   the predictor against --do_predict (tools/bench_predictor.py)
 #   ./run.sh benchmark table SUMMARIES...   runs' run_summary.json as a wall-time table (tools/run_table.py)
 #   ./run.sh benchmark profile [ARGS]   where a training step's time goes (tools/profile_step.py)
+#   ./run.sh benchmark scale [ARGS]   Jigsaw at Kaggle's size: featurisation time, peak memory,
+#                    warm-cache start, prediction rows/s (tools/bench_scale.py)
 #   ./run.sh setup   create both Python environments from requirements.txt
 #   ./run.sh shell tf1|tf2 -- CMD...   run a command inside one environment
 set -Eeuo pipefail
@@ -240,6 +242,9 @@ cmd_benchmark() {
   elif [ "${1:-}" = table ]; then
     shift
     "$VENVS/$runner/bin/python" -m tools.run_table "$@"
+  elif [ "${1:-}" = scale ]; then
+    shift
+    TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runner/bin/python" -m tools.bench_scale "$@"
   else
     TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runner/bin/python" -m tools.benchmark "$@"
   fi
@@ -251,5 +256,5 @@ case "${1:-}" in
   setup) shift; cmd_setup "$@" ;;
   test) shift; cmd_test "$@" ;;
   shell) shift; cmd_shell "$@" ;;
-  *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -119,7 +119,7 @@ def run_model(c, fold=None, cluster=None):
     featurised = splits.prepare_splits(c, task, tokenizer, vocab_file, fold)
   num_train_steps = 0
   if modes.do_train:  # what the folder holds must be what this run would continue
-    num_train_steps = build.num_train_steps_for(len(featurised.train.examples), c.training)
+    num_train_steps = build.num_train_steps_for(featurised.train.num_examples, c.training)
     checks.check_train_split(c.training, c.device, featurised, task, output_dir, cluster)
     stream = state.input_stream(c.device, c.training,
                                 distribution.input_pipelines(c.device, cluster))

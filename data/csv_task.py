@@ -60,6 +60,11 @@ class CsvProcessor(DataProcessor):
                 has_header=options.has_header, split_headers=options.split_headers(),
                 delimiter=options.delimiter, labels=options.labels)
 
+  def open_table(self, path, split):
+    # (columns() compares the first row's label with every other row's: read whole)
+    return read_table(path, self.delimiter_of(path), self.has_header_for(split),
+                      self.quoting_of(path))
+
   def delimiter_of(self, path):
     return delimiter_for(path, self.explicit_delimiter)
 

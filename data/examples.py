@@ -14,7 +14,7 @@ import os
 
 from data.errors import DataError
 from data.record_format import check_float32
-from data.table import quoting_for, read_table, refuse_bom_cell
+from data.table import USUAL_WIDTH_RECORDS, Table, quoting_for, refuse_bom_cell
 from data.weights import read_weight
 from spec.errors import FlagError
 from spec.labels import LabelError, build_spec
@@ -141,36 +141,48 @@ class DataProcessor(object):
 
   # -- examples ------------------------------------------------------------
   def get_examples(self, split):
+    """Every example of a split's file, as a list (see iter_examples)."""
+    return list(self.iter_examples(split))
+
+  def iter_examples(self, split):
+    """The examples of a split's file, made as its rows are read: the file is never held
+    whole. The log's account of the file, and self.accounts[split], follow the last one."""
     path = self.file_for(split)
-    table = read_table(path, self.delimiter_of(path), self.has_header_for(split),
-                       self.quoting_of(path))
+    table = self.open_table(path, split)
     columns = self.columns(table, split)
     if self.weight_column is not None and split == "train":
       columns.extras = tuple(columns.extras) + (
           (str(self.weight_column),
            table.column_index(self.weight_column, "--sample_weight_column")),)
-    examples = self._rows_to_examples(table, columns, split)
+    count = 0
+    for example in self._rows_to_examples(table, columns, split):
+      count += 1
+      yield example
     if table.blank_lines:
       log.warning("%s: %d empty lines held no record and were passed over", path, table.blank_lines)
     if table.multi_line:
       log.warning("%s: %d records span several lines (quoted newlines), starting at lines %s%s",
-                  path, len(table.multi_line),
-                  ", ".join(str(line) for line, _ in table.multi_line[:5]),
-                  ", ..." if len(table.multi_line) > 5 else "")
+                  path, table.multi_line.records,
+                  ", ".join(str(line) for line in table.multi_line.first_starts),
+                  ", ..." if table.multi_line.records > len(table.multi_line.first_starts)
+                  else "")
     skipped = self.skipped.get(split, {})
     causes = "".join(", %d skipped (%s)" % (n, cause) for cause, n in sorted(skipped.items()))
-    log.info("%s: %s -> %d %s examples%s", path, table.accounting(), len(examples), split,
-             causes)
-    if table.rows and not examples:  # (a run on no rows would train, score or predict nothing)
+    log.info("%s: %s -> %d %s examples%s", path, table.accounting(), count, split, causes)
+    if table.records and not count:  # (a run on no rows would train, score or predict nothing)
       raise DataError(path, "every record was skipped (%s): no rows are left to read"
                       % causes.lstrip(", "), "correct the rows, or the column and label "
                       "options that read them (the log names each cause)")
     self.accounts[split] = {
         "lines": table.num_lines, "header": table.header is not None,
-        "records": len(table.rows), "blank_lines": table.blank_lines,
-        "multi_line_records": len(table.multi_line), "examples": len(examples),
+        "records": table.records, "blank_lines": table.blank_lines,
+        "multi_line_records": table.multi_line.records, "examples": count,
         "skipped": dict(skipped)}
-    return examples
+
+  def open_table(self, path, split):
+    """The Table of a split's file, its records read as they are asked for."""
+    return Table(path, self.delimiter_of(path), self.has_header_for(split),
+                 self.quoting_of(path))
 
   def delimiter_of(self, path):
     return self.delimiter
@@ -244,17 +256,19 @@ class DataProcessor(object):
     return label
 
   def _rows_to_examples(self, table, columns, split):
-    """The examples of a table's rows. A row that cannot make an example is an error naming
-    its line, or, with skip_malformed_rows, a skip counted by cause. A predict file's labels
-    are not read (columns gives them no label column): predicting needs none."""
+    """The examples of a table's rows, as they are read. A row that cannot make an example
+    is an error naming its line, or, with skip_malformed_rows, a skip counted by cause. A
+    predict file's labels are not read (columns gives them no label column): predicting
+    needs none."""
     label_columns = columns.labels
     label_names = [_column_name(table, i) for i in label_columns or ()]
     needed = max(i for i in (columns.text_a, columns.text_b, columns.guid) +
                  tuple(label_columns or ()) if i is not None)
-    width = len(table.header) if table.header else _usual_width(table)
-    examples = []
-    skipped = {}
-    for row_number, (line, fields) in enumerate(table.rows):
+    width = len(table.header) if table.header else table.usual_width()
+    widths = collections.Counter()
+    skipped = self.skipped[split] = {}
+    for row_number, (line, fields) in enumerate(table):
+      widths[len(fields)] += 1
       try:
         _check_row_width(table, line, fields, needed, width)
         label = None
@@ -273,12 +287,12 @@ class DataProcessor(object):
       guid = fields[columns.guid] if columns.guid is not None else str(row_number)
       extras = {name: fields[i] for name, i in columns.extras if i < len(fields)}
       text_b = fields[columns.text_b] if columns.text_b is not None else None
-      examples.append(InputExample(guid, fields[columns.text_a], text_b, label, extras))
+      yield InputExample(guid, fields[columns.text_a], text_b, label, extras)
+    if table.header is None:
+      _check_usual_width(table, widths, width)
     if skipped:
       log.warning("%s: skipped %s (--skip_malformed_rows)", table.path, ", ".join(
           "%d rows with %s" % (n, cause) for cause, n in sorted(skipped.items())))
-    self.skipped[split] = skipped
-    return examples
 
 
 class MalformedRow(DataError):
@@ -314,10 +328,15 @@ def _check_row_width(table, line, fields, needed, width):
                   "--skip_malformed_rows to skip and count such rows", line=line)
 
 
-def _usual_width(table):
-  """The number of fields most rows of a headerless table have."""
-  counts = collections.Counter(len(fields) for _, fields in table.rows)
-  return counts.most_common(1)[0][0]
+def _check_usual_width(table, widths, width):
+  """A headerless file's rows were checked against the width of its first records; the
+  whole file must agree (else rows with a cut text could have passed as the usual ones)."""
+  usual = widths.most_common(1)[0][0] if widths else width
+  if usual != width:
+    raise DataError(table.path, "most rows have %d fields, but the first %d records mostly "
+                    "have %d: the file's rows change their layout" % (
+                        usual, USUAL_WIDTH_RECORDS, width),
+                    "give every row the same columns (files of two layouts joined?)")
 
 
 def _delimiter_name(table):

@@ -1,130 +1,277 @@
-"""Featurising one split into record files: the examples cut into pieces, each piece
-tokenised and serialised (in forked worker processes when asked), the pieces joined in
-order into the shards."""
+"""Featurising one split into record files as its examples are read, in bounded memory.
 
+The examples come from an iterable (a file being read): they go in chunks to worker
+processes (or are featurised in this one), which tokenise and serialise them into
+scratch files of record bodies. Once every example has been read, the records are
+written into the shards in the split's order (file order, or the training order a
+SplitOrder gives), each example's id and weight set as it is written. Nothing held grows
+with the split but 8 bytes per example (where its body is) and the order's facts.
+"""
+
+import array
+import collections
 import contextlib
 import gc
-import json
+import logging
 import os
 import shutil
-import struct
-import sys
 import tempfile
-import traceback
+import time
 
 import tensorflow.compat.v1 as tf
 
+from data.examples import InputExample
+from data.forked import ForkedWorkers, received
 from data.features import Truncation, TruncationCount, convert_examples, padding_features
 from data.record_format import ExampleSerializer
 from spec import labels as label_specs
-from spec.errors import PLACE_FAULTS
 
-# With several workers each shard is written as this many pieces per worker, so
-# that a worker that finishes early takes more pieces (rows differ in cost, and
-# files are often sorted, e.g. by label).
-PIECES_PER_WORKER = 4
-_FRAME = struct.Struct("<Q")  # the length before each record in a worker's piece file
+log = logging.getLogger(__name__)
+
+# Examples sent to a worker at a time: small enough that the workers stay evenly busy,
+# large enough that sending them costs little.
+CHUNK_ROWS = 512
+REPORT_SECONDS = 30  # between progress lines
+_PLACEHOLDER_WEIGHT = 1.0
 
 
 class Featurisation(object):
-  """One split's featurisation, cut into contiguous pieces of the examples.
+  """How one split's examples become record bodies (settings: the records' settings).
+  Pure Python (tokenizer, serialiser), so forked workers run it without TensorFlow."""
 
-  records(i) is pure Python (tokenizer, serialiser), so forked workers can run it
-  without touching TensorFlow; only the parent writes TFRecord files.
-  """
-
-  def __init__(self, examples, settings, tokenizer, num_padding, ranges, weights=None):
-    self.examples = examples
-    self.weights = weights
+  def __init__(self, settings, tokenizer, weighted=False):
     self.label_spec = label_specs.from_card(settings["label_spec"])
     self.strategy = Truncation.from_dict(settings.get("truncation") or {"mode": "head"})
     self.max_seq_length = settings["max_seq_length"]
     self.tokenizer = tokenizer
-    self.num_padding = num_padding
-    self.ranges = ranges
+    self.weighted = weighted
+    self.serializer = ExampleSerializer(self.label_spec, weighted=weighted)
 
-  def records(self, index, truncation):
-    """The serialised records of piece index; the padding rows follow the last piece.
-    truncation counts the examples longer than max_seq_length."""
-    start, end = self.ranges[index]
-    serialize = ExampleSerializer(self.label_spec, weighted=self.weights is not None)
-    for features in convert_examples(self.examples[start:end], self.label_spec,
-                                     self.max_seq_length, self.tokenizer,
-                                     first_example_id=start, truncation=truncation,
-                                     strategy=self.strategy):
-      yield serialize(features, self.weights[features.example_id] if self.weights else 1.0)
-    if index == len(self.ranges) - 1 and self.num_padding:
-      padding = serialize(padding_features(self.max_seq_length,
-                                           self.label_spec.unlabelled_value()), 0.0)
-      for _ in range(self.num_padding):
-        yield padding
+  def bodies(self, rows):
+    """(body, length) of each of rows, (text_a, text_b, label) each: its record body
+    (ExampleSerializer.body) and its length in tokens before truncation (LengthOf)."""
+    examples = [InputExample(None, a, b, label) for a, b, label in rows]
+    lengths = LengthOf()
+    for features in convert_examples(examples, self.label_spec, self.max_seq_length,
+                                     self.tokenizer, truncation=lengths,
+                                     strategy=self.strategy, report_every=float("inf")):
+      yield self.serializer.body(features, _PLACEHOLDER_WEIGHT), lengths.take()
 
-  def write_piece_file(self, index, path):
-    """A worker's output: the truncation count of one piece, then its records, each after
-    its length (plain Python file writes; the parent turns pieces into TFRecord files)."""
-    truncation = TruncationCount()
+  def record(self, example_id, body, weight=None):
+    if weight is not None:
+      body = self.serializer.weigh(body, weight, self.max_seq_length)
+    return self.serializer.record(example_id, body)
+
+  def padding_record(self):
+    features = padding_features(self.max_seq_length, self.label_spec.unlabelled_value())
+    return self.serializer(features, 0.0)
+
+
+class LengthOf(TruncationCount):
+  """Each example's length in tokens as convert_examples counts it (before it yields the
+  example's features), taken in order: length * 2 + 1 when the length is exact, length * 2
+  when it is a lower bound (a text encoded from a prefix; see TruncationCount)."""
+
+  def __init__(self):
+    super(LengthOf, self).__init__()
+    self._lengths = collections.deque()
+
+  def count(self, length, exact, max_seq_length):
+    self._lengths.append(length * 2 + bool(exact))
+
+  def take(self):
+    return self._lengths.popleft()
+
+
+def truncation_of(lengths, max_seq_length):
+  """The TruncationCount of the examples whose LengthOf values are lengths."""
+  count = TruncationCount()
+  for value in lengths:
+    count.count(value >> 1, bool(value & 1), max_seq_length)
+  return count
+
+
+class Staged(object):
+  """The record bodies of a split's examples in scratch files (one per worker), in the
+  order read: example i is in chunk i // CHUNK_ROWS, which worker chunk % workers
+  featurised, after its earlier chunks."""
+
+  def __init__(self, paths, ends, lengths, empty):
+    self.paths, self.ends, self._lengths = paths, ends, lengths
+    self.empty = empty  # 1 for each example with an empty or whitespace-only text
+    self.num_examples = len(empty)
+    self._files = [os.open(path, os.O_RDONLY) for path in paths]
+
+  def _where(self, index):
+    chunk, within = divmod(index, CHUNK_ROWS)
+    worker, round_ = chunk % len(self.paths), chunk // len(self.paths)
+    return worker, round_ * CHUNK_ROWS + within
+
+  def body(self, index):
+    worker, position = self._where(index)
+    ends = self.ends[worker]
+    start = ends[position - 1] if position else 0
+    return os.pread(self._files[worker], ends[position] - start, start)
+
+  def length(self, index):
+    """The example's LengthOf value."""
+    worker, position = self._where(index)
+    return self._lengths[worker][position]
+
+  def lengths(self, indices):
+    return (self.length(i) for i in indices)
+
+  def close(self):
+    for fd in self._files:
+      os.close(fd)
+    self._files = []
+
+
+def stage(examples, job, scratch, workers, observe=None, progress=None):
+  """Featurises examples (an iterable, read once) into scratch files under the folder
+  scratch, in workers forked processes (1: this one). observe(example) sees each example
+  as it is read; progress(count) is asked for a progress line's words. Returns Staged."""
+  workers = max(1, workers)
+  paths = [os.path.join(scratch, "bodies-%02d" % w) for w in range(workers)]
+  send = _Workers(job, paths) if workers > 1 else _InProcess(job, paths[0])
+  count = 0
+  empty = array.array("b")
+  chunk = []
+  started = last_report = time.time()
+  try:
+    for example in examples:
+      if observe is not None:
+        observe(example)
+      empty.append(not example.text_a.strip() or (example.text_b is not None and
+                                                   not example.text_b.strip()))
+      chunk.append((example.text_a, example.text_b, example.label))
+      count += 1
+      if len(chunk) == CHUNK_ROWS:
+        send(chunk)
+        chunk = []
+        if time.time() - last_report >= REPORT_SECONDS:
+          last_report = time.time()
+          log.info("featurised %d examples (%.0f/s)%s", count,
+                   count / (last_report - started), progress(count) if progress else "")
+    if chunk:
+      send(chunk)
+    ends, lengths = send.finish()
+  except BaseException:
+    send.abandon()
+    raise
+  return Staged(paths, ends, lengths, empty)
+
+
+class _InProcess(object):
+  """Featurises chunks in this process into one scratch file."""
+
+  def __init__(self, job, path):
+    self.job, self.writer = job, _BodyWriter(path)
+
+  def __call__(self, chunk):
+    for body, length in self.job.bodies(chunk):
+      self.writer.add(body, length)
+
+  def finish(self):
+    self.writer.close()
+    return [self.writer.ends], [self.writer.lengths]
+
+  def abandon(self):
+    self.writer.close()
+
+
+class _BodyWriter(object):
+  """Appends bodies to a scratch file, keeping where each ends and its example's length
+  (16 bytes per body)."""
+
+  def __init__(self, path):
+    self.path = path
+    self.file = open(path, "wb")
+    self.ends, self.lengths = array.array("Q"), array.array("Q")
+    self.position = 0
+
+  def add(self, body, length=0):
+    with self._named_faults():
+      self.file.write(body)
+    self.position += len(body)
+    self.ends.append(self.position)
+    self.lengths.append(length)
+
+  def close(self):
+    if not self.file.closed:
+      with self._named_faults():
+        self.file.close()
+
+  @contextlib.contextmanager
+  def _named_faults(self):
     try:
-      with open(path, "wb") as out:
-        out.write(b"\0" * (3 * _FRAME.size))  # the count goes here once it is known
-        for record in self.records(index, truncation):
-          out.write(_FRAME.pack(len(record)))
-          out.write(record)
-        out.seek(0)
-        out.write(_FRAME.pack(truncation.truncated) + _FRAME.pack(truncation.longest) +
-                  _FRAME.pack(truncation.longest_exact))
+      yield
     except OSError as e:
       if e.filename is not None:
         raise
-      raise OSError(e.errno, e.strerror, path)  # (a failed write names no file)
+      raise OSError(e.errno, e.strerror, self.path)  # (a failed write names no file)
 
 
-def _read_piece_file(path, truncation):
-  with open(path, "rb") as f:
-    data = f.read()
-  size = _FRAME.size
-  truncation.add(TruncationCount(*[_FRAME.unpack_from(data, i * size)[0] for i in range(3)]))
-  position = 3 * size
-  while position < len(data):
-    (length,) = _FRAME.unpack_from(data, position)
-    position += size
-    yield data[position:position + length]
-    position += length
+class _Workers(ForkedWorkers):
+  """Forked workers, each featurising the chunks sent to it (chunk k to worker
+  k % workers) into its scratch file."""
+
+  def __init__(self, job, paths):
+    super(_Workers, self).__init__(lambda read_input, path: _featurise_chunks(
+        job, read_input, path), paths)
+
+  def finish(self):
+    super(_Workers, self).finish()
+    ends, lengths = [], []
+    for path in self.paths:
+      with open(path + ".ends", "rb") as f:
+        values = array.array("Q")
+        values.frombytes(f.read())
+      half = len(values) // 2
+      ends.append(values[:half])
+      lengths.append(values[half:])
+    return ends, lengths
 
 
-def write_shards(job, paths, staging, pieces_per_shard, workers):
-  """Writes each of paths (shards, in order) as its staging name (staging[path]);
-  pieces_per_shard pieces of the job make one shard. With workers > 1, forked processes
-  featurise the pieces. Returns the TruncationCount of all examples."""
-  truncation = TruncationCount()
-  piece_files = {}
-  piece_dir = None
-  temporary = [staging[path] for path in paths]
+def _featurise_chunks(job, read_input, path):
+  """A worker's life: featurise each chunk sent until its input closes, then write where
+  each body ends and each example's length (path + '.ends')."""
+  writer = _BodyWriter(path)
   try:
-    if workers > 1:
-      # Workers write plain local files (the records may go to Cloud Storage).
-      piece_dir = tempfile.mkdtemp(prefix="featurise-")
-      piece_files = {i: os.path.join(piece_dir, "piece-%05d" % i)
-                     for i in range(len(job.ranges))}
-      # Worker w takes pieces w, w + workers, ...: interleaved, so each gets rows from
-      # all over the file even when it is sorted (by label, by length).
-      _run_forked([[(i, piece_files[i]) for i in range(w, len(job.ranges), workers)]
-                   for w in range(workers)], job.write_piece_file)
-    for shard, path in enumerate(temporary):
+    for chunk in received(read_input):
+      for body, length in job.bodies(chunk):
+        writer.add(body, length)
+  finally:
+    writer.close()
+  ends = _BodyWriter(path + ".ends")
+  ends.add(writer.ends.tobytes() + writer.lengths.tobytes())
+  ends.close()
+
+
+def write_shards(job, staged, order, weights, temporary, shard_sizes, num_padding,
+                 file_ids=False):
+  """Writes the staged bodies into the shards' files (temporary, in order): position p of
+  the split holds example order[p] (p when order is None) with weight weights[p] and
+  example id p (order[p], its place in the file, with file_ids); the padding rows follow
+  in the last shard."""
+  position = 0
+  padding = job.padding_record() if num_padding else None
+  try:
+    for shard, (path, size) in enumerate(zip(temporary, shard_sizes)):
       with tf.io.TFRecordWriter(path) as writer:
-        for index in range(shard * pieces_per_shard, (shard + 1) * pieces_per_shard):
-          records = (_read_piece_file(piece_files[index], truncation) if piece_files
-                     else job.records(index, truncation))
-          for record in records:
-            writer.write(record)
+        for p in range(position, position + size):
+          index = order[p] if order is not None else p
+          writer.write(job.record(index if file_ids else p, staged.body(index),
+                                  weights[p] if weights is not None else None))
+        position += size
+        if shard == len(temporary) - 1:
+          for _ in range(num_padding):
+            writer.write(padding)
   except BaseException:
     for path in temporary:  # leave no partial files
       if tf.io.gfile.exists(path):
         tf.io.gfile.remove(path)
     raise
-  finally:
-    if piece_dir:
-      shutil.rmtree(piece_dir, ignore_errors=True)
-  return truncation
 
 
 @contextlib.contextmanager
@@ -143,61 +290,13 @@ def existing_objects_frozen():
     gc.unfreeze()
 
 
-def _run_forked(jobs, function):
-  """Runs function(*item) for each item of jobs[w] in forked child process w; waits for all.
-
-  Plain fork and waitpid: a multiprocessing.Pool costs about 0.1 s to shut down,
-  which is a sixth of featurising a 12,000-row file, and a spawned process would
-  import TensorFlow again (seconds). Forking a process whose TensorFlow has started
-  threads is safe only for a child that never calls TensorFlow (its locks may be
-  held by threads the child does not have): the children here run plain Python
-  (tokenizer, serialiser, file writes) and leave with os._exit.
-  """
-  children, reports = [], []
+@contextlib.contextmanager
+def scratch_folder(near):
+  """A scratch folder for staged bodies: beside the records when they are local (the
+  same disk, which holds the records anyway), else in the system's temporary folder."""
+  base = near if "://" not in near else None
+  folder = tempfile.mkdtemp(prefix="featurise-", dir=base)
   try:
-    for items in jobs:
-      read_end, write_end = os.pipe()
-      pid = os.fork()
-      if pid == 0:
-        os.close(read_end)
-        _child(function, items, write_end)  # never returns
-      os.close(write_end)
-      children.append(pid)
-      reports.append(read_end)
+    yield folder
   finally:
-    statuses = [os.waitpid(pid, 0)[1] for pid in children]
-    faults = [_read_report(read_end) for read_end in reports]
-  for fault in faults:
-    if fault:  # a full disk, say: the parent raises it as its own, for the report it gets
-      raise OSError(fault["errno"], os.strerror(fault["errno"]), fault["filename"])
-  failed = sum(1 for status in statuses if status != 0)
-  if failed:
-    raise RuntimeError("%d of %d featurisation processes failed; their errors are printed "
-                       "above" % (failed, len(children)))
-
-
-def _child(function, items, report):
-  """A forked child's life: work, then leave without running the parent's clean-up. The
-  fault of a place (a full disk: its number and file) is written to the pipe report for the
-  parent to raise as its own; any other error's traceback is printed."""
-  status = 0
-  try:
-    for item in items:
-      function(*item)
-  except BaseException as e:  # the parent sees the exit status, and a fault's report
-    if isinstance(e, OSError) and e.errno in PLACE_FAULTS:
-      os.write(report, json.dumps({"errno": e.errno, "filename": e.filename}).encode("utf-8"))
-    else:
-      traceback.print_exc()
-    status = 1
-  finally:
-    sys.stderr.flush()
-    os._exit(status)
-
-
-def _read_report(read_end):
-  """The OSError a child reported ({"errno", "filename"}), or None."""
-  with os.fdopen(read_end, "rb") as f:
-    text = f.read()
-  return json.loads(text.decode("utf-8")) if text else None
-
+    shutil.rmtree(folder, ignore_errors=True)

@@ -24,7 +24,7 @@ class ColaProcessor(DataProcessor):
   split_files = GLUE_FILES
 
   def columns(self, table, split):
-    first = table.rows[0][1]
+    first = table.first_fields()
     labels = (1,) if split != "test" else None  # predict files' labels are not read
     names = [f.strip().lstrip(u"\ufeff").lower() for f in first]
     if _is_cola_header(names):  # (GLUE's test file, or another export's header)
@@ -33,8 +33,7 @@ class ColaProcessor(DataProcessor):
                         % ", ".join(names), "use it as the predict file, and give a "
                         "labelled file for %s" % {"train": "training",
                                                   "dev": "evaluation"}[split], line=1)
-      table.header = [f.strip() for f in first]
-      table.rows = table.rows[1:]
+      table.take_header()
       ids = [i for i, name in enumerate(names) if name in COLA_ID_NAMES]
       return Columns(text_a=names.index("sentence"), guid=ids[0] if ids else None,
                      labels=(names.index("label"),) if labels and "label" in names else None)
@@ -43,7 +42,7 @@ class ColaProcessor(DataProcessor):
     if len(first) == 2:
       return Columns(text_a=0, labels=labels)
     raise DataError(table.path, "CoLA rows have 2 or 4 columns but this one has %d" % len(first),
-                    "give GLUE's CoLA files", line=table.rows[0][0])
+                    "give GLUE's CoLA files", line=table.first_records(1)[0][0])
 
 
 # The names a CoLA file's header may give its columns (GLUE's test file: index, sentence;

@@ -6,7 +6,7 @@ import logging
 
 from data.errors import DataError
 from data.examples import HeaderProcessor
-from data.table import read_table
+from data.table import Table
 from spec.errors import FlagError
 from spec.labels import MISSING_VALUES, SoftTarget
 from spec.tasks import (JIGSAW_BIAS_AUXILIARY_COLUMNS, JIGSAW_BIAS_TARGET,
@@ -92,18 +92,22 @@ class JigsawBiasProcessor(JigsawProcessor):
     """The auxiliary toxicity columns the train file has, filled on every row; those
     missing or with empty cells are left out, and the log says which."""
     path = self.file_for("train")
-    table = read_table(path, self.delimiter, True, self.quoting_of(path))
+    table = Table(path, self.delimiter, True, self.quoting_of(path))
+    candidates = [name for name in JIGSAW_BIAS_AUXILIARY_COLUMNS
+                  if name not in self._label_columns]
+    indices = {name: table.column_index(name, "--auxiliary_targets")
+               for name in candidates if name in table.header}
+    empties = dict.fromkeys(indices, 0)
+    for _, fields in table:  # (one pass over the rows for every column)
+      for name, index in indices.items():
+        if len(fields) <= index or fields[index].strip() in MISSING_VALUES:
+          empties[name] += 1
     found, left_out = [], []
-    for name in JIGSAW_BIAS_AUXILIARY_COLUMNS:
-      if name in self._label_columns:
-        continue
-      if name not in table.header:
+    for name in candidates:
+      empty = empties.get(name)
+      if empty is None:
         left_out.append("%s (no such column)" % name)
-        continue
-      index = table.column_index(name, "--auxiliary_targets")
-      empty = sum(1 for _, fields in table.rows
-                  if len(fields) <= index or fields[index].strip() in MISSING_VALUES)
-      if empty:
+      elif empty:
         left_out.append("%s (%d empty cells)" % (name, empty))
       else:
         found.append(name)

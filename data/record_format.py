@@ -90,11 +90,31 @@ class ExampleSerializer(object):
                              _packed(features.token_ids) + b"\x00" * features.num_padding)
 
   def __call__(self, features, weight=1.0):
-    # Map entries sorted by key: example_id, input_ids, input_mask, is_real_example,
-    # label_ids, (sample_weight,) segment_ids. Only the first two change from row to row.
-    entries = (self._int64_entry("example_id", _varint(features.example_id)) +
-               self._input_ids_entry(features) + self._entries_after_input_ids(features, weight))
+    return self.record(features.example_id, self.body(features, weight))
+
+  # Map entries sorted by key: example_id, input_ids, input_mask, is_real_example,
+  # label_ids, (sample_weight,) segment_ids. Only the first two change from row to row.
+  # A record is made of its body (every entry but example_id) in two steps, so that a
+  # body made before the example's place in its split is known gets its id (and weight)
+  # when it is written.
+  def body(self, features, weight=1.0):
+    """The map entries after example_id."""
+    return self._input_ids_entry(features) + self._entries_after_input_ids(features, weight)
+
+  def record(self, example_id, body):
+    """The serialised Example of a body with its example_id."""
+    entries = self._int64_entry("example_id", _varint(example_id)) + body
     return _length_delimited(1, entries)  # Example.features, whose map entries are field 1
+
+  def weigh(self, body, weight, max_seq_length):
+    """A weighted body with its weight set: the weight's 4 bytes end where the segment_ids
+    entry (of fixed size: max_seq_length packed 0s and 1s) begins."""
+    after = self._framings.get(("weight", max_seq_length))
+    if after is None:
+      after = self._framings[("weight", max_seq_length)] = len(
+          _int64_map_entry("segment_ids", [0] * max_seq_length))
+    end = len(body) - after
+    return body[:end - 4] + struct.pack("<f", weight) + body[end:]
 
   def _entries_after_input_ids(self, features, weight):
     """input_mask, is_real_example, label_ids, (sample_weight,) segment_ids: cached, but

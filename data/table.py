@@ -1,53 +1,138 @@
-"""Reads CSV/TSV files into rows that remember their line numbers, with clear errors."""
+"""Reads CSV/TSV files a block at a time into rows that remember their line numbers, with
+clear errors."""
 
+import collections
 import csv
+import itertools
 import re
 import sys
 
-import tensorflow.compat.v1 as tf
-
 from data.errors import DataError
+from data.text_lines import decoded_lines, open_binary
 
 # Jigsaw comments can be long; Python's default field limit of 128 KiB is not enough.
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 
 
 class Table(object):
-  """The rows of one delimited file.
+  """The records of one delimited file, read as they are asked for: the file is never held
+  whole, so memory does not grow with it.
 
   header: the list of column names, or None for a file without a header.
-  rows: list of (line_number, fields), line_number being where the record starts.
-  num_lines: physical lines in the file; blank_lines: empty lines that held no record;
-  multi_line: (first line, number of lines) of each record that spans several lines.
+  Iterating yields (line_number, fields) once, line_number being where the record starts;
+  rows is that list, for the few readers that need every row at once (read_table).
+  first_records(n) looks ahead without losing records. While reading, the counts grow:
+  num_lines (physical lines), records, blank_lines (empty lines that held no record) and
+  multi_line (records spanning several lines: how many, their lines, the first starts).
   """
 
-  def __init__(self, path, header, rows, num_lines=0, blank_lines=0, multi_line=(),
-               delimiter=","):
+  def __init__(self, path, delimiter, has_header, quoting=csv.QUOTE_MINIMAL):
     self.path = path
     self.delimiter = delimiter
-    self.header = header
-    self.rows = rows
-    self.num_lines = num_lines
-    self.blank_lines = blank_lines
-    self.multi_line = list(multi_line)
+    self.num_lines = self.records = self.blank_lines = 0
+    self.multi_line = MultiLineCount()
+    self.content = False  # whether a character other than whitespace was read
+    self._ahead = collections.deque()
+    self._source = _records(self, open_binary(path), delimiter, quoting)
+    self._consumed = False
+    self.header = None
+    first = next(self._source, None)
+    while first is not None and not self.content:  # (only whitespace so far)
+      self._ahead.append(first)
+      first = next(self._source, None)
+    if not self.content:
+      raise DataError(path, "the file is empty",
+                      "give a file with rows, or point at the right file")
+    if first is not None:
+      self._ahead.append(first)
+    if has_header:
+      self.header = [h.strip() for h in self._ahead.popleft()[1]]
+      self._header_cells = [_cell(h) for h in self.header]
+
+  @property
+  def rows(self):
+    if not hasattr(self, "_rows"):
+      self._rows = list(self)
+    return self._rows
+
+  def first_records(self, n):
+    """Up to n of the first records, without consuming them."""
+    if hasattr(self, "_rows"):
+      return self._rows[:n]
+    while len(self._ahead) < n:
+      record = self._pull()
+      if record is None:
+        break
+      self._ahead.append(record)
+    return list(itertools.islice(self._ahead, n))
+
+  def first_fields(self):
+    """The fields of the first record (after the header)."""
+    first = self.first_records(1)
+    return first[0][1] if first else []
+
+  def usual_width(self):
+    """The number of fields most records have: of every record when they have been read
+    whole, else of the first USUAL_WIDTH_RECORDS (the reader checks it at the end)."""
+    records = self._rows if hasattr(self, "_rows") else self.first_records(USUAL_WIDTH_RECORDS)
+    counts = collections.Counter(len(fields) for _, fields in records)
+    return counts.most_common(1)[0][0] if counts else 0
+
+  def take_header(self):
+    """Reads the first record as the header (a file whose header is known only once its
+    first record is seen)."""
+    if hasattr(self, "_rows"):
+      first, self._rows = self._rows[0], self._rows[1:]
+      self.records -= 1
+    else:
+      self.first_records(1)
+      first = self._ahead.popleft()
+    self.header = [h.strip() for h in first[1]]
+    self._header_cells = [_cell(h) for h in self.header]
+
+  def __iter__(self):
+    if hasattr(self, "_rows"):
+      return iter(self._rows)
+    if self._consumed:
+      raise RuntimeError("the records of %s are read once" % self.path)
+    self._consumed = True
+    return self._stream()
+
+  def _stream(self):
+    while True:
+      record = self._ahead.popleft() if self._ahead else self._pull()
+      if record is None:
+        break
+      self.records += 1
+      yield record
+    if not self.records:
+      raise DataError(self.path, "the file has a header but no data rows",
+                      "give a file with rows, or point at the right file", line=1)
+
+  def _pull(self):
+    """The next record from the file (the header's check applied), or None at its end."""
+    record = next(self._source, None)
+    if record is not None and self.header is not None:
+      _check_not_header(self.path, self._header_cells, record)
+    return record
 
   def accounting(self):
     """'N lines: a header, M records, B blank lines' for the log."""
     parts = ["%d lines: " % self.num_lines]
     parts.append("a header, " if self.header is not None else "")
-    parts.append("%d records" % len(self.rows))
+    parts.append("%d records" % self.records)
     if self.blank_lines:
       parts.append(", %d blank lines" % self.blank_lines)
-    if self.multi_line:
-      parts.append(", %d records spanning %d lines" % (
-          len(self.multi_line), sum(n for _, n in self.multi_line)))
+    if self.multi_line.records:
+      parts.append(", %d records spanning %d lines" % (self.multi_line.records,
+                                                       self.multi_line.lines))
     return "".join(parts)
 
   def column_index(self, column, flag_hint):
     """Resolves a column given by name or by 0-based position to an index."""
     if is_position(column):
       index = int(column)
-      width = len(self.header) if self.header else (len(self.rows[0][1]) if self.rows else 0)
+      width = len(self.header) if self.header else len(self.first_fields())
       if index >= width:
         raise DataError(self.path, "there is no column number %d: rows have %d columns"
                         % (index, width), self._other_delimiter_fix() or
@@ -76,7 +161,7 @@ class Table(object):
   def _other_delimiter_fix(self, column=None):
     """The fix when the file's first line splits into columns by another delimiter than
     the one read with (into a header that has column, when one is named)."""
-    first = self.header if self.header is not None else self.rows[0][1]
+    first = self.header if self.header is not None else self.first_fields()
     line = self.delimiter.join(first)
     for candidate in OTHER_DELIMITERS:
       if candidate == self.delimiter:
@@ -101,99 +186,22 @@ OTHER_DELIMITERS = (",", ";", "\t", "|")
 _POSITION = re.compile(r"^[0-9]+$")
 
 
-# Byte-order marks of the encodings a text file may be in instead of UTF-8; UTF-32's come
-# first, as UTF-32LE's starts with UTF-16LE's.
-_OTHER_BOMS = ((b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"),
-               (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))
 BOM = u"\ufeff"  # a byte-order mark, as text
 
 
-def decode_utf8(path, raw):
-  """Decodes bytes as UTF-8 (a BOM is allowed), naming the line and column of a bad byte.
-  A UTF-16 or UTF-32 file (by its byte-order mark, or UTF-16 without one by its NUL bytes)
-  is refused with the iconv command for its encoding, and a NUL byte in a UTF-8 file with
-  its line (Python 3.7's csv module refuses NUL, 3.11's reads it: both refuse it here)."""
-  encoding = _other_encoding(raw)
-  if encoding is not None:
-    source, sign = encoding
-    raise DataError(path, "the file is %s, not UTF-8 (%s)" % (source.upper(), sign),
-                    "re-save the file as UTF-8, e.g. `iconv -f %s -t utf-8 in.csv > out.csv`"
-                    % source)
-  try:
-    text = raw.decode("utf-8-sig")
-  except UnicodeDecodeError as e:
-    line = raw.count(b"\n", 0, e.start) + 1
-    line_start = raw.rfind(b"\n", 0, e.start) + 1
-    raise DataError(
-        path, "invalid UTF-8 (byte 0x%02x at byte %d of the line)" % (raw[e.start], e.start - line_start + 1),
-        "re-save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 in.csv > out.csv`",
-        line=line)
-  nul = text.find(u"\x00")
-  if nul >= 0:
-    line_start = text.rfind(u"\n", 0, nul) + 1
-    raise DataError(path, "the line holds a NUL byte (character %d of the line): the file is "
-                    "probably not a text file, or a text in another encoding than UTF-8"
-                    % (nul - line_start + 1),
-                    "give the CSV/TSV file itself, re-saved as UTF-8 text (or remove the NUL "
-                    "bytes: `tr -d '\\000' < in.csv > out.csv`)",
-                    line=text.count(u"\n", 0, nul) + 1)
-  return text
-
-
-def _other_encoding(raw):
-  """(encoding for iconv, its sign) of a UTF-16/UTF-32 file, else None. Without a
-  byte-order mark, UTF-16 shows as a NUL byte in every other byte of a mostly ASCII
-  text: at odd offsets little-endian, at even offsets big-endian."""
-  for bom, encoding in _OTHER_BOMS:
-    if raw.startswith(bom):
-      return encoding, "it starts with the byte-order mark %s" % " ".join(
-          "%02x" % b for b in bytearray(bom))
-  head = bytearray(raw[:4096])
-  pairs = len(head) // 2
-  if pairs < 2:
-    return None
-  even = sum(1 for i in range(0, 2 * pairs, 2) if head[i] == 0)
-  odd = sum(1 for i in range(1, 2 * pairs, 2) if head[i] == 0)
-  for nuls, others, encoding, where in ((odd, even, "utf-16le", "odd"),
-                                        (even, odd, "utf-16be", "even")):
-    if nuls * 2 > pairs and others * 10 < pairs:
-      return encoding, "every other byte is NUL, at %s offsets: UTF-16 without a " \
-          "byte-order mark" % where
-  return None
-
-
-def _sep_line(path, text):
-  """Excel's first line `sep=X` names the file's delimiter; it is no header and no row.
-  Refused, with the flag that reads the file without it."""
-  first = lines_of(text[:200])[0].rstrip(u"\r\n") if text else u""
-  match = _SEP_LINE.match(first)
-  if match:
-    delimiter = match.group(1)
-    raise DataError(path, "the first line is %r, Excel's line naming the delimiter, not a "
-                    "header or a row" % first,
-                    "remove that line (e.g. `tail -n +2 in.csv > out.csv`) and pass "
-                    "--delimiter=%s (with --task_name=csv)"
-                    % ("tab" if delimiter == u"\t" else "'%s'" % delimiter), line=1)
-
-
-_SEP_LINE = re.compile(u"^sep=(.)$")
-
-
-def _check_rows(path, header, rows):
+def _check_not_header(path, header_cells, record):
   """A row that repeats the header (files joined with `cat`, the second one's header
   left in, perhaps after its byte-order mark) would make a class of its label cell
   'label': refused, naming the line. (A byte-order mark at a row's start is refused only
   where it matters, in a label cell: refuse_bom_cell. A text may start with U+FEFF, and
   the tokenizer drops it.)"""
-  if header is None:
-    return
-  names = [_cell(h) for h in header]
-  for line, fields in rows:  # (the first cell first: a million rows are read here)
-    if len(fields) == len(names) and _cell(fields[0]) == names[0] and \
-        [_cell(f) for f in fields] == names:
-      raise DataError(path, "the header appears again at line %d (files joined with cat?)"
-                      % line, "remove the repeated header lines (to join files with "
-                      "headers, take all but the first's with `tail -n +2`)", line=line)
+  line, fields = record
+  # (the first cell first: a million rows pass here)
+  if len(fields) == len(header_cells) and _cell(fields[0]) == header_cells[0] and \
+      [_cell(f) for f in fields] == header_cells:
+    raise DataError(path, "the header appears again at line %d (files joined with cat?)"
+                    % line, "remove the repeated header lines (to join files with "
+                    "headers, take all but the first's with `tail -n +2`)", line=line)
 
 
 def _cell(text):
@@ -210,70 +218,72 @@ def refuse_bom_cell(path, line, cell, column):
 
 
 def read_table(path, delimiter, has_header, quoting=csv.QUOTE_MINIMAL):
-  """Reads a whole delimited file. Raises DataError when it is empty or not UTF-8, or when
-  its quotes do not follow CSV's rules (a quoted field that never closes, or that closes
-  with anything but a delimiter or the line's end after it): such a quote would merge rows
-  into one text."""
-  if not tf.io.gfile.exists(path):
-    raise DataError(path, "the file does not exist",
-                    "check --data_dir and the file name (see the README for each task's files)")
-  if tf.io.gfile.isdir(path):
-    raise DataError(path, "this is a folder, not a file",
-                    "name the file itself (or pass the folder as --data_dir)")
-  with tf.io.gfile.GFile(path, "rb") as f:
-    raw = f.read()
-  text = decode_utf8(path, raw)
-  if not text.strip():
-    raise DataError(path, "the file is empty", "give a file with rows, or point at the right file")
-  _sep_line(path, text)
+  """A whole delimited file's Table with its rows read (table.rows), for the readers that
+  need every row at once; others iterate a Table. Raises DataError when the file is empty
+  or not UTF-8, or when its quotes do not follow CSV's rules."""
+  table = Table(path, delimiter, has_header, quoting)
+  table.rows  # (reads them)
+  return table
+
+
+class MultiLineCount(object):
+  """The records that span several lines (quoted newlines): how many, their lines, and
+  where the first few start (for the log)."""
+  SHOWN = 5
+
+  def __init__(self):
+    self.records = self.lines = 0
+    self.first_starts = []
+
+  def add(self, start, lines):
+    self.records += 1
+    self.lines += lines
+    if len(self.first_starts) < self.SHOWN:
+      self.first_starts.append(start)
+
+  def __bool__(self):
+    return self.records > 0
+
+  __nonzero__ = __bool__
+
+
+USUAL_WIDTH_RECORDS = 1000  # the records a headerless file's usual width is taken from
+
+
+def _records(table, stream, delimiter, quoting):
+  """(line, fields) of each record of the file, counting lines, blank lines and records
+  that span lines into table as they pass. Quotes follow CSV's strict rules (a quoted
+  field that never closes, or closes with anything but a delimiter or the line's end
+  after it, is an error): such a quote would merge rows into one text."""
   kwargs = {"delimiter": delimiter}
   if quoting == csv.QUOTE_NONE:
     kwargs.update(quoting=csv.QUOTE_NONE, quotechar=None)
   else:
     kwargs.update(strict=True)  # a quote out of place is an error, not a merged text
-  lines = lines_of(text)
   consumed = []
 
   def feed():
-    for line in lines:
+    for line in decoded_lines(table, stream):
+      table.num_lines += 1
       consumed.append(line)
       yield line
 
   reader = csv.reader(feed(), **kwargs)
-  rows, multi_line = [], []
-  blank_lines = 0
   next_line = 1
   try:
     for fields in reader:
       start, next_line = next_line, reader.line_num + 1
       if not fields:
-        blank_lines += 1  # An empty line holds no record; counted and reported.
+        table.blank_lines += 1  # An empty line holds no record; counted and reported.
       else:
-        rows.append((start, fields))
         if len(consumed) > 1:
-          multi_line.append((start, len(consumed)))
+          table.multi_line.add(start, len(consumed))
+        yield start, fields
       del consumed[:]
   except csv.Error as e:
-    raise _quoting_error(path, delimiter, next_line, consumed, e)
-  header = None
-  if has_header:
-    header = [h.strip() for h in rows[0][1]]
-    rows = rows[1:]
-  _check_rows(path, header, rows)
-  if not rows:
-    raise DataError(path, "the file has a header but no data rows",
-                    "give a file with rows, or point at the right file", line=1)
-  return Table(path, header, rows, len(lines), blank_lines, multi_line, delimiter)
-
-
-def lines_of(text):
-  """The file's lines, each with its end. Lines end at "\n" (or "\r\n"), so a lone
-  carriage return stays a character of its line, which the csv module keeps inside a
-  quoted text and refuses elsewhere, instead of taking it for a line end and cutting a row
-  in two. A file with no "\n" at all has its lines end at "\r" (old Mac files)."""
-  end = "\n" if "\n" in text else "\r"
-  pieces = text.split(end)
-  return [piece + end for piece in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
+    raise _quoting_error(table.path, delimiter, next_line, consumed, e)
+  finally:
+    stream.close()
 
 
 def _quoting_error(path, delimiter, start, record_lines, error):

@@ -21,8 +21,8 @@ import tensorflow.compat.v1 as tf
 from data.features import num_padding_rows
 from data.files import (file_check, file_sha256, hold, release, remove_quietly,
                         staging_path, write_whole)
-from data.featurise import (PIECES_PER_WORKER, Featurisation, existing_objects_frozen,
-                            write_shards)
+from data.featurise import (Featurisation, existing_objects_frozen, scratch_folder, stage,
+                            truncation_of, write_shards)
 from data.record_format import SCHEMA_VERSION
 from spec.errors import FlagError
 
@@ -84,22 +84,29 @@ def _shard_ranges(num_examples, num_shards):
 
 
 def build_records(examples, record_path, settings, tokenizer, pad_to_multiple=0, num_shards=1,
-                  num_workers=1, weights=None):
+                  num_workers=1, order=None, accounts=None):
   """Writes (or reuses) the records of one split. Returns the metadata dict.
 
-  settings must hold everything that shapes the features: label_spec (its card entry),
-  truncation (Truncation.as_dict(); head when absent), max_seq_length, vocab and casing,
-  source file hashes. pad_to_multiple > 0 appends padding rows (is_real_example=0) so the
-  files hold whole batches. With num_shards > 1 the examples are split into that many
-  contiguous files (metadata["files"], in order); num_workers > 1 featurises in that
-  many parallel processes (any number of shards, even one: workers write pieces of the
-  examples, which are joined into the shards in order). weights (one float per
-  example, for training) adds the sample_weight field; padding rows weigh 0.
+  examples is an iterable, read only when the records are written: a cached copy is
+  found from settings alone, which must hold everything that shapes the records: the
+  source files' identity (sha256), label_spec (its card entry), truncation
+  (Truncation.as_dict(); head when absent), max_seq_length, vocab and casing, the options
+  that read the rows (and, for a train split, that order and weigh them).
+  pad_to_multiple > 0 appends padding rows (is_real_example=0) so the files hold whole
+  batches. With num_shards > 1 the records are split into that many contiguous files
+  (metadata["files"], in order); num_workers > 1 featurises in that many processes.
+  order (pipeline/splits.py: the training order, or prediction's length order) sees each
+  example as it is read, then gives the records' order from the staged examples
+  (arrange(staged) -> the examples' indices in order, and their weights or None: the
+  sample_weight field, padding rows weighing 0); its file_ids says whether each record's
+  example_id is its row's place in the file (else its place in the records). Without
+  it the records keep the file's order. Counts (truncated and empty texts) are of the
+  examples written. accounts() is what reading found (lines, skips),
+  recorded in the metadata once the examples are read.
   """
   num_shards = max(1, num_shards)
-  settings = dict(settings, pad_to_multiple=pad_to_multiple, num_examples=len(examples),
-                  num_shards=num_shards, weighted=weights is not None,
-                  weights_sha256=_weights_sha256(weights))
+  settings = dict(settings, pad_to_multiple=pad_to_multiple, num_shards=num_shards,
+                  weighted=bool(order is not None and order.weighted))
   key = fingerprint(settings)
   tf.io.gfile.makedirs(record_path.rsplit("/", 1)[0])
   lock = lock_path(record_path)
@@ -111,7 +118,7 @@ def build_records(examples, record_path, settings, tokenizer, pad_to_multiple=0,
     if hold(lock, exclusive=True, wait=False):
       try:
         return _write_records(examples, record_path, settings, key, tokenizer,
-                              pad_to_multiple, num_shards, num_workers, weights)
+                              pad_to_multiple, num_shards, num_workers, order, accounts)
       finally:
         hold(lock)  # written (or not): read from now on, like any reader's
     # Another process reads them: a run with other settings, or one about to write these
@@ -142,6 +149,7 @@ def _reusable(record_path, key, quiet=False):
     if problem is None:
       log.info("reusing cached features %s (%d examples + %d padding)", record_path,
                existing["num_examples"], existing["num_padding"])
+      report_reading(record_path, existing)
       report_changes(record_path, existing)
       return existing
     if not quiet:
@@ -153,22 +161,31 @@ def _reusable(record_path, key, quiet=False):
 
 
 def _write_records(examples, record_path, settings, key, tokenizer, pad_to_multiple,
-                   num_shards, num_workers, weights):
+                   num_shards, num_workers, order, accounts):
   """Featurises examples into the split's record files and metadata (see build_records)."""
   paths = shard_paths(record_path, num_shards)
-  num_padding = num_padding_rows(len(examples), pad_to_multiple)
-  pieces_per_shard = (1 if num_workers <= 1 else
-                      -(-num_workers * PIECES_PER_WORKER // num_shards))
-  ranges = [(start + a, start + b)
-            for start, end in _shard_ranges(len(examples), num_shards)
-            for a, b in _shard_ranges(end - start, pieces_per_shard)]
-  job = Featurisation(examples, settings, tokenizer, num_padding, ranges, weights)
+  job = Featurisation(settings, tokenizer, weighted=settings["weighted"])
   staging = {path: staging_path(path) for path in paths}
   try:
-    with existing_objects_frozen():
-      truncation = write_shards(job, paths, staging, pieces_per_shard, num_workers)
-    checks = [_file_check(staging[path], records) for path, records in zip(
-        paths, _records_per_shard(len(examples), num_shards, num_padding))]
+    with scratch_folder(record_path.rsplit("/", 1)[0]) as scratch, existing_objects_frozen():
+      staged = stage(examples, job, scratch, num_workers,
+                     observe=order.observe if order is not None else None)
+      try:
+        positions, weights = (order.arrange(staged) if order is not None else (None, None))
+        written = positions if positions is not None else range(staged.num_examples)
+        num_examples = len(written)
+        num_padding = num_padding_rows(num_examples, pad_to_multiple)
+        sizes = _records_per_shard(num_examples, num_shards, num_padding)
+        log.info("writing %d examples + %d padding rows into %d file(s)", num_examples,
+                 num_padding, len(paths))
+        write_shards(job, staged, positions, weights, [staging[p] for p in paths],
+                     [end - start for start, end in _shard_ranges(num_examples, num_shards)],
+                     num_padding, file_ids=bool(order is not None and order.file_ids))
+        truncation = truncation_of(staged.lengths(written), settings["max_seq_length"])
+        empty_texts = sum(staged.empty[i] for i in written)
+      finally:
+        staged.close()
+    checks = [_file_check(staging[path], records) for path, records in zip(paths, sizes)]
     for path in paths:
       tf.io.gfile.rename(staging[path], path, overwrite=True)
   finally:
@@ -176,11 +193,12 @@ def _write_records(examples, record_path, settings, key, tokenizer, pad_to_multi
       remove_quietly(staging[path])
 
   metadata = dict(settings, fingerprint=key, schema_version=SCHEMA_VERSION, files=paths,
-                  file_checks=checks, num_padding=num_padding,
-                  num_records=len(examples) + num_padding,
-                  empty_texts=_empty_texts(examples), **truncation.as_dict())
+                  file_checks=checks, num_examples=num_examples, num_padding=num_padding,
+                  num_records=num_examples + num_padding, read=accounts() if accounts else None,
+                  weights_sha256=_weights_sha256(weights), empty_texts=empty_texts,
+                  **truncation.as_dict())
   write_whole(metadata_path(record_path), json.dumps(metadata, indent=2, sort_keys=True))
-  log.info("wrote %s: %d examples + %d padding rows in %d file(s)", record_path, len(examples),
+  log.info("wrote %s: %d examples + %d padding rows in %d file(s)", record_path, num_examples,
            num_padding, len(paths))
   report_changes(record_path, metadata)
   return metadata
@@ -221,10 +239,15 @@ def _weights_sha256(weights):
   return hashlib.sha256(struct.pack("<%dd" % len(weights), *weights)).hexdigest()
 
 
-def _empty_texts(examples):
-  """Examples whose text (or either text of a pair) is empty or only whitespace."""
-  return sum(1 for e in examples
-             if not e.text_a.strip() or (e.text_b is not None and not e.text_b.strip()))
+def report_reading(record_path, metadata):
+  """Logs what reading the source file found, for records reused without reading it: the
+  rows skipped (--skip_malformed_rows) are reported on every run that uses them."""
+  read = metadata.get("read") or {}
+  skipped = read.get("skipped") or {}
+  if skipped:
+    log.warning("%s: made from %s, which had %s skipped (--skip_malformed_rows)", record_path,
+                metadata.get("source_file"), ", ".join(
+                    "%d rows with %s" % (n, cause) for cause, n in sorted(skipped.items())))
 
 
 def report_changes(record_path, metadata):

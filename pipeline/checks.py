@@ -16,8 +16,7 @@ from spec.errors import FlagError
 # Options that must be positive integers, in the order they are checked.
 POSITIVE = ("train_batch_size", "eval_batch_size", "predict_batch_size",
             "save_checkpoints_steps", "save_summary_steps", "iterations_per_loop",
-            "log_every_steps", "gradient_accumulation_steps", "num_record_shards",
-            "featurise_workers")
+            "log_every_steps", "gradient_accumulation_steps", "num_record_shards")
 
 
 def check_run(c, cluster=None):
@@ -30,6 +29,9 @@ def check_run(c, cluster=None):
     value = c.value(name)
     if value <= 0:
       raise FlagError("--%s=%d must be a positive integer" % (name, value))
+  if c.device.featurise_workers < 0:
+    raise FlagError("--featurise_workers=%d must be 0 (one per core) or a positive integer"
+                    % c.device.featurise_workers)
   check_training(c.training, c.modes, c.given)
   check_device(c.device, c.training, c.modes, c.outputs.output_dir, c.given)
   check_model_inputs(c.model)
@@ -185,7 +187,7 @@ def check_train_split(training, device, featurised, task, output_dir, cluster=No
                     "--output_dir" % (output_dir, os.path.basename(newest), problem,
                                       EARLIER_CHECKPOINT_FIX))
   distribution.check_every_pipeline_has_rows(
-      len(featurised.train.examples), device.num_record_shards,
+      featurised.train.num_examples, device.num_record_shards,
       distribution.input_pipelines(device, cluster))
 
 

@@ -14,6 +14,7 @@ from modeling.checkpoint import files_problem as checkpoint_files_problem
 from modeling.metrics import metric_names
 from pipeline import eval_history
 from pipeline.outputs import write_eval_results, write_test_results
+from pipeline.progress import RateReport
 from spec.errors import FlagError
 
 log = logging.getLogger(__name__)
@@ -89,22 +90,30 @@ class Evaluator(object):
     return path, outputs
 
   def predict_outputs(self, split, checkpoint):
-    """The head's outputs (a list of floats) for every example of a split, in input order;
-    padding rows are dropped, and a row lost or predicted twice is an error."""
-    rows = {}
+    """The head's outputs (a list of floats) for every example of a split, in input order
+    (whatever order its records are in: each carries its example's place); padding rows
+    are dropped, and a row lost or predicted twice is an error. A progress line every
+    PROGRESS_SECONDS."""
+    total = split.num_examples
+    rows = [None] * total
+    done = 0
+    progress = RateReport("predicted", total)
     for prediction in self.estimator.predict(input_fn=split.input_fn(),
                                              yield_single_examples=True,
                                              checkpoint_path=self.restore_path(checkpoint)):
       if not prediction["is_real_example"]:
         continue
       example_id = int(prediction["example_id"])
-      if example_id in rows:
+      if not 0 <= example_id < total:
+        raise RuntimeError("a prediction names example %d of %d" % (example_id, total))
+      if rows[example_id] is not None:
         raise RuntimeError("example %d was predicted twice" % example_id)
       rows[example_id] = prediction["outputs"].tolist()
-    if sorted(rows) != list(range(len(split.examples))):
-      raise RuntimeError("predicted %d rows for %d examples: rows were lost" %
-                         (len(rows), len(split.examples)))
-    return [rows[i] for i in range(len(split.examples))]
+      done += 1
+      progress(done)
+    if done != total:
+      raise RuntimeError("predicted %d rows for %d examples: rows were lost" % (done, total))
+    return rows
 
 
 def metric_names_of(task, dev_examples):

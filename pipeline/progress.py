@@ -1,4 +1,5 @@
-"""A training hook that reports step, loss, examples/sec and time left, on any device."""
+"""Progress lines: a training hook that reports step, loss, examples/sec and time left, on any
+device, and a rate report for other long work (prediction)."""
 
 import logging
 import time
@@ -119,3 +120,23 @@ class ProgressHook(tf.train.SessionRunHook):
     """The mean fetched loss of the steps in (after_step, up_to_step], or None."""
     values = [loss for step, loss in self.losses if after_step < step <= up_to_step]
     return sum(values) / len(values) if values else None
+
+
+class RateReport(object):
+  """A progress line every `every` seconds for long work of a known size: report(done)
+  after each item logs "<verb> 1200/97320 rows (640 rows/s, about 2m32s left)" when a
+  line is due."""
+
+  def __init__(self, verb, total, every=30.0, clock=time.time, report=None):
+    self.verb, self.total, self.every, self.clock = verb, total, every, clock
+    self.report = report or log.info
+    self.started = self.last = clock()
+
+  def __call__(self, done):
+    now = self.clock()
+    if now - self.last < self.every or done >= self.total:
+      return
+    self.last = now
+    rate = done / max(now - self.started, 1e-9)
+    self.report("%s %d/%d rows (%.0f rows/s, about %s left)" % (
+        self.verb, done, self.total, rate, format_seconds((self.total - done) / rate)))

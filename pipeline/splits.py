@@ -2,6 +2,7 @@
 processor -> InputExamples -> InputFeatures -> TFRecords, and the input_fn that reads them
 back. A bad eval or predict file stops the run in seconds, not after training."""
 
+import array
 import collections
 import dataclasses
 import logging
@@ -17,17 +18,20 @@ from data.files import file_sha256
 from data.tfrecord import build_records
 from pipeline.build import truncation_of
 from spec.errors import FlagError
+from spec.tasks import SCORED_IDENTITY_COLUMNS
 
 log = logging.getLogger(__name__)
 
 
 class Split(object):
-  """One split, read, validated and featurised: its examples, its record files and their
-  metadata, and how its records are read (input_fn)."""
+  """One split, read, validated and featurised: its record files and their metadata, how
+  its records are read (input_fn), and its examples where later steps need them (the
+  dev and predict splits'; a train split's are never held: num_examples counts them)."""
 
   def __init__(self, examples, metadata, reading):
     self.examples = examples
     self.metadata = metadata
+    self.num_examples = metadata["num_examples"]
     self.record_files = metadata["files"]
     self._reading = reading  # input_fn_builder's max_seq_length, label_spec, seed, padding
 
@@ -49,7 +53,8 @@ class Splits(object):
 
 def prepare_splits(c, task, tokenizer, vocab_file, fold=None):
   """The Splits the modes need. With fold (a pipeline.folds.FoldPlan) the train file's
-  rows of the other folds are the train split and its own fold's rows the dev split."""
+  rows of the other folds are the train split and its own fold's rows the dev split. The
+  train file is read as its records are written, and not at all when they are cached."""
   processor = task.processor
   training = c.training
   featurise = Featuriser(c, processor, tokenizer, vocab_file)
@@ -59,15 +64,9 @@ def prepare_splits(c, task, tokenizer, vocab_file, fold=None):
     splits["dev"] = featurise("dev", held_out, _lcm(training.eval_batch_size,
                                                     training.predict_batch_size), fold=fold)
   if c.modes.do_train:
-    if fold is None:
-      all_train = processor.get_examples("train")
-    examples = take_fraction(all_train, training.train_fraction, training.seed)
-    if len(examples) != len(all_train):
-      log.info("--train_fraction=%g: training on %d of %d rows", training.train_fraction,
-               len(examples), len(all_train))
-    weights = training_weights(training, task, examples)
-    examples, weights = in_training_order(examples, weights, training.seed)
-    splits["train"] = featurise("train", examples, 0, weights, fold=fold)
+    train_rows = all_train if fold is not None else processor.iter_examples("train")
+    splits["train"] = featurise("train", train_rows, 0, order=TrainingOrder(training, task),
+                                fold=fold, keep_examples=False)
   # A task whose evaluation also predicts the dev split pads its records for both sizes.
   dev_multiple = (_lcm(training.eval_batch_size, training.predict_batch_size)
                   if task.evaluation_predicts else training.eval_batch_size)
@@ -76,7 +75,8 @@ def prepare_splits(c, task, tokenizer, vocab_file, fold=None):
   for split, wanted, multiple in (("dev", c.modes.do_eval, dev_multiple),
                                   ("test", c.modes.do_predict, training.predict_batch_size)):
     if wanted and split not in splits:
-      splits[split] = featurise(split, processor.get_examples(split), multiple)
+      order = LengthOrder() if split == "test" and c.device.dynamic_padding else None
+      splits[split] = featurise(split, processor.get_examples(split), multiple, order=order)
   return Splits(splits.get("train"), splits.get("dev"), splits.get("test"))
 
 
@@ -93,7 +93,7 @@ def warn_if_dev_is_predicted(processor, modes):
 
 class Featuriser(object):
   """Writes (or reuses) a split's TFRecords in the cache (--cache_dir, else
-  <output_dir>/features): featuriser(split, examples, pad_to_multiple, weights, fold) is
+  <output_dir>/features): featuriser(split, examples, pad_to_multiple, order, fold) is
   its Split. With fold, the train and dev splits both come from the train file."""
 
   def __init__(self, c, processor, tokenizer, vocab_file):
@@ -105,16 +105,22 @@ class Featuriser(object):
                         label_spec=processor.label_spec, seed=c.training.seed,
                         dynamic_padding=c.device.dynamic_padding)
 
-  def __call__(self, split, examples, pad_to_multiple, weights=None, fold=None):
+  def __call__(self, split, examples, pad_to_multiple, order=None, fold=None,
+               keep_examples=True):
+    """examples: a list, or an iterable read only when the records are not cached (then
+    kept only with keep_examples)."""
     record_path = os.path.join(self.cache_dir, "%s.tf_record" % split)
-    metadata = build_records(examples, record_path, self.settings(split, fold),
-                             self.tokenizer, pad_to_multiple,
-                             num_shards=self.device.num_record_shards,
-                             num_workers=self.device.featurise_workers, weights=weights)
-    return Split(examples, metadata, self.reading)
+    source_split = "train" if fold is not None else split
+    metadata = build_records(
+        examples, record_path, self.settings(split, fold, order), self.tokenizer,
+        pad_to_multiple, num_shards=self.device.num_record_shards,
+        num_workers=featurise_workers(self.device.featurise_workers), order=order,
+        accounts=lambda: self.processor.accounts.get(source_split))
+    return Split(examples if keep_examples else None, metadata, self.reading)
 
-  def settings(self, split, fold):
-    """Everything that shapes a split's records: what a cached copy must match."""
+  def settings(self, split, fold, order=None):
+    """Everything that shapes a split's records, known before its file is read: what a
+    cached copy must match."""
     processor, data = self.processor, self.data
     source = processor.file_for("train" if fold is not None else split)
     settings = {
@@ -127,23 +133,117 @@ class Featuriser(object):
         "columns": [data.text_column, data.text_b_column, data.id_column,
                     processor.has_header_for(split), data.delimiter, data.quoting,
                     data.skip_malformed_rows],
-        "read": processor.accounts.get(split),  # lines, records, rows skipped by cause
     }
-    if split == "train":
-      settings.update(train_fraction=self.training.train_fraction, seed=self.training.seed,
-                      order="in_training_order(seed)")
+    if order is not None:
+      settings.update(order.settings())
     if fold is not None:
       settings.update(fold=fold.index, num_folds=fold.num_folds, fold_seed=self.training.seed)
     return settings
 
 
-def take_fraction(examples, fraction, seed):
-  """A seeded random subset of round(fraction * n) examples (at least one), in file order."""
+def featurise_workers(asked):
+  """The featurisation processes: as asked, or (0) one per core this process may use."""
+  if asked:
+    return asked
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:  # (not Linux)
+    return os.cpu_count() or 1
+
+
+class TrainingOrder(object):
+  """The train rows' order and weights, found without holding the rows: each row's facts
+  that the weights need (its label, its weight cell, its identity cells) are kept as it is
+  read, and only when weights are asked for; then arrange(n) gives the records' order
+  (--train_fraction's seeded subset, in a seeded random order) and their weights."""
+
+  def __init__(self, training, task):
+    self.training, self.task = training, task
+    self.weighted = bool(training.class_weights or training.sample_weight_column is not None
+                         or training.identity_weights)
+    if training.class_weights and task.processor.label_spec.kind != "classification":
+      raise FlagError("--class_weights weighs the classes of a classification head; a %s "
+                      "head has none. Use --sample_weight_column for per-row weights"
+                      % task.processor.label_spec.kind)
+    self.facts = []
+    self._columns = None
+
+  def settings(self):
+    training = self.training
+    return dict(train_fraction=training.train_fraction, seed=training.seed,
+                order="in_training_order(seed)",
+                weights=[list(training.class_weights or ()),
+                         training.sample_weight_column and str(training.sample_weight_column),
+                         bool(training.identity_weights)])
+
+  def observe(self, example):
+    if not self.weighted:
+      return
+    if self._columns is None:  # the extras the weights read
+      self._columns = [name for name in example.extras
+                       if name == str(self.training.sample_weight_column) or
+                       (self.training.identity_weights and name in SCORED_IDENTITY_COLUMNS)]
+    self.facts.append(RowFacts(example.guid, example.label,
+                               {name: example.extras[name] for name in self._columns
+                                if name in example.extras}))
+
+  file_ids = False  # (a train record's example_id is its place in training order)
+
+  def arrange(self, staged):
+    """(the staged examples' indices in training order, their weights or None)."""
+    training = self.training
+    num_examples = staged.num_examples
+    chosen = fraction_indices(num_examples, training.train_fraction, training.seed)
+    if len(chosen) != num_examples:
+      log.info("--train_fraction=%g: training on %d of %d rows", training.train_fraction,
+               len(chosen), num_examples)
+    weights = None
+    if self.weighted:
+      weights = training_weights(training, self.task, [self.facts[i] for i in chosen])
+      self.facts = []
+    positions, weights = in_training_order(chosen, weights, training.seed)
+    return array.array("q", positions), weights
+
+
+class LengthOrder(object):
+  """A predict split's records shortest first (with dynamic padding, each batch is then
+  computed only as long as rows of about one length), each keeping its place in the file
+  as its example_id, by which the predictions are written back in file order."""
+
+  weighted = False
+  file_ids = True
+
+  def settings(self):
+    return {"order": "length"}
+
+  def observe(self, example):
+    pass
+
+  def arrange(self, staged):
+    indices = sorted(range(staged.num_examples), key=staged.length)
+    return array.array("q", indices), None
+
+
+class RowFacts(object):
+  """What the training weights read of a train row: its id, label and weight columns."""
+  __slots__ = ("guid", "label", "extras")
+
+  def __init__(self, guid, label, extras):
+    self.guid, self.label, self.extras = guid, label, extras
+
+
+def fraction_indices(num_examples, fraction, seed):
+  """A seeded random subset of round(fraction * n) of the n examples' indices (at least
+  one), in file order."""
   if fraction >= 1.0:
-    return examples
-  keep = max(1, int(round(len(examples) * fraction)))
-  chosen = sorted(random.Random(seed).sample(range(len(examples)), keep))
-  return [examples[i] for i in chosen]
+    return range(num_examples)
+  keep = max(1, int(round(num_examples * fraction)))
+  return sorted(random.Random(seed).sample(range(num_examples), keep))
+
+
+def take_fraction(examples, fraction, seed):
+  """fraction_indices' examples."""
+  return [examples[i] for i in fraction_indices(len(examples), fraction, seed)]
 
 
 def in_training_order(examples, weights, seed):

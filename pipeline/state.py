@@ -25,7 +25,7 @@ def training_state(training, input_stream, train_split, train_file, num_train_st
   return {"per_update": training.per_update(), "num_train_steps": num_train_steps,
           "seed": training.seed, "input": input_stream,
           "data": [{"file": train_file, "sha256": train_split.metadata["source_sha256"],
-                    "examples": len(train_split.examples),
+                    "examples": train_split.num_examples,
                     "train_fraction": training.train_fraction, "from_step": 0,
                     "rows": rows_fingerprint(train_split.metadata)}]}
 

@@ -53,13 +53,13 @@ class Trainer(object):
     per_update = self.training.per_update()
     start_step = resumed_step(self.output_dir)
     if self.progress is None:
-      log.info("training: %d examples, batch %d, %d steps", len(self.split.examples),
+      log.info("training: %d examples, batch %d, %d steps", self.split.num_examples,
                per_update, self.num_train_steps)
       if 0 < start_step < self.num_train_steps:
         trained_on = (start_step - self.data_from_step) * per_update
         log.info("resuming from the checkpoint at step %d of %d: the input continues after "
                  "the %d examples those steps trained on (epoch %.2f)%s", start_step,
-                 self.num_train_steps, trained_on, trained_on / float(len(self.split.examples)),
+                 self.num_train_steps, trained_on, trained_on / float(self.split.num_examples),
                  " of this train file, which it began at step %d" % self.data_from_step
                  if self.data_from_step else "")
       self.progress = ProgressHook(self.num_train_steps, per_update,

@@ -32,7 +32,7 @@ PARTIAL_CHECKPOINT = re.compile(r"model\.ckpt-\d+_temp(_[0-9a-f]+)?$")
 _AGAIN = "and run the same command again (training resumes from its newest checkpoint)"
 FIXES = {
     errno.ENOSPC: "free space on that disk, or pass a folder on another (--output_dir, "
-                  "--cache_dir; featurisation's scratch files go to $TMPDIR), " + _AGAIN,
+                  "--cache_dir, where featurisation also keeps its scratch files), " + _AGAIN,
     errno.EDQUOT: "free space within your quota, or pass a folder elsewhere, " + _AGAIN,
     errno.EFBIG: "the file system's largest file is smaller than this one: pass a folder on "
                  "another file system, " + _AGAIN,

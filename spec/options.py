@@ -273,8 +273,8 @@ class DeviceOptions(object):
       "hosts and parallel writing). When not given, a cluster or a pod slice gets one per "
       "machine or host.")
   featurise_workers: int = option(
-      1, "Processes that featurise in parallel (pieces of the examples, joined in order "
-      "into the record files).")
+      0, "Processes that tokenise and serialise examples in parallel while this one reads "
+      "the file; 0: one per core this process may use.")
 
   def precision(self):
     """The encoder's compute type."""

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(HERE), HERE]
@@ -62,7 +61,8 @@ def main(work, checkpoint):
   # A disk that fills while the cache is written: one line, no record file left.
   small = os.path.join(work, "small")
   mount(small, "size=64k")
-  report["full_cache"] = command_line(flags(os.path.join(small, "out")))
+  report["full_cache"] = command_line(flags(os.path.join(small, "out"),
+                                            "--featurise_workers=1"))
   report["full_cache"]["left"] = listing(os.path.join(small, "out", "features"))
   # A disk that fills while the first checkpoint is written; then, with space, the same
   # command trains.
@@ -73,13 +73,12 @@ def main(work, checkpoint):
   report["full_checkpoint"]["left"] = listing(out)
   subprocess.run(["mount", "-o", "remount,size=400m", medium], check=True)
   report["with_space"] = in_process(flags(out))
-  # Featurisation's worker processes on a full scratch disk ($TMPDIR).
-  scratch = os.path.join(work, "scratch")
-  mount(scratch, "size=64k")
-  tempfile.tempdir = scratch
-  report["full_scratch"] = in_process(flags(os.path.join(work, "plain"),
+  # Featurisation's worker processes writing their scratch files on a full disk.
+  workers = os.path.join(work, "workers")
+  mount(workers, "size=12k")  # (full before the records: while the workers write)
+  report["full_workers"] = in_process(flags(os.path.join(workers, "out"),
                                             "--featurise_workers=2"))
-  report["full_scratch"]["left"] = listing(scratch)
+  report["full_workers"]["left"] = listing(os.path.join(workers, "out", "features"))
   print(json.dumps(report))
 
 

@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow.compat.v1 as tf
 
 from conftest import JIGSAW, ROOT, TINY, common_flags, run_flags
 from run_classifier import parse_flags
@@ -121,8 +122,8 @@ def test_train_fraction_and_epochs_set_the_rows_and_steps(tmp_path, tiny_checkpo
   tokenizer, vocab_file = make_tokenizer(c.model)
   train = prepare_splits(c, task_of(make_processor(c.data)), tokenizer, vocab_file).train
   assert "--train_fraction=0.5: training on 134 of 267 rows" in caplog.text
-  assert len(train.examples) == train.metadata["num_examples"] == 134
-  assert num_train_steps_for(len(train.examples), c.training) == 17  # ceil(134 / 8)
+  assert train.num_examples == train.metadata["num_examples"] == 134
+  assert num_train_steps_for(train.num_examples, c.training) == 17  # ceil(134 / 8)
 
 
 def _refused(tmp_path, checkpoint, *extra):
@@ -200,9 +201,24 @@ def test_speed_flags_end_to_end(tmp_path, tiny_checkpoint, caplog):
   with open(os.path.join(output_dir, "eval_results.json")) as f:
     results = json.load(f)
   assert results["num_examples"] == 25 and results["global_step"] == 6
-  ids = [line.split("\t")[0] for line in
-         read_predictions(os.path.join(output_dir, "test_results.tsv"))[1:]]
+  shortest_first = read_predictions(os.path.join(output_dir, "test_results.tsv"))
+  ids = [line.split("\t")[0] for line in shortest_first[1:]]
   assert ids == csv_column(os.path.join(JIGSAW, "test.csv"), "id")
+  # The predict records went shortest first, each with its row's place in the file.
+  records = [tf.train.Example.FromString(r).features.feature for r in
+             tf.io.tf_record_iterator(os.path.join(output_dir, "features", "test.tf_record"))]
+  real = [f for f in records if f["is_real_example"].int64_list.value[0]]
+  lengths = [sum(f["input_mask"].int64_list.value) for f in real]
+  assert lengths == sorted(lengths) and lengths != [lengths[0]] * len(lengths)
+  assert sorted(f["example_id"].int64_list.value[0] for f in real) == list(range(len(ids)))
+  # Predicted in file order (no dynamic padding), the same model gives the same lines.
+  run_flags(*common_flags(tiny_checkpoint, output_dir) + ["--do_predict"])
+  in_file_order = read_predictions(os.path.join(output_dir, "test_results.tsv"))
+  assert [line.split("\t")[0] for line in in_file_order] == [
+      line.split("\t")[0] for line in shortest_first]
+  for a, b in zip(in_file_order[1:], shortest_first[1:]):
+    assert [float(x) for x in a.split("\t")[1:3]] == pytest.approx(
+        [float(x) for x in b.split("\t")[1:3]], abs=1e-5)
 
 
 def test_speed_flag_conflicts(tmp_path, tiny_checkpoint):

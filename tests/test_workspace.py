@@ -17,9 +17,9 @@ from pipeline import workspace
 from spec.errors import FlagError
 
 FULL_DISK_FIX = ("No space left on device. Fix: free space on that disk, or pass a folder on "
-                 "another (--output_dir, --cache_dir; featurisation's scratch files go to "
-                 "$TMPDIR), and run the same command again (training resumes from its newest "
-                 "checkpoint)")
+                 "another (--output_dir, --cache_dir, where featurisation also keeps its "
+                 "scratch files), and run the same command again (training resumes from its "
+                 "newest checkpoint)")
 
 
 def test_folders_that_cannot_be_written_are_refused_before_any_work(tmp_path, tiny_checkpoint):
@@ -97,11 +97,13 @@ def test_read_only_and_full_disks_are_one_line_and_leave_nothing_half_written(
           if not name.startswith("events.out.tfevents.")] == ["features", "graph.pbtxt",
                                                               "model_card.json"]
   assert report["with_space"] == {"checkpoint": "model.ckpt-2"}
-  # A featurisation worker's fault reaches the parent as the same line.
-  scratch = report["full_scratch"]
-  assert re.match(r"%s/scratch/featurise-\w+/piece-\d{5}: " % re.escape(str(tmp_path)),
-                  scratch["fault"]), scratch["fault"]
-  assert scratch["fault"].endswith(": " + FULL_DISK_FIX) and scratch["left"] == []
+  # A featurisation worker's fault reaches the parent as the same line, and its scratch
+  # files are removed.
+  workers = report["full_workers"]
+  assert re.match(r"%s/workers/out/features/featurise-\w+/bodies-0[01]: "
+                  % re.escape(str(tmp_path)), workers["fault"]), workers["fault"]
+  assert workers["fault"].endswith(": " + FULL_DISK_FIX)
+  assert workers["left"] == ["train.tf_record.lock"]
 
 
 def test_file_faults_are_told_apart_from_other_errors():

@@ -1,0 +1,193 @@
+"""Files read as a stream: the train split is featurised as its rows are read, in bounded
+memory, into the same records as the in-memory path; a cached split is not read again."""
+
+import csv
+import io
+import logging
+import os
+
+import pytest
+import tensorflow.compat.v1 as tf
+
+from conftest import SAMPLES, TINY_VOCAB
+from data import table as table_module
+from data.features import convert_examples, padding_features
+from data.record_format import ExampleSerializer
+from data.table import Table
+from data.text_lines import BLOCK_BYTES
+
+BIAS = os.path.join(SAMPLES, "jigsaw_bias_davidson")
+SST2 = os.path.join(SAMPLES, "glue", "SST-2")
+COLA = os.path.join(SAMPLES, "glue", "CoLA")
+
+
+def _config(tmp_path, *flags):
+  from run_classifier import parse_flags
+  return parse_flags(["run_classifier.py", "--do_train", "--vocab_file=" + TINY_VOCAB,
+                      "--output_dir=%s" % (tmp_path / "out"), "--max_seq_length=24"] +
+                     list(flags))
+
+
+def _train_split(c):
+  from pipeline.build import make_processor, make_tokenizer
+  from pipeline.splits import prepare_splits
+  from pipeline.tasks import task_of
+  tokenizer, vocab_file = make_tokenizer(c.model)
+  task = task_of(make_processor(c.data))
+  return prepare_splits(c, task, tokenizer, vocab_file).train, task, tokenizer
+
+
+def _in_memory_records(c, task, tokenizer):
+  """The train records as the whole-file path makes them: every example in a list, the
+  fraction taken, weighed and put in training order, then serialised whole."""
+  from pipeline.splits import in_training_order, take_fraction, training_weights
+  training, spec = c.training, task.processor.label_spec
+  examples = take_fraction(task.processor.get_examples("train"), training.train_fraction,
+                           training.seed)
+  weights = (training_weights(training, task, examples) if (
+      training.class_weights or training.identity_weights or
+      training.sample_weight_column is not None) else None)
+  examples, weights = in_training_order(examples, weights, training.seed)
+  serialize = ExampleSerializer(spec, weighted=weights is not None)
+  return [serialize(f, weights[f.example_id] if weights else 1.0)
+          for f in convert_examples(examples, spec, c.model.max_seq_length, tokenizer)]
+
+
+@pytest.mark.parametrize("flags", [
+    ("--task_name=jigsaw_bias", "--data_dir=" + BIAS, "--identity_weights",
+     "--train_fraction=0.7"),
+    ("--task_name=sst-2", "--data_dir=" + SST2, "--class_weights=balanced",
+     "--num_record_shards=3"),
+    ("--task_name=cola", "--data_dir=" + COLA, "--train_fraction=0.5"),
+], ids=["jigsaw_bias", "sst2", "cola"])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_streamed_train_records_equal_the_in_memory_path(tmp_path, flags, workers):
+  c = _config(tmp_path, "--featurise_workers=%d" % workers, *flags)
+  train, task, tokenizer = _train_split(c)
+  written = [record for path in train.record_files
+             for record in tf.io.tf_record_iterator(path)]
+  expected = _in_memory_records(c, task, tokenizer)
+  assert train.examples is None and train.num_examples == len(expected)
+  assert written == expected  # every record, byte for byte, in the same order
+
+
+def test_dev_records_keep_file_order_and_padding(tmp_path):
+  from pipeline.build import make_processor, make_tokenizer
+  from pipeline.splits import Featuriser
+  c = _config(tmp_path, "--task_name=sst-2", "--data_dir=" + SST2, "--featurise_workers=2")
+  tokenizer, vocab_file = make_tokenizer(c.model)
+  processor = make_processor(c.data)
+  dev = Featuriser(c, processor, tokenizer, vocab_file)("dev", processor.get_examples("dev"),
+                                                        8)
+  spec = processor.label_spec
+  serialize = ExampleSerializer(spec)
+  expected = [serialize(f) for f in convert_examples(dev.examples, spec, 24, tokenizer)]
+  expected += [serialize(padding_features(24, spec.unlabelled_value()), 0.0)] * (
+      -len(expected) % 8)
+  assert list(tf.io.tf_record_iterator(dev.record_files[0])) == expected
+
+
+def _shipped_tables():
+  for folder, name, delimiter, has_header, quoting in (
+      ("jigsaw_toxic_sample", "train.csv", ",", True, csv.QUOTE_MINIMAL),
+      ("jigsaw_bias_davidson", "train.csv", ",", True, csv.QUOTE_MINIMAL),
+      ("jigsaw_toxic_balanced", "comments.csv", ",", False, csv.QUOTE_MINIMAL),
+      ("davidson_hate_offensive", "labeled_data.csv", ",", True, csv.QUOTE_MINIMAL),
+      (os.path.join("glue", "SST-2"), "train.tsv", "\t", True, csv.QUOTE_NONE),
+      (os.path.join("glue", "MRPC"), "msr_paraphrase_train.txt", "\t", True, csv.QUOTE_NONE),
+      (os.path.join("glue", "CoLA"), "train.tsv", "\t", False, csv.QUOTE_NONE)):
+    yield os.path.join(SAMPLES, folder, name), delimiter, has_header, quoting
+
+
+@pytest.mark.parametrize("path,delimiter,has_header,quoting", list(_shipped_tables()),
+                         ids=lambda v: os.path.basename(str(v)))
+def test_every_shipped_row_comes_back_as_the_csv_module_reads_it(path, delimiter,
+                                                                 has_header, quoting):
+  with io.open(path, encoding="utf-8-sig", newline="") as f:
+    kwargs = ({"quoting": csv.QUOTE_NONE, "quotechar": None} if quoting == csv.QUOTE_NONE
+              else {})
+    expected = [row for row in csv.reader(f, delimiter=delimiter, **kwargs) if row]
+  table = Table(path, delimiter, has_header, quoting)
+  rows = [fields for _, fields in table]
+  if has_header:
+    assert table.header == [name.strip() for name in expected[0]]
+    expected = expected[1:]
+  assert rows == expected
+  assert table.records == len(expected)
+
+
+def test_a_file_is_read_a_block_at_a_time(tmp_path, monkeypatch):
+  path = str(tmp_path / "big.csv")
+  with io.open(path, "w", encoding="utf-8", newline="") as f:
+    csv.writer(f).writerows([["text", "label"]] + [["comment %d \U0001F602" % i, str(i % 2)]
+                                                   for i in range(300000)])
+  assert os.path.getsize(path) > 6 * BLOCK_BYTES
+  reads = []
+
+  class Spy(io.FileIO):
+    def read(self, size=-1):
+      data = super(Spy, self).read(size)
+      reads.append(len(data))
+      return data
+
+  monkeypatch.setattr(table_module, "open_binary", lambda p: Spy(p, "rb"))
+  records = iter(Table(path, ",", True))
+  assert next(records) == (2, ["comment 0 \U0001F602", "0"])
+  assert sum(reads) <= BLOCK_BYTES and max(reads) <= BLOCK_BYTES  # one block so far
+  assert sum(1 for _ in records) == 299999
+  assert max(reads) <= BLOCK_BYTES
+
+
+def test_a_cached_train_split_is_not_read_again_and_a_changed_file_is(tmp_path, monkeypatch,
+                                                                      caplog):
+  data_dir = tmp_path / "data"
+  data_dir.mkdir()
+  train = data_dir / "train.tsv"
+  rows = ["sentence\tlabel"] + ["a sentence number %d\t%d" % (i, i % 2) for i in range(50)]
+  rows[7] = "a row without its label\t"
+  train.write_text(u"\n".join(rows) + u"\n")
+  flags = ("--task_name=sst-2", "--data_dir=%s" % data_dir, "--skip_malformed_rows")
+  first, _, _ = _train_split(_config(tmp_path, *flags))
+  assert first.num_examples == 49
+
+  def no_reading(*args, **kwargs):
+    raise AssertionError("the train file was read again")
+
+  caplog.set_level(logging.INFO)
+  with monkeypatch.context() as patched:
+    patched.setattr(Table, "__init__", no_reading)
+    again, _, _ = _train_split(_config(tmp_path, *flags))
+  assert again.metadata == first.metadata
+  assert "reusing cached features" in caplog.text
+  # The rows skipped when the records were made are reported on each run that uses them.
+  assert "had 1 rows with a missing label skipped (--skip_malformed_rows)" in caplog.text
+
+  # One byte changed, the size and modification time kept: the records are made again.
+  stat = os.stat(str(train))
+  train.write_text(u"\n".join(rows).replace(u"number 3\t1", u"number 3\t0") + u"\n")
+  os.utime(str(train), ns=(stat.st_atime_ns, stat.st_mtime_ns))
+  assert os.stat(str(train)).st_size == stat.st_size
+  changed, _, _ = _train_split(_config(tmp_path, *flags))
+  assert changed.metadata["source_sha256"] != first.metadata["source_sha256"]
+  assert changed.metadata["file_checks"] != first.metadata["file_checks"]
+
+
+def test_one_featurisation_process_per_core_by_default():
+  from pipeline.splits import featurise_workers
+  from spec.config import RunConfig
+  assert RunConfig().device.featurise_workers == 0
+  assert featurise_workers(0) == len(os.sched_getaffinity(0))
+  assert featurise_workers(3) == 3
+
+
+def test_a_rate_report_says_rows_per_second_and_time_left():
+  from pipeline.progress import RateReport
+  now, lines = [100.0], []
+  report = RateReport("predicted", 1000, every=30.0, clock=lambda: now[0],
+                      report=lines.append)
+  for done, at in ((100, 110.0), (200, 131.0), (300, 140.0), (600, 162.0), (1000, 200.0)):
+    now[0] = at
+    report(done)
+  # Every 30 s at most, none at the end (the caller logs the result).
+  assert lines == ["predicted 200/1000 rows (6 rows/s, about 2m04s left)",
+                   "predicted 600/1000 rows (10 rows/s, about 41s left)"]

@@ -5,7 +5,8 @@ import re
 
 from data.errors import DataError
 from data.examples import Columns, DataProcessor, flag_for_split
-from data.table import delimiter_for, is_position, quoting_for, read_table, refuse_bom_cell
+from data.table import (USUAL_WIDTH_RECORDS, Table, delimiter_for, is_position, quoting_for,
+                        refuse_bom_cell)
 from spec.errors import FlagError
 from spec.labels import MISSING_VALUES, canonical_label, class_order
 
@@ -60,11 +61,6 @@ class CsvProcessor(DataProcessor):
                 has_header=options.has_header, split_headers=options.split_headers(),
                 delimiter=options.delimiter, labels=options.labels)
 
-  def open_table(self, path, split):
-    # (columns() compares the first row's label with every other row's: read whole)
-    return read_table(path, self.delimiter_of(path), self.has_header_for(split),
-                      self.quoting_of(path))
-
   def delimiter_of(self, path):
     return delimiter_for(path, self.explicit_delimiter)
 
@@ -96,24 +92,25 @@ class CsvProcessor(DataProcessor):
     TRUE is true: spec.labels.canonical_label), in class_order (numbers by value). A
     column where most rows have a label of their own is refused: it is an id or a text."""
     path = self.file_for("train")
-    table = read_table(path, self.delimiter_of(path), self.has_header_for("train"),
-                       self.quoting_of(path))
-    index = table.column_index(self.label_column, "--label_column")
-    self._check_no_header_as_data(table, index, "train")
-    self._check_header_is_not_data(table, index, "train")
     # Missing values are no class: their rows are errors (or counted skips) when read.
-    cells = []
-    for line, fields in table.rows:
-      if len(fields) > index:
-        refuse_bom_cell(path, line, fields[index], self.label_column)  # (a class of its own)
-        if fields[index].strip() not in MISSING_VALUES:
-          cells.append(fields[index])
-    found = class_order(set(canonical_label(cell) for cell in cells))
+    spellings, cells = set(), 0
+    for each in self.files_of("train"):
+      table = self.open_table(each, "train")
+      index = table.column_index(self.label_column, "--label_column")
+      self._check_no_header_as_data(table, index, "train")
+      self._check_header_is_not_data(table, index, "train")
+      for line, fields in table:
+        if len(fields) > index:
+          refuse_bom_cell(each, line, fields[index], self.label_column)  # (a class of its own)
+          if fields[index].strip() not in MISSING_VALUES:
+            spellings.add(fields[index])
+            cells += 1
+    found = class_order(set(canonical_label(cell) for cell in spellings))
     _check_one_spelling_per_class(path, found, self.label_column)
-    if len(found) > MANY_CLASSES and len(found) * 2 > len(cells):
+    if len(found) > MANY_CLASSES and len(found) * 2 > cells:
       raise DataError(path, "column %s has %d distinct values in %d rows: most rows have a "
                       "label of their own, as an id or a text column does, not a label"
-                      % (self.label_column, len(found), len(cells)),
+                      % (self.label_column, len(found), cells),
                       "name the label column with --label_column (or list the classes with "
                       "--labels; for numbers to predict, pass --head=regression)",
                       column=self.label_column)
@@ -131,23 +128,24 @@ class CsvProcessor(DataProcessor):
     """A header read as data (a headered file with --nohas_header) would make its label
     cell, e.g. 'label', a class. Its signs: the first row's label appears on no other row,
     and both that label and the first row's text look like column names."""
-    if table.header is not None or len(table.rows) < 2 or self.split_headers.get(split) is False:
+    if table.header is not None or self.split_headers.get(split) is False:
       return  # (a header flag given for this file says there is none: no second guessing)
-    first = table.rows[0][1]
+    first_two = table.first_records(2)
+    if len(first_two) < 2:
+      return
+    line, first = first_two[0]
     text_index = table.column_index(self.text_column, "--text_column")
     if max(label_index, text_index) >= len(first):
       return
     label, text = first[label_index].strip(), first[text_index].strip()
-    others = set(fields[label_index].strip() for _, fields in table.rows[1:]
-                 if len(fields) > label_index)
-    if label not in others and _COLUMN_NAME.match(label) and _COLUMN_NAME.match(text):
+    if _COLUMN_NAME.match(label) and _COLUMN_NAME.match(text) and not _label_elsewhere(
+        table, label_index, label, after_first=True):
       raise DataError(table.path, "the first line looks like a header read as data: its label %r "
                       "appears on no other line, and its text is %r" % (label, text),
                       "drop --nohas_header or pass --%s (the file has a header; then name "
                       "the columns, e.g. --text_column=%s --label_column=%s), remove the "
                       "line, or pass --no%s to confirm the file has no header"
-                      % (_header_flag(split), text, label, _header_flag(split)),
-                      line=table.rows[0][0])
+                      % (_header_flag(split), text, label, _header_flag(split)), line=line)
 
   def _check_header_is_not_data(self, table, label_index, split):
     """With columns given by position, a headerless file read with a header (the default)
@@ -158,11 +156,10 @@ class CsvProcessor(DataProcessor):
     if label_index >= len(table.header):
       return
     cell = table.header[label_index]
-    others = set(fields[label_index].strip() for _, fields in table.rows
-                 if len(fields) > label_index)
-    if cell in others or _is_number(cell):
+    elsewhere = _label_elsewhere(table, label_index, cell)
+    if elsewhere or _is_number(cell):
       raise DataError(table.path, "the first line is read as a header, but it looks like data: "
-                      "its label %r is %s" % (cell, "a label of other lines" if cell in others
+                      "its label %r is %s" % (cell, "a label of other lines" if elsewhere
                                               else "a number"),
                       "pass --nohas_header (no file has a header) or --no%s (this file "
                       "has none), or add a header line" % _header_flag(split), line=1)
@@ -186,6 +183,23 @@ class CsvProcessor(DataProcessor):
         labels=labels,
         guid=(table.column_index(self.id_column, "--id_column")
               if self.id_column is not None else None))
+
+
+def _label_elsewhere(table, index, value, after_first=False):
+  """Whether value is the label cell (stripped) of a record of table (after its first,
+  with after_first): looked for in the first records, and only when they do not settle it,
+  in one more pass over the file (its records are not held)."""
+  ahead = table.first_records(USUAL_WIDTH_RECORDS)
+  if any(len(f) > index and f[index].strip() == value
+         for _, f in ahead[1 if after_first else 0:]):
+    return True
+  if len(ahead) < USUAL_WIDTH_RECORDS:
+    return False  # (they were every record)
+  again = Table(table.path, table.delimiter, table.header is not None, table.quoting)
+  records = iter(again)
+  if after_first:
+    next(records, None)
+  return any(len(f) > index and f[index].strip() == value for _, f in records)
 
 
 def _is_number(text):

@@ -14,7 +14,8 @@ import os
 
 from data.errors import DataError
 from data.record_format import check_float32
-from data.table import USUAL_WIDTH_RECORDS, Table, quoting_for, refuse_bom_cell
+from data.table import (USUAL_WIDTH_RECORDS, Table, expand_files, quoting_for,
+                        refuse_bom_cell, total_account)
 from data.weights import read_weight
 from spec.errors import FlagError
 from spec.labels import LabelError, build_spec
@@ -144,40 +145,46 @@ class DataProcessor(object):
     """Every example of a split's file, as a list (see iter_examples)."""
     return list(self.iter_examples(split))
 
+  def files_of(self, split):
+    """The paths of a split's files: one, or several read as one split (a comma-separated
+    list or glob patterns; data/table.expand_files)."""
+    return expand_files(self.file_for(split))
+
   def iter_examples(self, split):
-    """The examples of a split's file, made as its rows are read: the file is never held
-    whole. The log's account of the file, and self.accounts[split], follow the last one."""
-    path = self.file_for(split)
-    table = self.open_table(path, split)
-    columns = self.columns(table, split)
-    if self.weight_column is not None and split == "train":
-      columns.extras = tuple(columns.extras) + (
-          (str(self.weight_column),
-           table.column_index(self.weight_column, "--sample_weight_column")),)
-    count = 0
-    for example in self._rows_to_examples(table, columns, split):
-      count += 1
-      yield example
-    if table.blank_lines:
-      log.warning("%s: %d empty lines held no record and were passed over", path, table.blank_lines)
-    if table.multi_line:
-      log.warning("%s: %d records span several lines (quoted newlines), starting at lines %s%s",
-                  path, table.multi_line.records,
-                  ", ".join(str(line) for line in table.multi_line.first_starts),
-                  ", ..." if table.multi_line.records > len(table.multi_line.first_starts)
-                  else "")
-    skipped = self.skipped.get(split, {})
-    causes = "".join(", %d skipped (%s)" % (n, cause) for cause, n in sorted(skipped.items()))
-    log.info("%s: %s -> %d %s examples%s", path, table.accounting(), count, split, causes)
-    if table.records and not count:  # (a run on no rows would train, score or predict nothing)
-      raise DataError(path, "every record was skipped (%s): no rows are left to read"
-                      % causes.lstrip(", "), "correct the rows, or the column and label "
+    """The examples of a split's files, made as their rows are read: a file is never held
+    whole. The log's account of each file, and self.accounts[split], follow its last
+    row; rows are numbered on across files (the ids of files without an id column)."""
+    paths = self.files_of(split)
+    skipped = self.skipped[split] = {}
+    accounts, first_row = [], 0
+    for path in paths:
+      table = self.open_table(path, split)
+      columns = self.columns(table, split)
+      if self.weight_column is not None and split == "train":
+        columns.extras = tuple(columns.extras) + (
+            (str(self.weight_column),
+             table.column_index(self.weight_column, "--sample_weight_column")),)
+      file_skips = {}
+      count = 0
+      for example in self._rows_to_examples(table, columns, split, first_row, file_skips):
+        count += 1
+        yield example
+      first_row += table.records
+      for cause, n in file_skips.items():
+        skipped[cause] = skipped.get(cause, 0) + n
+      accounts.append(table.account(split, count, file_skips))
+    total = total_account(accounts)
+    if total["records"] and not total["examples"]:  # (a run on no rows would train, score
+      causes = ", ".join("%d skipped (%s)" % (n, cause)  # or predict nothing)
+                         for cause, n in sorted(skipped.items()))
+      raise DataError(self.file_for(split), "every record was skipped (%s): no rows are "
+                      "left to read" % causes, "correct the rows, or the column and label "
                       "options that read them (the log names each cause)")
-    self.accounts[split] = {
-        "lines": table.num_lines, "header": table.header is not None,
-        "records": table.records, "blank_lines": table.blank_lines,
-        "multi_line_records": table.multi_line.records, "examples": count,
-        "skipped": dict(skipped)}
+    if len(accounts) > 1:
+      log.info("%s: %d files, %d records -> %d %s examples", self.file_for(split),
+               len(accounts), total["records"], total["examples"], split)
+      total["files"] = accounts
+    self.accounts[split] = total
 
   def open_table(self, path, split):
     """The Table of a split's file, its records read as they are asked for."""
@@ -255,19 +262,18 @@ class DataProcessor(object):
                       "magnitude (rescale the column?)", line=line, column=column)
     return label
 
-  def _rows_to_examples(self, table, columns, split):
-    """The examples of a table's rows, as they are read. A row that cannot make an example
-    is an error naming its line, or, with skip_malformed_rows, a skip counted by cause. A
-    predict file's labels are not read (columns gives them no label column): predicting
-    needs none."""
+  def _rows_to_examples(self, table, columns, split, first_row, skipped):
+    """The examples of a table's rows, as they are read (numbered from first_row). A row
+    that cannot make an example is an error naming its line, or, with
+    skip_malformed_rows, a skip counted by cause into skipped. A predict file's labels
+    are not read (columns gives them no label column): predicting needs none."""
     label_columns = columns.labels
     label_names = [_column_name(table, i) for i in label_columns or ()]
     needed = max(i for i in (columns.text_a, columns.text_b, columns.guid) +
                  tuple(label_columns or ()) if i is not None)
     width = len(table.header) if table.header else table.usual_width()
     widths = collections.Counter()
-    skipped = self.skipped[split] = {}
-    for row_number, (line, fields) in enumerate(table):
+    for row_number, (line, fields) in enumerate(table, first_row):
       widths[len(fields)] += 1
       try:
         _check_row_width(table, line, fields, needed, width)

@@ -12,6 +12,7 @@ import array
 import collections
 import contextlib
 import gc
+import glob
 import logging
 import os
 import shutil
@@ -291,12 +292,21 @@ def existing_objects_frozen():
 
 
 @contextlib.contextmanager
-def scratch_folder(near):
-  """A scratch folder for staged bodies: beside the records when they are local (the
-  same disk, which holds the records anyway), else in the system's temporary folder."""
-  base = near if "://" not in near else None
-  folder = tempfile.mkdtemp(prefix="featurise-", dir=base)
+def scratch_folder(record_path):
+  """A scratch folder for a split's staged bodies: beside its records when they are local
+  (the same disk, which holds the records anyway), else in the system's temporary folder.
+  Its caller holds the split's write lock, so any other scratch folder of the split was
+  left by a writer that was killed: it is removed."""
+  folder, name = os.path.split(record_path)
+  prefix = name + ".featurise-"
+  base = None
+  if "://" not in record_path:
+    base = folder
+    for stale in glob.glob(os.path.join(glob.escape(folder), glob.escape(prefix) + "*")):
+      log.info("removing %s, the scratch files of a featurisation that did not end", stale)
+      shutil.rmtree(stale, ignore_errors=True)
+  scratch = tempfile.mkdtemp(prefix=prefix, dir=base)
   try:
-    yield folder
+    yield scratch
   finally:
-    shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(scratch, ignore_errors=True)

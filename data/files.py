@@ -59,6 +59,15 @@ def file_sha256(path):
   return digest.hexdigest()
 
 
+def files_sha256(paths):
+  """The sha256 of one file; of several (one split's), the sha256 of their sha256s in
+  order: it changes with any file's bytes and with which file comes where."""
+  digests = [file_sha256(path) for path in paths]
+  if len(digests) == 1:
+    return digests[0]
+  return hashlib.sha256(" ".join(digests).encode("ascii")).hexdigest()
+
+
 def file_check(path):
   """What a reader later checks a written file against: its size and sha256."""
   return {"bytes": tf.io.gfile.stat(path).length, "sha256": file_sha256(path)}

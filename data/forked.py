@@ -31,19 +31,24 @@ class ForkedWorkers(object):
     try:
       for path in paths:
         read_input, write_input = os.pipe()
+        self.inputs.append(write_input)  # (closed by _end, whatever happens next)
         read_report, write_report = os.pipe()
-        pid = os.fork()
+        self.reports.append(read_report)
+        try:
+          pid = os.fork()
+        except OSError:
+          for fd in (read_input, write_report):
+            os.close(fd)
+          raise
         if pid == 0:  # the child
           os.close(write_input)
           os.close(read_report)
-          for fd in self.inputs:  # (the other children's: their ends must close)
+          for fd in self.inputs[:-1]:  # (the other children's: their ends must close)
             os.close(fd)
           _child(lambda: work(read_input, path), write_report)
         os.close(read_input)
         os.close(write_report)
         self.children.append(pid)
-        self.inputs.append(write_input)
-        self.reports.append(read_report)
     except BaseException:
       self.abandon()
       raise
@@ -81,10 +86,13 @@ class ForkedWorkers(object):
     for fault in faults:
       if fault:  # a full disk, say: the parent raises it as its own, for the report it gets
         raise OSError(fault["errno"], os.strerror(fault["errno"]), fault["filename"])
-    failed = sum(1 for status in statuses if status != 0)
+    failed = [status for status in statuses if status != 0]
     if failed:
-      raise RuntimeError("%d of %d featurisation processes failed; their errors are printed "
-                         "above" % (failed, len(statuses)))
+      killed = [os.WTERMSIG(s) for s in failed if os.WIFSIGNALED(s)]
+      raise RuntimeError("%d of %d featurisation processes failed; %s" % (
+          len(failed), len(statuses),
+          "killed by signal %s (out of memory?)" % ", ".join(str(k) for k in killed)
+          if killed else "their errors are printed above"))
 
 
 def _write_all(fd, data):

@@ -92,16 +92,20 @@ class JigsawBiasProcessor(JigsawProcessor):
     """The auxiliary toxicity columns the train file has, filled on every row; those
     missing or with empty cells are left out, and the log says which."""
     path = self.file_for("train")
-    table = Table(path, self.delimiter, True, self.quoting_of(path))
     candidates = [name for name in JIGSAW_BIAS_AUXILIARY_COLUMNS
                   if name not in self._label_columns]
-    indices = {name: table.column_index(name, "--auxiliary_targets")
-               for name in candidates if name in table.header}
-    empties = dict.fromkeys(indices, 0)
-    for _, fields in table:  # (one pass over the rows for every column)
-      for name, index in indices.items():
-        if len(fields) <= index or fields[index].strip() in MISSING_VALUES:
-          empties[name] += 1
+    empties = dict.fromkeys(candidates, 0)
+    for each in self.files_of("train"):
+      table = Table(each, self.delimiter, True, self.quoting_of(each))
+      for name in candidates:
+        if name not in table.header:  # (a column missing from any file is left out)
+          empties.pop(name, None)
+      indices = {name: table.column_index(name, "--auxiliary_targets")
+                 for name in candidates if name in empties}
+      for _, fields in table:  # (one pass over the rows for every column)
+        for name, index in indices.items():
+          if len(fields) <= index or fields[index].strip() in MISSING_VALUES:
+            empties[name] += 1
     found, left_out = [], []
     for name in candidates:
       empty = empties.get(name)

@@ -4,11 +4,16 @@ clear errors."""
 import collections
 import csv
 import itertools
+import logging
 import re
 import sys
 
+import tensorflow.compat.v1 as tf
+
 from data.errors import DataError
 from data.text_lines import decoded_lines, open_binary
+
+log = logging.getLogger(__name__)
 
 # Jigsaw comments can be long; Python's default field limit of 128 KiB is not enough.
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
@@ -20,15 +25,15 @@ class Table(object):
 
   header: the list of column names, or None for a file without a header.
   Iterating yields (line_number, fields) once, line_number being where the record starts;
-  rows is that list, for the few readers that need every row at once (read_table).
-  first_records(n) looks ahead without losing records. While reading, the counts grow:
+  first_records(n) looks ahead without losing records (another pass over the file is
+  another Table). While reading, the counts grow:
   num_lines (physical lines), records, blank_lines (empty lines that held no record) and
   multi_line (records spanning several lines: how many, their lines, the first starts).
   """
 
   def __init__(self, path, delimiter, has_header, quoting=csv.QUOTE_MINIMAL):
     self.path = path
-    self.delimiter = delimiter
+    self.delimiter, self.quoting = delimiter, quoting
     self.num_lines = self.records = self.blank_lines = 0
     self.multi_line = MultiLineCount()
     self.content = False  # whether a character other than whitespace was read
@@ -49,16 +54,8 @@ class Table(object):
       self.header = [h.strip() for h in self._ahead.popleft()[1]]
       self._header_cells = [_cell(h) for h in self.header]
 
-  @property
-  def rows(self):
-    if not hasattr(self, "_rows"):
-      self._rows = list(self)
-    return self._rows
-
   def first_records(self, n):
     """Up to n of the first records, without consuming them."""
-    if hasattr(self, "_rows"):
-      return self._rows[:n]
     while len(self._ahead) < n:
       record = self._pull()
       if record is None:
@@ -72,27 +69,21 @@ class Table(object):
     return first[0][1] if first else []
 
   def usual_width(self):
-    """The number of fields most records have: of every record when they have been read
-    whole, else of the first USUAL_WIDTH_RECORDS (the reader checks it at the end)."""
-    records = self._rows if hasattr(self, "_rows") else self.first_records(USUAL_WIDTH_RECORDS)
-    counts = collections.Counter(len(fields) for _, fields in records)
+    """The number of fields most of the first USUAL_WIDTH_RECORDS records have (the
+    reader checks it against every record at the end)."""
+    counts = collections.Counter(len(fields) for _, fields in
+                                 self.first_records(USUAL_WIDTH_RECORDS))
     return counts.most_common(1)[0][0] if counts else 0
 
   def take_header(self):
     """Reads the first record as the header (a file whose header is known only once its
     first record is seen)."""
-    if hasattr(self, "_rows"):
-      first, self._rows = self._rows[0], self._rows[1:]
-      self.records -= 1
-    else:
-      self.first_records(1)
-      first = self._ahead.popleft()
+    self.first_records(1)
+    first = self._ahead.popleft()
     self.header = [h.strip() for h in first[1]]
     self._header_cells = [_cell(h) for h in self.header]
 
   def __iter__(self):
-    if hasattr(self, "_rows"):
-      return iter(self._rows)
     if self._consumed:
       raise RuntimeError("the records of %s are read once" % self.path)
     self._consumed = True
@@ -127,6 +118,26 @@ class Table(object):
       parts.append(", %d records spanning %d lines" % (self.multi_line.records,
                                                        self.multi_line.lines))
     return "".join(parts)
+
+  def account(self, split, examples, skipped):
+    """What reading the file found, logged, and as a dict for the records' metadata:
+    examples made of its records for split, and the rows skipped by cause."""
+    path = self.path
+    if self.blank_lines:
+      log.warning("%s: %d empty lines held no record and were passed over", path,
+                  self.blank_lines)
+    if self.multi_line:
+      log.warning("%s: %d records span several lines (quoted newlines), starting at lines "
+                  "%s%s", path, self.multi_line.records,
+                  ", ".join(str(line) for line in self.multi_line.first_starts),
+                  ", ..." if self.multi_line.records > len(self.multi_line.first_starts)
+                  else "")
+    causes = "".join(", %d skipped (%s)" % (n, cause) for cause, n in sorted(skipped.items()))
+    log.info("%s: %s -> %d %s examples%s", path, self.accounting(), examples, split, causes)
+    return {"lines": self.num_lines, "header": self.header is not None,
+            "records": self.records, "blank_lines": self.blank_lines,
+            "multi_line_records": self.multi_line.records, "examples": examples,
+            "skipped": dict(skipped)}
 
   def column_index(self, column, flag_hint):
     """Resolves a column given by name or by 0-based position to an index."""
@@ -176,6 +187,52 @@ class Table(object):
     return None
 
 
+def total_account(accounts):
+  """The accounts (Table.account) of a split's files summed; one file's is its own."""
+  if len(accounts) == 1:
+    return dict(accounts[0])
+  total = {key: sum(a[key] for a in accounts) for key in
+           ("lines", "records", "blank_lines", "multi_line_records", "examples")}
+  total["header"] = all(a["header"] for a in accounts)
+  skipped = collections.Counter()
+  for a in accounts:
+    skipped.update(a["skipped"])
+  total["skipped"] = dict(skipped)
+  return total
+
+
+def expand_files(value):
+  """The files a file option names, in order: one path; or a comma-separated list whose
+  parts may be glob patterns (*, ?, [...]), each matching at least one file, expanded in
+  sorted order. A path that exists is that file, commas or brackets in its name and all.
+  A file named twice is refused: its rows would be read twice."""
+  if "," not in value and not _GLOB.search(value) or tf.io.gfile.exists(value):
+    return [value]
+  paths = []
+  for part in (p.strip() for p in value.split(",")):
+    if not part:
+      continue
+    if _GLOB.search(part) and not tf.io.gfile.exists(part):
+      matched = sorted(tf.io.gfile.glob(part))
+      if not matched:
+        raise DataError(part, "no file matches this pattern",
+                        "check the pattern (a list of files is separated by commas)")
+      paths.extend(matched)
+    else:
+      paths.append(part)
+  counts = collections.Counter(paths)
+  twice = sorted(p for p, n in counts.items() if n > 1)
+  if twice:
+    raise DataError(twice[0], "the file is named %d times in %r: its rows would be read "
+                    "more than once" % (counts[twice[0]], value), "name each file once")
+  if not paths:
+    raise DataError(value, "no file is named", "name a file, or a comma-separated list")
+  return paths
+
+
+_GLOB = re.compile(r"[*?\[]")
+
+
 def is_position(column):
   """Whether a column is given by its 0-based position (digits) rather than by name."""
   return isinstance(column, int) or bool(_POSITION.match(str(column)))
@@ -215,15 +272,6 @@ def refuse_bom_cell(path, line, cell, column):
     raise DataError(path, "the cell %r starts with an invisible byte-order mark (U+FEFF)"
                     % cell.strip(), "remove the mark (a file's first bytes, pasted or "
                     "joined into this one?)", line=line, column=column)
-
-
-def read_table(path, delimiter, has_header, quoting=csv.QUOTE_MINIMAL):
-  """A whole delimited file's Table with its rows read (table.rows), for the readers that
-  need every row at once; others iterate a Table. Raises DataError when the file is empty
-  or not UTF-8, or when its quotes do not follow CSV's rules."""
-  table = Table(path, delimiter, has_header, quoting)
-  table.rows  # (reads them)
-  return table
 
 
 class MultiLineCount(object):

@@ -39,15 +39,17 @@ def decoded_lines(table, stream):
   block = stream.read(BLOCK_BYTES)
   _refuse_other_encoding(path, block)
   if block.startswith(_UTF8_BOM):
-    block = block[len(_UTF8_BOM):]
+    block = block[len(_UTF8_BOM):] or stream.read(BLOCK_BYTES)
+  waiting = []  # blocks with no line end yet (an old Mac file, or a very long line)
   while block:
-    pending += block
-    end = pending.rfind(b"\n")
-    if end < 0:  # (no line ends yet: an old Mac file, or a very long line)
+    end = block.rfind(b"\n")
+    if end < 0:
+      waiting.append(block)  # (joined once a line ends: no copy per block)
       block = stream.read(BLOCK_BYTES)
       continue
-    text = decode_block(path, pending[:end + 1], line_number, table)
-    pending = pending[end + 1:]
+    whole = b"".join([pending] + waiting + [block[:end + 1]])
+    pending, waiting = block[end + 1:], []
+    text = decode_block(path, whole, line_number, table)
     lines = text.split(u"\n")
     lines.pop()  # (the empty piece after the last end)
     if first:
@@ -57,6 +59,7 @@ def decoded_lines(table, stream):
     for line in lines:
       yield line + u"\n"
     block = stream.read(BLOCK_BYTES)
+  pending = b"".join([pending] + waiting)
   if pending:
     text = decode_block(path, pending, line_number, table)
     if first and u"\r" in text:  # no "\n" in the whole file: lines end at "\r"

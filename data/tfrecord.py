@@ -167,7 +167,7 @@ def _write_records(examples, record_path, settings, key, tokenizer, pad_to_multi
   job = Featurisation(settings, tokenizer, weighted=settings["weighted"])
   staging = {path: staging_path(path) for path in paths}
   try:
-    with scratch_folder(record_path.rsplit("/", 1)[0]) as scratch, existing_objects_frozen():
+    with scratch_folder(record_path) as scratch, existing_objects_frozen():
       staged = stage(examples, job, scratch, num_workers,
                      observe=order.observe if order is not None else None)
       try:

@@ -8,15 +8,15 @@ import collections
 import math
 
 from data.errors import DataError
-from data.record_format import check_float32, float32_problem
+from data.record_format import check_float32
 from spec.errors import FlagError
 
 
-def balanced_class_weights(examples, classes):
-  """{class: n / (k * n_class)} over the examples' labels: each class then weighs as much
-  in the loss as if the classes were equally frequent (k classes, n rows). A class with no
-  row is an error: its weight would be infinite."""
-  counts = collections.Counter(e.label for e in examples)
+def balanced_class_weights(labels, classes):
+  """{class: n / (k * n_class)} over the rows' labels (class names): each class then weighs
+  as much in the loss as if the classes were equally frequent (k classes, n rows). A class
+  with no row is an error: its weight would be infinite."""
+  counts = collections.Counter(labels)
   missing = [c for c in classes if not counts[c]]
   if missing:
     raise FlagError("--class_weights=balanced: the train file has no row of class %s, so "
@@ -45,9 +45,9 @@ def parse_class_weights(values, classes):
   return weights
 
 
-def class_weighted(examples, weights):
-  """Each example's weight: that of its class."""
-  return [weights[e.label] for e in examples]
+def class_weighted(labels, weights):
+  """Each row's weight: that of its class."""
+  return [weights[label] for label in labels]
 
 
 def read_weight(path, index, fields, column, line):
@@ -70,23 +70,10 @@ def _number(cell):
     return float("nan")
 
 
-def column_weights(examples, column, path):
-  """The weights in an example column (read into example.extras): positive finite
-  numbers that a float32 record holds. A bad cell is a DataError naming the row's id and
-  the column (reading the file, read_weight has named its line already)."""
-  result = []
-  for e in examples:
-    cell = e.extras.get(column)
-    weight = _number(cell)
-    if not weight >= 0 or math.isinf(weight):
-      raise DataError(path, "row %s has weight %r in column %s; weights must be numbers >= 0"
-                      % (e.guid, cell, column), "fix the cell, or drop --sample_weight_column",
-                      column=column)
-    if float32_problem(weight):
-      raise DataError(path, "row %s has weight %r in column %s, which %s" % (
-          e.guid, cell, column, float32_problem(weight)), "give weights of at most 3.4e38 "
-                      "(rescale the column?), or drop --sample_weight_column", column=column)
-    result.append(weight)
+def column_weights(values, column, path):
+  """The weights read from a column (each checked by read_weight as its row was read), as
+  a list; all of them 0 is an error: nothing would be learnt."""
+  result = list(values)
   if not any(result):
     raise DataError(path, "every weight in column %s is 0: nothing would be learnt" % column,
                     "give positive weights, or drop --sample_weight_column", column=column)

@@ -14,7 +14,7 @@ from typing import Optional
 from data import tokenization
 from data import weights as weights_lib
 from data.input_fn import input_fn_builder
-from data.files import file_sha256
+from data.files import files_sha256
 from data.tfrecord import build_records
 from pipeline.build import truncation_of
 from spec.errors import FlagError
@@ -122,16 +122,17 @@ class Featuriser(object):
     """Everything that shapes a split's records, known before its file is read: what a
     cached copy must match."""
     processor, data = self.processor, self.data
-    source = processor.file_for("train" if fold is not None else split)
+    source_split = "train" if fold is not None else split
     settings = {
-        "task": processor.name, "split": split, "source_file": source,
-        "source_sha256": file_sha256(source), "label_spec": processor.label_spec.to_card(),
+        "task": processor.name, "split": split, "source_file": processor.file_for(source_split),
+        "source_sha256": files_sha256(processor.files_of(source_split)),
+        "label_spec": processor.label_spec.to_card(),
         "truncation": truncation_of(self.model).as_dict(),
         "max_seq_length": self.model.max_seq_length, "vocab_sha256": self.vocab_sha256,
         "do_lower_case": self.tokenizer.do_lower_case,
         # (the label columns are the label spec's)
         "columns": [data.text_column, data.text_b_column, data.id_column,
-                    processor.has_header_for(split), data.delimiter, data.quoting,
+                    processor.has_header_for(source_split), data.delimiter, data.quoting,
                     data.skip_malformed_rows],
     }
     if order is not None:
@@ -152,10 +153,10 @@ def featurise_workers(asked):
 
 
 class TrainingOrder(object):
-  """The train rows' order and weights, found without holding the rows: each row's facts
-  that the weights need (its label, its weight cell, its identity cells) are kept as it is
-  read, and only when weights are asked for; then arrange(n) gives the records' order
-  (--train_fraction's seeded subset, in a seeded random order) and their weights."""
+  """The train rows' order and weights, found without holding the rows: what the weights
+  read of each row (WeightInputs, a few bytes) is kept as it is read, when weights are
+  asked for; then arrange gives the records' order (--train_fraction's seeded subset, in a
+  seeded random order) and their weights."""
 
   def __init__(self, training, task):
     self.training, self.task = training, task
@@ -165,8 +166,7 @@ class TrainingOrder(object):
       raise FlagError("--class_weights weighs the classes of a classification head; a %s "
                       "head has none. Use --sample_weight_column for per-row weights"
                       % task.processor.label_spec.kind)
-    self.facts = []
-    self._columns = None
+    self.inputs = WeightInputs(training, task) if self.weighted else None
 
   def settings(self):
     training = self.training
@@ -177,15 +177,8 @@ class TrainingOrder(object):
                          bool(training.identity_weights)])
 
   def observe(self, example):
-    if not self.weighted:
-      return
-    if self._columns is None:  # the extras the weights read
-      self._columns = [name for name in example.extras
-                       if name == str(self.training.sample_weight_column) or
-                       (self.training.identity_weights and name in SCORED_IDENTITY_COLUMNS)]
-    self.facts.append(RowFacts(example.guid, example.label,
-                               {name: example.extras[name] for name in self._columns
-                                if name in example.extras}))
+    if self.inputs is not None:
+      self.inputs.add(example)
 
   file_ids = False  # (a train record's example_id is its place in training order)
 
@@ -199,8 +192,8 @@ class TrainingOrder(object):
                len(chosen), num_examples)
     weights = None
     if self.weighted:
-      weights = training_weights(training, self.task, [self.facts[i] for i in chosen])
-      self.facts = []
+      weights = training_weights(training, self.task, self.inputs.subset(chosen))
+      self.inputs = None
     positions, weights = in_training_order(chosen, weights, training.seed)
     return array.array("q", positions), weights
 
@@ -224,12 +217,52 @@ class LengthOrder(object):
     return array.array("q", indices), None
 
 
-class RowFacts(object):
-  """What the training weights read of a train row: its id, label and weight columns."""
-  __slots__ = ("guid", "label", "extras")
+class WeightInputs(object):
+  """What the training weights read of each train row, kept in arrays as the rows are
+  read: its class (an index), its weight cell, and whether it is toxic and mentions an
+  identity (Jigsaw Unintended Bias), each only when a weight asked for reads it."""
 
-  def __init__(self, guid, label, extras):
-    self.guid, self.label, self.extras = guid, label, extras
+  def __init__(self, training, task):
+    self.training, self.task = training, task
+    spec = task.processor.label_spec
+    self.classes = spec.classes if spec.kind == "classification" else None
+    self._class_index = {name: i for i, name in enumerate(self.classes or ())}
+    self.labels, self.column = array.array("i"), array.array("d")
+    self.toxic, self.mentions = array.array("b"), array.array("b")
+    self.present = set()  # the scored identity columns any row carries
+
+  def add(self, example):
+    training = self.training
+    if self.classes is not None:
+      self.labels.append(self._class_index[example.label])
+    if training.sample_weight_column is not None:  # (read_weight checked the cell)
+      self.column.append(float(example.extras[str(training.sample_weight_column)]))
+    if training.identity_weights:
+      toxic, mentions, present = self.task.identity_fact(example)
+      self.toxic.append(toxic)
+      self.mentions.append(mentions)
+      self.present.update(present)
+
+  def subset(self, indices):
+    """The inputs of the rows at indices (a subset of the rows, in order)."""
+    chosen = WeightInputs(self.training, self.task)
+    chosen.present = self.present
+    for name in ("labels", "column", "toxic", "mentions"):
+      values = getattr(self, name)
+      if values:
+        setattr(chosen, name, array.array(values.typecode, (values[i] for i in indices)))
+    return chosen
+
+  def class_names(self):
+    return [self.classes[i] for i in self.labels] if self.classes is not None else None
+
+
+def weight_inputs(training, task, examples):
+  """The WeightInputs of a list of examples."""
+  inputs = WeightInputs(training, task)
+  for example in examples:
+    inputs.add(example)
+  return inputs
 
 
 def fraction_indices(num_examples, fraction, seed):
@@ -257,49 +290,47 @@ def in_training_order(examples, weights, seed):
           [weights[i] for i in order] if weights is not None else None)
 
 
-def training_weights(training, task, examples):
-  """Each train row's loss weight: the product of the class, column and identity weights
-  asked for (None when none is). FlagError for weights the head cannot take."""
+def training_weights(training, task, inputs):
+  """Each train row's loss weight from its WeightInputs: the product of the class, column
+  and identity weights asked for (None when none is). FlagError for weights that leave
+  a class with none."""
   processor = task.processor
   spec = processor.label_spec
+  labels = inputs.class_names()
   parts = []
-  if training.class_weights:
-    if spec.kind != "classification":
-      raise FlagError("--class_weights weighs the classes of a classification head; a %s "
-                      "head has none. Use --sample_weight_column for per-row weights"
-                      % spec.kind)
-    by_class = (weights_lib.balanced_class_weights(examples, spec.classes)
+  if training.class_weights:  # (a classification head's: TrainingOrder checked it)
+    by_class = (weights_lib.balanced_class_weights(labels, spec.classes)
                 if training.class_weights == ("balanced",) else
                 weights_lib.parse_class_weights(training.class_weights, spec.classes))
     log.info("class weights: %s", ", ".join("%s %.4g" % (cls, by_class[cls])
                                              for cls in spec.classes))
-    parts.append(weights_lib.class_weighted(examples, by_class))
+    parts.append(weights_lib.class_weighted(labels, by_class))
   if training.sample_weight_column is not None:
-    parts.append(weights_lib.column_weights(examples, str(training.sample_weight_column),
+    parts.append(weights_lib.column_weights(inputs.column, str(training.sample_weight_column),
                                             processor.file_for("train")))
   if training.identity_weights:
-    parts.append(task.identity_weights(examples))
+    present = [name for name in SCORED_IDENTITY_COLUMNS if name in inputs.present]
+    parts.append(task.identity_weights(inputs.toxic, inputs.mentions, present))
   if not parts:
     return None
-  combined = [1.0] * len(examples)
+  combined = [1.0] * len(parts[0])
   for part in parts:
     combined = [a * b for a, b in zip(combined, part)]
   log.info("training weights: min %.4g, mean %.4g, max %.4g over %d rows", min(combined),
            sum(combined) / len(combined), max(combined), len(combined))
-  _check_every_class_weighs(spec, examples, combined)
+  if labels is not None:
+    _check_every_class_weighs(spec, labels, combined)
   return combined
 
 
-def _check_every_class_weighs(spec, examples, weights):
+def _check_every_class_weighs(spec, labels, weights):
   """FlagError when the weights leave a class of a classification head with none at all
   (a weight column that is the label column gave class 0 weight 0): nothing of it would
   be learnt, and the head would never predict it."""
-  if spec.kind != "classification":
-    return
   totals, rows = collections.Counter(), collections.Counter()
-  for example, weight in zip(examples, weights):
-    totals[example.label] += weight
-    rows[example.label] += 1
+  for label, weight in zip(labels, weights):
+    totals[label] += weight
+    rows[label] += 1
   unweighed = [name for name in spec.classes if rows[name] and not totals[name]]
   if unweighed:
     raise FlagError("the training weights give the rows of class %s a total weight of 0: "

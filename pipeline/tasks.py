@@ -26,8 +26,8 @@ class Task(object):
   def __init__(self, processor):
     self.processor = processor
 
-  def identity_weights(self, examples):
-    """Training weights for rows that mention an identity (--identity_weights)."""
+  def identity_fact(self, example):
+    """What identity weights read of a train row (--identity_weights)."""
     raise FlagError("--identity_weights is for task jigsaw_bias (its identity columns)")
 
   def report_metric_names(self, dev_examples):
@@ -55,29 +55,35 @@ class JigsawBiasTask(Task):
              "power_mean_bpsn_auc", "power_mean_bnsp_auc")
   evaluation_predicts = True  # the bias metric scores the dev split's predictions
 
-  def identity_weights(self, examples):
-    """data/weights.identity_weights on Jigsaw rows: toxic when target >= 0.5, mentioning
-    an identity when any of the scored identity values is >= 0.5."""
+  def identity_fact(self, example):
+    """(whether the row is toxic: target >= 0.5, whether it mentions an identity: any of
+    the scored identity values >= 0.5, the scored identity columns it carries)."""
+    present = [name for name in SCORED_IDENTITY_COLUMNS if name in example.extras]
+    return (self.target(example) >= 0.5,
+            any(identity_value(example.extras[name]) >= 0.5 for name in present), present)
+
+  def identity_weights(self, toxic, mentions, present):
+    """data/weights.identity_weights of the train rows' identity facts (present: the
+    scored identity columns any row carries)."""
     path = self.processor.file_for("train")
-    toxic = [t >= 0.5 for t in self.targets(examples)]
-    present = identity_columns_in(examples)
     if not present:
       raise DataError(path, "--identity_weights needs the identity columns (%s), and the "
                       "train file has none" % ", ".join(SCORED_IDENTITY_COLUMNS),
                       "add them, or drop --identity_weights")
-    mentions = [any(identity_value(e.extras.get(name, "")) >= 0.5 for name in present)
-                for e in examples]
     (log.info if any(mentions) else log.warning)(
         "identity weights: %d of %d train rows mention an identity (%s)", sum(mentions),
-        len(examples), ", ".join(present))
+        len(mentions), ", ".join(present))
     return weights_lib.identity_weights(toxic, mentions)
 
   def targets(self, examples):
-    """Each row's target: the fraction (soft target: the first label column), or 1.0 and
-    0.0 for the classes of target >= 0.5 (classification)."""
+    return [self.target(e) for e in examples]
+
+  def target(self, example):
+    """A row's target: the fraction (soft target: the first label column), or 1.0 and 0.0
+    for the classes of target >= 0.5 (classification)."""
     if self.processor.label_spec.kind == "classification":
-      return [float(e.label) for e in examples]
-    return [e.label[0] for e in examples]
+      return float(example.label)
+    return example.label[0]
 
   def report_metric_names(self, dev_examples):
     return ["bias_" + k for k in self.FIGURES] if identity_columns_in(dev_examples) else []

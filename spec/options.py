@@ -74,10 +74,14 @@ class DataOptions(object):
   data_dir: Optional[str] = option(
       None, "Folder with the task's files (see the README per task).")
   train_file: Optional[str] = option(
-      None, "Train file; overrides the one found in --data_dir.")
-  eval_file: Optional[str] = option(None, "Eval file; overrides the one found in --data_dir.")
+      None, "Train file; overrides the one found in --data_dir. Several files read as one "
+      "split: a comma-separated list, or glob patterns (e.g. 'train-*.csv').")
+  eval_file: Optional[str] = option(
+      None, "Eval file (or files, as for --train_file); overrides the one found in "
+      "--data_dir.")
   predict_file: Optional[str] = option(
-      None, "Predict file; overrides the one found in --data_dir.")
+      None, "Predict file (or files, as for --train_file); overrides the one found in "
+      "--data_dir. Results are written in the files' order.")
   text_column: Optional[str] = option(
       None, "csv task: text column (name or 0-based position).")
   text_b_column: Optional[str] = option(None, "csv task: optional second text for pairs.")

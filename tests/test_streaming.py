@@ -40,11 +40,12 @@ def _train_split(c):
 def _in_memory_records(c, task, tokenizer):
   """The train records as the whole-file path makes them: every example in a list, the
   fraction taken, weighed and put in training order, then serialised whole."""
-  from pipeline.splits import in_training_order, take_fraction, training_weights
+  from pipeline.splits import (in_training_order, take_fraction, training_weights,
+                               weight_inputs)
   training, spec = c.training, task.processor.label_spec
   examples = take_fraction(task.processor.get_examples("train"), training.train_fraction,
                            training.seed)
-  weights = (training_weights(training, task, examples) if (
+  weights = (training_weights(training, task, weight_inputs(training, task, examples)) if (
       training.class_weights or training.identity_weights or
       training.sample_weight_column is not None) else None)
   examples, weights = in_training_order(examples, weights, training.seed)
@@ -191,3 +192,93 @@ def test_a_rate_report_says_rows_per_second_and_time_left():
   # Every 30 s at most, none at the end (the caller logs the result).
   assert lines == ["predicted 200/1000 rows (6 rows/s, about 2m04s left)",
                    "predicted 600/1000 rows (10 rows/s, about 41s left)"]
+
+
+def _split_sst2(folder, parts):
+  """The SST-2 sample's train file cut into `parts` files (each with the header)."""
+  with io.open(os.path.join(SST2, "train.tsv"), encoding="utf-8") as f:
+    lines = f.read().splitlines(True)
+  header, rows = lines[0], lines[1:]
+  size = -(-len(rows) // parts)
+  paths = []
+  for i in range(parts):
+    path = os.path.join(str(folder), "train-%d.tsv" % i)
+    with io.open(path, "w", encoding="utf-8") as f:
+      f.write(header + "".join(rows[i * size:(i + 1) * size]))
+    paths.append(path)
+  return paths, len(rows)
+
+
+@pytest.mark.parametrize("spelling", ["list", "glob"])
+def test_several_files_are_one_split(tmp_path, caplog, spelling):
+  paths, num_rows = _split_sst2(tmp_path, 3)
+  value = ",".join(paths) if spelling == "list" else str(tmp_path / "train-*.tsv")
+  caplog.set_level(logging.INFO)
+  several, _, _ = _train_split(_config(tmp_path, "--task_name=sst-2",
+                                       "--train_file=" + value))
+  one, _, _ = _train_split(_config(tmp_path / "one", "--task_name=sst-2",
+                                   "--data_dir=" + SST2))
+  assert several.num_examples == one.num_examples == num_rows
+  # The same rows in the same order: the same records.
+  assert [list(tf.io.tf_record_iterator(p)) for p in several.record_files] == [
+      list(tf.io.tf_record_iterator(p)) for p in one.record_files]
+  read = several.metadata["read"]
+  assert [account["examples"] for account in read["files"]] == [
+      -(-num_rows // 3), -(-num_rows // 3), num_rows - 2 * -(-num_rows // 3)]
+  assert read["examples"] == read["records"] == num_rows
+  for path in paths:  # each file's rows counted in the log
+    assert "%s: " % path in caplog.text
+
+
+def test_an_error_in_one_of_several_files_names_it(tmp_path):
+  from data.errors import DataError
+  from data.processors import get_processor
+  paths, _ = _split_sst2(tmp_path, 2)
+  with io.open(paths[1], "a", encoding="utf-8") as f:
+    f.write(u"a row with a label of its own\tmaybe\n")
+  processor = get_processor("sst-2", files={"train": ",".join(paths)})
+  with pytest.raises(DataError) as error:
+    processor.get_examples("train")
+  lines = sum(1 for _ in io.open(paths[1], encoding="utf-8"))
+  assert str(error.value).startswith("%s, line %d, column 'label': " % (paths[1], lines))
+  for value, problem in (
+      (str(tmp_path / "nothing-*.tsv"), "no file matches this pattern"),
+      ("%s,%s" % (paths[0], paths[0]), "the file is named 2 times")):
+    processor = get_processor("sst-2", files={"train": value})
+    with pytest.raises(DataError, match=problem):
+      processor.get_examples("train")
+
+
+def test_identity_columns_are_those_of_any_row(tmp_path):
+  """A row cut short before its last identity columns (its cells count as empty) does not
+  hide those columns from the identity weights of the rows after it."""
+  from data.processors import get_processor
+  from pipeline import splits, tasks
+  from spec.config import RunConfig
+  with io.open(os.path.join(BIAS, "train.csv"), encoding="utf-8", newline="") as f:
+    rows = list(csv.reader(f))
+  header = rows[0]
+  short = header.index("muslim") + 1
+  path = str(tmp_path / "train.csv")
+  with io.open(path, "w", encoding="utf-8", newline="") as f:
+    csv.writer(f).writerows([header, rows[1][:short]] + rows[2:])
+  processor = get_processor("jigsaw_bias", files={"train": path})
+  training = RunConfig(identity_weights=True).training
+  task = tasks.task_of(processor)
+  inputs = splits.weight_inputs(training, task, processor.get_examples("train"))
+  assert {"black", "white", "psychiatric_or_mental_illness"} <= inputs.present
+  assert len(inputs.mentions) == len(rows) - 1
+
+
+def test_a_killed_featurisation_leaves_no_scratch_behind(tmp_path):
+  from data.tfrecord import build_records
+  from test_features import _examples, _settings
+  from data import tokenization
+  stale = tmp_path / "train.tf_record.featurise-dead1234"
+  stale.mkdir()
+  (stale / "bodies-00").write_bytes(b"x" * 100)
+  tokenizer = tokenization.FullTokenizer(TINY_VOCAB, do_lower_case=True)
+  build_records(_examples(5), str(tmp_path / "train.tf_record"), _settings(TINY_VOCAB),
+                tokenizer, num_workers=2)
+  assert sorted(os.listdir(str(tmp_path))) == [
+      "train.tf_record", "train.tf_record.lock", "train.tf_record.meta.json"]

@@ -24,12 +24,13 @@ def test_balanced_class_weights_on_sst2():
   examples = get_processor("sst-2", data_dir=sample_path("glue", "SST-2")).get_examples("train")
   n1 = sum(1 for e in examples if e.label == "1")
   n0 = len(examples) - n1
-  by_class = weights.balanced_class_weights(examples, ["0", "1"])
+  labels = [e.label for e in examples]
+  by_class = weights.balanced_class_weights(labels, ["0", "1"])
   assert by_class == pytest.approx({"0": 300 / (2.0 * n0), "1": 300 / (2.0 * n1)})
-  per_row = weights.class_weighted(examples, by_class)
+  per_row = weights.class_weighted(labels, by_class)
   assert sum(per_row) == pytest.approx(300)  # balanced weights keep the mean at 1
   with pytest.raises(ValueError, match="no row of class 2"):
-    weights.balanced_class_weights(examples, ["0", "1", "2"])
+    weights.balanced_class_weights(labels, ["0", "1", "2"])
 
 
 def test_class_weight_lists_are_checked():
@@ -50,11 +51,24 @@ def test_column_weights_read_from_a_real_column(tmp_path):
   examples = processor.get_examples("train")
   with io.open(data, encoding="utf-8", newline="") as f:
     counts = [float(r["count"]) for r in csv.DictReader(f)]
-  assert weights.column_weights(examples, "count", data) == counts
-  examples[5].extras["count"] = "-1"
-  with pytest.raises(DataError, match="row %s has weight '-1' in column count" %
-                     examples[5].guid):
-    weights.column_weights(examples, "count", data)
+  from pipeline import splits, tasks
+  from spec.config import RunConfig
+  training = RunConfig(sample_weight_column="count").training
+  inputs = splits.weight_inputs(training, tasks.task_of(processor), examples)
+  assert splits.training_weights(training, tasks.task_of(processor), inputs) == counts
+  with pytest.raises(DataError, match="every weight in column count is 0"):
+    weights.column_weights([0.0] * len(counts), "count", data)
+  # A bad cell is refused as its row is read, naming the line.
+  text = io.open(data, encoding="utf-8", newline="").read()
+  assert text.split("\n")[7].startswith("420,3,")  # line 8
+  bad = str(tmp_path / "bad.csv")
+  with io.open(bad, "w", encoding="utf-8", newline="") as f:
+    f.write(text.replace("\n420,3,", "\n420,-1,", 1))
+  processor = get_processor("csv", files={"train": bad}, text_column="tweet",
+                            label_columns=["class"], weight_column="count")
+  with pytest.raises(DataError, match=r"line 8, column 'count': the weight '-1' is not a "
+                     r"number >= 0"):
+    processor.get_examples("train")
 
 
 def _bias_rows(split):
@@ -155,7 +169,8 @@ def test_weights_that_leave_a_class_with_none_are_refused(tmp_path):
   examples = processor.get_examples("train")
   training = RunConfig(sample_weight_column="label").training
   with pytest.raises(FlagError) as error:
-    splits.training_weights(training, tasks.task_of(processor), examples)
+    task = tasks.task_of(processor)
+    splits.training_weights(training, task, splits.weight_inputs(training, task, examples))
   assert str(error.value) == (
       "the training weights give the rows of class '0' a total weight of 0: nothing of it "
       "would be learnt. Check --sample_weight_column (and --class_weights).")

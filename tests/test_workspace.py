@@ -100,7 +100,7 @@ def test_read_only_and_full_disks_are_one_line_and_leave_nothing_half_written(
   # A featurisation worker's fault reaches the parent as the same line, and its scratch
   # files are removed.
   workers = report["full_workers"]
-  assert re.match(r"%s/workers/out/features/featurise-\w+/bodies-0[01]: "
+  assert re.match(r"%s/workers/out/features/train\.tf_record\.featurise-\w+/bodies-0[01]: "
                   % re.escape(str(tmp_path)), workers["fault"]), workers["fault"]
   assert workers["fault"].endswith(": " + FULL_DISK_FIX)
   assert workers["left"] == ["train.tf_record.lock"]

@@ -11,7 +11,7 @@ and runs the command a user would, `run_classifier.py --task_name=jigsaw_bias
   predict  --do_predict on the 97,320-row test file with the trained model.
 Each run's peak memory is the largest proportional set size (PSS: shared pages divided
 among the processes sharing them) of the run's whole process tree (the run and its
-featurisation workers), sampled every 0.2 s. The figures are printed and written to
+featurisation workers), sampled every 0.5 s. The figures are printed and written to
 --out_dir (results.json, results.md).
 """
 
@@ -62,28 +62,22 @@ def model_flags(model, work_dir):
 
 
 def process_tree_pss(pid):
-  """The summed PSS (bytes) of pid and its descendants, from /proc."""
-  children = {}
-  for entry in os.listdir("/proc"):
-    if entry.isdigit():
-      try:
-        with open("/proc/%s/stat" % entry) as f:
-          parent = int(f.read().rsplit(")", 1)[1].split()[1])
-        children.setdefault(parent, []).append(int(entry))
-      except (OSError, ValueError, IndexError):
-        pass
+  """The summed PSS (bytes) of pid and its descendants, from /proc (each thread's list of
+  the children it started)."""
   total, todo = 0, [pid]
   while todo:
     current = todo.pop()
-    todo.extend(children.get(current, ()))
     try:
+      for thread in os.listdir("/proc/%d/task" % current):
+        with open("/proc/%d/task/%s/children" % (current, thread)) as f:
+          todo.extend(int(child) for child in f.read().split())
       with open("/proc/%d/smaps_rollup" % current) as f:
         for line in f:
           if line.startswith("Pss:"):
             total += int(line.split()[1]) * 1024
             break
-    except OSError:
-      pass
+    except (OSError, ValueError):
+      pass  # (a process that has just ended)
   return total
 
 
@@ -99,7 +93,7 @@ def measured_run(command, log_path):
     done = threading.Event()
 
     def sample():
-      while not done.wait(0.2):
+      while not done.wait(0.5):
         peak[0] = max(peak[0], process_tree_pss(child.pid))
 
     sampler = threading.Thread(target=sample)

@@ -28,7 +28,7 @@ from pipeline import (build, card, checks, distribution, eval_history, evaluatio
                       folds, machine, outputs, splits, state, tasks, training, workspace)
 from spec import config, options
 from spec.cluster import ClusterError, parse_tf_config
-from spec.errors import FileFault, FlagError
+from spec.errors import FileFault, FlagError, ProcessFault
 
 log = logging.getLogger("run_classifier")
 
@@ -204,6 +204,9 @@ def main(argv):
     sys.exit(1)
   except FileFault as e:
     sys.stderr.write("run_classifier: file error: %s\n" % e)
+    sys.exit(1)
+  except ProcessFault as e:
+    sys.stderr.write("run_classifier: process error: %s\n" % e)
     sys.exit(1)
 
 

@@ -14,8 +14,8 @@ import os
 
 from data.errors import DataError
 from data.record_format import check_float32
-from data.table import (USUAL_WIDTH_RECORDS, Table, expand_files, quoting_for,
-                        refuse_bom_cell, total_account)
+from data.file_lists import expand_files
+from data.table import USUAL_WIDTH_RECORDS, Table, quoting_for, refuse_bom_cell, total_account
 from data.weights import read_weight
 from spec.errors import FlagError
 from spec.labels import LabelError, build_spec
@@ -86,6 +86,7 @@ class DataProcessor(object):
     self.quoting_choice = quoting
     self.skipped = {}  # split -> {cause: rows skipped at the user's request}
     self.accounts = {}  # split -> what reading the file found (lines, records, skips)
+    self.read_sha256 = {}  # split -> the sha256 of each of its files' bytes, as read
     # The model card the classes came from, when they are a trained model's rather than
     # this run's (--labels, the task's, or the train file's): a row with another label
     # then needs another model, not only a corrected row.
@@ -156,6 +157,7 @@ class DataProcessor(object):
     row; rows are numbered on across files (the ids of files without an id column)."""
     paths = self.files_of(split)
     skipped = self.skipped[split] = {}
+    digests = self.read_sha256[split] = []
     accounts, first_row = [], 0
     for path in paths:
       table = self.open_table(path, split)
@@ -170,6 +172,7 @@ class DataProcessor(object):
         count += 1
         yield example
       first_row += table.records
+      digests.append(table.digest.hexdigest())  # (of the bytes read: the whole file)
       for cause, n in file_skips.items():
         skipped[cause] = skipped.get(cause, 0) + n
       accounts.append(table.account(split, count, file_skips))

@@ -22,6 +22,7 @@ import time
 import tensorflow.compat.v1 as tf
 
 from data.examples import InputExample
+from data.files import remove_quietly
 from data.forked import ForkedWorkers, received
 from data.features import Truncation, TruncationCount, convert_examples, padding_features
 from data.record_format import ExampleSerializer
@@ -295,16 +296,21 @@ def existing_objects_frozen():
 def scratch_folder(record_path):
   """A scratch folder for a split's staged bodies: beside its records when they are local
   (the same disk, which holds the records anyway), else in the system's temporary folder.
-  Its caller holds the split's write lock, so any other scratch folder of the split was
-  left by a writer that was killed: it is removed."""
+  Its caller holds the split's write lock, so any other scratch folder of the split, and
+  any staged record file (<record file>.tmp-*), was left by a writer that was killed: they
+  are removed."""
   folder, name = os.path.split(record_path)
   prefix = name + ".featurise-"
   base = None
   if "://" not in record_path:
     base = folder
-    for stale in glob.glob(os.path.join(glob.escape(folder), glob.escape(prefix) + "*")):
-      log.info("removing %s, the scratch files of a featurisation that did not end", stale)
-      shutil.rmtree(stale, ignore_errors=True)
+    escaped = os.path.join(glob.escape(folder), glob.escape(name))
+    for stale in glob.glob(escaped + ".featurise-*") + glob.glob(escaped + "*.tmp-*"):
+      log.info("removing %s, left by a featurisation that did not end", stale)
+      if os.path.isdir(stale):
+        shutil.rmtree(stale, ignore_errors=True)
+      else:
+        remove_quietly(stale)
   scratch = tempfile.mkdtemp(prefix=prefix, dir=base)
   try:
     yield scratch

@@ -62,7 +62,11 @@ def file_sha256(path):
 def files_sha256(paths):
   """The sha256 of one file; of several (one split's), the sha256 of their sha256s in
   order: it changes with any file's bytes and with which file comes where."""
-  digests = [file_sha256(path) for path in paths]
+  return combined_sha256([file_sha256(path) for path in paths])
+
+
+def combined_sha256(digests):
+  """One file's sha256 itself; several files' sha256 (in order), the sha256 of them."""
   if len(digests) == 1:
     return digests[0]
   return hashlib.sha256(" ".join(digests).encode("ascii")).hexdigest()

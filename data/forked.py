@@ -5,11 +5,12 @@ as its own."""
 import json
 import os
 import pickle
+import signal
 import struct
 import sys
 import traceback
 
-from spec.errors import PLACE_FAULTS
+from spec.errors import PLACE_FAULTS, ProcessFault
 
 _LENGTH = struct.Struct("<Q")
 
@@ -60,7 +61,7 @@ class ForkedWorkers(object):
       _write_all(fd, _LENGTH.pack(len(payload)) + payload)
     except OSError:  # a worker that died: its report says why
       self._end()
-      raise RuntimeError("a featurisation process ended early; its error is printed above")
+      raise ProcessFault("a featurisation process ended early") from None
     self.sent += 1
 
   def finish(self):
@@ -70,7 +71,7 @@ class ForkedWorkers(object):
   def abandon(self):
     try:
       self._end()
-    except (OSError, RuntimeError):
+    except (OSError, ProcessFault):
       pass  # (the error being raised says what went wrong)
 
   def _end(self):
@@ -89,7 +90,7 @@ class ForkedWorkers(object):
     failed = [status for status in statuses if status != 0]
     if failed:
       killed = [os.WTERMSIG(s) for s in failed if os.WIFSIGNALED(s)]
-      raise RuntimeError("%d of %d featurisation processes failed; %s" % (
+      raise ProcessFault("%d of %d featurisation processes failed; %s" % (
           len(failed), len(statuses),
           "killed by signal %s (out of memory?)" % ", ".join(str(k) for k in killed)
           if killed else "their errors are printed above"))
@@ -106,6 +107,9 @@ def _child(function, report):
   fault of a place (a full disk: its number and file) is written to the pipe report for the
   parent to raise as its own; any other error's traceback is printed."""
   status = 0
+  # Ctrl-C reaches the whole process group: the parent stops and closes the inputs,
+  # and a child then finishes, instead of printing a traceback of its own.
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
   try:
     function()
   except BaseException as e:  # the parent sees the exit status, and a fault's report
@@ -134,4 +138,8 @@ def received(read_input):
     head = source.read(_LENGTH.size)
     if len(head) < _LENGTH.size:
       return
-    yield pickle.loads(source.read(_LENGTH.unpack(head)[0]))
+    size = _LENGTH.unpack(head)[0]
+    payload = source.read(size)
+    if len(payload) < size:
+      return  # (the parent stopped while sending it: Ctrl-C, or an error of its own)
+    yield pickle.loads(payload)

@@ -3,12 +3,11 @@ clear errors."""
 
 import collections
 import csv
+import hashlib
 import itertools
 import logging
 import re
 import sys
-
-import tensorflow.compat.v1 as tf
 
 from data.errors import DataError
 from data.text_lines import decoded_lines, open_binary
@@ -36,6 +35,7 @@ class Table(object):
     self.delimiter, self.quoting = delimiter, quoting
     self.num_lines = self.records = self.blank_lines = 0
     self.multi_line = MultiLineCount()
+    self.digest = hashlib.sha256()  # of the bytes read so far
     self.content = False  # whether a character other than whitespace was read
     self._ahead = collections.deque()
     self._source = _records(self, open_binary(path), delimiter, quoting)
@@ -199,38 +199,6 @@ def total_account(accounts):
     skipped.update(a["skipped"])
   total["skipped"] = dict(skipped)
   return total
-
-
-def expand_files(value):
-  """The files a file option names, in order: one path; or a comma-separated list whose
-  parts may be glob patterns (*, ?, [...]), each matching at least one file, expanded in
-  sorted order. A path that exists is that file, commas or brackets in its name and all.
-  A file named twice is refused: its rows would be read twice."""
-  if "," not in value and not _GLOB.search(value) or tf.io.gfile.exists(value):
-    return [value]
-  paths = []
-  for part in (p.strip() for p in value.split(",")):
-    if not part:
-      continue
-    if _GLOB.search(part) and not tf.io.gfile.exists(part):
-      matched = sorted(tf.io.gfile.glob(part))
-      if not matched:
-        raise DataError(part, "no file matches this pattern",
-                        "check the pattern (a list of files is separated by commas)")
-      paths.extend(matched)
-    else:
-      paths.append(part)
-  counts = collections.Counter(paths)
-  twice = sorted(p for p, n in counts.items() if n > 1)
-  if twice:
-    raise DataError(twice[0], "the file is named %d times in %r: its rows would be read "
-                    "more than once" % (counts[twice[0]], value), "name each file once")
-  if not paths:
-    raise DataError(value, "no file is named", "name a file, or a comma-separated list")
-  return paths
-
-
-_GLOB = re.compile(r"[*?\[]")
 
 
 def is_position(column):

@@ -37,15 +37,16 @@ def decoded_lines(table, stream):
   line_number = 1  # of the first line in pending
   first = True  # (no line given yet)
   block = stream.read(BLOCK_BYTES)
+  table.digest.update(block)
   _refuse_other_encoding(path, block)
   if block.startswith(_UTF8_BOM):
-    block = block[len(_UTF8_BOM):] or stream.read(BLOCK_BYTES)
+    block = block[len(_UTF8_BOM):] or _read(table, stream)
   waiting = []  # blocks with no line end yet (an old Mac file, or a very long line)
   while block:
     end = block.rfind(b"\n")
     if end < 0:
       waiting.append(block)  # (joined once a line ends: no copy per block)
-      block = stream.read(BLOCK_BYTES)
+      block = _read(table, stream)
       continue
     whole = b"".join([pending] + waiting + [block[:end + 1]])
     pending, waiting = block[end + 1:], []
@@ -58,10 +59,12 @@ def decoded_lines(table, stream):
     line_number += len(lines)
     for line in lines:
       yield line + u"\n"
-    block = stream.read(BLOCK_BYTES)
+    block = _read(table, stream)
   pending = b"".join([pending] + waiting)
   if pending:
-    text = decode_block(path, pending, line_number, table)
+    # (a file with no "\n" at all: its lines end at "\r", and errors count them so)
+    text = decode_block(path, pending, line_number, table,
+                        b"\r" if first and b"\r" in pending else b"\n")
     if first and u"\r" in text:  # no "\n" in the whole file: lines end at "\r"
       pieces = text.split(u"\r")
       lines = [piece + u"\r" for piece in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
@@ -73,32 +76,40 @@ def decoded_lines(table, stream):
       yield line
 
 
+def _read(table, stream):
+  """The file's next block, counted into table.digest (the sha256 of the bytes read)."""
+  block = stream.read(BLOCK_BYTES)
+  table.digest.update(block)
+  return block
+
+
 _UTF8_BOM = b"\xef\xbb\xbf"
 
 
-def decode_block(path, raw, first_line, table=None):
-  """Decodes whole lines of bytes (first_line: the number of the first) as UTF-8, naming
-  the line and byte of a bad byte, and the line and character of a NUL (Python 3.7's csv
-  module refuses NUL, 3.11's reads it: both refuse it here). Marks table as holding
-  content when the text is not all whitespace."""
+def decode_block(path, raw, first_line, table=None, line_end=b"\n"):
+  """Decodes whole lines of bytes (first_line: the number of the first; each ending at
+  line_end) as UTF-8, naming the line and byte of a bad byte, and the line and character
+  of a NUL (Python 3.7's csv module refuses NUL, 3.11's reads it: both refuse it here).
+  Marks table as holding content when the text is not all whitespace."""
   try:
     text = raw.decode("utf-8")
   except UnicodeDecodeError as e:
-    line_start = raw.rfind(b"\n", 0, e.start) + 1
+    line_start = raw.rfind(line_end, 0, e.start) + 1
     raise DataError(
         path, "invalid UTF-8 (byte 0x%02x at byte %d of the line)" % (
             bytearray(raw)[e.start], e.start - line_start + 1),
         "re-save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 in.csv > out.csv`",
-        line=first_line + raw.count(b"\n", 0, e.start))
+        line=first_line + raw.count(line_end, 0, e.start))
+  end = line_end.decode("ascii")
   nul = text.find(u"\x00")
   if nul >= 0:
-    line_start = text.rfind(u"\n", 0, nul) + 1
+    line_start = text.rfind(end, 0, nul) + 1
     raise DataError(path, "the line holds a NUL byte (character %d of the line): the file is "
                     "probably not a text file, or a text in another encoding than UTF-8"
                     % (nul - line_start + 1),
                     "give the CSV/TSV file itself, re-saved as UTF-8 text (or remove the NUL "
                     "bytes: `tr -d '\\000' < in.csv > out.csv`)",
-                    line=first_line + text.count(u"\n", 0, nul))
+                    line=first_line + text.count(end, 0, nul))
   if table is not None and not table.content and text and not text.isspace():
     table.content = True
   return text

@@ -101,8 +101,8 @@ def build_records(examples, record_path, settings, tokenizer, pad_to_multiple=0,
   sample_weight field, padding rows weighing 0); its file_ids says whether each record's
   example_id is its row's place in the file (else its place in the records). Without
   it the records keep the file's order. Counts (truncated and empty texts) are of the
-  examples written. accounts() is what reading found (lines, skips),
-  recorded in the metadata once the examples are read.
+  examples written. accounts() is what reading found (lines, skips), recorded in the
+  metadata once the examples are read (it may refuse them: nothing is written then).
   """
   num_shards = max(1, num_shards)
   settings = dict(settings, pad_to_multiple=pad_to_multiple, num_shards=num_shards,
@@ -171,6 +171,7 @@ def _write_records(examples, record_path, settings, key, tokenizer, pad_to_multi
       staged = stage(examples, job, scratch, num_workers,
                      observe=order.observe if order is not None else None)
       try:
+        read = accounts() if accounts else None  # (which may refuse what was read)
         positions, weights = (order.arrange(staged) if order is not None else (None, None))
         written = positions if positions is not None else range(staged.num_examples)
         num_examples = len(written)
@@ -194,7 +195,7 @@ def _write_records(examples, record_path, settings, key, tokenizer, pad_to_multi
 
   metadata = dict(settings, fingerprint=key, schema_version=SCHEMA_VERSION, files=paths,
                   file_checks=checks, num_examples=num_examples, num_padding=num_padding,
-                  num_records=num_examples + num_padding, read=accounts() if accounts else None,
+                  num_records=num_examples + num_padding, read=read,
                   weights_sha256=_weights_sha256(weights), empty_texts=empty_texts,
                   **truncation.as_dict())
   write_whole(metadata_path(record_path), json.dumps(metadata, indent=2, sort_keys=True))

@@ -14,7 +14,9 @@ from typing import Optional
 from data import tokenization
 from data import weights as weights_lib
 from data.input_fn import input_fn_builder
-from data.files import files_sha256
+from data.errors import DataError
+from data.files import combined_sha256, files_sha256
+from data.file_lists import same_file_key
 from data.tfrecord import build_records
 from pipeline.build import truncation_of
 from spec.errors import FlagError
@@ -59,6 +61,8 @@ def prepare_splits(c, task, tokenizer, vocab_file, fold=None):
   training = c.training
   featurise = Featuriser(c, processor, tokenizer, vocab_file)
   splits = {}
+  if fold is None:
+    check_files_of_splits(processor, c.modes)
   if fold is not None:
     all_train, held_out = fold.split(processor.get_examples("train"))
     splits["dev"] = featurise("dev", held_out, _lcm(training.eval_batch_size,
@@ -70,8 +74,6 @@ def prepare_splits(c, task, tokenizer, vocab_file, fold=None):
   # A task whose evaluation also predicts the dev split pads its records for both sizes.
   dev_multiple = (_lcm(training.eval_batch_size, training.predict_batch_size)
                   if task.evaluation_predicts else training.eval_batch_size)
-  if fold is None:
-    warn_if_dev_is_predicted(processor, c.modes)
   for split, wanted, multiple in (("dev", c.modes.do_eval, dev_multiple),
                                   ("test", c.modes.do_predict, training.predict_batch_size)):
     if wanted and split not in splits:
@@ -80,12 +82,27 @@ def prepare_splits(c, task, tokenizer, vocab_file, fold=None):
   return Splits(splits.get("train"), splits.get("dev"), splits.get("test"))
 
 
-def warn_if_dev_is_predicted(processor, modes):
-  """A run that evaluates and predicts one file (MRPC's original files have no dev file,
-  so its test file is found for both) says so: its figures, and a best checkpoint chosen
-  by them, are those of the rows it predicts."""
-  if modes.do_eval and modes.do_predict and (
-      processor.file_for("dev") == processor.file_for("test")):
+def check_files_of_splits(processor, modes):
+  """A file read as train rows and as eval rows through a train glob or list that takes
+  it in would score the model on rows it trained on: refused, naming it (one file named
+  as both is a choice: said). A run that evaluates
+  and predicts one file (MRPC's original files have no dev file, so its test file is
+  found for both) says so: its figures, and a best checkpoint chosen by them, are those
+  of the rows it predicts."""
+  def keys(split):
+    return {same_file_key(path): path for path in processor.files_of(split)}
+  if modes.do_train and modes.do_eval:
+    train, dev = keys("train"), keys("dev")
+    shared = sorted(set(train) & set(dev))
+    if shared and len(train) > 1:  # (a pattern or a list that takes in the eval file)
+      raise FlagError("%s is both a train file (--train_file=%s) and the eval file: the "
+                      "evaluation would score rows the model trained on. Name the train "
+                      "files so that the eval file is not among them"
+                      % (dev[shared[0]], processor.file_for("train")))
+    if shared:  # (one file named for both: a choice, said)
+      log.warning("the eval file is the train file, %s: the evaluation scores rows the "
+                  "model trained on", processor.file_for("dev"))
+  if modes.do_eval and modes.do_predict and set(keys("dev")) & set(keys("test")):
     log.warning("the dev split is the predict file, %s: the evaluation's figures, and a best "
                 "checkpoint chosen by them, are those of the rows predicted. Pass --eval_file "
                 "for a held-out dev file", processor.file_for("dev"))
@@ -111,12 +128,24 @@ class Featuriser(object):
     kept only with keep_examples)."""
     record_path = os.path.join(self.cache_dir, "%s.tf_record" % split)
     source_split = "train" if fold is not None else split
+    settings = self.settings(split, fold, order)
     metadata = build_records(
-        examples, record_path, self.settings(split, fold, order), self.tokenizer,
+        examples, record_path, settings, self.tokenizer,
         pad_to_multiple, num_shards=self.device.num_record_shards,
         num_workers=featurise_workers(self.device.featurise_workers), order=order,
-        accounts=lambda: self.processor.accounts.get(source_split))
+        accounts=lambda: self._read_as_hashed(source_split, settings["source_sha256"]))
     return Split(examples if keep_examples else None, metadata, self.reading)
+
+  def _read_as_hashed(self, split, sha256):
+    """What reading the split's files found, once they are read; a file whose bytes
+    changed between the hash that names its records and the read (a file still being
+    written) is refused: the records would be cached under the other bytes' name."""
+    read = self.processor.read_sha256.get(split)
+    if read and combined_sha256(read) != sha256:
+      raise DataError(self.processor.file_for(split), "the file changed while it was read "
+                      "(its sha256 before reading and of the bytes read differ)",
+                      "run again once nothing writes to it")
+    return self.processor.accounts.get(split)
 
   def settings(self, split, fold, order=None):
     """Everything that shapes a split's records, known before its file is read: what a

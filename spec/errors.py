@@ -20,3 +20,9 @@ class FileFault(Exception):
   """A fault of a place, not of the program or its input: a full disk, a read-only file
   system, no permission. The message names the path and the fix; run_classifier prints it
   as a file error and exits 1."""
+
+
+class ProcessFault(Exception):
+  """A worker process of the run that was killed (by the system's out-of-memory killer,
+  say) or failed: the message says which and how; run_classifier prints it as a process
+  error and exits 1."""

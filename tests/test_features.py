@@ -439,7 +439,9 @@ class _FailingTokenizer(tokenization.FullTokenizer):
 def test_a_failing_featurisation_worker_fails_the_build_and_writes_nothing(tmp_path, tiny_vocab,
                                                                           capfd):
   tokenizer = _FailingTokenizer(tiny_vocab, do_lower_case=True)
-  with pytest.raises(RuntimeError, match="1 of 2 featurisation processes failed"):
+  from spec.errors import ProcessFault
+  with pytest.raises(ProcessFault, match="1 of 2 featurisation processes failed; their "
+                     "errors are printed above"):
     build_records(_examples(23), str(tmp_path / "r.tf_record"), _settings(tiny_vocab),
                   tokenizer, num_workers=2)
   assert "tokenizer failed on example 17" in capfd.readouterr().err  # the worker's traceback

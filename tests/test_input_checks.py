@@ -451,10 +451,10 @@ def test_evaluating_the_file_it_predicts_is_said(caplog):
   """MRPC's original files have no dev file: msr_paraphrase_test.txt was evaluated, a best
   checkpoint chosen on it, and then predicted, without a word."""
   from conftest import TEST_DATA
-  from pipeline.splits import warn_if_dev_is_predicted
+  from pipeline.splits import check_files_of_splits
   from spec.config import RunConfig
   processor = get_processor("mrpc", data_dir=os.path.join(TEST_DATA, "datasets", "glue",
                                                           "MRPC"))
-  warn_if_dev_is_predicted(processor, RunConfig(do_eval=True, do_predict=True).modes)
+  check_files_of_splits(processor, RunConfig(do_eval=True, do_predict=True).modes)
   assert ("the dev split is the predict file, %s: the evaluation's figures" %
           processor.file_for("test")) in caplog.text

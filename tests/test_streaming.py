@@ -277,8 +277,77 @@ def test_a_killed_featurisation_leaves_no_scratch_behind(tmp_path):
   stale = tmp_path / "train.tf_record.featurise-dead1234"
   stale.mkdir()
   (stale / "bodies-00").write_bytes(b"x" * 100)
+  (tmp_path / "train.tf_record.tmp-999-deadbeef").write_bytes(b"half a shard")
+  (tmp_path / "dev.tf_record.tmp-999-deadbeef").write_bytes(b"another split's: kept")
   tokenizer = tokenization.FullTokenizer(TINY_VOCAB, do_lower_case=True)
   build_records(_examples(5), str(tmp_path / "train.tf_record"), _settings(TINY_VOCAB),
                 tokenizer, num_workers=2)
   assert sorted(os.listdir(str(tmp_path))) == [
-      "train.tf_record", "train.tf_record.lock", "train.tf_record.meta.json"]
+      "dev.tf_record.tmp-999-deadbeef", "train.tf_record", "train.tf_record.lock",
+      "train.tf_record.meta.json"]
+
+
+def test_a_train_file_that_is_also_the_eval_file_is_refused(tmp_path):
+  from spec.errors import FlagError
+  paths, _ = _split_sst2(tmp_path, 2)
+  with pytest.raises(FlagError) as error:
+    _train_split(_config(tmp_path, "--task_name=sst-2", "--do_eval",
+                         "--train_file=%s" % (tmp_path / "train-*.tsv"),
+                         "--eval_file=%s/./train-1.tsv" % tmp_path))
+  assert str(error.value).startswith(
+      "%s/./train-1.tsv is both a train file (--train_file=%s/train-*.tsv) and the eval "
+      "file: the evaluation would score rows the model trained on" % (tmp_path, tmp_path))
+
+
+def test_one_file_named_as_train_and_eval_file_is_said(tmp_path, caplog):
+  from pipeline.build import make_processor
+  from pipeline.splits import check_files_of_splits
+  paths, _ = _split_sst2(tmp_path, 2)
+  c = _config(tmp_path, "--task_name=sst-2", "--do_eval", "--train_file=" + paths[0],
+              "--eval_file=" + paths[0])
+  check_files_of_splits(make_processor(c.data), c.modes)
+  assert ("the eval file is the train file, %s: the evaluation scores rows the model "
+          "trained on" % paths[0]) in caplog.text
+
+
+def test_one_file_named_twice_by_two_spellings_is_refused(tmp_path):
+  from data.errors import DataError
+  from data.processors import get_processor
+  paths, _ = _split_sst2(tmp_path, 2)
+  value = "%s,%s/../%s/train-*.tsv" % (paths[0], tmp_path, tmp_path.name)
+  with pytest.raises(DataError, match="the file is named 2 times"):
+    get_processor("sst-2", files={"train": value}).get_examples("train")
+
+
+def test_a_file_that_changes_while_it_is_read_is_refused(tmp_path):
+  """Its records would be cached under the name (sha256) of bytes they were not made of."""
+  from data.errors import DataError
+  from pipeline.build import make_processor, make_tokenizer
+  from pipeline.splits import Featuriser
+  dev = tmp_path / "dev.tsv"
+  dev.write_text(u"sentence\tlabel\n" + u"".join(u"row %d\t%d\n" % (i, i % 2)
+                                                 for i in range(20)))
+  c = _config(tmp_path, "--task_name=sst-2", "--eval_file=%s" % dev,
+              "--data_dir=" + SST2)
+  tokenizer, vocab_file = make_tokenizer(c.model)
+  processor = make_processor(c.data)
+  examples = processor.get_examples("dev")  # read, then the file grows
+  with io.open(str(dev), "a", encoding="utf-8") as f:
+    f.write(u"a row written late\t1\n")
+  with pytest.raises(DataError, match="the file changed while it was read"):
+    Featuriser(c, processor, tokenizer, vocab_file)("dev", examples, 8)
+  assert not [n for n in os.listdir(str(tmp_path / "out" / "features"))
+              if not n.endswith(".lock")]
+
+
+def test_bad_bytes_in_a_file_of_carriage_returns_name_their_line(tmp_path):
+  """A file whose lines end only at \r (old Mac files), past its first block."""
+  from data.errors import DataError
+  path = tmp_path / "mac.csv"
+  lines = [b"text,label"] + [b"row number %d,%d" % (i, i % 2) for i in range(100000)]
+  lines[70001] = b"caf\xe9,1"
+  path.write_bytes(b"\r".join(lines) + b"\r")
+  assert path.stat().st_size > BLOCK_BYTES
+  with pytest.raises(DataError, match="line 70002: invalid UTF-8 .byte 0xe9 at byte 4 of "
+                     "the line."):
+    list(Table(str(path), ",", True))

@@ -330,7 +330,8 @@ def _check_row_width(table, line, fields, needed, width):
   if len(fields) > width:
     raise LongRow(table.path, "the row has %d fields but %s %d: a delimiter (%r) inside a "
                   "text that is not quoted would cut the text there"
-                  % (len(fields), "the header has" if table.header else "most rows have",
+                  % (len(fields), "the header has" if table.header else
+                     "most of the file's first %d records have" % USUAL_WIDTH_RECORDS,
                      width, _delimiter_name(table)),
                   "quote the text (\"...\"; a .tsv/.txt file also needs --quoting=csv), remove "
                   "the extra delimiter, or pass "

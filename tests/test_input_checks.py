@@ -130,8 +130,9 @@ def test_more_fields_than_the_header_is_an_error_or_a_counted_skip(tmp_path):
   error = error_of(processor)
   assert error.line == with_comma + 1
   fields = len(next(csv.reader([lines[with_comma]])))
-  assert ("the row has %d fields but most rows have 2: a delimiter (',') inside a text "
-          "that is not quoted would cut the text there" % fields) in str(error)
+  assert ("the row has %d fields but most of the file's first 1000 records have 2: a "
+          "delimiter (',') inside a text that is not quoted would cut the text there"
+          % fields) in str(error)
   skipping = get_processor("csv", files={"train": path}, text_column="0", label_columns=["1"],
                            has_header=False, skip_malformed_rows=True)
   assert len(skipping.get_examples("train")) == 399

@@ -351,3 +351,21 @@ def test_bad_bytes_in_a_file_of_carriage_returns_name_their_line(tmp_path):
   with pytest.raises(DataError, match="line 70002: invalid UTF-8 .byte 0xe9 at byte 4 of "
                      "the line."):
     list(Table(str(path), ",", True))
+
+
+def test_a_headerless_file_whose_layout_changes_after_its_first_records_is_refused(tmp_path):
+  """Its width is taken from the first 1,000 records; with most rows of another width,
+  the rows checked against it were not the usual ones."""
+  from data.errors import DataError
+  from data.processors import get_processor
+  path = tmp_path / "layout.csv"
+  path.write_text(u"".join(u"text %d,%d\n" % (i, i % 2) for i in range(1000)) +
+                  u"".join(u"text %d,%d,source\n" % (i, i % 2) for i in range(3000)))
+  processor = get_processor("csv", files={"train": str(path)}, text_column="0",
+                            label_columns=["1"], has_header=False, skip_malformed_rows=True)
+  with pytest.raises(DataError) as error:
+    processor.get_examples("train")
+  assert str(error.value) == (
+      "%s: most rows have 3 fields, but the first 1000 records mostly have 2: the file's rows "
+      "change their layout. Fix: give every row the same columns (files of two layouts "
+      "joined?)" % path)

@@ -5,7 +5,8 @@ processes (or are featurised in this one), which tokenise and serialise them int
 scratch files of record bodies. Once every example has been read, the records are
 written into the shards in the split's order (file order, or the training order a
 SplitOrder gives), each example's id and weight set as it is written. Nothing held grows
-with the split but 8 bytes per example (where its body is) and the order's facts.
+with the split but 17 bytes per example (where its body ends, its length, whether its
+text is empty) and what the order keeps.
 """
 
 import array
@@ -46,7 +47,6 @@ class Featurisation(object):
     self.strategy = Truncation.from_dict(settings.get("truncation") or {"mode": "head"})
     self.max_seq_length = settings["max_seq_length"]
     self.tokenizer = tokenizer
-    self.weighted = weighted
     self.serializer = ExampleSerializer(self.label_spec, weighted=weighted)
 
   def bodies(self, rows):
@@ -129,14 +129,13 @@ class Staged(object):
     self._files = []
 
 
-def stage(examples, job, scratch, workers, observe=None, progress=None):
+def stage(examples, job, scratch, workers, observe=None):
   """Featurises examples (an iterable, read once) into scratch files under the folder
   scratch, in workers forked processes (1: this one). observe(example) sees each example
-  as it is read; progress(count) is asked for a progress line's words. Returns Staged."""
+  as it is read. Returns Staged."""
   workers = max(1, workers)
   paths = [os.path.join(scratch, "bodies-%02d" % w) for w in range(workers)]
   send = _Workers(job, paths) if workers > 1 else _InProcess(job, paths[0])
-  count = 0
   empty = array.array("b")
   chunk = []
   started = last_report = time.time()
@@ -147,14 +146,13 @@ def stage(examples, job, scratch, workers, observe=None, progress=None):
       empty.append(not example.text_a.strip() or (example.text_b is not None and
                                                    not example.text_b.strip()))
       chunk.append((example.text_a, example.text_b, example.label))
-      count += 1
       if len(chunk) == CHUNK_ROWS:
         send(chunk)
         chunk = []
         if time.time() - last_report >= REPORT_SECONDS:
           last_report = time.time()
-          log.info("featurised %d examples (%.0f/s)%s", count,
-                   count / (last_report - started), progress(count) if progress else "")
+          log.info("featurised %d examples (%.0f/s)", len(empty),
+                   len(empty) / (last_report - started))
     if chunk:
       send(chunk)
     ends, lengths = send.finish()
@@ -192,8 +190,8 @@ class _BodyWriter(object):
     self.ends, self.lengths = array.array("Q"), array.array("Q")
     self.position = 0
 
-  def add(self, body, length=0):
-    with self._named_faults():
+  def add(self, body, length):
+    with _named_faults(self.path):
       self.file.write(body)
     self.position += len(body)
     self.ends.append(self.position)
@@ -201,17 +199,19 @@ class _BodyWriter(object):
 
   def close(self):
     if not self.file.closed:
-      with self._named_faults():
+      with _named_faults(self.path):
         self.file.close()
 
-  @contextlib.contextmanager
-  def _named_faults(self):
-    try:
-      yield
-    except OSError as e:
-      if e.filename is not None:
-        raise
-      raise OSError(e.errno, e.strerror, self.path)  # (a failed write names no file)
+
+@contextlib.contextmanager
+def _named_faults(path):
+  """A write's OSError with the path it was writing (a failed write names no file)."""
+  try:
+    yield
+  except OSError as e:
+    if e.filename is not None:
+      raise
+    raise OSError(e.errno, e.strerror, path)
 
 
 class _Workers(ForkedWorkers):
@@ -245,9 +245,8 @@ def _featurise_chunks(job, read_input, path):
         writer.add(body, length)
   finally:
     writer.close()
-  ends = _BodyWriter(path + ".ends")
-  ends.add(writer.ends.tobytes() + writer.lengths.tobytes())
-  ends.close()
+  with _named_faults(path + ".ends"), open(path + ".ends", "wb") as out:
+    out.write(writer.ends.tobytes() + writer.lengths.tobytes())
 
 
 def write_shards(job, staged, order, weights, temporary, shard_sizes, num_padding,

@@ -130,7 +130,6 @@ def _read_report(read_end):
   return json.loads(text.decode("utf-8")) if text else None
 
 
-
 def received(read_input):
   """The payloads sent to a worker, read from its input until it closes."""
   source = os.fdopen(read_input, "rb")

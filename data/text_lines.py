@@ -36,8 +36,7 @@ def decoded_lines(table, stream):
   pending = b""
   line_number = 1  # of the first line in pending
   first = True  # (no line given yet)
-  block = stream.read(BLOCK_BYTES)
-  table.digest.update(block)
+  block = _read(table, stream)
   _refuse_other_encoding(path, block)
   if block.startswith(_UTF8_BOM):
     block = block[len(_UTF8_BOM):] or _read(table, stream)

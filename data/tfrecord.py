@@ -180,8 +180,8 @@ def _write_records(examples, record_path, settings, key, tokenizer, pad_to_multi
         log.info("writing %d examples + %d padding rows into %d file(s)", num_examples,
                  num_padding, len(paths))
         write_shards(job, staged, positions, weights, [staging[p] for p in paths],
-                     [end - start for start, end in _shard_ranges(num_examples, num_shards)],
-                     num_padding, file_ids=bool(order is not None and order.file_ids))
+                     shard_sizes(num_examples, num_shards), num_padding,
+                     file_ids=bool(order is not None and order.file_ids))
         truncation = truncation_of(staged.lengths(written), settings["max_seq_length"])
         empty_texts = sum(staged.empty[i] for i in written)
       finally:
@@ -207,7 +207,7 @@ def _write_records(examples, record_path, settings, key, tokenizer, pad_to_multi
 
 def _records_per_shard(num_examples, num_shards, num_padding):
   """The records of each shard: its examples, and the padding rows in the last one."""
-  sizes = [end - start for start, end in _shard_ranges(num_examples, num_shards)]
+  sizes = shard_sizes(num_examples, num_shards)
   sizes[-1] += num_padding
   return sizes
 

@@ -93,7 +93,7 @@ class Evaluator(object):
     """The head's outputs (a list of floats) for every example of a split, in input order
     (whatever order its records are in: each carries its example's place); padding rows
     are dropped, and a row lost or predicted twice is an error. A progress line every
-    PROGRESS_SECONDS."""
+    30 s (RateReport)."""
     total = split.num_examples
     rows = [None] * total
     done = 0

@@ -85,10 +85,9 @@ def prepare_splits(c, task, tokenizer, vocab_file, fold=None):
 def check_files_of_splits(processor, modes):
   """A file read as train rows and as eval rows through a train glob or list that takes
   it in would score the model on rows it trained on: refused, naming it (one file named
-  as both is a choice: said). A run that evaluates
-  and predicts one file (MRPC's original files have no dev file, so its test file is
-  found for both) says so: its figures, and a best checkpoint chosen by them, are those
-  of the rows it predicts."""
+  as both is a choice: said). A run that evaluates and predicts one file (MRPC's original
+  files have no dev file, so its test file is found for both) says so: its figures, and
+  a best checkpoint chosen by them, are those of the rows it predicts."""
   def keys(split):
     return {same_file_key(path): path for path in processor.files_of(split)}
   if modes.do_train and modes.do_eval:
@@ -197,6 +196,8 @@ class TrainingOrder(object):
                       % task.processor.label_spec.kind)
     self.inputs = WeightInputs(training, task) if self.weighted else None
 
+  file_ids = False  # (a train record's example_id is its place in training order)
+
   def settings(self):
     training = self.training
     return dict(train_fraction=training.train_fraction, seed=training.seed,
@@ -208,8 +209,6 @@ class TrainingOrder(object):
   def observe(self, example):
     if self.inputs is not None:
       self.inputs.add(example)
-
-  file_ids = False  # (a train record's example_id is its place in training order)
 
   def arrange(self, staged):
     """(the staged examples' indices in training order, their weights or None)."""

@@ -50,7 +50,7 @@ def parse_args(argv=None):
   return parser.parse_args(argv)
 
 
-def model_flags(model, work_dir):
+def model_flags(model):
   if model == "tiny":
     return ["--bert_config_file=" + os.path.join(TINY, "bert_config.json"),
             "--vocab_file=" + os.path.join(TINY, "vocab.txt")]
@@ -131,7 +131,7 @@ def measure(args, rows, model):
   base = [sys.executable, os.path.join(ROOT, "run_classifier.py"), "--task_name=jigsaw_bias",
           "--data_dir=" + data_dir, "--output_dir=" + output_dir, "--max_seq_length=220",
           "--dynamic_padding", "--train_batch_size=32", "--log_every_steps=1",
-          "--featurise_workers=%d" % args.featurise_workers] + model_flags(model, args.work_dir)
+          "--featurise_workers=%d" % args.featurise_workers] + model_flags(model)
   results = {"rows": rows, "model": model,
              "train_mb": os.path.getsize(os.path.join(data_dir, "train.csv")) / 1e6}
   for name, extra in (("cold", ["--do_train", "--num_train_steps=%d" % args.steps]),

@@ -116,7 +116,9 @@ def run_model(c, fold=None, cluster=None):
   # InputExamples -> InputFeatures -> TFRecords, for every split, before any training; each
   # split's input_fn reads its records back.
   with outputs.timed(seconds, "featurisation"):
-    featurised = splits.prepare_splits(c, task, tokenizer, vocab_file, fold)
+    featurised = splits.prepare_splits(
+        c, task, tokenizer, vocab_file, fold,
+        distribution.own_record_shards(cluster, c.device.num_record_shards))
   num_train_steps = 0
   if modes.do_train:  # what the folder holds must be what this run would continue
     num_train_steps = build.num_train_steps_for(featurised.train.num_examples, c.training)
@@ -167,7 +169,7 @@ def run_model(c, fold=None, cluster=None):
   if modes.do_predict:  # estimator.predict on the test split's input_fn -> test_results.tsv
     with outputs.timed(seconds, "predict"):
       result.predictions, result.test_outputs = evaluator.predict(featurised.test, checkpoint)
-    result.test_examples = featurised.test.examples
+    result.test_sha256 = featurised.test.metadata["source_sha256"]
   if modes.do_export:  # the SavedModel, with the folder's card (or this run's, if it has none)
     export_card = card.read_model_card(output_dir) or card.card_of_run(
         c.model, c.as_dict(), processor, vocab_file, tokenizer, bert_config)

@@ -207,6 +207,11 @@ class DataProcessor(object):
   def columns(self, table, split):
     raise NotImplementedError
 
+  def carried_columns(self, split):
+    """The names of the columns a split's predictions carry through (its examples'
+    extras), known before its rows are read: none here."""
+    return ()
+
   # -- labels --------------------------------------------------------------
   @property
   def head_kind(self):

@@ -98,14 +98,19 @@ class Staged(object):
   order read: example i is in chunk i // CHUNK_ROWS, which worker chunk % workers
   featurised, after its earlier chunks."""
 
-  def __init__(self, paths, ends, lengths, empty):
+  def __init__(self, paths, ends, lengths, empty, featurised=None):
     self.paths, self.ends, self._lengths = paths, ends, lengths
     self.empty = empty  # 1 for each example with an empty or whitespace-only text
     self.num_examples = len(empty)
+    # With some examples left out: each example's place among those featurised (or -1).
+    self._featurised = featurised
     self._files = [os.open(path, os.O_RDONLY) for path in paths]
 
   def _where(self, index):
-    chunk, within = divmod(index, CHUNK_ROWS)
+    place = index if self._featurised is None else self._featurised[index]
+    if place < 0:
+      raise ValueError("example %d was not featurised" % index)
+    chunk, within = divmod(place, CHUNK_ROWS)
     worker, round_ = chunk % len(self.paths), chunk // len(self.paths)
     return worker, round_ * CHUNK_ROWS + within
 
@@ -129,37 +134,45 @@ class Staged(object):
     self._files = []
 
 
-def stage(examples, job, scratch, workers, observe=None):
+def stage(examples, job, scratch, workers, observe=None, keep=None):
   """Featurises examples (an iterable, read once) into scratch files under the folder
   scratch, in workers forked processes (1: this one). observe(example) sees each example
-  as it is read. Returns Staged."""
+  as it is read. keep (a flag per example, by its place) leaves out the examples not
+  flagged: they are counted, not featurised. Returns Staged."""
   workers = max(1, workers)
   paths = [os.path.join(scratch, "bodies-%02d" % w) for w in range(workers)]
   send = _Workers(job, paths) if workers > 1 else _InProcess(job, paths[0])
   empty = array.array("b")
+  featurised = array.array("q") if keep is not None else None
   chunk = []
+  sent = 0
   started = last_report = time.time()
   try:
-    for example in examples:
+    for index, example in enumerate(examples):
       if observe is not None:
         observe(example)
       empty.append(not example.text_a.strip() or (example.text_b is not None and
                                                    not example.text_b.strip()))
+      if keep is not None:
+        if not (index < len(keep) and keep[index]):  # (a longer file is refused later)
+          featurised.append(-1)
+          continue
+        featurised.append(sent)
+      sent += 1
       chunk.append((example.text_a, example.text_b, example.label))
       if len(chunk) == CHUNK_ROWS:
         send(chunk)
         chunk = []
         if time.time() - last_report >= REPORT_SECONDS:
           last_report = time.time()
-          log.info("featurised %d examples (%.0f/s)", len(empty),
-                   len(empty) / (last_report - started))
+          log.info("featurised %d examples (%.0f/s)", sent, sent / (last_report - started))
     if chunk:
       send(chunk)
     ends, lengths = send.finish()
   except BaseException:
     send.abandon()
     raise
-  return Staged(paths, ends, lengths, empty)
+  return Staged(paths, ends, lengths, empty, featurised)
 
 
 class _InProcess(object):
@@ -251,14 +264,17 @@ def _featurise_chunks(job, read_input, path):
 
 def write_shards(job, staged, order, weights, temporary, shard_sizes, num_padding,
                  file_ids=False):
-  """Writes the staged bodies into the shards' files (temporary, in order): position p of
-  the split holds example order[p] (p when order is None) with weight weights[p] and
-  example id p (order[p], its place in the file, with file_ids); the padding rows follow
-  in the last shard."""
+  """Writes the staged bodies into the shards' files (temporary, in order; None for a
+  shard not written here): position p of the split holds example order[p] (p when order
+  is None) with weight weights[p] and example id p (order[p], its place in the file,
+  with file_ids); the padding rows follow in the last shard."""
   position = 0
   padding = job.padding_record() if num_padding else None
   try:
     for shard, (path, size) in enumerate(zip(temporary, shard_sizes)):
+      if path is None:
+        position += size
+        continue
       with tf.io.TFRecordWriter(path) as writer:
         for p in range(position, position + size):
           index = order[p] if order is not None else p
@@ -270,7 +286,7 @@ def write_shards(job, staged, order, weights, temporary, shard_sizes, num_paddin
             writer.write(padding)
   except BaseException:
     for path in temporary:  # leave no partial files
-      if tf.io.gfile.exists(path):
+      if path is not None and tf.io.gfile.exists(path):
         tf.io.gfile.remove(path)
     raise
 

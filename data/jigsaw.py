@@ -131,6 +131,15 @@ class JigsawBiasProcessor(JigsawProcessor):
                            for name in JIGSAW_IDENTITY_COLUMNS if name in table.header)
     return columns
 
+  def carried_columns(self, split):
+    """The identity columns of any of the split's files, in name order, from their
+    headers."""
+    present = set()
+    for path in self.files_of(split):
+      header = self.open_table(path, split).header or ()
+      present.update(name for name in JIGSAW_IDENTITY_COLUMNS if name in header)
+    return sorted(present)
+
   def check_row(self, path, line, fields, columns):
     """Identity cells are fractions in [0, 1], or empty where the row was not annotated
     (the bias metric reads them)."""

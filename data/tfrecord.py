@@ -103,7 +103,15 @@ def build_records(examples, record_path, settings, tokenizer, pad_to_multiple=0,
   it the records keep the file's order. Counts (truncated and empty texts) are of the
   examples written. accounts() is what reading found (lines, skips), recorded in the
   metadata once the examples are read (it may refuse them: nothing is written then).
+  settings["own_shards"] (a list of shard numbers; a training order only) writes only
+  those shards, featurising only their examples: one task of a cluster, which reads no
+  other. examples is then a callable that gives them afresh: a first pass reads them for
+  the order, a second featurises the shards' rows. The metadata lists every shard's file
+  (the others' checks are None), and its counts of truncated and empty texts are of the
+  rows written.
   """
+  if settings.get("own_shards") is not None and (order is None or order.file_ids):
+    raise ValueError("own_shards writes some shards of a training order")
   num_shards = max(1, num_shards)
   settings = dict(settings, pad_to_multiple=pad_to_multiple, num_shards=num_shards,
                   weighted=bool(order is not None and order.weighted))
@@ -164,33 +172,45 @@ def _write_records(examples, record_path, settings, key, tokenizer, pad_to_multi
                    num_shards, num_workers, order, accounts):
   """Featurises examples into the split's record files and metadata (see build_records)."""
   paths = shard_paths(record_path, num_shards)
+  own = settings.get("own_shards")
+  here = [path for shard, path in enumerate(paths) if own is None or shard in own]
   job = Featurisation(settings, tokenizer, weighted=settings["weighted"])
-  staging = {path: staging_path(path) for path in paths}
+  staging = {path: staging_path(path) for path in here}
   try:
     with scratch_folder(record_path) as scratch, existing_objects_frozen():
-      staged = stage(examples, job, scratch, num_workers,
-                     observe=order.observe if order is not None else None)
+      arranged = keep = None
+      if own is not None:  # the order first, from a pass that only reads the rows
+        arranged = _arrange_unstaged(examples(), order, accounts)
+        keep = _rows_of_shards(arranged[0], num_shards, own)
+        examples = examples()
+      staged = stage(examples, job, scratch, num_workers, keep=keep,
+                     observe=order.observe if order is not None and own is None else None)
       try:
         read = accounts() if accounts else None  # (which may refuse what was read)
-        positions, weights = (order.arrange(staged) if order is not None else (None, None))
+        positions, weights = arranged or (order.arrange(staged) if order is not None
+                                          else (None, None))
         written = positions if positions is not None else range(staged.num_examples)
         num_examples = len(written)
         num_padding = num_padding_rows(num_examples, pad_to_multiple)
         sizes = _records_per_shard(num_examples, num_shards, num_padding)
-        log.info("writing %d examples + %d padding rows into %d file(s)", num_examples,
-                 num_padding, len(paths))
-        write_shards(job, staged, positions, weights, [staging[p] for p in paths],
+        log.info("writing %d examples + %d padding rows into %d file(s)%s", num_examples,
+                 num_padding, len(paths), "" if own is None else
+                 ", of which this task writes %s" % _shard_names(own, num_shards))
+        write_shards(job, staged, positions, weights, [staging.get(p) for p in paths],
                      shard_sizes(num_examples, num_shards), num_padding,
                      file_ids=bool(order is not None and order.file_ids))
+        if keep is not None:
+          written = [i for i in written if keep[i]]
         truncation = truncation_of(staged.lengths(written), settings["max_seq_length"])
         empty_texts = sum(staged.empty[i] for i in written)
       finally:
         staged.close()
-    checks = [_file_check(staging[path], records) for path, records in zip(paths, sizes)]
-    for path in paths:
+    checks = [_file_check(staging[path], records) if path in staging else None
+              for path, records in zip(paths, sizes)]
+    for path in here:
       tf.io.gfile.rename(staging[path], path, overwrite=True)
   finally:
-    for path in paths:
+    for path in here:
       remove_quietly(staging[path])
 
   metadata = dict(settings, fingerprint=key, schema_version=SCHEMA_VERSION, files=paths,
@@ -200,9 +220,45 @@ def _write_records(examples, record_path, settings, key, tokenizer, pad_to_multi
                   **truncation.as_dict())
   write_whole(metadata_path(record_path), json.dumps(metadata, indent=2, sort_keys=True))
   log.info("wrote %s: %d examples + %d padding rows in %d file(s)", record_path, num_examples,
-           num_padding, len(paths))
+           num_padding, len(here))
   report_changes(record_path, metadata)
   return metadata
+
+
+class _Counted(object):
+  """What an order's arrange reads of examples counted but not staged."""
+
+  def __init__(self, num_examples):
+    self.num_examples = num_examples
+
+
+def _arrange_unstaged(examples, order, accounts):
+  """(positions, weights) of a training order from one pass that reads the examples
+  without featurising them (what reading found is checked at once: accounts())."""
+  count = 0
+  for example in examples:
+    order.observe(example)
+    count += 1
+  if accounts:
+    accounts()
+  return order.arrange(_Counted(count))
+
+
+def _rows_of_shards(positions, num_shards, own):
+  """A flag per example: whether one of the shards own holds it."""
+  keep = bytearray(max(positions, default=-1) + 1)
+  for shard, (start, end) in enumerate(_shard_ranges(len(positions), num_shards)):
+    if shard in own:
+      for p in range(start, end):
+        keep[positions[p]] = 1
+  return keep
+
+
+def _shard_names(own, num_shards):
+  if not own:
+    return "none (it only counts the rows)"
+  return "shard%s %s of %d" % ("" if len(own) == 1 else "s",
+                               ", ".join(str(s) for s in sorted(own)), num_shards)
 
 
 def _records_per_shard(num_examples, num_shards, num_padding):
@@ -223,6 +279,8 @@ def files_problem(metadata):
   if not checks or len(checks) != len(metadata.get("files", ())):
     return "the metadata lists no sizes and checksums"
   for path, check in zip(metadata["files"], checks):
+    if check is None and metadata.get("own_shards") is not None:  # (another task's shard)
+      continue
     if not tf.io.gfile.exists(path):
       return "%s is missing" % path
     size = tf.io.gfile.stat(path).length

@@ -94,6 +94,20 @@ def input_pipelines(device, cluster):
   return cluster.num_workers if cluster is not None else tpu_hosts(device)
 
 
+def own_record_shards(cluster, num_record_shards):
+  """The train record shards one task of a cluster reads, and so the only ones it
+  featurises: the chief's are pipeline 0's and worker i's pipeline i + 1's (every
+  num_workers-th shard from there, as data.input_fn.files_of_pipeline takes them); the
+  evaluator, which trains on none, only counts the rows. None (every shard) off a
+  cluster."""
+  if cluster is None:
+    return None
+  if cluster.is_evaluator:
+    return []
+  pipeline = 0 if cluster.is_chief else cluster.task_index + 1
+  return list(range(pipeline, num_record_shards, cluster.num_workers))
+
+
 def check_every_pipeline_has_rows(num_examples, num_record_shards, pipelines):
   """Each machine or TPU host reads every pipelines-th record shard; an input pipeline
   without a row would end while the others wait for it."""

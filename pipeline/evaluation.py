@@ -6,14 +6,17 @@ import logging
 import math
 import os
 
+import numpy
 import tensorflow.compat.v1 as tf
 
+from data.errors import DataError
+from data.files import combined_sha256
 from modeling.checkpoint import (EARLIER_CHECKPOINT_FIX, checkpoint_global_step, head_shape,
                                  newest_checkpoint)
 from modeling.checkpoint import files_problem as checkpoint_files_problem
 from modeling.metrics import metric_names
 from pipeline import eval_history
-from pipeline.outputs import write_eval_results, write_test_results
+from pipeline.outputs import paired, write_eval_results, write_test_results
 from pipeline.progress import RateReport
 from spec.errors import FlagError
 
@@ -74,46 +77,81 @@ class Evaluator(object):
     if self.task.reports_on(examples):
       if outputs is None:
         outputs = self.predict_outputs(split, checkpoint)
-      results.update(self.task.evaluation_report(examples, outputs, self.output_dir))
+      results.update(self.task.evaluation_report(examples, outputs.tolist(), self.output_dir))
     results["checkpoint"] = checkpoint
     write_eval_results(self.output_dir, results)
     return results
 
   def predict(self, split, checkpoint):
-    """test_results.tsv of the test split. Returns (its path, the outputs)."""
-    log.info("predicting %d examples (+%d padding) with %s", len(split.examples),
+    """test_results.tsv of the test split, whose examples are not held: the predict file
+    is read again as the lines are written. Returns (its path, the outputs)."""
+    log.info("predicting %d examples (+%d padding) with %s", split.num_examples,
              split.metadata["num_padding"], describe_checkpoint(checkpoint))
     outputs = self.predict_outputs(split, checkpoint)
-    path = write_test_results(self.output_dir, self.task.processor, split.examples, outputs,
+    processor = self.task.processor
+    rows = read_again(processor, "test", split.metadata["source_sha256"])
+    path = write_test_results(self.output_dir, processor, paired(rows, outputs),
                               {"checkpoint": checkpoint,
                                "global_step": checkpoint and checkpoint_global_step(checkpoint)})
     return path, outputs
 
   def predict_outputs(self, split, checkpoint):
-    """The head's outputs (a list of floats) for every example of a split, in input order
-    (whatever order its records are in: each carries its example's place); padding rows
-    are dropped, and a row lost or predicted twice is an error. A progress line every
-    30 s (RateReport)."""
+    """The head's outputs for every example of a split, in input order (whatever order its
+    records are in: each carries its example's place), as a float32 array of one row per
+    example: 4 bytes per output, nothing else held per row. Padding rows are dropped, and
+    a row lost or predicted twice is an error. Batches are taken whole (not row by row,
+    which cost more than BERT-Tiny's own computation); a progress line every 30 s."""
     total = split.num_examples
-    rows = [None] * total
+    rows = seen = None
     done = 0
     progress = RateReport("predicted", total)
-    for prediction in self.estimator.predict(input_fn=split.input_fn(),
-                                             yield_single_examples=True,
-                                             checkpoint_path=self.restore_path(checkpoint)):
-      if not prediction["is_real_example"]:
-        continue
-      example_id = int(prediction["example_id"])
-      if not 0 <= example_id < total:
-        raise RuntimeError("a prediction names example %d of %d" % (example_id, total))
-      if rows[example_id] is not None:
-        raise RuntimeError("example %d was predicted twice" % example_id)
-      rows[example_id] = prediction["outputs"].tolist()
-      done += 1
+    for batch in self.estimator.predict(input_fn=split.input_fn(),
+                                        yield_single_examples=False,
+                                        checkpoint_path=self.restore_path(checkpoint)):
+      real = numpy.asarray(batch["is_real_example"]).reshape(-1).astype(bool)
+      ids = numpy.asarray(batch["example_id"]).reshape(-1)[real].astype(numpy.int64)
+      values = numpy.asarray(batch["outputs"], dtype=numpy.float32)[real]
+      if rows is None:
+        rows = numpy.zeros((total, values.shape[1]), numpy.float32)
+        seen = numpy.zeros(total, bool)
+      _check_prediction_ids(ids, seen, total)
+      rows[ids] = values
+      seen[ids] = True
+      done += len(ids)
       progress(done)
     if done != total:
       raise RuntimeError("predicted %d rows for %d examples: rows were lost" % (done, total))
-    return rows
+    return rows if rows is not None else numpy.zeros((0, 0), numpy.float32)
+
+
+def read_again(processor, split, sha256):
+  """The examples of a split's files read once more, without the log lines of reading
+  (said on the first read, or by the cache): a split whose examples are not held is read
+  again to write each row's predictions beside its id. DataError, once they are read, if
+  the files' bytes (sha256) are not those whose records were predicted."""
+  reading_log = logging.getLogger("data")
+  level = reading_log.level
+  reading_log.setLevel(logging.ERROR)
+  try:
+    for example in processor.iter_examples(split):
+      yield example
+  finally:
+    reading_log.setLevel(level)
+  if combined_sha256(processor.read_sha256[split]) != sha256:
+    raise DataError(processor.file_for(split), "the file changed after its rows were "
+                    "featurised (its sha256 then and now differ): its predictions would be "
+                    "written beside other rows", "run again once nothing writes to it")
+
+
+def _check_prediction_ids(ids, seen, total):
+  """RuntimeError when a batch's example ids name no example, or one predicted before."""
+  outside = ids[(ids < 0) | (ids >= total)]
+  if len(outside):
+    raise RuntimeError("a prediction names example %d of %d" % (outside[0], total))
+  unique, counts = numpy.unique(ids, return_counts=True)
+  again = numpy.concatenate([ids[seen[ids]], unique[counts > 1]])
+  if len(again):
+    raise RuntimeError("example %d was predicted twice" % again[0])
 
 
 def metric_names_of(task, dev_examples):

@@ -6,11 +6,13 @@ import json
 import logging
 import os
 
+import numpy
 import tensorflow.compat.v1 as tf
 
 from data import folds as folds_lib
 from pipeline.build import make_processor
-from pipeline.outputs import FoldsRun, write_fold_predictions, write_test_results
+from pipeline.evaluation import read_again
+from pipeline.outputs import FoldsRun, paired, write_fold_predictions, write_test_results
 from spec.errors import FlagError
 
 log = logging.getLogger(__name__)
@@ -132,11 +134,14 @@ def write_fold_mean_predictions(output_dir, processor, runs):
   """test_results.tsv in output_dir from every fold's model: each test row's outputs
   (probabilities, or values for regression) averaged over the folds, the usual k-fold
   ensemble; the predicted class is that of the highest mean probability."""
-  per_fold = [run.test_outputs for run in runs]
-  mean = [[sum(values) / len(per_fold) for values in zip(*rows)] for rows in zip(*per_fold)]
-  path = write_test_results(output_dir, processor, runs[0].test_examples, mean, {
-      "combined": "the mean of the %d folds' outputs" % len(runs),
-      "checkpoints": [run.checkpoint for run in runs]})
+  mean = numpy.zeros(runs[0].test_outputs.shape, numpy.float64)
+  for run in runs:
+    mean += run.test_outputs
+  mean /= len(runs)
+  rows = read_again(processor, "test", runs[0].test_sha256)
+  path = write_test_results(output_dir, processor, paired(rows, mean), {
+                                "combined": "the mean of the %d folds' outputs" % len(runs),
+                                "checkpoints": [run.checkpoint for run in runs]})
   log.info("test_results.tsv averages the %d folds' predictions; each fold's own are in "
            "its fold_<i> folder", len(runs))
   return path

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional
 
 import tensorflow.compat.v1 as tf
 
+from data.files import remove_quietly, staging_path
 from modeling.checkpoint import checkpoint_global_step
 from pipeline.machine import describe_device
 from pipeline.progress import format_seconds
@@ -27,14 +28,14 @@ class ModelRun(object):
   """What one model's run produced (None: not asked for, or not this task's part)."""
   eval: Optional[Dict[str, Any]] = None  # the eval results, as in eval_results.json
   predictions: Optional[str] = None  # test_results.tsv
-  test_outputs: Optional[List[List[float]]] = None  # the head's outputs per test row
-  test_examples: Optional[list] = None
+  test_outputs: Any = None  # the head's outputs per test row (a float32 array)
+  test_sha256: Optional[str] = None  # of the predict files the test outputs are of
   checkpoint: Optional[str] = None  # the checkpoint that eval, predict and export used
   export: Optional[str] = None  # the SavedModel's folder
   summary: Optional[str] = None  # run_summary.json
   train_progress: List[tuple] = dataclasses.field(default_factory=list)  # (step, loss, ex/s)
   train_losses: List[tuple] = dataclasses.field(default_factory=list)  # (step, loss)
-  oof: Optional[List[List[float]]] = None  # a fold's outputs on its held-out rows
+  oof: Any = None  # a fold's outputs on its held-out rows (a float32 array)
   evaluated_to_step: Optional[int] = None  # a cluster's evaluator: the last step it evaluated
 
 
@@ -81,32 +82,61 @@ def write_eval_results(output_dir, results):
     log.info("  eval %s = %s", key, results[key])
 
 
-def write_test_results(output_dir, processor, examples, outputs, model):
+def write_test_results(output_dir, processor, predictions, model):
   """test_results.tsv (one line per predict row) and test_results.json (what predicted
-  them: model, e.g. the checkpoint and its step). Returns the .tsv's path."""
+  them: model, e.g. the checkpoint and its step). predictions: (example, its outputs)
+  for every predict row in file order, an iterable read as the lines are written.
+  Returns the .tsv's path."""
   path = os.path.join(output_dir, "test_results.tsv")
-  write_predictions(path, examples, outputs, processor.label_spec)
+  rows = write_predictions(path, predictions, processor.label_spec,
+                           processor.carried_columns("test"))
   with tf.io.gfile.GFile(os.path.join(output_dir, "test_results.json"), "w") as out:
-    json.dump(dict(model, predict_file=processor.file_for("test"), rows=len(examples),
+    json.dump(dict(model, predict_file=processor.file_for("test"), rows=rows,
                    labels=processor.label_spec.classes,
                    label_spec=processor.label_spec.to_card()), out, indent=2, sort_keys=True)
-  log.info("wrote %d predictions to %s", len(examples), path)
+  log.info("wrote %d predictions to %s", rows, path)
   return path
 
 
-def write_predictions(path, examples, outputs, label_spec):
-  """One line per input row, in input order: id, the label spec's prediction columns
-  (e.g. per-class probabilities and the predicted class), then carried-through columns."""
-  extras = sorted(set(k for e in examples for k in e.extras))
-  header = ["id"] + label_spec.prediction_header()
+def write_predictions(path, predictions, label_spec, carried=()):
+  """One line per (example, outputs) of predictions, in their order: id, the label spec's
+  prediction columns (e.g. per-class probabilities and the predicted class), then the
+  carried columns (names of the examples' extras). The file is written whole (staged,
+  then renamed) once predictions end. Returns the number of lines."""
   changed = collections.Counter()
-  with tf.io.gfile.GFile(path, "w") as out:
-    out.write("\t".join(header + extras) + "\n")
-    for example, values in zip(examples, outputs):
-      line = ([one_line(example.guid, changed, "id")] + label_spec.prediction_cells(values) +
-              [one_line(example.extras.get(k, ""), changed, k) for k in extras])
-      out.write("\t".join(line) + "\n")
+  staging = staging_path(path)
+  count = 0
+  try:
+    with tf.io.gfile.GFile(staging, "w") as out:
+      out.write("\t".join(["id"] + label_spec.prediction_header() + list(carried)) + "\n")
+      for example, values in predictions:
+        out.write("\t".join([one_line(example.guid, changed, "id")] +
+                            label_spec.prediction_cells(values) +
+                            [one_line(example.extras.get(k, ""), changed, k)
+                             for k in carried]) + "\n")
+        count += 1
+    tf.io.gfile.rename(staging, path, overwrite=True)
+  except BaseException:
+    remove_quietly(staging)
+    raise
   _report_changed_cells(path, changed)
+  return count
+
+
+def paired(examples, outputs):
+  """(example, its outputs) for examples (an iterable in file order) and outputs (one row
+  each, in the same order). RuntimeError when their numbers differ; the examples are
+  read to their end first, so that a reader's own checks there still run."""
+  count = 0
+  for example in examples:
+    if count == len(outputs):
+      raise RuntimeError("the predict file has more rows than the %d predicted" %
+                         len(outputs))
+    yield example, outputs[count]
+    count += 1
+  if count != len(outputs):
+    raise RuntimeError("the predict file has %d rows, but %d were predicted" %
+                       (count, len(outputs)))
 
 
 def write_fold_predictions(path, examples, fold_of, outputs, label_spec):

@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 class Split(object):
   """One split, read, validated and featurised: its record files and their metadata, how
   its records are read (input_fn), and its examples where later steps need them (the
-  dev and predict splits'; a train split's are never held: num_examples counts them)."""
+  dev split's; those of the train and predict splits are never held: num_examples counts
+  them)."""
 
   def __init__(self, examples, metadata, reading):
     self.examples = examples
@@ -53,13 +54,15 @@ class Splits(object):
   test: Optional[Split] = None
 
 
-def prepare_splits(c, task, tokenizer, vocab_file, fold=None):
+def prepare_splits(c, task, tokenizer, vocab_file, fold=None, own_shards=None):
   """The Splits the modes need. With fold (a pipeline.folds.FoldPlan) the train file's
   rows of the other folds are the train split and its own fold's rows the dev split. The
-  train file is read as its records are written, and not at all when they are cached."""
+  train file is read as its records are written, and not at all when they are cached.
+  own_shards (a task of a cluster) writes only those train record shards: the file is
+  then read twice, first for the order, then to featurise the shards' rows alone."""
   processor = task.processor
   training = c.training
-  featurise = Featuriser(c, processor, tokenizer, vocab_file)
+  featurise = Featuriser(c, processor, tokenizer, vocab_file, own_shards)
   splits = {}
   if fold is None:
     check_files_of_splits(processor, c.modes)
@@ -68,7 +71,9 @@ def prepare_splits(c, task, tokenizer, vocab_file, fold=None):
     splits["dev"] = featurise("dev", held_out, _lcm(training.eval_batch_size,
                                                     training.predict_batch_size), fold=fold)
   if c.modes.do_train:
-    train_rows = all_train if fold is not None else processor.iter_examples("train")
+    train_rows = (all_train if fold is not None else
+                  processor.iter_examples("train") if own_shards is None else
+                  lambda: processor.iter_examples("train"))
     splits["train"] = featurise("train", train_rows, 0, order=TrainingOrder(training, task),
                                 fold=fold, keep_examples=False)
   # A task whose evaluation also predicts the dev split pads its records for both sizes.
@@ -77,8 +82,12 @@ def prepare_splits(c, task, tokenizer, vocab_file, fold=None):
   for split, wanted, multiple in (("dev", c.modes.do_eval, dev_multiple),
                                   ("test", c.modes.do_predict, training.predict_batch_size)):
     if wanted and split not in splits:
-      order = LengthOrder() if split == "test" and c.device.dynamic_padding else None
-      splits[split] = featurise(split, processor.get_examples(split), multiple, order=order)
+      if split == "test":  # (predictions are written as the file is read again)
+        order = LengthOrder() if c.device.dynamic_padding else None
+        splits[split] = featurise(split, processor.iter_examples(split), multiple, order=order,
+                                  keep_examples=False)
+      else:
+        splits[split] = featurise(split, processor.get_examples(split), multiple)
   return Splits(splits.get("train"), splits.get("dev"), splits.get("test"))
 
 
@@ -112,8 +121,9 @@ class Featuriser(object):
   <output_dir>/features): featuriser(split, examples, pad_to_multiple, order, fold) is
   its Split. With fold, the train and dev splits both come from the train file."""
 
-  def __init__(self, c, processor, tokenizer, vocab_file):
+  def __init__(self, c, processor, tokenizer, vocab_file, own_shards=None):
     self.processor, self.tokenizer = processor, tokenizer
+    self.own_shards = own_shards  # (of the train split)
     self.data, self.model, self.training, self.device = c.data, c.model, c.training, c.device
     self.cache_dir = c.outputs.features_dir()
     self.vocab_sha256 = tokenization.vocab_fingerprint(vocab_file)
@@ -165,6 +175,8 @@ class Featuriser(object):
     }
     if order is not None:
       settings.update(order.settings())
+    if split == "train" and self.own_shards is not None:
+      settings.update(own_shards=list(self.own_shards))
     if fold is not None:
       settings.update(fold=fold.index, num_folds=fold.num_folds, fold_seed=self.training.seed)
     return settings

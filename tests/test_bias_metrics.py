@@ -343,7 +343,7 @@ def test_prediction_ids_stay_one_cell_and_a_change_is_reported(tmp_path, caplog)
   ids = [u"a\rb", u"c\td", u"e\u2028f", u"plain", u"g\nh\x85i"]
   examples = [InputExample(guid, u"text") for guid in ids]
   path = str(tmp_path / "test_results.tsv")
-  write_predictions(path, examples, [[0.25, 0.75]] * len(ids),
+  write_predictions(path, [(example, [0.25, 0.75]) for example in examples],
                     build_spec("classification", ["label"], ("0", "1")))
   with io.open(path, encoding="utf-8", newline="") as f:
     rows = list(csv.reader(f, delimiter="\t"))

@@ -7,6 +7,7 @@ import os
 import pytest
 
 from conftest import JIGSAW
+from data.files import file_sha256
 from run_classifier import define_flags, parse_flags, run
 from spec import options
 from spec.config import ConfigError, RunConfig
@@ -85,7 +86,8 @@ def test_run_takes_a_config_built_in_python(jigsaw_model, tmp_path):
   assert result.checkpoint == os.path.join(output_dir, "model.ckpt-6")
   assert os.path.dirname(result.export) == os.path.join(output_dir, "export")
   assert result.summary == os.path.join(output_dir, "run_summary.json")
-  assert len(result.test_outputs) == len(result.test_examples) == 33 and result.oof is None
+  assert len(result.test_outputs) == 33 and result.oof is None
+  assert result.test_sha256 == file_sha256(os.path.join(JIGSAW, "test.csv"))
   # A later config gives only what differs; the card gives the rest, and a contradiction
   # is refused.
   copy = jigsaw_model.copy_to(str(tmp_path / "copy"))

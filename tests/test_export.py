@@ -20,6 +20,7 @@ from data.tokenization import FullTokenizer, vocab_fingerprint
 from modeling.bert import BertConfig
 from modeling.export import export_saved_model, versioned_export_dir
 from modeling.model_fn import model_fn_builder
+from pipeline import export as pipeline_export
 from spec.errors import FlagError
 from serving.predictor import ExportNotFound, Predictor, find_export
 from spec import labels as label_specs
@@ -418,7 +419,7 @@ def read_results(path):
 
 
 @pytest.mark.slow
-def test_train_export_and_score_from_the_export_alone(jigsaw_model, tmp_path):
+def test_train_export_and_score_from_the_export_alone(jigsaw_model, tmp_path, monkeypatch):
   output_dir = jigsaw_model.output_dir  # trained, predicted and exported in one run
   export_dir = jigsaw_model.result.export
   assert os.path.dirname(export_dir) == os.path.join(output_dir, "export")
@@ -436,8 +437,9 @@ def test_train_export_and_score_from_the_export_alone(jigsaw_model, tmp_path):
        "--output_dir=" + scored], cwd=str(tmp_path), stdout=subprocess.PIPE,
       stderr=subprocess.PIPE, universal_newlines=True, timeout=600)
   assert done.returncode == 0, done.stderr[-3000:]
-  assert "predicting 33 rows of %s with the export %s" % (
+  assert "predicting the rows of %s with the export %s, 4096 rows at a time" % (
       os.path.join(JIGSAW, "test.csv"), export_dir) in done.stderr
+  assert "wrote 33 predictions to %s" % os.path.join(scored, "test_results.tsv") in done.stderr
   export_header, export_rows = read_results(os.path.join(scored, "test_results.tsv"))
   assert export_header == header == "id\tprobability_0\tprobability_1\tprediction"
   assert [r[0] for r in export_rows] == [r[0] for r in cli_rows]
@@ -445,6 +447,15 @@ def test_train_export_and_score_from_the_export_alone(jigsaw_model, tmp_path):
                              [[float(v) for v in r[1:3]] for r in cli_rows], atol=1e-5)
   with open(os.path.join(scored, "test_results.json")) as f:
     assert json.load(f)["saved_model"] == export_dir
+  # Predicted a few rows at a time (the file is never held whole): the same lines.
+  monkeypatch.setattr(pipeline_export, "EXPORT_CHUNK_ROWS", 5)
+  run_flags("--do_predict", "--saved_model=" + export_dir, "--output_dir=" + str(
+      tmp_path / "chunked"), "--predict_file=" + os.path.join(JIGSAW, "test.csv"))
+  chunked_header, chunked_rows = read_results(str(tmp_path / "chunked" / "test_results.tsv"))
+  assert chunked_header == header and [r[0] for r in chunked_rows] == [r[0] for r in cli_rows]
+  assert [r[3] for r in chunked_rows] == [r[3] for r in export_rows]
+  np.testing.assert_allclose([[float(v) for v in r[1:3]] for r in chunked_rows],
+                             [[float(v) for v in r[1:3]] for r in export_rows], atol=1e-6)
 
   # The in-process predictor, loaded from the output_dir (its newest export), gives the
   # same probabilities.

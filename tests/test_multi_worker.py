@@ -140,8 +140,13 @@ def test_chief_worker_and_evaluator_train_as_one_process_on_the_global_batch(
 
   # One process with the global batch of the same records, from the same initial weights.
   config = parse_flags(["run_classifier.py"] + args)
-  with open(os.path.join(output_dir, "features", "train.tf_record.meta.json")) as f:
-    record_files = json.load(f)["files"]
+  # Each training task wrote the one shard it reads: the chief shard 0, the worker shard 1.
+  chief_files, worker_files = (
+      _written_record_files(os.path.join(output_dir, "features", folder))
+      for folder in ("", "worker_0"))
+  assert [os.path.basename(p) for p in chief_files + worker_files] == [
+      "train.tf_record-00000-of-00002", "train.tf_record-00001-of-00002"]
+  record_files = chief_files + worker_files
   reference_dir = str(tmp_path / "one_process")
   _train_on_one_process(config, bert_config_file, record_files,
                         os.path.join(output_dir, "model.ckpt-0"), reference_dir)
@@ -158,6 +163,54 @@ def test_chief_worker_and_evaluator_train_as_one_process_on_the_global_batch(
   assert [step for step, _ in cluster_losses] == [step for step, _ in one_losses]
   np.testing.assert_allclose([v for _, v in cluster_losses], [v for _, v in one_losses],
                              rtol=1e-5)
+
+
+def _written_record_files(features):
+  """The train record files a task's metadata lists that it wrote (its own shards)."""
+  with open(os.path.join(features, "train.tf_record.meta.json")) as f:
+    metadata = json.load(f)
+  return [path for path, check in zip(metadata["files"], metadata["file_checks"]) if check]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_each_task_featurises_the_rows_of_its_own_shards_alone(tmp_path, monkeypatch,
+                                                                workers):
+  """Each training task of a cluster featurises only the rows its input pipeline reads,
+  into records equal to those shards of the whole file's featurisation; the evaluator
+  only counts the rows."""
+  from data import featurise
+  from pipeline.distribution import own_record_shards
+  from test_streaming import BIAS, _config, _train_split
+  flags = ("--task_name=jigsaw_bias", "--data_dir=" + BIAS, "--identity_weights",
+           "--train_fraction=0.7", "--num_record_shards=6",
+           "--featurise_workers=%d" % workers)
+  whole = _train_split(_config(tmp_path / "whole", *flags))[0]
+  featurised = []
+  bodies = featurise.Featurisation.bodies
+  monkeypatch.setattr(featurise.Featurisation, "bodies",  # (counted in this process)
+                      lambda job, rows: (featurised.append(len(rows)), bodies(job, rows))[1])
+  seen = {}
+  for role, index in (("chief", 0), ("worker", 0), ("worker", 1), ("evaluator", 0)):
+    own = own_record_shards(parse_tf_config(_tf_config(CHIEF_AND_TWO_WORKERS, role, index)),
+                            6)
+    del featurised[:]
+    c = _config(tmp_path / ("%s_%d" % (role, index)), *flags)
+    split = _train_split(c, own_shards=own)[0]
+    assert split.num_examples == whole.num_examples
+    assert split.metadata["weights_sha256"] == whole.metadata["weights_sha256"]
+    for shard, (path, expected) in enumerate(zip(split.record_files, whole.record_files)):
+      assert os.path.basename(path) == os.path.basename(expected)
+      if shard in own:
+        assert (list(tf.io.tf_record_iterator(path)) ==
+                list(tf.io.tf_record_iterator(expected))), (role, index, shard)
+        seen[shard] = role
+      else:
+        assert not os.path.exists(path)
+    rows = sum(sum(1 for _ in tf.io.tf_record_iterator(whole.record_files[s])) for s in own)
+    if workers == 1:
+      assert sum(featurised) == rows
+  assert sorted(seen) == list(range(6))  # (every shard once: the owns do not overlap)
+  assert own == [] and rows == 0
 
 
 CHIEF_AND_TWO_WORKERS = {"chief": ["host0:2222"], "worker": ["host1:2222", "host2:2222"]}

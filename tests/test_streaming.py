@@ -28,13 +28,14 @@ def _config(tmp_path, *flags):
                      list(flags))
 
 
-def _train_split(c):
+def _train_split(c, own_shards=None):
   from pipeline.build import make_processor, make_tokenizer
   from pipeline.splits import prepare_splits
   from pipeline.tasks import task_of
   tokenizer, vocab_file = make_tokenizer(c.model)
   task = task_of(make_processor(c.data))
-  return prepare_splits(c, task, tokenizer, vocab_file).train, task, tokenizer
+  return (prepare_splits(c, task, tokenizer, vocab_file, own_shards=own_shards).train, task,
+          tokenizer)
 
 
 def _in_memory_records(c, task, tokenizer):
@@ -369,3 +370,53 @@ def test_a_headerless_file_whose_layout_changes_after_its_first_records_is_refus
       "%s: most rows have 3 fields, but the first 1000 records mostly have 2: the file's rows "
       "change their layout. Fix: give every row the same columns (files of two layouts "
       "joined?)" % path)
+
+
+def test_predictions_are_written_as_the_predict_file_is_read_again(tmp_path, caplog):
+  """The predict rows are not held: test_results.tsv is written as the file is read once
+  more, quietly, each line from its row and the outputs' row; a file that changed since
+  its records were made is refused, and the earlier results stay whole."""
+  import numpy as np
+  from data.errors import DataError
+  from data.files import file_sha256
+  from pipeline.build import make_processor
+  from pipeline.evaluation import read_again
+  from pipeline.outputs import paired, write_test_results
+  predict = tmp_path / "test.tsv"
+  with open(os.path.join(SST2, "test.tsv"), "rb") as f:
+    predict.write_bytes(f.read())
+  processor = make_processor(_config(tmp_path, "--task_name=sst-2", "--data_dir=" + SST2,
+                                     "--predict_file=%s" % predict, "--do_predict").data)
+  ids = [example.guid for example in processor.get_examples("test")]
+  outputs = np.arange(2 * len(ids), dtype=np.float32).reshape(-1, 2) / 7
+  out = tmp_path / "results"
+  out.mkdir()
+
+  def write(sha256=file_sha256(str(predict))):
+    return write_test_results(str(out), processor, paired(
+        read_again(processor, "test", sha256), outputs), {"checkpoint": None})
+
+  caplog.clear()
+  with caplog.at_level(logging.INFO):
+    path = write()
+  assert not [r for r in caplog.records if r.name.startswith("data")]
+  with open(path) as f:
+    lines = [line.rstrip("\n").split("\t") for line in f]
+  assert lines[0] == ["id", "probability_0", "probability_1", "prediction"]
+  assert [line[0] for line in lines[1:]] == ids
+  assert np.array_equal(np.array([line[1:3] for line in lines[1:]], np.float32), outputs)
+  written = open(path, "rb").read()
+
+  predict.write_bytes(predict.read_bytes().replace(b"charming", b"charmine"))
+  with pytest.raises(DataError) as error:
+    write()
+  assert str(error.value) == (
+      "%s: the file changed after its rows were featurised (its sha256 then and now "
+      "differ): its predictions would be written beside other rows. Fix: run again once "
+      "nothing writes to it" % predict)
+  with open(predict, "a") as f:
+    f.write("one more row .\t1\n")
+  with pytest.raises(RuntimeError, match="more rows than the %d predicted" % len(ids)):
+    write(file_sha256(str(predict)))
+  assert open(path, "rb").read() == written
+  assert sorted(os.listdir(str(out))) == ["test_results.json", "test_results.tsv"]

@@ -6,7 +6,8 @@ scratch files of record bodies. Once every example has been read, the records ar
 written into the shards in the split's order (file order, or the training order a
 SplitOrder gives), each example's id and weight set as it is written. Nothing held grows
 with the split but 17 bytes per example (where its body ends, its length, whether its
-text is empty) and what the order keeps.
+text is empty), 9 more when only some examples are featurised (a task of a cluster:
+which ones, and each one's place among them), and what the order keeps.
 """
 
 import array

@@ -6,6 +6,7 @@ import logging
 
 from data.errors import DataError
 from data.examples import HeaderProcessor
+from data.reread import check_rereadable
 from data.table import Table
 from spec.errors import FlagError
 from spec.labels import MISSING_VALUES, SoftTarget
@@ -135,7 +136,9 @@ class JigsawBiasProcessor(JigsawProcessor):
     """The identity columns of any of the split's files, in name order, from their
     headers."""
     present = set()
-    for path in self.files_of(split):
+    paths = self.files_of(split)
+    check_rereadable(paths, "its header is read for its identity columns before its rows")
+    for path in paths:
       header = self.open_table(path, split).header or ()
       present.update(name for name in JIGSAW_IDENTITY_COLUMNS if name in header)
     return sorted(present)

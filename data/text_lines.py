@@ -15,14 +15,19 @@ _OTHER_BOMS = ((b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"),
                (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))
 
 def open_binary(path):
+  check_file(path)
+  # (Python's own file object for a local file: several times faster than GFile's.)
+  return tf.io.gfile.GFile(path, "rb") if "://" in path else open(path, "rb")
+
+
+def check_file(path):
+  """DataError for a path that is missing or a folder."""
   if not tf.io.gfile.exists(path):
     raise DataError(path, "the file does not exist",
                     "check --data_dir and the file name (see the README for each task's files)")
   if tf.io.gfile.isdir(path):
     raise DataError(path, "this is a folder, not a file",
                     "name the file itself (or pass the folder as --data_dir)")
-  # (Python's own file object for a local file: several times faster than GFile's.)
-  return tf.io.gfile.GFile(path, "rb") if "://" in path else open(path, "rb")
 
 
 def decoded_lines(table, stream):

@@ -182,7 +182,7 @@ def _write_records(examples, record_path, settings, key, tokenizer, pad_to_multi
       if own is not None:  # the order first, from a pass that only reads the rows
         arranged = _arrange_unstaged(examples(), order, accounts)
         keep = _rows_of_shards(arranged[0], num_shards, own)
-        examples = examples()
+        examples = examples() if own else ()  # (a task with no shard only counts)
       staged = stage(examples, job, scratch, num_workers, keep=keep,
                      observe=order.observe if order is not None and own is None else None)
       try:
@@ -199,10 +199,10 @@ def _write_records(examples, record_path, settings, key, tokenizer, pad_to_multi
         write_shards(job, staged, positions, weights, [staging.get(p) for p in paths],
                      shard_sizes(num_examples, num_shards), num_padding,
                      file_ids=bool(order is not None and order.file_ids))
-        if keep is not None:
-          written = [i for i in written if keep[i]]
-        truncation = truncation_of(staged.lengths(written), settings["max_seq_length"])
-        empty_texts = sum(staged.empty[i] for i in written)
+        here_rows = (lambda: written) if keep is None else (
+            lambda: (i for i in written if keep[i]))
+        truncation = truncation_of(staged.lengths(here_rows()), settings["max_seq_length"])
+        empty_texts = sum(staged.empty[i] for i in here_rows())
       finally:
         staged.close()
     checks = [_file_check(staging[path], records) if path in staging else None
@@ -278,9 +278,12 @@ def files_problem(metadata):
   checks = metadata.get("file_checks")
   if not checks or len(checks) != len(metadata.get("files", ())):
     return "the metadata lists no sizes and checksums"
-  for path, check in zip(metadata["files"], checks):
-    if check is None and metadata.get("own_shards") is not None:  # (another task's shard)
+  own = metadata.get("own_shards")
+  for shard, (path, check) in enumerate(zip(metadata["files"], checks)):
+    if check is None and own is not None and shard not in own:  # (another task's shard)
       continue
+    if check is None:
+      return "the metadata lists no size and checksum of %s" % path
     if not tf.io.gfile.exists(path):
       return "%s is missing" % path
     size = tf.io.gfile.stat(path).length

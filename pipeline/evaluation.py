@@ -9,8 +9,7 @@ import os
 import numpy
 import tensorflow.compat.v1 as tf
 
-from data.errors import DataError
-from data.files import combined_sha256
+from data.reread import read_again
 from modeling.checkpoint import (EARLIER_CHECKPOINT_FIX, checkpoint_global_step, head_shape,
                                  newest_checkpoint)
 from modeling.checkpoint import files_problem as checkpoint_files_problem
@@ -98,7 +97,7 @@ class Evaluator(object):
   def predict_outputs(self, split, checkpoint):
     """The head's outputs for every example of a split, in input order (whatever order its
     records are in: each carries its example's place), as a float32 array of one row per
-    example: 4 bytes per output, nothing else held per row. Padding rows are dropped, and
+    example: 4 bytes per output, and a byte per row for whether it came back. Padding rows are dropped, and
     a row lost or predicted twice is an error. Batches are taken whole (not row by row,
     which cost more than BERT-Tiny's own computation); a progress line every 30 s."""
     total = split.num_examples
@@ -122,25 +121,6 @@ class Evaluator(object):
     if done != total:
       raise RuntimeError("predicted %d rows for %d examples: rows were lost" % (done, total))
     return rows if rows is not None else numpy.zeros((0, 0), numpy.float32)
-
-
-def read_again(processor, split, sha256):
-  """The examples of a split's files read once more, without the log lines of reading
-  (said on the first read, or by the cache): a split whose examples are not held is read
-  again to write each row's predictions beside its id. DataError, once they are read, if
-  the files' bytes (sha256) are not those whose records were predicted."""
-  reading_log = logging.getLogger("data")
-  level = reading_log.level
-  reading_log.setLevel(logging.ERROR)
-  try:
-    for example in processor.iter_examples(split):
-      yield example
-  finally:
-    reading_log.setLevel(level)
-  if combined_sha256(processor.read_sha256[split]) != sha256:
-    raise DataError(processor.file_for(split), "the file changed after its rows were "
-                    "featurised (its sha256 then and now differ): its predictions would be "
-                    "written beside other rows", "run again once nothing writes to it")
 
 
 def _check_prediction_ids(ids, seen, total):

@@ -8,6 +8,7 @@ import time
 import tensorflow.compat.v1 as tf
 
 from data.files import write_manifest
+from data.reread import read_checked
 from modeling import export
 from pipeline import build, card, evaluation
 from pipeline.outputs import ModelRun, write_test_results
@@ -64,7 +65,7 @@ def predict_with_export(c):
     start = time.time()
     run = ModelRun(predictions=write_test_results(
         c.outputs.output_dir, processor,
-        predicted_in_chunks(predictor, processor.iter_examples("test")),
+        predicted_in_chunks(predictor, read_checked(processor, "test")),
         {"saved_model": predictor.export_dir}))
     log.info("predicted in %s", format_seconds(time.time() - start))
     return run

@@ -10,8 +10,9 @@ import numpy
 import tensorflow.compat.v1 as tf
 
 from data import folds as folds_lib
+from data.errors import DataError
+from data.reread import read_again
 from pipeline.build import make_processor
-from pipeline.evaluation import read_again
 from pipeline.outputs import FoldsRun, paired, write_fold_predictions, write_test_results
 from spec.errors import FlagError
 
@@ -134,6 +135,11 @@ def write_fold_mean_predictions(output_dir, processor, runs):
   """test_results.tsv in output_dir from every fold's model: each test row's outputs
   (probabilities, or values for regression) averaged over the folds, the usual k-fold
   ensemble; the predicted class is that of the highest mean probability."""
+  if len(set(run.test_sha256 for run in runs)) > 1:
+    raise DataError(processor.file_for("test"), "the file changed between the folds' "
+                    "predictions (their records were made of other bytes): their mean "
+                    "would mix the outputs of other rows", "run again once nothing writes "
+                    "to it")
   mean = numpy.zeros(runs[0].test_outputs.shape, numpy.float64)
   for run in runs:
     mean += run.test_outputs

@@ -129,10 +129,8 @@ def paired(examples, outputs):
   read to their end first, so that a reader's own checks there still run."""
   count = 0
   for example in examples:
-    if count == len(outputs):
-      raise RuntimeError("the predict file has more rows than the %d predicted" %
-                         len(outputs))
-    yield example, outputs[count]
+    if count < len(outputs):
+      yield example, outputs[count]
     count += 1
   if count != len(outputs):
     raise RuntimeError("the predict file has %d rows, but %d were predicted" %

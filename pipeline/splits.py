@@ -17,6 +17,7 @@ from data.input_fn import input_fn_builder
 from data.errors import DataError
 from data.files import combined_sha256, files_sha256
 from data.file_lists import same_file_key
+from data.reread import check_rereadable, read_twice
 from data.tfrecord import build_records
 from pipeline.build import truncation_of
 from spec.errors import FlagError
@@ -73,7 +74,7 @@ def prepare_splits(c, task, tokenizer, vocab_file, fold=None, own_shards=None):
   if c.modes.do_train:
     train_rows = (all_train if fold is not None else
                   processor.iter_examples("train") if own_shards is None else
-                  lambda: processor.iter_examples("train"))
+                  read_twice(processor, "train"))
     splits["train"] = featurise("train", train_rows, 0, order=TrainingOrder(training, task),
                                 fold=fold, keep_examples=False)
   # A task whose evaluation also predicts the dev split pads its records for both sizes.
@@ -161,6 +162,8 @@ class Featuriser(object):
     cached copy must match."""
     processor, data = self.processor, self.data
     source_split = "train" if fold is not None else split
+    check_rereadable(processor.files_of(source_split), "it is read twice: hashed first, to "
+                     "find its records in the cache, then read for its rows")
     settings = {
         "task": processor.name, "split": split, "source_file": processor.file_for(source_split),
         "source_sha256": files_sha256(processor.files_of(source_split)),

@@ -3,6 +3,7 @@ run_classifier processes on 127.0.0.1 (a chief, a worker and an evaluator) train
 process does on the global batch of the same records, and only the chief writes."""
 
 import json
+import logging
 import os
 import socket
 import signal
@@ -174,11 +175,12 @@ def _written_record_files(features):
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_each_task_featurises_the_rows_of_its_own_shards_alone(tmp_path, monkeypatch,
-                                                                workers):
+                                                                caplog, workers):
   """Each training task of a cluster featurises only the rows its input pipeline reads,
   into records equal to those shards of the whole file's featurisation; the evaluator
-  only counts the rows."""
-  from data import featurise
+  only counts the rows. The file is read twice (logged once), and a task's records are
+  found again by a restarted task."""
+  from data import featurise, tfrecord
   from pipeline.distribution import own_record_shards
   from test_streaming import BIAS, _config, _train_split
   flags = ("--task_name=jigsaw_bias", "--data_dir=" + BIAS, "--identity_weights",
@@ -195,7 +197,15 @@ def test_each_task_featurises_the_rows_of_its_own_shards_alone(tmp_path, monkeyp
                             6)
     del featurised[:]
     c = _config(tmp_path / ("%s_%d" % (role, index)), *flags)
-    split = _train_split(c, own_shards=own)[0]
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+      split = _train_split(c, own_shards=own)[0]
+    assert len([r for r in caplog.records if "train examples" in r.getMessage()]) == 1
+    reads = []
+    with monkeypatch.context() as patch:
+      patch.setattr(tfrecord, "_write_records", lambda *args: reads.append(args))
+      assert _train_split(c, own_shards=own)[0].metadata == split.metadata
+    assert reads == []  # (the records were found, not written again)
     assert split.num_examples == whole.num_examples
     assert split.metadata["weights_sha256"] == whole.metadata["weights_sha256"]
     for shard, (path, expected) in enumerate(zip(split.record_files, whole.record_files)):

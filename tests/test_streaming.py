@@ -380,7 +380,7 @@ def test_predictions_are_written_as_the_predict_file_is_read_again(tmp_path, cap
   from data.errors import DataError
   from data.files import file_sha256
   from pipeline.build import make_processor
-  from pipeline.evaluation import read_again
+  from data.reread import read_again
   from pipeline.outputs import paired, write_test_results
   predict = tmp_path / "test.tsv"
   with open(os.path.join(SST2, "test.tsv"), "rb") as f:
@@ -414,9 +414,56 @@ def test_predictions_are_written_as_the_predict_file_is_read_again(tmp_path, cap
       "%s: the file changed after its rows were featurised (its sha256 then and now "
       "differ): its predictions would be written beside other rows. Fix: run again once "
       "nothing writes to it" % predict)
-  with open(predict, "a") as f:
+  with open(predict, "a") as f:  # (a row more: still the file's change that is said)
     f.write("one more row .\t1\n")
-  with pytest.raises(RuntimeError, match="more rows than the %d predicted" % len(ids)):
+  with pytest.raises(DataError, match="the file changed after its rows were featurised"):
+    write()
+  with pytest.raises(RuntimeError, match="the predict file has %d rows, but %d were "
+                     "predicted" % (len(ids) + 1, len(ids))):
     write(file_sha256(str(predict)))
   assert open(path, "rb").read() == written
   assert sorted(os.listdir(str(out))) == ["test_results.json", "test_results.tsv"]
+
+
+def test_a_file_read_twice_must_be_a_regular_file_and_one_read_once_is_checked(tmp_path):
+  """The run's splits are hashed, then read: a pipe (or FIFO), a folder or a missing file
+  is one line, not a traceback. --saved_model reads its file once, hashed first when it is
+  a regular file: a file that changed while it was read is refused. The k-fold mean
+  refuses folds that predicted other bytes."""
+  import numpy as np
+  from data.errors import DataError
+  from data.reread import read_checked
+  from pipeline.build import make_processor, make_tokenizer
+  from pipeline.folds import write_fold_mean_predictions
+  from pipeline.outputs import ModelRun
+  from pipeline.splits import Featuriser
+  fifo = str(tmp_path / "rows.tsv")
+  os.mkfifo(fifo)
+  for path, problem in ((fifo, "this is a pipe or another stream, which can be read only "
+                         "once, and it is read twice: hashed first, to find its records in "
+                         "the cache, then read for its rows. Fix: save it to a file first "
+                         "and pass that file"),
+                        (str(tmp_path), "this is a folder, not a file"),
+                        (str(tmp_path / "none.tsv"), "the file does not exist")):
+    c = _config(tmp_path, "--task_name=sst-2", "--data_dir=" + SST2, "--do_predict",
+                "--predict_file=" + path)
+    tokenizer, vocab_file = make_tokenizer(c.model)
+    processor = make_processor(c.data)
+    with pytest.raises(DataError) as error:
+      Featuriser(c, processor, tokenizer, vocab_file).settings("test", None)
+    assert str(error.value).startswith("%s: %s" % (path, problem))
+
+  predict = tmp_path / "test.tsv"
+  predict.write_bytes(open(os.path.join(SST2, "test.tsv"), "rb").read())
+  processor = make_processor(_config(tmp_path, "--task_name=sst-2", "--data_dir=" + SST2,
+                                     "--predict_file=%s" % predict, "--do_predict").data)
+  assert len(list(read_checked(processor, "test"))) == 100
+  rows = read_checked(processor, "test")  # (hashed now, read below)
+  predict.write_bytes(predict.read_bytes().replace(b"charming", b"charmine"))
+  with pytest.raises(DataError, match="the file changed while it was read"):
+    list(rows)
+
+  runs = [ModelRun(test_outputs=np.zeros((100, 2), np.float32), test_sha256=sha256)
+          for sha256 in ("a" * 64, "b" * 64)]
+  with pytest.raises(DataError, match="the file changed between the folds' predictions"):
+    write_fold_mean_predictions(str(tmp_path), processor, runs)

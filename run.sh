@@ -12,6 +12,8 @@
 #   ./run.sh benchmark profile [ARGS]   where a training step's time goes (tools/profile_step.py)
 #   ./run.sh benchmark scale [ARGS]   Jigsaw at Kaggle's size: featurisation time, peak memory,
 #                    warm-cache start, prediction rows/s (tools/bench_scale.py)
+#   ./run.sh serve OUTPUT_OR_EXPORT_DIR [--port 8501] [ARGS]   serve a fine-tuned model over
+#                    HTTP in TF Serving's REST shape (serving/server.py; --help lists ARGS)
 #   ./run.sh setup   create both Python environments from requirements.txt
 #   ./run.sh shell tf1|tf2 -- CMD...   run a command inside one environment
 set -Eeuo pipefail
@@ -250,11 +252,19 @@ cmd_benchmark() {
   fi
 }
 
+cmd_serve() {
+  cmd_setup >&2
+  local runner=tf2
+  [ -x "$VENVS/tf2/bin/python" ] || runner=tf1
+  TF_CPP_MIN_LOG_LEVEL=2 exec "$VENVS/$runner/bin/python" -m serving.server "$@"
+}
+
 case "${1:-}" in
   benchmark) shift; cmd_benchmark "$@" ;;
+  serve) shift; cmd_serve "$@" ;;
   demo) shift; cmd_demo "$@" ;;
   setup) shift; cmd_setup "$@" ;;
   test) shift; cmd_test "$@" ;;
   shell) shift; cmd_shell "$@" ;;
-  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

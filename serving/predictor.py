@@ -195,8 +195,8 @@ class Predictor(object):
     multi_label: {"labels": the columns with p >= 0.5, "probabilities": {column: p}};
     soft_target: {"probabilities": {column: p}}; regression: {"values": {column: v}}.
     """
-    examples = [self._example(i, item) for i, item in enumerate(self._ordered(inputs))]
-    return [self._result(outputs) for outputs in self.predict_outputs(examples, batch_size)]
+    examples = [self.example(i, item) for i, item in enumerate(self._ordered(inputs))]
+    return [self.result(outputs) for outputs in self.predict_outputs(examples, batch_size)]
 
   def predict_outputs(self, examples, batch_size=None):
     """The head's outputs (a list of floats per example; data/examples InputExample),
@@ -256,7 +256,7 @@ class Predictor(object):
       raise TypeError("predict takes a list of inputs, not " + refused)
     return inputs
 
-  def _example(self, index, item):
+  def example(self, index, item):
     """The InputExample of one input: a text, or a pair for a model trained on pairs."""
     is_pair = isinstance(item, (tuple, list)) and len(item) == 2 and all(
         isinstance(text, str) for text in item)
@@ -272,7 +272,8 @@ class Predictor(object):
   def _wanted(self):
     return "a pair of texts (text, text_b)" if self.reads_pairs else "a text (str)"
 
-  def _result(self, outputs):
+  def result(self, outputs):
+    """The result of one input (see predict) from the head's outputs for it."""
     named = dict(zip(self.output_names, outputs))
     kind = self.label_spec.kind
     if kind == "regression":

@@ -1,0 +1,173 @@
+"""The HTTP server: real requests on 127.0.0.1 to `python -m serving.server` serving the
+shared fine-tuned model's export, answered as the in-process predictor answers; concurrent
+requests batched together, each answer its own; bad requests refused with a 4xx."""
+
+import asyncio
+import csv
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+
+from conftest import JIGSAW, ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def _texts():
+  with open(os.path.join(JIGSAW, "test.csv"), newline="", encoding="utf-8") as f:
+    return [row["comment_text"] for row in csv.DictReader(f)]
+
+
+@pytest.fixture(scope="module")
+def reference(jigsaw_model):
+  from serving.predictor import Predictor
+  with Predictor(jigsaw_model.output_dir) as predictor:
+    return predictor.export_dir, predictor.predict(_texts())
+
+
+@pytest.fixture(scope="module")
+def server(jigsaw_model, tmp_path_factory):
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  log_path = str(tmp_path_factory.mktemp("server") / "server.log")
+  log = open(log_path, "w")
+  process = subprocess.Popen(
+      [sys.executable, "-m", "serving.server", jigsaw_model.output_dir, "--port", str(port),
+       "--max_body_mb", "0.01", "--batch_wait_ms", "20"], cwd=ROOT, stdout=log,
+      stderr=subprocess.STDOUT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  url = "http://127.0.0.1:%d/v1/models/model" % port
+  deadline = time.time() + 120
+  while time.time() < deadline and process.poll() is None:
+    try:
+      urllib.request.urlopen(url, timeout=5).read()
+      break
+    except (urllib.error.URLError, ConnectionError):
+      time.sleep(0.5)
+  try:
+    assert process.poll() is None, open(log_path).read()[-3000:]
+    yield url
+  finally:
+    process.terminate()
+    process.wait(30)
+    log.close()
+
+
+def _call(url, body=None):
+  """(status, the JSON answer) of a GET, or a POST of body (bytes, or JSON-able)."""
+  data = body if body is None or isinstance(body, bytes) else json.dumps(body).encode()
+  request = urllib.request.Request(url, data=data, headers={
+      "Content-Type": "application/json"} if data is not None else {})
+  try:
+    with urllib.request.urlopen(request, timeout=60) as answer:
+      return answer.status, json.loads(answer.read().decode())
+  except urllib.error.HTTPError as error:
+    return error.code, json.loads(error.read().decode())
+
+
+def _same(results, expected):
+  assert [r.get("label") for r in results] == [e.get("label") for e in expected]
+  np.testing.assert_allclose([list(r["probabilities"].values()) for r in results],
+                             [list(e["probabilities"].values()) for e in expected], atol=1e-6)
+
+
+def test_status_and_predictions_as_the_predictor_gives_them(server, reference):
+  export_dir, expected = reference
+  assert _call(server) == (200, {"model_version_status": [{
+      "version": os.path.basename(export_dir), "state": "AVAILABLE",
+      "status": {"error_code": "OK", "error_message": ""}}]})
+  status, answer = _call(server + ":predict", {"instances": _texts()})
+  assert status == 200 and len(answer["predictions"]) == 33
+  _same(answer["predictions"], expected)
+
+
+def test_concurrent_requests_each_get_their_own_answers_in_order(server, reference):
+  texts, expected = _texts(), reference[1]
+  requests = [list(range(i, min(i + 1 + i % 3, len(texts)))) for i in range(len(texts))]
+  answers = [None] * len(requests)
+
+  def send(k):
+    answers[k] = _call(server + ":predict", {"instances": [texts[i] for i in requests[k]]})
+  threads = [threading.Thread(target=send, args=(k,)) for k in range(len(requests))]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  for rows, (status, answer) in zip(requests, answers):
+    assert status == 200
+    _same(answer["predictions"], [expected[i] for i in rows])
+
+
+def test_a_bad_request_is_refused_with_a_4xx_and_what_is_wrong(server):
+  predict = server + ":predict"
+  assert _call(predict, b"{not json") == (400, {"error": (
+      "the body is not JSON (Expecting property name enclosed in double quotes: line 1 "
+      "column 2 (char 1)): send {\"instances\": [\"a text\", ...]}")})
+  assert _call(predict, {"inputs": ["a"]}) == (400, {"error": (
+      "the body must be a JSON object with \"instances\": a list of texts")})
+  assert _call(predict, {"instances": "a text"}) == (400, {"error": (
+      "\"instances\" must be a list of texts, not str")})
+  assert _call(predict, {"instances": []}) == (400, {"error": (
+      "\"instances\" is empty: give at least one")})
+  assert _call(predict, {"instances": ["fine", ["a", "b"]]}) == (400, {"error": (
+      "instances: input 1 is a pair of texts, but the model (task jigsaw_toxic) was "
+      "trained on single texts: give a text (str)")})
+  assert _call(predict, {"instances": ["x" * 20000]}) == (413, {"error": (
+      "the body is larger than 10485 bytes: send fewer instances per request (or start "
+      "the server with a larger --max_body_mb)")})
+  models = server.rsplit("/", 1)[0]
+  assert _call(models + "/other") == (404, {"error": (
+      "no model named 'other' here: this server serves 'model' (POST "
+      "/v1/models/model:predict)")})
+  assert _call(models + "/other:predict", {"instances": ["a"]}) == (
+      404, {"error": "no model named 'other' here: this server serves 'model' (POST "
+                     "/v1/models/model:predict)"})
+  assert _call(predict) == (405, {"error": (
+      "Method Not Allowed: GET /v1/models/model:predict (this server answers GET "
+      "/v1/models/model and POST /v1/models/model:predict)")})
+  assert _call(models) == (404, {"error": (
+      "Not Found: GET /v1/models (this server answers GET /v1/models/model and POST "
+      "/v1/models/model:predict)")})
+  status, answer = _call(predict, {"instances": ["still served"]})
+  assert status == 200 and len(answer["predictions"]) == 1
+
+
+def test_the_batcher_predicts_waiting_requests_together(jigsaw_model, reference):
+  """Ten requests at once: fewer runs of the model than requests, every text once, and
+  each request's own results back."""
+  from serving.predictor import Predictor
+  from serving.server import Batcher
+  texts, expected = _texts(), reference[1]
+  runs = []
+  with Predictor(jigsaw_model.output_dir) as predictor:
+    run_outputs = predictor.predict_outputs
+    predictor.predict_outputs = lambda examples: (runs.append(len(examples)),
+                                                  run_outputs(examples))[1]
+
+    async def ten_requests():
+      batcher = Batcher(predictor, max_batch=32, wait_seconds=0.05)
+      task = asyncio.get_event_loop().create_task(batcher.run())
+      requests = [[predictor.example(i, texts[i]) for i in range(k, k + 3)]
+                  for k in range(0, 30, 3)]
+      try:
+        return await asyncio.gather(*[batcher.predict(r) for r in requests])
+      finally:
+        task.cancel()
+        batcher.thread.shutdown(wait=True)
+    loop = asyncio.new_event_loop()
+    try:
+      answers = loop.run_until_complete(ten_requests())
+    finally:
+      loop.close()
+  assert sum(runs) == 30 and len(runs) < 10
+  for k, results in enumerate(answers):
+    _same(results, expected[3 * k:3 * k + 3])

@@ -17,6 +17,7 @@
 #   ./run.sh setup   create both Python environments from requirements.txt
 #   ./run.sh shell tf1|tf2 -- CMD...   run a command inside one environment
 set -Eeuo pipefail
+CALLER_DIR=$(pwd)  # (where a path given to ./run.sh serve is relative to)
 cd "$(dirname "$0")"
 ROOT=$(pwd)
 VENVS="$ROOT/.venvs"
@@ -253,10 +254,15 @@ cmd_benchmark() {
 }
 
 cmd_serve() {
-  cmd_setup >&2
-  local runner=tf2
-  [ -x "$VENVS/tf2/bin/python" ] || runner=tf1
-  TF_CPP_MIN_LOG_LEVEL=2 exec "$VENVS/$runner/bin/python" -m serving.server "$@"
+  local r runtime=""
+  for r in tf2 tf1; do
+    if find_python "$r" >/dev/null; then runtime=$r; break; fi
+  done
+  [ -n "$runtime" ] || die "serving needs Python 3.9-3.11 (TF 2.15) or Python 3.7 (TF 1.15)"
+  setup_env "$runtime" >&2
+  cd "$CALLER_DIR"
+  PYTHONPATH="$ROOT" TF_CPP_MIN_LOG_LEVEL=2 exec "$VENVS/$runtime/bin/python" \
+    -m serving.server "$@"
 }
 
 case "${1:-}" in

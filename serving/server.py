@@ -4,11 +4,12 @@
                                    -> {"predictions": [<the predictor's result>, ...]}
   GET  /v1/models/<name>           the model's status, as TF Serving gives it
 
-Requests that arrive together are predicted together: a batcher gathers the instances of
-the requests waiting (up to max_batch texts, or until wait_seconds have passed since the
-first), runs the predictor once in its own thread, and gives each request its own results
-back, in its order. A bad request is answered with a 4xx and {"error": "<what is wrong>"};
-it never reaches the batch.
+Requests that arrive together are predicted together: a batcher takes the requests
+waiting (until their texts reach max_batch, or wait_seconds have passed since the first),
+runs the predictor on them in its own thread (in runs of at most max_batch texts), and
+gives each request its own results back, in its order. A bad request is answered with a
+4xx and {"error": "<what is wrong>"}; it never reaches a batch, and a batch that fails is
+run again request by request, so that only the request at fault fails.
 
   python -m serving.server OUTPUT_OR_EXPORT_DIR [--port 8501] [--host 127.0.0.1]
 """
@@ -48,8 +49,14 @@ class Batcher(object):
   async def run(self):
     while True:
       waiting = [await self.queue.get()]
-      await self._gather(waiting)
-      await self._predict(waiting)
+      try:
+        await self._gather(waiting)
+        await self._answer(waiting)
+      except asyncio.CancelledError:  # (an Exception on Python 3.7: let it end the task)
+        raise
+      except Exception as error:  # (the batcher lives on; this batch is answered with it)
+        log.exception("a batch failed")
+        _fail(waiting, error)
 
   async def _gather(self, waiting):
     loop = asyncio.get_event_loop()
@@ -64,27 +71,54 @@ class Batcher(object):
       waiting.append(item)
       rows += len(item[0])
 
-  async def _predict(self, waiting):
-    examples = [example for request, _ in waiting for example in request]
+  async def _answer(self, waiting):
+    """Answers the waiting requests from one run of the model; if it fails, from a run per
+    request, so that one request's fault is its own."""
     try:
-      outputs = await asyncio.get_event_loop().run_in_executor(
-          self.thread, self.predictor.predict_outputs, examples)
-    except Exception as error:  # (each waiting request is answered with it)
-      for _, done in waiting:
-        if not done.done():
-          done.set_exception(error)
-      return
+      self._give(waiting, await self._outputs(waiting))
+    except asyncio.CancelledError:
+      raise
+    except Exception as error:
+      if len(waiting) == 1:
+        raise
+      log.warning("a batch of %d requests failed (%s): running them one by one",
+                  len(waiting), first_line(error))
+      for request in waiting:
+        try:
+          self._give([request], await self._outputs([request]))
+        except asyncio.CancelledError:
+          raise
+        except Exception as error:
+          _fail([request], error)
+
+  async def _outputs(self, waiting):
+    examples = [example for request, _ in waiting for example in request]
+    return await asyncio.get_event_loop().run_in_executor(
+        self.thread, self.predictor.predict_outputs, examples)
+
+  def _give(self, waiting, outputs):
     self.batches += 1
     start = 0
     for request, done in waiting:
-      if not done.done():  # (a client that went away is not answered)
+      if not done.done():  # (a request whose handler was cancelled is not answered)
         done.set_result([self.predictor.result(values)
                          for values in outputs[start:start + len(request)]])
       start += len(request)
 
 
+def _fail(waiting, error):
+  for _, done in waiting:
+    if not done.done():
+      done.set_exception(error)
+
+
+def first_line(error):
+  """The first line of an exception's message (its type's name when it has none)."""
+  return (str(error).splitlines() or [type(error).__name__])[0]
+
+
 def make_app(predictor, model_name="model", max_batch=32, wait_seconds=0.002,
-             max_body_bytes=8 << 20):
+             max_body_bytes=8 << 20, max_instances=4096):
   """The aiohttp application serving predictor as model_name."""
   version = os.path.basename(predictor.export_dir.rstrip("/"))
 
@@ -99,9 +133,12 @@ def make_app(predictor, model_name="model", max_batch=32, wait_seconds=0.002,
     except web.HTTPException as e:
       if e.status < 400:
         raise
-      return error(e.status, "%s: %s %s (this server answers GET /v1/models/%s and POST "
-                   "/v1/models/%s:predict)" % (e.reason, request.method, request.path,
-                                               model_name, model_name))
+      answer = error(e.status, "%s: %s %s (this server answers GET /v1/models/%s and "
+                     "POST /v1/models/%s:predict)" % (e.reason, request.method, request.path,
+                                                      model_name, model_name))
+      if "Allow" in e.headers:
+        answer.headers["Allow"] = e.headers["Allow"]
+      return answer
 
   app = web.Application(client_max_size=max_body_bytes, middlewares=[errors_as_json])
   def known(request):
@@ -129,14 +166,18 @@ def make_app(predictor, model_name="model", max_batch=32, wait_seconds=0.002,
       return error(413, "the body is larger than %d bytes: send fewer instances per request "
                    "(or start the server with a larger --max_body_mb)" % max_body_bytes)
     try:
-      examples = examples_of(predictor, body)
+      examples = examples_of(predictor, body, max_instances)
+    except TooMany as e:
+      return error(413, str(e))
     except ValueError as e:
       return error(400, str(e))
     try:
       results = await app["batcher"].predict(examples)
+    except asyncio.CancelledError:
+      raise
     except Exception as e:  # (the model failed: the server's fault, said as one line)
       log.exception("prediction failed")
-      return error(500, "prediction failed: %s" % str(e).splitlines()[0])
+      return error(500, "prediction failed: %s" % first_line(e))
     return web.json_response({"predictions": results})
 
   async def start_batcher(app):
@@ -154,10 +195,17 @@ def make_app(predictor, model_name="model", max_batch=32, wait_seconds=0.002,
   return app
 
 
-def examples_of(predictor, body):
+class TooMany(ValueError):
+  """A request with more instances than the server takes at once."""
+
+
+def examples_of(predictor, body, max_instances=4096):
   """The InputExamples of a predict request's body, or ValueError saying what is wrong."""
   try:
     request = json.loads(body.decode("utf-8"))
+  except RecursionError:
+    raise ValueError("the body nests too deeply to be read: send {\"instances\": [%s, ...]}"
+                     % _wanted(predictor))
   except (UnicodeDecodeError, ValueError) as e:
     raise ValueError("the body is not JSON (%s): send {\"instances\": [%s, ...]}" % (
         e, _wanted(predictor)))
@@ -170,10 +218,26 @@ def examples_of(predictor, body):
         _wanted(predictor, plural=True), type(instances).__name__))
   if not instances:
     raise ValueError("\"instances\" is empty: give at least one")
+  if len(instances) > max_instances:
+    raise TooMany("%d instances are more than the %d this server takes in one request: "
+                  "split them (or start it with a larger --max_instances)"
+                  % (len(instances), max_instances))
   try:
-    return [predictor.example(i, item) for i, item in enumerate(instances)]
+    examples = [predictor.example(i, item) for i, item in enumerate(instances)]
   except ValueError as e:
     raise ValueError("instances: %s" % e)
+  for example in examples:
+    for text in (example.text_a, example.text_b):
+      try:
+        (text or "").encode("utf-8")
+      except UnicodeEncodeError as e:  # (a lone surrogate, as JSON's \ud800 gives)
+        raise ValueError("instances: input %d holds %s, which is no Unicode character: "
+                         "send text" % (example.guid, _escaped(text[e.start:e.end])))
+  return examples
+
+
+def _escaped(text):
+  return "".join("\\u%04x" % ord(c) for c in text)
 
 
 def _wanted(predictor, plural=False):
@@ -196,10 +260,13 @@ def main(argv=None):
                       help="how long a batch waits for more requests after its first")
   parser.add_argument("--max_body_mb", type=float, default=8.0,
                       help="the largest request body taken")
+  parser.add_argument("--max_instances", type=int, default=4096,
+                      help="the most instances one request may hold")
   args = parser.parse_args(argv)
-  if args.max_batch < 1 or args.batch_wait_ms < 0 or args.max_body_mb <= 0:
-    parser.error("--max_batch must be 1 or more, --batch_wait_ms 0 or more and "
-                 "--max_body_mb above 0")
+  if (args.max_batch < 1 or args.max_instances < 1 or args.batch_wait_ms < 0 or
+      args.max_body_mb <= 0):
+    parser.error("--max_batch and --max_instances must be 1 or more, --batch_wait_ms 0 or "
+                 "more and --max_body_mb above 0")
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
   from serving.predictor import Predictor  # (TensorFlow's import: after the arguments)
   from spec.errors import FlagError
@@ -209,12 +276,13 @@ def main(argv=None):
     sys.stderr.write("serve: %s\n" % e)
     return 2
   app = make_app(predictor, args.model_name, args.max_batch, args.batch_wait_ms / 1000.0,
-                 int(args.max_body_mb * (1 << 20)))
-  print("serving %s as %r on http://%s:%d/v1/models/%s:predict" % (
-      predictor.export_dir, args.model_name, args.host, args.port, args.model_name),
-        flush=True)
-  try:
-    web.run_app(app, host=args.host, port=args.port, print=None)
+                 int(args.max_body_mb * (1 << 20)), args.max_instances)
+  listening = "serving %s as %r on http://%s:%d/v1/models/%s:predict (Ctrl-C stops)" % (
+      os.path.abspath(predictor.export_dir), args.model_name, args.host, args.port,
+      args.model_name)
+  try:  # (the line is printed once the port is bound)
+    web.run_app(app, host=args.host, port=args.port,
+                print=lambda _: print(listening, flush=True))
   except OSError as e:
     sys.stderr.write("serve: cannot listen on %s:%d: %s\n" % (args.host, args.port,
                                                                 e.strerror or e))

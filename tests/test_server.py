@@ -34,32 +34,44 @@ def reference(jigsaw_model):
     return predictor.export_dir, predictor.predict(_texts())
 
 
-@pytest.fixture(scope="module")
-def server(jigsaw_model, tmp_path_factory):
+def _free_port():
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-  log_path = str(tmp_path_factory.mktemp("server") / "server.log")
+    return s.getsockname()[1]
+
+
+def _serving(command, cwd, port, log_path):
+  """Starts command (a server on port); returns (the process, its status URL) once it
+  answers, or fails with the end of its log."""
   log = open(log_path, "w")
-  process = subprocess.Popen(
-      [sys.executable, "-m", "serving.server", jigsaw_model.output_dir, "--port", str(port),
-       "--max_body_mb", "0.01", "--batch_wait_ms", "20"], cwd=ROOT, stdout=log,
-      stderr=subprocess.STDOUT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  process = subprocess.Popen(command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
   url = "http://127.0.0.1:%d/v1/models/model" % port
   deadline = time.time() + 120
   while time.time() < deadline and process.poll() is None:
     try:
       urllib.request.urlopen(url, timeout=5).read()
-      break
+      return process, url
     except (urllib.error.URLError, ConnectionError):
       time.sleep(0.5)
+  process.kill()
+  process.wait()
+  log.close()
+  pytest.fail("the server did not answer: %s" % open(log_path).read()[-3000:])
+
+
+@pytest.fixture(scope="module")
+def server(jigsaw_model, tmp_path_factory):
+  port = _free_port()
+  process, url = _serving(
+      [sys.executable, "-m", "serving.server", jigsaw_model.output_dir, "--port", str(port),
+       "--max_body_mb", "0.01", "--batch_wait_ms", "20", "--max_instances", "40"], ROOT,
+      port, str(tmp_path_factory.mktemp("server") / "server.log"))
   try:
-    assert process.poll() is None, open(log_path).read()[-3000:]
     yield url
   finally:
     process.terminate()
     process.wait(30)
-    log.close()
 
 
 def _call(url, body=None):
@@ -124,6 +136,13 @@ def test_a_bad_request_is_refused_with_a_4xx_and_what_is_wrong(server):
   assert _call(predict, {"instances": ["x" * 20000]}) == (413, {"error": (
       "the body is larger than 10485 bytes: send fewer instances per request (or start "
       "the server with a larger --max_body_mb)")})
+  assert _call(predict, {"instances": ["a"] * 41}) == (413, {"error": (
+      "41 instances are more than the 40 this server takes in one request: split them (or "
+      "start it with a larger --max_instances)")})
+  assert _call(predict, b'{"instances": ["fine", "\\ud800 alone"]}') == (400, {"error": (
+      "instances: input 1 holds \\ud800, which is no Unicode character: send text")})
+  assert _call(predict, b"[" * 5000) == (400, {"error": (
+      "the body nests too deeply to be read: send {\"instances\": [\"a text\", ...]}")})
   models = server.rsplit("/", 1)[0]
   assert _call(models + "/other") == (404, {"error": (
       "no model named 'other' here: this server serves 'model' (POST "
@@ -131,6 +150,9 @@ def test_a_bad_request_is_refused_with_a_4xx_and_what_is_wrong(server):
   assert _call(models + "/other:predict", {"instances": ["a"]}) == (
       404, {"error": "no model named 'other' here: this server serves 'model' (POST "
                      "/v1/models/model:predict)"})
+  with pytest.raises(urllib.error.HTTPError) as refused:
+    urllib.request.urlopen(predict, timeout=60)
+  assert refused.value.headers["Allow"] == "POST"
   assert _call(predict) == (405, {"error": (
       "Method Not Allowed: GET /v1/models/model:predict (this server answers GET "
       "/v1/models/model and POST /v1/models/model:predict)")})
@@ -171,3 +193,53 @@ def test_the_batcher_predicts_waiting_requests_together(jigsaw_model, reference)
   assert sum(runs) == 30 and len(runs) < 10
   for k, results in enumerate(answers):
     _same(results, expected[3 * k:3 * k + 3])
+
+
+def test_a_failing_batch_fails_only_the_request_at_fault(jigsaw_model, reference):
+  from serving.predictor import Predictor
+  from serving.server import Batcher
+  texts, expected = _texts(), reference[1]
+  with Predictor(jigsaw_model.output_dir) as predictor:
+    run_outputs = predictor.predict_outputs
+
+    def refusing_poison(examples):
+      if any(example.text_a == "poison" for example in examples):
+        raise ValueError("the model cannot take this")
+      return run_outputs(examples)
+    predictor.predict_outputs = refusing_poison
+
+    async def three_requests():
+      batcher = Batcher(predictor, max_batch=32, wait_seconds=0.05)
+      task = asyncio.get_event_loop().create_task(batcher.run())
+      requests = [[predictor.example(0, texts[0])], [predictor.example(0, "poison")],
+                  [predictor.example(0, texts[1])]]
+      try:
+        return await asyncio.gather(*[batcher.predict(r) for r in requests],
+                                    return_exceptions=True)
+      finally:
+        task.cancel()
+        batcher.thread.shutdown(wait=True)
+    loop = asyncio.new_event_loop()
+    try:
+      first, poisoned, last = loop.run_until_complete(three_requests())
+    finally:
+      loop.close()
+  _same(first, expected[:1])
+  _same(last, expected[1:2])
+  assert isinstance(poisoned, ValueError) and str(poisoned) == "the model cannot take this"
+
+
+@pytest.mark.one_runtime("tf2")
+def test_run_sh_serve_takes_a_path_from_where_it_is_run(jigsaw_model, tmp_path):
+  """./run.sh serve from another folder, with a path relative to it."""
+  port = _free_port()
+  folder, name = os.path.split(jigsaw_model.output_dir)
+  process, url = _serving(["bash", os.path.join(ROOT, "run.sh"), "serve", name, "--port",
+                           str(port)], folder, port, str(tmp_path / "serve.log"))
+  try:
+    status, answer = _call(url + ":predict", {"instances": ["thanks"]})
+    assert status == 200 and len(answer["predictions"]) == 1
+  finally:
+    process.terminate()
+    process.wait(30)
+  assert "serving %s/export/" % jigsaw_model.output_dir in open(str(tmp_path / "serve.log")).read()

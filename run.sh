@@ -199,13 +199,19 @@ cmd_shell() {
   PATH="$VENVS/$runtime/bin:$PATH" "$@"
 }
 
-# The demo runs on TF 2.15 (faster on modern CPUs), or on TF 1.15 when only Python 3.7 exists.
-cmd_demo() {
-  local r runtime=""
+# The runtime of one-runtime commands: TF 2.15 (faster on modern CPUs), or TF 1.15 when only
+# Python 3.7 exists. $1 names the command for the error.
+one_runtime() {
+  local r
   for r in tf2 tf1; do
-    if find_python "$r" >/dev/null; then runtime=$r; break; fi
+    if find_python "$r" >/dev/null; then echo "$r"; return 0; fi
   done
-  [ -n "$runtime" ] || die "the demo needs Python 3.9-3.11 (TF 2.15) or Python 3.7 (TF 1.15)"
+  die "$1 needs Python 3.9-3.11 (TF 2.15) or Python 3.7 (TF 1.15)"
+}
+
+cmd_demo() {
+  local runtime
+  runtime=$(one_runtime "the demo")
   setup_env "$runtime"
   say "demo on $runtime"
   TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runtime/bin/python" -m tools.demo "$@"
@@ -254,11 +260,8 @@ cmd_benchmark() {
 }
 
 cmd_serve() {
-  local r runtime=""
-  for r in tf2 tf1; do
-    if find_python "$r" >/dev/null; then runtime=$r; break; fi
-  done
-  [ -n "$runtime" ] || die "serving needs Python 3.9-3.11 (TF 2.15) or Python 3.7 (TF 1.15)"
+  local runtime
+  runtime=$(one_runtime "serving")
   setup_env "$runtime" >&2
   cd "$CALLER_DIR"
   PYTHONPATH="$ROOT" TF_CPP_MIN_LOG_LEVEL=2 exec "$VENVS/$runtime/bin/python" \

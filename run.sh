@@ -8,6 +8,7 @@
 #   ./run.sh benchmark quality [ARGS]   time to quality: the real MiniLM, one epoch, each code
 #                    path, wall time and held-out ROC-AUC (tools/time_to_quality.py)
 #   ./run.sh benchmark predictor [ARGS]   the predictor against --do_predict (tools/bench_predictor.py)
+#   ./run.sh benchmark serve [ARGS]   the HTTP server: requests/s, p50/p99 at 1, 8, 32 clients
 #   ./run.sh benchmark table SUMMARIES...   runs' run_summary.json as a wall-time table (tools/run_table.py)
 #   ./run.sh benchmark profile [ARGS]   where a training step's time goes (tools/profile_step.py)
 #   ./run.sh benchmark scale [ARGS]   Jigsaw at Kaggle's size: featurisation time, peak memory,
@@ -242,6 +243,9 @@ cmd_benchmark() {
   if [ "${1:-}" = predictor ]; then
     shift
     TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runner/bin/python" -m tools.bench_predictor "$@"
+  elif [ "${1:-}" = serve ]; then
+    shift
+    TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runner/bin/python" -m tools.bench_serve "$@"
   elif [ "${1:-}" = profile ]; then
     shift
     TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runner/bin/python" -m tools.profile_step "$@"
@@ -275,5 +279,5 @@ case "${1:-}" in
   setup) shift; cmd_setup "$@" ;;
   test) shift; cmd_test "$@" ;;
   shell) shift; cmd_shell "$@" ;;
-  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -228,3 +228,15 @@ def test_a_bad_data_file_stops_the_command_with_one_line(tmp_path, tool):
   assert str(stopped.value) == ("%s: no data file %s; pass --data=a CSV of text,label rows"
                                 % (prefix, tmp_path / "none.csv"))
   assert not (tmp_path / "work").exists()  # stopped before any work
+
+
+def test_the_serve_benchmark_takes_nearest_rank_percentiles_and_tables_its_runs():
+  from tools.bench_serve import percentile, results_markdown
+  latencies = [0.010 * k for k in range(1, 101)]  # 10 ms .. 1000 ms
+  assert percentile(latencies, 0.5) == pytest.approx(0.50)
+  assert percentile(latencies, 0.99) == pytest.approx(0.99)
+  assert percentile([0.3, 0.1, 0.2], 0.5) == 0.2 and percentile([0.3], 0.99) == 0.3
+  table = results_markdown({"tensorflow": "2.15.1", "python": "3.11.7", "machine": "x, 2 cores",
+                            "runs": [{"clients": 8, "requests": 400, "requests_per_s": 41.25,
+                                      "p50_ms": 180.04, "p99_ms": 390.96}]})
+  assert table.splitlines()[-1] == "| 8 | 400 | 41.2 | 180.0 | 391.0 |"

@@ -1,0 +1,179 @@
+"""The HTTP server's speed: requests/s and latency (p50, p99) under 1, 8 and 32 concurrent
+clients on loopback, on MiniLM (all-MiniLM-L6-v2 in Google's layout).
+
+  ./run.sh benchmark serve [--clients 1,8,32 --requests 400 --seconds 30 --out_dir docs/serve]
+
+It fine-tunes MiniLM for a few steps on real comments and exports it (not timed, as the
+predictor benchmark does), starts `python -m serving.server` on the export, then for each
+number of clients sends one-text requests (real comments, in turn) from that many
+threads until --requests have been answered or --seconds have passed, and checks every
+answer. The clients run on the same 2 cores as the server, so the figures are a floor.
+"""
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from tools import assets, bench_predictor  # noqa: E402
+
+
+def parse_args(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--data", default=bench_predictor.SHARED_COMMENTS if os.path.exists(
+      bench_predictor.SHARED_COMMENTS) else bench_predictor.SAMPLE_COMMENTS,
+                      help="CSV rows text,label without a header")
+  parser.add_argument("--clients", default="1,8,32", help="concurrent clients, per run")
+  parser.add_argument("--requests", type=int, default=400, help="answers per run, at most")
+  parser.add_argument("--seconds", type=float, default=30.0, help="time per run, at most")
+  parser.add_argument("--train_steps", type=int, default=10)
+  parser.add_argument("--max_seq_length", type=int, default=128)
+  parser.add_argument("--out_dir", default=os.path.join(ROOT, "output", "bench_serve"))
+  parser.add_argument("--work_dir", default=os.path.join(ROOT, ".cache", "bench_serve"))
+  parser.add_argument("--cache_dir", default=assets.DEFAULT_CACHE)
+  args = parser.parse_args(argv)
+  args.clients = [int(n) for n in args.clients.split(",")]
+  if min(args.clients) < 1 or args.requests < 1 or args.seconds <= 0:
+    parser.error("--clients, --requests and --seconds must be above 0")
+  return args
+
+
+def percentile(values, fraction):
+  """The nearest-rank percentile: the smallest value with at least fraction of the values
+  at or below it."""
+  ordered = sorted(values)
+  rank = max(1, -(-len(ordered) * fraction // 1))
+  return ordered[int(rank) - 1]
+
+
+def load(url, texts, clients, max_requests, max_seconds):
+  """Sends one-text requests from clients threads until max_requests are answered or
+  max_seconds pass. Returns (answers, seconds, latencies in s); a wrong answer stops it."""
+  lock = threading.Lock()
+  state = {"sent": 0}
+  latencies, failures = [], []
+  deadline = time.time() + max_seconds
+
+  def client():
+    while time.time() < deadline and not failures:
+      with lock:
+        if state["sent"] >= max_requests:
+          return
+        k = state["sent"]
+        state["sent"] += 1
+      body = json.dumps({"instances": [texts[k % len(texts)]]}).encode()
+      request = urllib.request.Request(url, data=body,
+                                       headers={"Content-Type": "application/json"})
+      start = time.time()
+      try:
+        with urllib.request.urlopen(request, timeout=120) as answer:
+          predictions = json.loads(answer.read().decode())["predictions"]
+      except (urllib.error.URLError, ValueError, KeyError) as e:
+        failures.append("request %d: %s" % (k, e))
+        return
+      seconds = time.time() - start
+      if len(predictions) != 1 or "probabilities" not in predictions[0]:
+        failures.append("request %d: answered %r" % (k, predictions))
+        return
+      with lock:
+        latencies.append(seconds)
+
+  threads = [threading.Thread(target=client) for _ in range(clients)]
+  start = time.time()
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  if failures:
+    raise SystemExit("bench_serve: " + failures[0])
+  return len(latencies), time.time() - start, latencies
+
+
+def start_server(export, port, log_path):
+  log = open(log_path, "w")
+  process = subprocess.Popen([sys.executable, "-m", "serving.server", export, "--port",
+                              str(port)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  status = "http://127.0.0.1:%d/v1/models/model" % port
+  deadline = time.time() + 180
+  while time.time() < deadline and process.poll() is None:
+    try:
+      urllib.request.urlopen(status, timeout=5).read()
+      return process, status + ":predict"
+    except (urllib.error.URLError, ConnectionError):
+      time.sleep(0.5)
+  process.kill()
+  raise SystemExit("bench_serve: the server did not start; see %s" % log_path)
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  rows = bench_predictor.read_rows(args.data, 1000)
+  texts = [text for text, _ in rows]
+  shutil.rmtree(args.work_dir, ignore_errors=True)
+  os.makedirs(args.work_dir)
+  os.makedirs(args.out_dir, exist_ok=True)
+  train_file = os.path.join(args.work_dir, "rows.csv")
+  bench_predictor.write_rows(train_file, rows)
+  model = os.path.join(args.work_dir, "model")
+  print("fine-tuning MiniLM for %d steps and exporting it (not timed)" % args.train_steps)
+  bench_predictor.fine_tune_and_export(args, assets.minilm_google_dir(args.cache_dir),
+                                       train_file, model)
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  process, url = start_server(model, port, os.path.join(args.work_dir, "server.log"))
+  runs = []
+  try:
+    load(url, texts, 1, 3, args.seconds)  # (the first runs of a session allocate)
+    for clients in args.clients:
+      answers, seconds, latencies = load(url, texts, clients, args.requests, args.seconds)
+      runs.append({"clients": clients, "requests": answers, "seconds": seconds,
+                   "requests_per_s": answers / seconds,
+                   "p50_ms": 1000 * percentile(latencies, 0.5),
+                   "p99_ms": 1000 * percentile(latencies, 0.99)})
+      print("%2d clients: %d requests in %.1f s, %.1f/s, p50 %.1f ms, p99 %.1f ms" % (
+          clients, answers, seconds, runs[-1]["requests_per_s"], runs[-1]["p50_ms"],
+          runs[-1]["p99_ms"]), flush=True)
+  finally:
+    process.terminate()
+    process.wait(30)
+  import tensorflow as tf
+  figures = {"runs": runs, "tensorflow": tf.__version__, "python": platform.python_version(),
+             "machine": "%s, %d cores" % (platform.processor() or platform.machine(),
+                                          os.cpu_count()),
+             "max_seq_length": args.max_seq_length,
+             "data": os.path.relpath(args.data, os.path.dirname(ROOT))}
+  with open(os.path.join(args.out_dir, "results.json"), "w") as f:
+    json.dump(figures, f, indent=2, sort_keys=True)
+  table = results_markdown(figures)
+  with open(os.path.join(args.out_dir, "results.md"), "w") as f:
+    f.write(table)
+  print(table)
+
+
+def results_markdown(figures):
+  lines = ["MiniLM export served by `./run.sh serve` on loopback, one text per request "
+           "(TF %s, Python %s, %s; the clients share the machine):" % (
+               figures["tensorflow"], figures["python"], figures["machine"]), "",
+           "| clients | requests | requests/s | p50 ms | p99 ms |", "|---|---|---|---|---|"]
+  for run in figures["runs"]:
+    lines.append("| %d | %d | %.1f | %.1f | %.1f |" % (
+        run["clients"], run["requests"], run["requests_per_s"], run["p50_ms"],
+        run["p99_ms"]))
+  return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+  main()

@@ -6,11 +6,8 @@ import asyncio
 import csv
 import json
 import os
-import socket
-import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 
@@ -18,6 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import JIGSAW, ROOT
+from tools.bench_serve import free_port, serving
 
 pytestmark = pytest.mark.slow
 
@@ -34,36 +32,10 @@ def reference(jigsaw_model):
     return predictor.export_dir, predictor.predict(_texts())
 
 
-def _free_port():
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
-def _serving(command, cwd, port, log_path):
-  """Starts command (a server on port); returns (the process, its status URL) once it
-  answers, or fails with the end of its log."""
-  log = open(log_path, "w")
-  process = subprocess.Popen(command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-  url = "http://127.0.0.1:%d/v1/models/model" % port
-  deadline = time.time() + 120
-  while time.time() < deadline and process.poll() is None:
-    try:
-      urllib.request.urlopen(url, timeout=5).read()
-      return process, url
-    except (urllib.error.URLError, ConnectionError):
-      time.sleep(0.5)
-  process.kill()
-  process.wait()
-  log.close()
-  pytest.fail("the server did not answer: %s" % open(log_path).read()[-3000:])
-
-
 @pytest.fixture(scope="module")
 def server(jigsaw_model, tmp_path_factory):
-  port = _free_port()
-  process, url = _serving(
+  port = free_port()
+  process, url = serving(
       [sys.executable, "-m", "serving.server", jigsaw_model.output_dir, "--port", str(port),
        "--max_body_mb", "0.01", "--batch_wait_ms", "20", "--max_instances", "40"], ROOT,
       port, str(tmp_path_factory.mktemp("server") / "server.log"))
@@ -232,9 +204,9 @@ def test_a_failing_batch_fails_only_the_request_at_fault(jigsaw_model, reference
 @pytest.mark.one_runtime("tf2")
 def test_run_sh_serve_takes_a_path_from_where_it_is_run(jigsaw_model, tmp_path):
   """./run.sh serve from another folder, with a path relative to it."""
-  port = _free_port()
+  port = free_port()
   folder, name = os.path.split(jigsaw_model.output_dir)
-  process, url = _serving(["bash", os.path.join(ROOT, "run.sh"), "serve", name, "--port",
+  process, url = serving(["bash", os.path.join(ROOT, "run.sh"), "serve", name, "--port",
                            str(port)], folder, port, str(tmp_path / "serve.log"))
   try:
     status, answer = _call(url + ":predict", {"instances": ["thanks"]})

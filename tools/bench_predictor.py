@@ -147,12 +147,19 @@ def main(argv=None):
       latency_speedup=figures["cli_one_row_s"] / (figures["predictor_one_ms"] / 1000),
       throughput_speedup=figures["cli_rows_s"] / figures["predictor_rows_s"],
       tensorflow=tf.__version__, python=platform.python_version(),
-      machine="%s, %d cores" % (platform.processor() or platform.machine(), os.cpu_count()),
-      data=os.path.relpath(args.data, os.path.dirname(ROOT)))
-  with open(os.path.join(args.out_dir, "results.json"), "w") as f:
+      machine=machine(), data=os.path.relpath(args.data, os.path.dirname(ROOT)))
+  write_results(args.out_dir, figures, results_markdown(figures))
+
+
+def machine():
+  return "%s, %d cores" % (platform.processor() or platform.machine(), os.cpu_count())
+
+
+def write_results(out_dir, figures, table):
+  """results.json (figures) and results.md (table) in out_dir; the table printed."""
+  with open(os.path.join(out_dir, "results.json"), "w") as f:
     json.dump(figures, f, indent=2, sort_keys=True)
-  table = results_markdown(figures)
-  with open(os.path.join(args.out_dir, "results.md"), "w") as f:
+  with open(os.path.join(out_dir, "results.md"), "w") as f:
     f.write(table)
   print(table)
 

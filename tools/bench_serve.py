@@ -100,21 +100,31 @@ def load(url, texts, clients, max_requests, max_seconds):
   return len(latencies), time.time() - start, latencies
 
 
-def start_server(export, port, log_path):
+def free_port():
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def serving(command, cwd, port, log_path, timeout=180):
+  """Starts command, a server of the model "model" on port; returns (the process, its
+  status URL) once it answers. RuntimeError with the end of its log if it does not."""
   log = open(log_path, "w")
-  process = subprocess.Popen([sys.executable, "-m", "serving.server", export, "--port",
-                              str(port)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+  process = subprocess.Popen(command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  log.close()  # (the child holds its own copy)
   status = "http://127.0.0.1:%d/v1/models/model" % port
-  deadline = time.time() + 180
+  deadline = time.time() + timeout
   while time.time() < deadline and process.poll() is None:
     try:
       urllib.request.urlopen(status, timeout=5).read()
-      return process, status + ":predict"
+      return process, status
     except (urllib.error.URLError, ConnectionError):
       time.sleep(0.5)
   process.kill()
-  raise SystemExit("bench_serve: the server did not start; see %s" % log_path)
+  process.wait()
+  with open(log_path) as f:
+    raise RuntimeError("the server did not answer:\n" + f.read()[-3000:])
 
 
 def main(argv=None):
@@ -130,10 +140,13 @@ def main(argv=None):
   print("fine-tuning MiniLM for %d steps and exporting it (not timed)" % args.train_steps)
   bench_predictor.fine_tune_and_export(args, assets.minilm_google_dir(args.cache_dir),
                                        train_file, model)
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-  process, url = start_server(model, port, os.path.join(args.work_dir, "server.log"))
+  port = free_port()
+  try:
+    process, status = serving([sys.executable, "-m", "serving.server", model, "--port",
+                               str(port)], ROOT, port, os.path.join(args.work_dir, "server.log"))
+  except RuntimeError as e:
+    raise SystemExit("bench_serve: %s" % e)
+  url = status + ":predict"
   runs = []
   try:
     load(url, texts, 1, 3, args.seconds)  # (the first runs of a session allocate)
@@ -151,16 +164,9 @@ def main(argv=None):
     process.wait(30)
   import tensorflow as tf
   figures = {"runs": runs, "tensorflow": tf.__version__, "python": platform.python_version(),
-             "machine": "%s, %d cores" % (platform.processor() or platform.machine(),
-                                          os.cpu_count()),
-             "max_seq_length": args.max_seq_length,
+             "machine": bench_predictor.machine(), "max_seq_length": args.max_seq_length,
              "data": os.path.relpath(args.data, os.path.dirname(ROOT))}
-  with open(os.path.join(args.out_dir, "results.json"), "w") as f:
-    json.dump(figures, f, indent=2, sort_keys=True)
-  table = results_markdown(figures)
-  with open(os.path.join(args.out_dir, "results.md"), "w") as f:
-    f.write(table)
-  print(table)
+  bench_predictor.write_results(args.out_dir, figures, results_markdown(figures))
 
 
 def results_markdown(figures):

@@ -6,6 +6,7 @@ each other's staging file. A folder written for later use (an export) lists its 
 with their sizes and sha256 (its manifest), which a reader checks before use.
 """
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -29,10 +30,18 @@ def staging_path(path):
 
 def write_whole(path, content):
   """Writes content (text or bytes) to path whole, or leaves path as it was."""
+  with staged_file(path, "wb" if isinstance(content, bytes) else "w") as out:
+    out.write(content)
+
+
+@contextlib.contextmanager
+def staged_file(path, mode="w"):
+  """with staged_file(path) as out: writes out (opened in mode) under a staging name,
+  renamed over path when the block ends; if it fails, path is left as it was."""
   staging = staging_path(path)
   try:
-    with tf.io.gfile.GFile(staging, "wb" if isinstance(content, bytes) else "w") as out:
-      out.write(content)
+    with tf.io.gfile.GFile(staging, mode) as out:
+      yield out
     tf.io.gfile.rename(staging, path, overwrite=True)
   except BaseException:
     remove_quietly(staging)

@@ -52,14 +52,20 @@ def read_checked(processor, split):
 
 
 def checked(examples, processor, split, sha256, change):
-  """examples, then DataError if the bytes read (processor.read_sha256[split]) are not
-  those of sha256: the rows written from them would not be the file's."""
+  """examples, then DataError if the bytes read are not those of sha256: the rows
+  written from them would not be the file's."""
   for example in examples:
     yield example
-  if combined_sha256(processor.read_sha256[split]) != sha256:
-    raise DataError(processor.file_for(split), "the file %s (its sha256 then and now "
-                    "differ): its predictions would be written beside other rows" % change,
-                    "run again once nothing writes to it")
+  refuse_changed(processor, split, sha256, "the file %s (its sha256 then and now differ): "
+                 "its predictions would be written beside other rows" % change)
+
+
+def refuse_changed(processor, split, sha256, problem):
+  """DataError(problem) if the bytes the last read of a split's files took
+  (processor.read_sha256[split]) are not those of sha256."""
+  read = processor.read_sha256.get(split)
+  if read and combined_sha256(read) != sha256:
+    raise DataError(processor.file_for(split), problem, "run again once nothing writes to it")
 
 
 def check_rereadable(paths, why):

@@ -97,9 +97,10 @@ class Evaluator(object):
   def predict_outputs(self, split, checkpoint):
     """The head's outputs for every example of a split, in input order (whatever order its
     records are in: each carries its example's place), as a float32 array of one row per
-    example: 4 bytes per output, and a byte per row for whether it came back. Padding rows are dropped, and
-    a row lost or predicted twice is an error. Batches are taken whole (not row by row,
-    which cost more than BERT-Tiny's own computation); a progress line every 30 s."""
+    example: 4 bytes per output, and a byte per row for whether it came back. Padding
+    rows are dropped, and a row lost or predicted twice is an error. Batches are taken
+    whole (not row by row, which cost more than BERT-Tiny's own computation); a progress
+    line every 30 s."""
     total = split.num_examples
     rows = seen = None
     done = 0

@@ -1,6 +1,7 @@
 """The SavedModel of a fine-tuned model, and predicting a file from such an export alone
 (--saved_model)."""
 
+import itertools
 import logging
 import os
 import time
@@ -74,14 +75,10 @@ def predict_with_export(c):
 def predicted_in_chunks(predictor, examples):
   """(example, its outputs) for examples (an iterable, read as it goes), predicted
   EXPORT_CHUNK_ROWS at a time (each chunk in length order): the file is never held."""
-  chunk = []
-  for example in examples:
-    chunk.append(example)
-    if len(chunk) == EXPORT_CHUNK_ROWS:
-      for pair in zip(chunk, predictor.predict_outputs(chunk)):
-        yield pair
-      chunk = []
-  if chunk:
-    for pair in zip(chunk, predictor.predict_outputs(chunk)):
-      yield pair
+  examples = iter(examples)
+  while True:
+    chunk = list(itertools.islice(examples, EXPORT_CHUNK_ROWS))
+    if not chunk:
+      return
+    yield from zip(chunk, predictor.predict_outputs(chunk))
 

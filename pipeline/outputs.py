@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 
 import tensorflow.compat.v1 as tf
 
-from data.files import remove_quietly, staging_path
+from data.files import staged_file
 from modeling.checkpoint import checkpoint_global_step
 from pipeline.machine import describe_device
 from pipeline.progress import format_seconds
@@ -104,21 +104,15 @@ def write_predictions(path, predictions, label_spec, carried=()):
   carried columns (names of the examples' extras). The file is written whole (staged,
   then renamed) once predictions end. Returns the number of lines."""
   changed = collections.Counter()
-  staging = staging_path(path)
   count = 0
-  try:
-    with tf.io.gfile.GFile(staging, "w") as out:
-      out.write("\t".join(["id"] + label_spec.prediction_header() + list(carried)) + "\n")
-      for example, values in predictions:
-        out.write("\t".join([one_line(example.guid, changed, "id")] +
-                            label_spec.prediction_cells(values) +
-                            [one_line(example.extras.get(k, ""), changed, k)
-                             for k in carried]) + "\n")
-        count += 1
-    tf.io.gfile.rename(staging, path, overwrite=True)
-  except BaseException:
-    remove_quietly(staging)
-    raise
+  with staged_file(path) as out:
+    out.write("\t".join(["id"] + label_spec.prediction_header() + list(carried)) + "\n")
+    for example, values in predictions:
+      out.write("\t".join([one_line(example.guid, changed, "id")] +
+                          label_spec.prediction_cells(values) +
+                          [one_line(example.extras.get(k, ""), changed, k)
+                           for k in carried]) + "\n")
+      count += 1
   _report_changed_cells(path, changed)
   return count
 

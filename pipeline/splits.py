@@ -14,10 +14,9 @@ from typing import Optional
 from data import tokenization
 from data import weights as weights_lib
 from data.input_fn import input_fn_builder
-from data.errors import DataError
-from data.files import combined_sha256, files_sha256
+from data.files import files_sha256
 from data.file_lists import same_file_key
-from data.reread import check_rereadable, read_twice
+from data.reread import check_rereadable, read_twice, refuse_changed
 from data.tfrecord import build_records
 from pipeline.build import truncation_of
 from spec.errors import FlagError
@@ -150,11 +149,8 @@ class Featuriser(object):
     """What reading the split's files found, once they are read; a file whose bytes
     changed between the hash that names its records and the read (a file still being
     written) is refused: the records would be cached under the other bytes' name."""
-    read = self.processor.read_sha256.get(split)
-    if read and combined_sha256(read) != sha256:
-      raise DataError(self.processor.file_for(split), "the file changed while it was read "
-                      "(its sha256 before reading and of the bytes read differ)",
-                      "run again once nothing writes to it")
+    refuse_changed(self.processor, split, sha256, "the file changed while it was read (its "
+                   "sha256 before reading and of the bytes read differ)")
     return self.processor.accounts.get(split)
 
   def settings(self, split, fold, order=None):

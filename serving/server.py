@@ -38,7 +38,6 @@ class Batcher(object):
     self.predictor, self.max_batch, self.wait_seconds = predictor, max_batch, wait_seconds
     self.queue = asyncio.Queue()
     self.thread = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-    self.batches = 0
 
   async def predict(self, examples):
     """The predictor's results for examples (one request's), in their order."""
@@ -97,7 +96,6 @@ class Batcher(object):
         self.thread, self.predictor.predict_outputs, examples)
 
   def _give(self, waiting, outputs):
-    self.batches += 1
     start = 0
     for request, done in waiting:
       if not done.done():  # (a request whose handler was cancelled is not answered)

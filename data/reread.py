@@ -45,6 +45,8 @@ def read_checked(processor, split):
   bytes changed while it was read (hashed first, when it is a regular file: a stream,
   read once, is taken as it comes)."""
   paths = processor.files_of(split)
+  for path in paths:
+    check_file(path)
   if not all(rereadable(path) for path in paths):
     return processor.iter_examples(split)
   return checked(processor.iter_examples(split), processor, split, files_sha256(paths),

@@ -14,6 +14,7 @@ from data.errors import DataError
 from data.reread import read_again
 from pipeline.build import make_processor
 from pipeline.outputs import FoldsRun, paired, write_fold_predictions, write_test_results
+from pipeline.splits import check_hashed_then_read
 from spec.errors import FlagError
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ def run_folds(c, run_model):
   check_folds(c.training, c.modes.do_train)
   num_folds, output_dir = c.training.num_folds, c.outputs.output_dir
   processor = make_processor(c.data, c.training.sample_weight_column)
+  check_hashed_then_read(processor, ["train"] + (["test"] if c.modes.do_predict else []))
   examples = processor.get_examples("train")
   assignment = folds_lib.assign_folds(fold_strata(examples, processor.label_spec), num_folds,
                                       c.training.seed)

@@ -64,6 +64,9 @@ def prepare_splits(c, task, tokenizer, vocab_file, fold=None, own_shards=None):
   training = c.training
   featurise = Featuriser(c, processor, tokenizer, vocab_file, own_shards)
   splits = {}
+  check_hashed_then_read(processor, [split for split, wanted in (
+      ("train", c.modes.do_train or fold is not None), ("dev", c.modes.do_eval and fold is None),
+      ("test", c.modes.do_predict)) if wanted])
   if fold is None:
     check_files_of_splits(processor, c.modes)
   if fold is not None:
@@ -89,6 +92,19 @@ def prepare_splits(c, task, tokenizer, vocab_file, fold=None, own_shards=None):
       else:
         splits[split] = featurise(split, processor.get_examples(split), multiple)
   return Splits(splits.get("train"), splits.get("dev"), splits.get("test"))
+
+
+# Why a split's file must be one that can be read twice (a regular file).
+HASHED_THEN_READ = ("it is read twice: hashed first, to find its records in the cache, then "
+                    "read for its rows")
+
+
+def check_hashed_then_read(processor, splits):
+  """Every file of the splits (names) is hashed, then read: each must be a regular file,
+  refused in one line before any is read (a FIFO no one writes to would block the first
+  read for ever, and a pipe's second read is empty)."""
+  for split in splits:
+    check_rereadable(processor.files_of(split), HASHED_THEN_READ)
 
 
 def check_files_of_splits(processor, modes):
@@ -158,8 +174,7 @@ class Featuriser(object):
     cached copy must match."""
     processor, data = self.processor, self.data
     source_split = "train" if fold is not None else split
-    check_rereadable(processor.files_of(source_split), "it is read twice: hashed first, to "
-                     "find its records in the cache, then read for its rows")
+    check_rereadable(processor.files_of(source_split), HASHED_THEN_READ)
     settings = {
         "task": processor.name, "split": split, "source_file": processor.file_for(source_split),
         "source_sha256": files_sha256(processor.files_of(source_split)),

@@ -453,7 +453,25 @@ def test_a_file_read_twice_must_be_a_regular_file_and_one_read_once_is_checked(t
       Featuriser(c, processor, tokenizer, vocab_file).settings("test", None)
     assert str(error.value).startswith("%s: %s" % (path, problem))
 
+  # Checked before any file is read: an eval file or a folds run's train file that is a
+  # FIFO no one writes to is refused, not read for ever.
+  from pipeline.folds import run_folds
+  from pipeline.splits import prepare_splits
+  from pipeline.tasks import task_of
+  eval_fifo = _config(tmp_path, "--task_name=sst-2", "--data_dir=" + SST2, "--do_eval",
+                      "--eval_file=" + fifo)
+  with pytest.raises(DataError, match="this is a pipe or another stream"):
+    prepare_splits(eval_fifo, task_of(make_processor(eval_fifo.data)), tokenizer, vocab_file)
+  with pytest.raises(DataError, match="this is a pipe or another stream"):
+    run_folds(_config(tmp_path, "--task_name=sst-2", "--data_dir=" + SST2, "--num_folds=2",
+                      "--train_file=" + fifo), None)
+
   predict = tmp_path / "test.tsv"
+  missing = make_processor(_config(tmp_path, "--task_name=sst-2", "--data_dir=" + SST2,
+                                   "--predict_file=%s" % (tmp_path / "no.tsv"),
+                                   "--do_predict").data)
+  with pytest.raises(DataError, match="the file does not exist"):
+    read_checked(missing, "test")
   predict.write_bytes(open(os.path.join(SST2, "test.tsv"), "rb").read())
   processor = make_processor(_config(tmp_path, "--task_name=sst-2", "--data_dir=" + SST2,
                                      "--predict_file=%s" % predict, "--do_predict").data)

@@ -28,10 +28,12 @@ _KNOWN_CASED = ("cased_L-12_H-768_A-12", "cased_L-24_H-1024_A-16",
                 "multi_cased_L-12_H-768_A-12")
 
 
-def load_vocab(vocab_file):
-  """Reads a one-token-per-line vocabulary. Returns {token: id}."""
+def load_vocab(vocab_file, text=None):
+  """Reads a one-token-per-line vocabulary: vocab_file's, or text, the file's contents read
+  elsewhere (from a bucket). Returns {token: id}; a repeated token keeps its first id."""
   vocab = {}
-  with io.open(vocab_file, "r", encoding="utf-8") as reader:
+  with (io.open(vocab_file, "r", encoding="utf-8") if text is None else
+        io.StringIO(text, newline=None)) as reader:  # (the same line ends either way)
     for line in reader:
       token = line.strip()
       if token not in vocab:

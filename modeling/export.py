@@ -1,8 +1,10 @@
 """Exporting a fine-tuned model as a SavedModel for serving (spec/signature.py's contract).
 
-The export graph is the model_fn's PREDICT graph on placeholders of any batch size and
-length, restored from one checkpoint, with one signature and the files needed to predict
-from text as assets. It is built on the host's CPU, so a model trained on a TPU exports
+The export graph is the model_fn's PREDICT graph on inputs of any batch size and length,
+restored from one checkpoint, with two signatures: the default one takes text and
+tokenises it in the graph, the other takes token ids. The ids are placeholders whose
+default is the tokenised text, so the two signatures share one model, and feeding ids
+leaves the tokenizer's ops unrun. The files needed to predict from text go in as assets. It is built on the host's CPU, so a model trained on a TPU exports
 the same way as one trained here.
 """
 
@@ -20,9 +22,10 @@ from spec import signature
 log = logging.getLogger(__name__)
 
 
-def serving_features():
-  """int32 placeholders [batch, length] named as the signature's inputs."""
-  return {name: tf.placeholder(tf.int32, [None, None], name=name)
+def serving_features(defaults):
+  """int32 [batch, length] inputs named as the ids signature's, each fed, or else taken from
+  defaults (the ids of the text signature's input)."""
+  return {name: tf.placeholder_with_default(defaults[name], [None, None], name=name)
           for name in signature.INPUT_NAMES}
 
 
@@ -34,13 +37,17 @@ def versioned_export_dir(export_base):
   return os.path.join(export_base, str(version))
 
 
-def export_saved_model(model_fn, checkpoint, export_dir, output_name, assets, seal=None):
+def export_saved_model(model_fn, checkpoint, export_dir, output_name, assets, text_features,
+                       seal=None):
   """Writes the SavedModel of model_fn's predictions restored from checkpoint into
   export_dir (which must not exist; it appears only once complete).
 
   model_fn: a model_fn built for the CPU (use_tpu=False) without init_checkpoint.
   output_name: the signature's name for the predictions' "outputs".
   assets: {file name in assets/: its text}, e.g. the model card and the vocabulary.
+  text_features: called in the export's graph, returns ({name: string placeholder [batch]},
+    the int32 features of those texts by signature.INPUT_NAMES), e.g. with
+    data.graph_tokenizer; tables it makes are initialised when the export is loaded.
   seal: called with the finished folder before it takes its name (to list its files).
   Returns export_dir.
   """
@@ -52,9 +59,10 @@ def export_saved_model(model_fn, checkpoint, export_dir, output_name, assets, se
   staging = tempfile.mkdtemp(prefix="export-assets-")
   try:
     with tf.Graph().as_default():
-      features = serving_features()
+      texts, tokenised = text_features()
+      features = serving_features(tokenised)
       spec = model_fn(features, None, tf.estimator.ModeKeys.PREDICT, {})
-      outputs = spec.predictions["outputs"]
+      outputs = {output_name: spec.predictions["outputs"]}
       for name, text in sorted(assets.items()):
         # The builder copies each asset under its own base name: stage them so named.
         staged = os.path.join(staging, name)
@@ -62,16 +70,17 @@ def export_saved_model(model_fn, checkpoint, export_dir, output_name, assets, se
           out.write(text)
         tf.add_to_collection(tf.GraphKeys.ASSET_FILEPATHS,
                              tf.constant(staged, name="asset_" + name.replace(".", "_")))
-      prediction = tf.saved_model.signature_def_utils.predict_signature_def(
-          inputs=features, outputs={output_name: outputs})
+      predict = tf.saved_model.signature_def_utils.predict_signature_def
+      signatures = {signature.SIGNATURE_NAME: predict(inputs=texts, outputs=outputs),
+                    signature.IDS_SIGNATURE: predict(inputs=features, outputs=outputs)}
       with tf.Session() as session:
         tf.train.Saver().restore(session, checkpoint)
         builder = tf.saved_model.builder.SavedModelBuilder(partial)
         builder.add_meta_graph_and_variables(
             session, [signature.SERVE_TAG],
-            signature_def_map={signature.SIGNATURE_NAME: prediction},
+            signature_def_map=signatures,
             assets_collection=tf.get_collection(tf.GraphKeys.ASSET_FILEPATHS),
-            strip_default_attrs=True)
+            main_op=tf.tables_initializer(), strip_default_attrs=True)
         builder.save()
     drop_debug_names(partial)
     if seal:

@@ -8,8 +8,11 @@ import time
 
 import tensorflow.compat.v1 as tf
 
+from data.features import Truncation
 from data.files import write_manifest
+from data.graph_tokenizer import GraphTokenizer
 from data.reread import read_checked
+from data.tokenization import load_vocab
 from modeling import export
 from pipeline import build, card, evaluation
 from pipeline.outputs import ModelRun, write_test_results
@@ -28,8 +31,8 @@ EXPORT_CHUNK_ROWS = 4096
 def export_model(outputs, model_fn, label_spec, checkpoint, export_card, vocab_file):
   """The SavedModel of checkpoint and a serving model_fn (build.model_fn_of(serving=True):
   built on this machine's CPU, also after a TPU run), into --export_dir or a new version
-  folder under <output_dir>/export, with the card and the vocabulary as assets. Returns
-  its path."""
+  folder under <output_dir>/export, with the card and the vocabulary as assets, taking text
+  or token ids. Returns its path."""
   export_dir = outputs.export_dir or export.versioned_export_dir(
       os.path.join(outputs.output_dir, "export"))
   with tf.io.gfile.GFile(vocab_file, "r") as f:  # a hub module's may be in a bucket
@@ -37,11 +40,23 @@ def export_model(outputs, model_fn, label_spec, checkpoint, export_card, vocab_f
   export.export_saved_model(
       model_fn, checkpoint, export_dir, signature.output_name(label_spec),
       {signature.CARD_ASSET: model_card.to_json(export_card), signature.VOCAB_ASSET: vocab},
-      seal=write_manifest)
+      text_features_of(export_card, load_vocab(vocab_file, text=vocab)), seal=write_manifest)
   log.info("exported %s to %s: predict from it alone with --saved_model=%s, or load it in "
            "Python with serving.predictor.Predictor",
            evaluation.describe_checkpoint(checkpoint), export_dir, export_dir)
   return export_dir
+
+
+def text_features_of(card, vocab):
+  """The export's text inputs and their ids, as the card says training made them (casing,
+  max_seq_length, truncation, single texts or pairs): modeling.export's text_features."""
+  def text_features():
+    tokenizer = GraphTokenizer(vocab, card["do_lower_case"], card["max_seq_length"],
+                               Truncation.from_dict(card["truncation"]))
+    names = signature.text_input_names(card["text_pair"])
+    texts = [tf.placeholder(tf.string, [None], name=name) for name in names]
+    return dict(zip(names, texts)), tokenizer.features(*texts)
+  return text_features
 
 
 def predict_with_export(c):

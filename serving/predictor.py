@@ -23,6 +23,7 @@ import tensorflow.compat.v1 as tf
 from data.fast_tokenization import tokenizer_for
 from data.files import MANIFEST, NO_MANIFEST, file_sha256, manifest_problem
 from data.features import Truncation, convert_examples
+from data.graph_tokenizer import text_ops
 from data.examples import InputExample
 from spec import labels as label_specs
 from spec import model_card
@@ -144,6 +145,7 @@ class Predictor(object):
     self.batch_size = batch_size
     self.tokenizer = tokenizer_for(self.card["vocab_file"], self.card["do_lower_case"],
                                    tokenizer)
+    text_ops()  # (the export's text signature has ops of tensorflow_text's)
     self._graph = tf.Graph()
     self._session = tf.Session(graph=self._graph, config=session_config)
     try:
@@ -153,7 +155,7 @@ class Predictor(object):
       self._session.close()
       raise ExportNotFound("%s cannot be loaded (%s): %s" % (
           self.export_dir, e.message.splitlines()[0], _EXPORT_AGAIN))
-    served = meta_graph.signature_def[signature.SIGNATURE_NAME]
+    served = meta_graph.signature_def[signature.ids_signature_of(meta_graph.signature_def)]
     self._inputs = {name: served.inputs[name].name for name in signature.INPUT_NAMES}
     self.output_name = signature.output_name(self.label_spec)
     self._output = served.outputs[self.output_name].name

@@ -5,12 +5,29 @@ modeling/export.py writes it; serving/predictor.py and TF Serving read it.
 """
 
 SERVE_TAG = "serve"
+# Two signatures share one model. The default takes text (string [batch], and text_b for
+# a model of pairs) and tokenises it in the graph, so a TF Serving request is
+# {"instances": ["some text"]}; IDS_SIGNATURE takes the token ids a tokenizer outside
+# made. An export written before exports took text has one signature, the default,
+# taking ids.
 SIGNATURE_NAME = "serving_default"
+IDS_SIGNATURE = "ids"
 # int32 [batch, length]; any length up to the model card's max_seq_length, so a batch is
 # padded only to its longest text.
 INPUT_NAMES = ("input_ids", "input_mask", "segment_ids")
 CARD_ASSET = "model_card.json"
 VOCAB_ASSET = "vocab.txt"
+
+
+def text_input_names(text_pair):
+  """The text signature's inputs: one string per row, two for a model of pairs."""
+  return ("text", "text_b") if text_pair else ("text",)
+
+
+def ids_signature_of(signature_defs):
+  """The name of the signature that takes ids among an export's signature_defs: IDS_SIGNATURE,
+  or the default one of an export written before exports took text."""
+  return IDS_SIGNATURE if IDS_SIGNATURE in signature_defs else SIGNATURE_NAME
 
 
 def output_name(label_spec):

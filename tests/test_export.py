@@ -16,7 +16,8 @@ from conftest import IN_CI, IS_TF1, JIGSAW, ROOT, TINY, TINY_VOCAB, common_flags
 from data.features import Truncation
 from data.examples import InputExample
 from data.files import NO_MANIFEST, manifest_problem, write_manifest
-from data.tokenization import FullTokenizer, vocab_fingerprint
+from data.graph_tokenizer import text_ops
+from data.tokenization import FullTokenizer, load_vocab, vocab_fingerprint
 from modeling.bert import BertConfig
 from modeling.export import export_saved_model, versioned_export_dir
 from modeling.model_fn import model_fn_builder
@@ -57,13 +58,13 @@ def random_classifier_checkpoint(folder, spec, seed=7):
   return path
 
 
-def card_text(spec, truncation=None, text_pair=False, vocab_sha256=None):
-  return model_card.to_json(model_card.build_card(
+def tiny_card(spec, truncation=None, text_pair=False, vocab_sha256=None):
+  return model_card.build_card(
       task="csv", label_spec=spec, max_seq_length=MAX_LEN, do_lower_case=True,
       vocab_file=TINY_VOCAB, vocab_sha256=vocab_sha256 or vocab_fingerprint(TINY_VOCAB),
       bert_config=None,
       init_checkpoint=None, hub_module=None, flags={}, truncation=truncation,
-      text_pair=text_pair))
+      text_pair=text_pair)
 
 
 def export_tiny(tmp_path, kind="classification", truncation=None, text_pair=False,
@@ -72,12 +73,13 @@ def export_tiny(tmp_path, kind="classification", truncation=None, text_pair=Fals
   spec = SPECS[kind]
   folder = str(tmp_path / kind)
   checkpoint = random_classifier_checkpoint(folder, spec)
+  card = tiny_card(spec, truncation, text_pair, vocab_sha256)
   with open(TINY_VOCAB, encoding="utf-8") as f:
-    assets = {signature.CARD_ASSET: card_text(spec, truncation, text_pair, vocab_sha256),
-              signature.VOCAB_ASSET: f.read()}
+    assets = {signature.CARD_ASSET: model_card.to_json(card), signature.VOCAB_ASSET: f.read()}
   export_dir = versioned_export_dir(os.path.join(folder, "export"))
   export_saved_model(tiny_model_fn(spec), checkpoint, export_dir, signature.output_name(spec),
-                     assets, seal=write_manifest)
+                     assets, pipeline_export.text_features_of(card, load_vocab(TINY_VOCAB)),
+                     seal=write_manifest)
   return export_dir, checkpoint
 
 
@@ -112,16 +114,22 @@ def test_signature_and_assets(tmp_path):
   assert os.listdir(os.path.dirname(export_dir)) == [os.path.basename(export_dir)]  # no partial
   with tf.Graph().as_default(), tf.Session() as session:
     meta_graph = tf.saved_model.loader.load(session, ["serve"], export_dir)
-  served = meta_graph.signature_def["serving_default"]
-  assert served.method_name == "tensorflow/serving/predict"
+  assert sorted(meta_graph.signature_def) == ["ids", "serving_default"]
+  text, ids = meta_graph.signature_def["serving_default"], meta_graph.signature_def["ids"]
+  assert text.method_name == ids.method_name == "tensorflow/serving/predict"
+  assert list(text.inputs) == ["text"]  # one input: TF Serving takes {"instances": [text]}
+  assert text.inputs["text"].dtype == tf.string.as_datatype_enum
+  assert [d.size for d in text.inputs["text"].tensor_shape.dim] == [-1]
+  assert sorted(ids.inputs) == ["input_ids", "input_mask", "segment_ids"]
   for name in ("input_ids", "input_mask", "segment_ids"):
-    tensor = served.inputs[name]
-    assert tensor.dtype == tf.int32.as_datatype_enum
+    tensor = ids.inputs[name]
+    assert tensor.dtype == tf.int32.as_datatype_enum and tensor.name == name + ":0"
     assert [d.size for d in tensor.tensor_shape.dim] == [-1, -1]
-  assert list(served.outputs) == ["probabilities"]
-  assert [d.size for d in served.outputs["probabilities"].tensor_shape.dim] == [-1, 3]
+  for served in (text, ids):
+    assert list(served.outputs) == ["probabilities"]
+    assert [d.size for d in served.outputs["probabilities"].tensor_shape.dim] == [-1, 3]
   with pytest.raises(ValueError, match="already exists"):
-    export_saved_model(None, None, export_dir, "probabilities", {})
+    export_saved_model(None, None, export_dir, "probabilities", {}, None)
 
 
 @pytest.mark.parametrize("kind", sorted(SPECS))
@@ -142,6 +150,36 @@ def test_predictor_equals_the_model_graph(tmp_path, kind):
       assert result["label"] == names[int(np.argmax(row))]
     if kind == "multi_label":
       assert result["labels"] == [n for n, p in zip(names, row) if p >= 0.5]
+
+
+def signature_outputs(export_dir, inputs, name="serving_default"):
+  """What a plain TensorFlow session gets from one signature of an export for inputs
+  ({input name: values})."""
+  text_ops()  # (registers the ops of the text signature)
+  with tf.Graph().as_default(), tf.Session() as session:
+    served = tf.saved_model.load(session, ["serve"], export_dir).signature_def[name]
+    (output,) = served.outputs.values()
+    return session.run(output.name, {served.inputs[k].name: v for k, v in inputs.items()})
+
+
+@pytest.mark.parametrize("kind,truncation,text_pair", [
+    ("classification", None, False), ("multi_label", {"mode": "tail"}, False),
+    ("regression", {"mode": "head_tail", "head_tokens": 3}, True)])
+def test_the_text_signature_equals_the_predictor(tmp_path, kind, truncation, text_pair):
+  """Text in, tokenised in the graph with the card's casing, truncation and pairing: the
+  outputs of the predictor (which tokenises in Python and feeds the ids signature)."""
+  export_dir, _ = export_tiny(tmp_path, kind, truncation, text_pair)
+  long_text = " ".join("word%d" % i for i in range(60))
+  texts = TEXTS + [long_text, ""]
+  inputs = {"text": texts}
+  items = texts
+  if text_pair:
+    inputs["text_b"] = texts[::-1]
+    items = list(zip(texts, texts[::-1]))
+  with Predictor(export_dir, tokenizer="python", batch_size=3) as predictor:
+    expected = predictor.predict_outputs([predictor.example(i, item)
+                                          for i, item in enumerate(items)])
+  np.testing.assert_allclose(signature_outputs(export_dir, inputs), expected, atol=1e-5)
 
 
 def test_predictor_tokenizers_and_truncation(tmp_path):
@@ -393,6 +431,7 @@ PLAIN_TENSORFLOW_CLIENT = """
 import json, sys
 import numpy as np
 import tensorflow.compat.v1 as tf
+import tensorflow_text  # the ops of the export's text signature
 assert not any(m.split(".")[0] in ("data", "modeling", "spec", "serving", "run_classifier")
                for m in sys.modules)
 export_dir, records = sys.argv[1:]
@@ -404,11 +443,29 @@ for serialized in tf.python_io.tf_record_iterator(records):
     rows[example["example_id"].int64_list.value[0]] = {
         n: list(example[n].int64_list.value) for n in names}
 with tf.Session(graph=tf.Graph()) as session:
-  served = tf.saved_model.load(session, ["serve"], export_dir).signature_def["serving_default"]
+  served = tf.saved_model.load(session, ["serve"], export_dir).signature_def["ids"]
   feed = {served.inputs[n].name: np.array([rows[i][n] for i in sorted(rows)], np.int32)
           for n in names}
   values = session.run(served.outputs["probabilities"].name, feed)
 print(json.dumps({str(i): v.tolist() for i, v in zip(sorted(rows), values)}))
+"""
+
+
+# The same with text: the predict file's comments, read with the csv module, go to the
+# export's default signature as they are.
+PLAIN_TEXT_CLIENT = """
+import csv, json, sys
+import tensorflow.compat.v1 as tf
+import tensorflow_text  # the ops of the export's text signature
+assert not any(m.split(".")[0] in ("data", "modeling", "spec", "serving", "run_classifier")
+               for m in sys.modules)
+export_dir, predict_file = sys.argv[1:]
+with open(predict_file, newline="", encoding="utf-8") as f:
+  texts = [row["comment_text"] for row in csv.DictReader(f)]
+with tf.Session(graph=tf.Graph()) as session:
+  served = tf.saved_model.load(session, ["serve"], export_dir).signature_def["serving_default"]
+  values = session.run(served.outputs["probabilities"].name, {served.inputs["text"].name: texts})
+print(json.dumps(values.tolist()))
 """
 
 
@@ -484,6 +541,14 @@ def test_train_export_and_score_from_the_export_alone(jigsaw_model, tmp_path, mo
   by_id = json.loads(independent.stdout.splitlines()[-1])
   assert sorted(int(i) for i in by_id) == list(range(33))
   np.testing.assert_allclose([by_id[str(i)] for i in range(33)],
+                             [[float(v) for v in r[1:3]] for r in cli_rows], atol=1e-5)
+
+  independent = subprocess.run(
+      [sys.executable, "-c", PLAIN_TEXT_CLIENT, export_dir, os.path.join(JIGSAW, "test.csv")],
+      cwd=str(tmp_path), env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
+  assert independent.returncode == 0, independent.stderr[-3000:]
+  np.testing.assert_allclose(json.loads(independent.stdout.splitlines()[-1]),
                              [[float(v) for v in r[1:3]] for r in cli_rows], atol=1e-5)
 
   # Exporting again, without training, from a copy of the model: into --export_dir, or

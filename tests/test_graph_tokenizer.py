@@ -1,0 +1,155 @@
+"""The export's in-graph tokenizer (data/graph_tokenizer.py) gives Google's FullTokenizer ids
+on every shipped text and every code point (where it cannot, exactly where), and lays the
+ids out as training does for single texts, pairs and every truncation."""
+
+import sys
+import unicodedata
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+from conftest import CORPORA, CORPUS_SIZES, corpus_texts, google_ids
+from data.examples import InputExample
+from data.features import Truncation, convert_examples
+from data.graph_tokenizer import GraphTokenizer, pair_lengths
+from data.tokenization import FullTokenizer, load_vocab
+from serving.predictor import padded_batch
+from spec.labels import SingleLabel
+from test_tokenization import _code_point_texts
+
+HAND_MADE = [u"", u"   ", u"a" * 200, u"a" * 201, u"\u0434" * 200, u"\u0434" * 201,
+             u"H\u00e9llo,\tWORLD!\x00\ufffd", u"\u4e2d\u6587mixed\u3002", u"[CLS] [SEP] [UNK]",
+             u"don't STOP 42nd! (ok)...", u"e\u0301t\u00e9 CAF\u00c9", u"\u03a3\u03c3 \u039f\u0394\u039f\u03a3.",
+             u"a\x0bb\x7fc\u200bd\u00ade", u"x\u2028y\u2029z\u3000w\u00a0v", u"\u0130stanbul \ufb01n",
+             u"\u1e9e \u1f88\u1fbc", u"\U0001f600 emoji\U0001f44d\U0001f3fd", u"UNAFFABLE ##able",
+             u"".join(chr(c) for c in range(32, 127))]
+LAYOUT_TEXTS = [u"short", u"a somewhat longer text of several words here",
+                u"one two three four five six seven eight nine ten eleven twelve thirteen",
+                u"", u"caf\u00e9 \u4e2d\u6587 text, with punctuation!"]
+STRATEGIES = [None, Truncation("tail"), Truncation("head_tail"),
+              Truncation("head_tail", head_tokens=2), Truncation("head_tail", head_tokens=0)]
+
+
+def graph_ids(vocab_file, do_lower_case, texts, batch=512):
+  """The graph's ids of every text (without [CLS]/[SEP]), run batch texts at a time."""
+  result = []
+  with tf.Graph().as_default():
+    tokenizer = GraphTokenizer.from_vocab_file(vocab_file, do_lower_case, 128)
+    strings = tf.placeholder(tf.string, [None])
+    ids, lengths = tokenizer.token_ids(strings)
+    with tf.Session() as session:
+      session.run(tf.tables_initializer())
+      for start in range(0, len(texts), batch):
+        flat, counts = session.run([ids, lengths], {strings: texts[start:start + batch]})
+        ends = np.cumsum(counts)
+        result += [flat[end - count:end].tolist() for count, end in zip(counts, ends)]
+  return result
+
+
+def graph_features(vocab_file, max_seq_length, texts, texts_b=None, truncation=None):
+  with tf.Graph().as_default():
+    tokenizer = GraphTokenizer.from_vocab_file(vocab_file, True, max_seq_length, truncation)
+    strings = tf.placeholder(tf.string, [None])
+    strings_b = None if texts_b is None else tf.placeholder(tf.string, [None])
+    features = tokenizer.features(strings, strings_b)
+    feed = {strings: texts}
+    if texts_b is not None:
+      feed[strings_b] = texts_b
+    with tf.Session() as session:
+      session.run(tf.tables_initializer())
+      return session.run(features, feed)
+
+
+# The full sets take about 15 s per casing on one runtime each, as in test_tokenization.
+CASES = [pytest.param(*CORPORA[0].values, do_lower_case, id="%s-samples" % do_lower_case)
+         for do_lower_case in (True, False)] + [
+    pytest.param(*CORPORA[1].values, do_lower_case, id="%s-full" % do_lower_case,
+                 marks=list(CORPORA[1].marks) + [pytest.mark.one_runtime(runtime)])
+    for do_lower_case, runtime in ((True, "tf1"), (False, "tf2"))]
+
+
+@pytest.mark.parametrize("corpus,do_lower_case", CASES)
+def test_googles_ids_on_every_text(tiny_vocab, corpus, do_lower_case):
+  texts_by_file = corpus_texts(corpus)
+  assert {name: len(texts) for name, texts in texts_by_file.items()} == CORPUS_SIZES[corpus]
+  names = sorted(texts_by_file)
+  texts = [text for name in names for text in texts_by_file[name]]
+  where = ["%s: %r" % (name, text[:200]) for name in names for text in texts_by_file[name]]
+  expected = google_ids(tiny_vocab, do_lower_case, texts)
+  for place, got, ids in zip(where, graph_ids(tiny_vocab, do_lower_case, texts), expected):
+    assert got == ids, place
+  assert sum(not text.isascii() for text in texts) * 30 > len(texts)
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_hand_made_texts_for_each_step(tiny_vocab, do_lower_case):
+  """Cleaning, CJK, casing and accents, punctuation, white space Python splits at, the
+  200-character word limit (in characters: 200 Cyrillic letters are 400 bytes), and TF 1.15's wrong capitals."""
+  expected = google_ids(tiny_vocab, do_lower_case, HAND_MADE)
+  assert graph_ids(tiny_vocab, do_lower_case, HAND_MADE) == expected
+  assert expected[3] == expected[5] == [100] and expected[0] == expected[1] == []
+  assert len(expected[2]) > 1 and len(expected[4]) > 1  # 200 characters are spelt out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_every_code_point_differs_only_where_pythons_tables_are_older(tiny_vocab,
+                                                                       do_lower_case):
+  """Every code point up to U+2FFFF in context: the graph's ids differ from Google's only
+  for code points Python's own Unicode tables leave unassigned (Cn), which the regular
+  expression engine's newer tables know; on Python 3.7 (TF 1.15) nowhere."""
+  texts = _code_point_texts()
+  differing = []
+  for text, got, expected in zip(texts, graph_ids(tiny_vocab, do_lower_case, texts),
+                                 google_ids(tiny_vocab, do_lower_case, texts)):
+    if got != expected:
+      pieces = [piece for piece in text.split(u" ")[::2] if piece]
+      for piece, ids, ids_expected in zip(pieces, graph_ids(tiny_vocab, do_lower_case, pieces),
+                                          google_ids(tiny_vocab, do_lower_case, pieces)):
+        if ids != ids_expected:
+          differing.append(piece[2])
+  assert [c for c in differing if unicodedata.category(c) != "Cn"] == []
+  if sys.version_info < (3, 8):
+    assert differing == []
+  assert len(differing) < 100, len(differing)
+
+
+@pytest.mark.parametrize("truncation", STRATEGIES, ids=repr)
+def test_layout_equals_training(tiny_vocab, truncation):
+  """[CLS] a [SEP] (b [SEP]), Google's pair rule and the card's truncation: the features
+  training makes, padded to the longest row, for single texts and pairs."""
+  tokenizer = FullTokenizer(tiny_vocab, True)
+  spec = SingleLabel(["label"], ["0", "1"])
+  for max_seq_length in (6, 9, 64):
+    pairs = list(zip(LAYOUT_TEXTS, LAYOUT_TEXTS[::-1]))
+    for examples, texts_b in (
+        ([InputExample(i, text) for i, text in enumerate(LAYOUT_TEXTS)], None),
+        ([InputExample(i, a, b) for i, (a, b) in enumerate(pairs)], [b for _, b in pairs])):
+      expected = padded_batch(list(convert_examples(examples, spec, max_seq_length, tokenizer,
+                                                    strategy=truncation)))
+      got = graph_features(tiny_vocab, max_seq_length, LAYOUT_TEXTS, texts_b, truncation)
+      for name in expected:
+        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+
+
+def test_an_empty_batch_has_no_rows(tiny_vocab):
+  got = graph_features(tiny_vocab, 16, [])
+  assert {name: value.shape for name, value in got.items()} == {
+      "input_ids": (0, 2), "input_mask": (0, 2), "segment_ids": (0, 2)}
+
+
+def test_pair_lengths_is_googles_rule():
+  from data.features import pair_lengths as python_rule
+  lengths = [(a, b) for a in range(12) for b in range(12)]
+  with tf.Graph().as_default(), tf.Session() as session:
+    a, b = session.run(pair_lengths(tf.constant([x for x, _ in lengths]),
+                                    tf.constant([y for _, y in lengths]), 9))
+  assert list(zip(a.tolist(), b.tolist())) == [python_rule(x, y, 9) for x, y in lengths]
+
+
+def test_a_vocabulary_without_the_special_tokens_is_refused(tmp_path):
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text(u"[CLS]\n[SEP]\nhello\n")
+  with tf.Graph().as_default(), pytest.raises(ValueError, match=r"it has no \[UNK\] token"):
+    GraphTokenizer(load_vocab(str(vocab)), True, 16)

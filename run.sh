@@ -16,6 +16,7 @@
 #   ./run.sh serve OUTPUT_OR_EXPORT_DIR [--port 8501] [ARGS]   serve a fine-tuned model over
 #                    HTTP in TF Serving's REST shape (serving/server.py; --help lists ARGS)
 #   ./run.sh setup   create both Python environments from requirements.txt
+#   ./run.sh setup hf   create the optional Hugging Face environment (tools/requirements-hf.txt)
 #   ./run.sh shell tf1|tf2 -- CMD...   run a command inside one environment
 set -Eeuo pipefail
 CALLER_DIR=$(pwd)  # (where a path given to ./run.sh serve is relative to)
@@ -98,6 +99,7 @@ available_runtimes() {
 
 cmd_setup() {
   local r runtimes
+  if [ "${1:-}" = hf ]; then setup_env hf; return; fi
   runtimes=$(available_runtimes)
   [ -n "$runtimes" ] || die "neither Python 3.7 nor Python 3.9-3.11 was found"
   for r in $runtimes; do setup_env "$r"; done
@@ -146,6 +148,10 @@ cmd_test() {
   [ -n "$runtimes" ] || die "neither Python 3.7 nor Python 3.9-3.11 was found"
   check_test_space
   for r in $runtimes; do setup_env "$r"; done
+  # The optional Hugging Face environment, whose tests (transformers loading an export, a
+  # transformers classifier brought here) are left out without it: CI builds it, and a
+  # machine that has it keeps it up to date.
+  if [ "${CI:-}" = true ] || [ -d "$VENVS/hf" ]; then setup_env hf; fi
   start=$SECONDS  # the suite's time, without building environments
   export TESTED_RUNTIMES="$(echo $runtimes)"  # a one_runtime test runs on the runtime it names
   if [ "${TEST_ONE_RUNTIME_AT_A_TIME:-}" = 1 ] || [ "$(echo $runtimes | wc -w)" -lt 2 ]; then
@@ -279,5 +285,5 @@ case "${1:-}" in
   setup) shift; cmd_setup "$@" ;;
   test) shift; cmd_test "$@" ;;
   shell) shift; cmd_shell "$@" ;;
-  *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -43,7 +43,8 @@ def define_flags(flag_values):
       flags.DEFINE_enum(name, field.default, options.choices(name), options.help_of(name),
                         flag_values=flag_values)
     elif kind is tuple:
-      flags.DEFINE_list(name, field.default, options.help_of(name), flag_values=flag_values)
+      default = None if field.default is None else list(field.default)  # (absl wants a list)
+      flags.DEFINE_list(name, default, options.help_of(name), flag_values=flag_values)
     else:
       define = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float,
                 str: flags.DEFINE_string}[kind]

@@ -29,19 +29,40 @@ def tokenizer_for(vocab_file, do_lower_case, choice="auto"):
   return (FastTokenizer if use_fast else FullTokenizer)(vocab_file, do_lower_case)
 
 
+def rust_tokenizer(vocab, do_lower_case):
+  """A tokenizers.Tokenizer of vocab ({token: id}) that gives Google's ids (without
+  [CLS]/[SEP])."""
+  from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+  tokenizer = Tokenizer(models.WordPiece(
+      vocab, unk_token=UNK_TOKEN, max_input_chars_per_word=MAX_CHARS_PER_WORD))
+  tokenizer.normalizer = normalizers.BertNormalizer(
+      clean_text=True, handle_chinese_chars=True, strip_accents=do_lower_case,
+      lowercase=do_lower_case)
+  tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+  return tokenizer
+
+
+def tokenizer_json(vocab, do_lower_case):
+  """The tokenizer.json of a transformers BERT tokenizer with Google's ids: the Rust
+  tokenizer, with [CLS] a [SEP] (b [SEP]) and its segments added. (transformers' own BERT
+  tokenizer spells words of at most 100 characters, Google's of at most 200.)"""
+  from tokenizers import decoders, processors
+  tokenizer = rust_tokenizer(vocab, do_lower_case)
+  cls_id, sep_id = vocab["[CLS]"], vocab["[SEP]"]
+  tokenizer.post_processor = processors.TemplateProcessing(
+      single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+      special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
+  tokenizer.decoder = decoders.WordPiece(prefix="##")
+  return tokenizer.to_str()
+
+
 class FastTokenizer(object):
   """encode/encode_batch give token ids without [CLS]/[SEP], like FullTokenizer's ids."""
 
   def __init__(self, vocab_file, do_lower_case=True):
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
     self.vocab = load_vocab(vocab_file)
     self.do_lower_case = do_lower_case
-    self._tokenizer = Tokenizer(models.WordPiece(
-        self.vocab, unk_token=UNK_TOKEN, max_input_chars_per_word=MAX_CHARS_PER_WORD))
-    self._tokenizer.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=do_lower_case,
-        lowercase=do_lower_case)
-    self._tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    self._tokenizer = rust_tokenizer(self.vocab, do_lower_case)
     # Rust pays for offset tracking that we never read: the exact shortcut is
     # several times cheaper, and Rust is left the rare texts the shortcut declines.
     self._shortcut = ShortcutEncoder(self.vocab, do_lower_case)

@@ -12,7 +12,9 @@ Each of Google's steps has its counterpart in the graph:
 
 Character classes come from the regular-expression engine's Unicode tables, not from
 Python's unicodedata, so a character added to Unicode after either side's tables was
-made may be classed differently (README, "Text in"). tests/test_graph_tokenizer.py checks
+made may be classed differently (README, "Text in"). TensorFlow's lower() and NFD get a
+few characters wrong on one runtime or the other: those are replaced first by Python's
+forms of them. tests/test_graph_tokenizer.py checks
 the ids against Google's FullTokenizer on every shipped sample text and on hand-made
 texts for each step.
 
@@ -20,6 +22,8 @@ Then the ids are laid out as training laid them out: [CLS] a [SEP] (b [SEP]), th
 rule of Google's BERT and the card's truncation (head, tail or head_tail), padded to the
 longest row of the batch.
 """
+
+import unicodedata
 
 import tensorflow.compat.v1 as tf
 
@@ -35,13 +39,15 @@ _PUNCTUATION = r"[!-/:-@\[-`{-~]|\p{P}"
 # the space is U+2028 and U+2029 (Zl, Zp): \p{Z} is exactly those three.
 _SPLIT_AT = r"\p{Z}|" + _PUNCTUATION + "|" + _CJK
 _KEPT_AT = _PUNCTUATION + "|" + _CJK
-# Capitals that TF 1.15's lower() maps to wrong letters (U+1E9E to U+1E7E, the Greek
-# capitals with prosgegrammeni to unrelated letters), each with what Python's lower(), NFD
-# and the loss of its marks make of it: only uncased models lower text.
-_LOWERED_WRONG_BY_TF115 = ((r"\x{1E9E}", u"\u00df"),
-                           (r"[\x{1F88}-\x{1F8F}\x{1FBC}]", u"\u03b1"),
-                           (r"[\x{1F98}-\x{1F9F}\x{1FCC}]", u"\u03b7"),
-                           (r"[\x{1FA8}-\x{1FAF}\x{1FFC}]", u"\u03c9"))
+# Capitals whose lower case TensorFlow's lower() gets wrong: TF 1.15 maps U+1E9E and the
+# Greek capitals with prosgegrammeni to unrelated letters; TF 2.15's tables predate
+# Unicode 14's capitals (U+2C2F, U+A7C0, U+A7D0, U+A7D6, U+A7D8, Vithkuqi). Each is
+# replaced first by Python's lower() of it (where this Python knows the character).
+_LOWERED_WRONG = [0x1E9E, 0x1FBC, 0x1FCC, 0x1FFC, 0x2C2F, 0xA7C0, 0xA7D0, 0xA7D6, 0xA7D8] + (
+    list(range(0x1F88, 0x1F90)) + list(range(0x1F98, 0x1FA0)) + list(range(0x1FA8, 0x1FB0)) +
+    list(range(0x10570, 0x10596)))
+# Characters whose canonical decomposition TF 2.15's NFD leaves out (Unicode 13 added it).
+_DECOMPOSED_WRONG = [0x11938]
 # A word's UTF-8 bytes: 4 at most for each of its (at most 200) characters.
 _MAX_BYTES_PER_WORD = 4 * MAX_CHARS_PER_WORD
 
@@ -80,6 +86,9 @@ class GraphTokenizer(object):
         tf.lookup.KeyValueTensorInitializer(
             tf.constant(tokens, tf.string), tf.constant([vocab[t] for t in tokens], tf.int64)),
         default_value=-1)
+    self._lowered = _python_forms(_LOWERED_WRONG, lambda c: c.lower())
+    self._decomposed = _python_forms(_DECOMPOSED_WRONG,
+                                     lambda c: unicodedata.normalize("NFD", c))
     self._wordpiece = self._text.WordpieceTokenizer(
         table, suffix_indicator="##", max_bytes_per_word=_MAX_BYTES_PER_WORD,
         token_out_type=tf.int64, unknown_token=UNK_TOKEN)
@@ -95,10 +104,12 @@ class GraphTokenizer(object):
     texts = tf.strings.regex_replace(texts, _DROPPED, "")
     texts = tf.strings.regex_replace(texts, "(" + _CJK + ")", r" \1 ")
     if self.do_lower_case:
-      for capitals, letter in _LOWERED_WRONG_BY_TF115:
-        texts = tf.strings.regex_replace(texts, capitals, letter)
-      texts = tf.strings.lower(texts, encoding="utf-8")
-      texts = tf.strings.regex_replace(self._text.normalize_utf8(texts, "NFD"), r"\p{Mn}", "")
+      # Marks go first too: lower() decides a final sigma by the letters around it, and
+      # takes marks its tables do not know (TF 2.15: Unicode 14's) for letters.
+      texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
+      texts = tf.strings.lower(_replaced(texts, self._lowered), encoding="utf-8")
+      texts = _replaced(self._text.normalize_utf8(texts, "NFD"), self._decomposed)
+      texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
     return self._text.regex_split(texts, _SPLIT_AT, _KEPT_AT)
 
   def token_ids(self, texts):
@@ -136,7 +147,9 @@ class GraphTokenizer(object):
       return room
     if mode == "tail":
       return tf.zeros_like(room)
-    head = room // 4 if self.truncation.head_tokens is None else self.truncation.head_tokens
+    head = self.truncation.head_tokens
+    # (Never more than the room: a larger value, 2**31 even, means the head alone.)
+    head = room // 4 if head is None else min(head, self.max_seq_length)
     return tf.minimum(room, head)
 
   def _kept(self, ids, lengths, keep):
@@ -172,6 +185,25 @@ class GraphTokenizer(object):
     input_mask = tf.cast(column < lengths[:, tf.newaxis], tf.int32)
     segment_ids = input_mask * tf.cast(column >= first_length[:, tf.newaxis], tf.int32)
     return {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids}
+
+
+def _python_forms(code_points, form):
+  """{character: Python's form of it} for those of code_points whose form differs from the
+  character (a character this Python's tables do not know is left as it is)."""
+  characters = [chr(c) for c in code_points]
+  return {c: form(c) for c in characters if form(c) != c}
+
+
+def _replaced(texts, forms):
+  """texts with each character of forms replaced by its form: one pass of regular
+  expressions, one per distinct form."""
+  by_form = {}
+  for character, replacement in sorted(forms.items()):
+    by_form.setdefault(replacement, []).append(character)
+  for replacement, characters in sorted(by_form.items()):
+    pattern = "[%s]" % "".join("\\x{%X}" % ord(c) for c in characters)
+    texts = tf.strings.regex_replace(texts, pattern, replacement.replace("\\", "\\\\"))
+  return texts
 
 
 def _rows_and_positions(ids, counts):

@@ -1,11 +1,19 @@
-"""Exact conversion of a Hugging Face BERT checkpoint (safetensors) to Google's layout.
+"""Exact conversion between Hugging Face BERT checkpoints (safetensors) and Google's layout,
+both ways.
 
-Input folder: config.json, model.safetensors, vocab.txt.
-Output folder: bert_config.json, bert_model.ckpt.{index,data-*}, vocab.txt.
+Into this project (convert): a folder of config.json, model.safetensors and vocab.txt
+or tokenizer.json (tokenizer_config.json read when present) becomes bert_config.json,
+bert_model.ckpt.{index,data-*} and vocab.txt; a sequence-classification checkpoint
+(BertForSequenceClassification) brings its head too, as output_weights/output_bias,
+with flags.txt naming the run flags its labels need.
+Out of it (hf_tensors, hf_config): a fine-tuned checkpoint's variables and BERT config
+become a BertForSequenceClassification's tensors and config.json, with the labels and
+problem_type of its head.
 
 Names are mapped one to one, dense kernels are transposed (PyTorch stores
-[out, in], TensorFlow [in, out]), and the embeddings and pooler are kept. Any
-tensor that has no place in Google's layout is refused by name rather than dropped.
+[out, in], TensorFlow [in, out]; the head's output_weights is [outputs, hidden] in
+both), and the embeddings and pooler are kept. Any tensor that has no place in Google's
+layout is refused by name rather than dropped.
 """
 
 import json
@@ -23,7 +31,21 @@ IGNORED_BUFFERS = ("embeddings.position_ids",)
 # Hugging Face activation name -> this project's (Google's "gelu" is the tanh form).
 ACTIVATION_NAMES = {"gelu": "gelu_exact", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu",
                     "relu": "relu", "tanh": "tanh"}
-REQUIRED_FILES = ("config.json", "model.safetensors", "vocab.txt")
+REQUIRED_FILES = ("config.json", "model.safetensors")
+# The vocabulary: vocab.txt, or else the WordPiece vocabulary in tokenizer.json (all that
+# transformers 5 saves of a tokenizer).
+VOCAB_FILES = ("vocab.txt", "tokenizer.json")
+# This project's activation -> Hugging Face's name for the same function.
+HF_ACTIVATIONS = {"gelu": "gelu_new", "gelu_exact": "gelu", "relu": "relu", "tanh": "tanh"}
+# A sequence-classification head's tensors and their names here (the same layout).
+HEAD_TENSORS = {"classifier.weight": "output_weights", "classifier.bias": "output_bias"}
+# The head kind of each problem_type, and the problem_type of each head kind (a soft-target
+# head is a sigmoid per column, trained on fractions: transformers' multi-label head).
+HEAD_KIND_OF_PROBLEM = {"single_label_classification": "classification",
+                        "multi_label_classification": "multi_label", "regression": "regression"}
+PROBLEM_OF_HEAD_KIND = {"classification": "single_label_classification",
+                        "multi_label": "multi_label_classification",
+                        "soft_target": "multi_label_classification", "regression": "regression"}
 
 _LAYER_PARTS = {
     "attention.self.query": "attention/self/query",
@@ -68,8 +90,9 @@ def google_name(hf_name):
     return prefix + _LEAF[match.group(3)], match.group(3) == "weight"
   raise ConversionError(
       "tensor %r has no counterpart in Google's BERT encoder layout (embeddings, encoder "
-      "layers, pooler). Convert a plain BertModel checkpoint; task heads such as cls.* or "
-      "classifier.* are not part of the encoder" % hf_name)
+      "layers, pooler). Convert a BertModel checkpoint, or a BertForSequenceClassification "
+      "one (its config.json's architectures say so) for its classifier.* head; other task "
+      "heads such as cls.* have no place here" % hf_name)
 
 
 def _layer_norm_leaf(leaf):
@@ -96,14 +119,21 @@ def bert_config_from_hf(values, source="config.json"):
   return BertConfig.from_dict(fields)
 
 
-def convert_tensors(tensors, config):
-  """{hf_name: array} -> {google_name: float32 array}, checked against the config's shapes."""
-  expected = encoder_variable_shapes(config)
+def convert_tensors(tensors, config, num_labels=None):
+  """{hf_name: array} -> {google_name: float32 array}, checked against the config's shapes.
+  num_labels: the head's outputs of a sequence-classification checkpoint, whose
+  classifier.* tensors become the head (None: an encoder, which has none)."""
+  expected = dict(encoder_variable_shapes(config))
+  if num_labels is not None:
+    expected.update(output_weights=[num_labels, config.hidden_size], output_bias=[num_labels])
   converted, origin = {}, {}
   for hf_name in sorted(tensors):
     if hf_name in IGNORED_BUFFERS or hf_name.replace("bert.", "", 1) in IGNORED_BUFFERS:
       continue
-    name, transpose = google_name(hf_name)
+    if num_labels is not None and hf_name in HEAD_TENSORS:
+      name, transpose = HEAD_TENSORS[hf_name], False
+    else:
+      name, transpose = google_name(hf_name)
     array = np.asarray(tensors[hf_name], dtype=np.float32)
     if transpose:
       array = array.T
@@ -118,7 +148,7 @@ def convert_tensors(tensors, config):
     converted[name], origin[name] = np.ascontiguousarray(array), hf_name
   missing = sorted(set(expected) - set(converted))
   if missing:
-    raise ConversionError("the checkpoint lacks %d encoder tensors, e.g. %s" %
+    raise ConversionError("the checkpoint lacks %d of the model's tensors, e.g. %s" %
                           (len(missing), ", ".join(missing[:3])))
   return converted
 
@@ -134,21 +164,155 @@ def write_checkpoint(arrays, prefix):
   return prefix
 
 
+def hf_head(values, source="config.json"):
+  """(head kind, output names) of a BertForSequenceClassification config.json, or None for
+  an encoder. The kind is its problem_type's, or as transformers infers it when the
+  config has none: one output regression, more classification."""
+  if "BertForSequenceClassification" not in (values.get("architectures") or ()):
+    return None
+  id2label = values.get("id2label") or {str(i): "LABEL_%d" % i
+                                        for i in range(values.get("num_labels", 2))}
+  try:
+    names = [id2label[key] for key in sorted(id2label, key=int)]
+  except ValueError:
+    raise ConversionError("%s: id2label's keys %s are not the outputs' numbers" % (
+        source, sorted(id2label)))
+  if sorted(int(key) for key in id2label) != list(range(len(names))):
+    raise ConversionError("%s: id2label numbers outputs %s, not 0 to %d" % (
+        source, sorted(int(key) for key in id2label), len(names) - 1))
+  problem = values.get("problem_type") or (
+      "regression" if len(names) == 1 else "single_label_classification")
+  if problem not in HEAD_KIND_OF_PROBLEM:
+    raise ConversionError("%s: problem_type %r is not one of %s" % (
+        source, problem, ", ".join(sorted(HEAD_KIND_OF_PROBLEM))))
+  return HEAD_KIND_OF_PROBLEM[problem], names
+
+
+def head_flags(kind, names):
+  """The run flags that give a run this head's kind and its outputs' order."""
+  if kind == "classification":
+    return ["--head=classification", "--labels=" + ",".join(names)]
+  return ["--head=" + kind, "--label_column=" + ",".join(names)]
+
+
+def hf_names(config):
+  """The Hugging Face name of each encoder tensor of a BertForSequenceClassification."""
+  names = ["embeddings.%s.weight" % table for table in
+           ("word_embeddings", "position_embeddings", "token_type_embeddings")]
+  names += ["embeddings.LayerNorm.weight", "embeddings.LayerNorm.bias",
+            "pooler.dense.weight", "pooler.dense.bias"]
+  for layer in range(config.num_hidden_layers):
+    names += ["encoder.layer.%d.%s.%s" % (layer, part, leaf)
+              for part in _LAYER_PARTS for leaf in ("weight", "bias")]
+  return ["bert." + name for name in names]
+
+
+def hf_tensors(arrays, config):
+  """{google_name: array} of a fine-tuned checkpoint -> {hf_name: float32 array} of a
+  BertForSequenceClassification (the encoder, its pooler and the head)."""
+  tensors = {}
+  for hf_name in hf_names(config) + sorted(HEAD_TENSORS):
+    name, transpose = (HEAD_TENSORS[hf_name], False) if hf_name in HEAD_TENSORS else (
+        google_name(hf_name))
+    if name not in arrays:
+      raise ConversionError("the checkpoint has no %s, which %s needs" % (name, hf_name))
+    array = np.asarray(arrays[name], np.float32)
+    tensors[hf_name] = np.ascontiguousarray(array.T if transpose else array)
+  return tensors
+
+
+def hf_config(config, head_kind, names):
+  """The config.json of a BertForSequenceClassification of config (a BertConfig) whose head
+  (head_kind, spec/labels.py) has outputs named names."""
+  if config.hidden_act not in HF_ACTIVATIONS:
+    raise ConversionError("hidden_act %r has no counterpart in transformers (known: %s)" % (
+        config.hidden_act, ", ".join(sorted(HF_ACTIVATIONS))))
+  values = {name: getattr(config, name) for name in BertConfig.FIELDS}
+  values.update(
+      architectures=["BertForSequenceClassification"], model_type="bert",
+      hidden_act=HF_ACTIVATIONS[config.hidden_act], layer_norm_eps=1e-12,
+      position_embedding_type="absolute", pad_token_id=0,
+      id2label={str(i): name for i, name in enumerate(names)},
+      label2id={name: i for i, name in enumerate(names)},
+      problem_type=PROBLEM_OF_HEAD_KIND[head_kind])
+  return values
+
+
+def _json_of(hf_dir, name):
+  path = os.path.join(hf_dir, name)
+  if not os.path.isfile(path):
+    return {}
+  with open(path, encoding="utf-8") as f:
+    try:
+      return json.load(f)
+    except ValueError as e:
+      raise ConversionError("%s is not valid JSON (%s)" % (path, e))
+
+
+def read_do_lower_case(hf_dir):
+  """Whether the folder's tokenizer lower-cases: tokenizer_config.json's do_lower_case, else
+  tokenizer.json's normalizer; None when neither says."""
+  value = _json_of(hf_dir, "tokenizer_config.json").get("do_lower_case")
+  if not isinstance(value, bool):
+    value = (_json_of(hf_dir, "tokenizer.json").get("normalizer") or {}).get("lowercase")
+  return value if isinstance(value, bool) else None
+
+
+def write_vocab(hf_dir, path):
+  """The folder's vocabulary as vocab.txt at path: its vocab.txt, else the tokens of
+  tokenizer.json's WordPiece model in the order of their ids."""
+  if os.path.isfile(os.path.join(hf_dir, "vocab.txt")):
+    shutil.copyfile(os.path.join(hf_dir, "vocab.txt"), path)
+    return
+  where = os.path.join(hf_dir, "tokenizer.json")
+  model = _json_of(hf_dir, "tokenizer.json").get("model") or {}
+  vocab = model.get("vocab")
+  if model.get("type") != "WordPiece" or not isinstance(vocab, dict):
+    raise ConversionError("%s has no WordPiece vocabulary (its model is %s): a BERT folder "
+                          "needs vocab.txt, or a tokenizer.json of a BERT tokenizer" % (
+                              where, model.get("type")))
+  tokens = sorted(vocab, key=vocab.get)
+  if [vocab[token] for token in tokens] != list(range(len(tokens))):
+    raise ConversionError("%s: the ids of its vocabulary are not 0 to %d, one token each" % (
+        where, len(tokens) - 1))
+  with open(path, "w", encoding="utf-8") as f:
+    f.write("".join(token + "\n" for token in tokens))
+
+
 def convert(hf_dir, output_dir):
-  """Converts hf_dir into output_dir. Returns (BertConfig, checkpoint prefix)."""
+  """Converts hf_dir into output_dir. Returns (BertConfig, checkpoint prefix, head): head
+  is (kind, output names) for a sequence-classification checkpoint, else None. The
+  flags a run needs to use the checkpoint go to output_dir/flags.txt (absl's
+  --flagfile)."""
   from safetensors.numpy import load_file  # numpy backend: no torch needed
   for name in REQUIRED_FILES:
     if not os.path.isfile(os.path.join(hf_dir, name)):
-      raise ConversionError("%s is missing from %s (a Hugging Face BERT folder needs %s)" %
-                            (name, hf_dir, ", ".join(REQUIRED_FILES)))
+      raise ConversionError("%s is missing from %s (a Hugging Face BERT folder needs %s, and "
+                            "vocab.txt or tokenizer.json)" % (name, hf_dir,
+                                                               ", ".join(REQUIRED_FILES)))
+  if not any(os.path.isfile(os.path.join(hf_dir, name)) for name in VOCAB_FILES):
+    raise ConversionError("%s has neither vocab.txt nor tokenizer.json: the vocabulary of its "
+                          "tokenizer is needed" % hf_dir)
   config_path = os.path.join(hf_dir, "config.json")
   with open(config_path) as f:
-    config = bert_config_from_hf(json.load(f), config_path)
-  arrays = convert_tensors(load_file(os.path.join(hf_dir, "model.safetensors")), config)
+    values = json.load(f)
+  config = bert_config_from_hf(values, config_path)
+  head = hf_head(values, config_path)
+  arrays = convert_tensors(load_file(os.path.join(hf_dir, "model.safetensors")), config,
+                           len(head[1]) if head else None)
   if not os.path.isdir(output_dir):
     os.makedirs(output_dir)
   with open(os.path.join(output_dir, "bert_config.json"), "w") as f:
     f.write(config.to_json_string())
-  shutil.copyfile(os.path.join(hf_dir, "vocab.txt"), os.path.join(output_dir, "vocab.txt"))
+  write_vocab(hf_dir, os.path.join(output_dir, "vocab.txt"))
   prefix = write_checkpoint(arrays, os.path.join(output_dir, "bert_model.ckpt"))
-  return config, prefix
+  flags = ["--bert_config_file=" + os.path.join(output_dir, "bert_config.json"),
+           "--vocab_file=" + os.path.join(output_dir, "vocab.txt"), "--init_checkpoint=" + prefix]
+  do_lower_case = read_do_lower_case(hf_dir)
+  if do_lower_case is not None:
+    flags.append("--do_lower_case=%s" % do_lower_case)
+  if head:
+    flags += head_flags(*head)
+  with open(os.path.join(output_dir, "flags.txt"), "w") as f:
+    f.write("\n".join(flags) + "\n")
+  return config, prefix, head

@@ -50,6 +50,15 @@ def check_modes(modes, model, outputs, given, use_tpu):
     raise FlagError("--export_dir says where --do_export writes the SavedModel: add "
                     "--do_export, or drop --export_dir (to predict from an export, pass "
                     "--saved_model)")
+  if "hf" in outputs.export_format and not modes.do_export:
+    raise FlagError("--export_format says what --do_export writes: add --do_export, or drop "
+                    "--export_format")
+  if "hf" in outputs.export_format and (model.pooling == "mean" or
+                                        model.bert_hub_module_handle):
+    raise FlagError("--export_format=hf: transformers' BertForSequenceClassification has no "
+                    "counterpart of %s. Export without hf" % (
+                        "--pooling=mean (it reads the pooled [CLS] output)"
+                        if model.pooling == "mean" else "a hub module's encoder"))
   if outputs.export_dir and tf.io.gfile.exists(outputs.export_dir):
     raise FlagError("--export_dir=%s already exists: an export never overwrites another. "
                     "Pass a new folder, or leave --export_dir out for a new numbered version "

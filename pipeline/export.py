@@ -14,7 +14,7 @@ from data.graph_tokenizer import GraphTokenizer
 from data.reread import read_checked
 from data.tokenization import load_vocab
 from modeling import export
-from pipeline import build, card, evaluation
+from pipeline import build, card, evaluation, hf_export
 from pipeline.outputs import ModelRun, write_test_results
 from pipeline.progress import format_seconds
 from serving.predictor import Predictor
@@ -32,15 +32,27 @@ def export_model(outputs, model_fn, label_spec, checkpoint, export_card, vocab_f
   """The SavedModel of checkpoint and a serving model_fn (build.model_fn_of(serving=True):
   built on this machine's CPU, also after a TPU run), into --export_dir or a new version
   folder under <output_dir>/export, with the card and the vocabulary as assets, taking text
-  or token ids. Returns its path."""
+  or token ids; with the other --export_format formats inside it. Returns its path."""
   export_dir = outputs.export_dir or export.versioned_export_dir(
       os.path.join(outputs.output_dir, "export"))
+  if "hf" in outputs.export_format:
+    hf_export.check_hf_export(export_card, outputs.output_dir)
   with tf.io.gfile.GFile(vocab_file, "r") as f:  # a hub module's may be in a bucket
     vocab = f.read()
+
+  def seal(folder):  # the other formats, then the list of every file
+    if "hf" in outputs.export_format:
+      hf_export.write_hf_folder(os.path.join(folder, hf_export.HF_FOLDER), checkpoint,
+                                export_card, vocab)
+    write_manifest(folder)
+
   export.export_saved_model(
       model_fn, checkpoint, export_dir, signature.output_name(label_spec),
       {signature.CARD_ASSET: model_card.to_json(export_card), signature.VOCAB_ASSET: vocab},
-      text_features_of(export_card, load_vocab(vocab_file, text=vocab)), seal=write_manifest)
+      text_features_of(export_card, load_vocab(vocab_file, text=vocab)), seal=seal)
+  if "hf" in outputs.export_format:
+    log.info("  with a transformers folder %s: AutoModelForSequenceClassification and "
+             "AutoTokenizer load it", os.path.join(export_dir, hf_export.HF_FOLDER))
   log.info("exported %s to %s: predict from it alone with --saved_model=%s, or load it in "
            "Python with serving.predictor.Predictor",
            evaluation.describe_checkpoint(checkpoint), export_dir, export_dir)

@@ -47,6 +47,17 @@ def _delimiter_problem(value):
   return None
 
 
+EXPORT_FORMATS = ("saved_model", "hf")
+
+
+def _export_format_problem(value):
+  """What is wrong with an --export_format list, or None."""
+  unknown = [name for name in value if name not in EXPORT_FORMATS]
+  if unknown:
+    return "names %s: the formats are %s" % (", ".join(unknown), ", ".join(EXPORT_FORMATS))
+  return None
+
+
 def _has_header_help(split):
   return ("csv task: whether the %s file's first row is a header, where it differs from "
           "the other files (default: --has_header)" % split)
@@ -294,6 +305,11 @@ class OutputOptions(object):
   export_dir: Optional[str] = option(
       None, "Where --do_export writes the SavedModel (must not exist). Default: "
       "<output_dir>/export/<unix seconds>, a version folder as TF Serving reads.")
+  export_format: Tuple[str, ...] = option(
+      ("saved_model",), "What --do_export writes, comma-separated: saved_model (always: the "
+      "SavedModel that TF Serving, the predictor and the server read) and hf (a Hugging Face "
+      "transformers folder, hf/ inside the export: config.json, model.safetensors and "
+      "tokenizer files).", check=_export_format_problem)
   tf_log_level: str = option(
       "ERROR", "How much of TensorFlow's own logging to show. This program's progress "
       "lines are always shown.", LOG_LEVELS)

@@ -327,7 +327,7 @@ def run_with_log(config):
 def jigsaw_model(tmp_path_factory, tiny_checkpoint):
   """BERT-Tiny's shape fine-tuned for 6 steps on the Jigsaw Toxic sample, built in Python
   (RunConfig, no absl), with every mode: train (a progress line a step, TensorBoard
-  scalars every 2), eval, predict and export. One run that the tests of what such a run
+  scalars every 2), eval, predict and export (with the transformers folder). One run that the tests of what such a run
   writes share; a test that runs on the model again works on a copy (copy_to)."""
   from spec.config import RunConfig
   output_dir = str(tmp_path_factory.mktemp("jigsaw_model") / "out")
@@ -336,7 +336,8 @@ def jigsaw_model(tmp_path_factory, tiny_checkpoint):
           TINY, "bert_config.json"), vocab_file=TINY_VOCAB, init_checkpoint=tiny_checkpoint,
       output_dir=output_dir, max_seq_length=32, train_batch_size=8, eval_batch_size=8,
       predict_batch_size=8, learning_rate=1e-3, num_train_steps=6, log_every_steps=1,
-      save_summary_steps=2, do_train=True, do_eval=True, do_predict=True, do_export=True))
+      save_summary_steps=2, do_train=True, do_eval=True, do_predict=True, do_export=True,
+      export_format=("saved_model", "hf")))
   return TrainedModel(output_dir, result, log)
 
 

@@ -152,7 +152,8 @@ def test_synthetic_checkpoint_converts_exactly(tmp_path):
   config = _hf_config()
   tensors = _hf_tensors(config)
   hf_dir = _write_hf_dir(str(tmp_path / "hf"), tensors, config, config["vocab_size"])
-  converted, _ = convert(hf_dir, str(tmp_path / "google"))
+  converted, _, head = convert(hf_dir, str(tmp_path / "google"))
+  assert head is None  # an encoder
   assert converted.hidden_act == "gelu_exact"
   rng = np.random.RandomState(1)
   ids = rng.randint(0, config["vocab_size"], (3, 11)).astype(np.int32)
@@ -219,7 +220,7 @@ def test_refuses_wrong_shapes_missing_tensors_and_extra_layers(tmp_path):
             str(tmp_path / "o"))
   bad = dict(tensors)
   del bad["pooler.dense.bias"]
-  with pytest.raises(ConversionError, match="lacks 1 encoder tensors, e.g. bert/pooler/dense/bias"):
+  with pytest.raises(ConversionError, match="lacks 1 of the model.s tensors, e.g. bert/pooler/dense/bias"):
     convert(_write_hf_dir(str(tmp_path / "b"), bad, config, config["vocab_size"]),
             str(tmp_path / "o"))
   bad = dict(tensors)

@@ -575,8 +575,10 @@ def test_an_export_is_checked_before_it_is_loaded(jigsaw_model, tmp_path):
   with open(os.path.join(export_dir, "files.json")) as f:
     listed = json.load(f)["files"]
   data = "variables/variables.data-00000-of-00001"
-  assert sorted(listed) == ["assets/model_card.json", "assets/vocab.txt", "saved_model.pb",
-                            data, "variables/variables.index"]
+  hf = ["hf/" + name for name in ("config.json", "model.safetensors", "special_tokens_map.json",
+                                   "tokenizer.json", "tokenizer_config.json", "vocab.txt")]
+  assert sorted(listed) == ["assets/model_card.json", "assets/vocab.txt"] + hf + [
+      "saved_model.pb", data, "variables/variables.index"]
   size = os.path.getsize(os.path.join(export_dir, data))
   assert listed[data]["bytes"] == size
   with open(os.path.join(export_dir, data), "r+b") as f:

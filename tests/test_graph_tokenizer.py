@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import CORPORA, CORPUS_SIZES, corpus_texts, google_ids
+from conftest import CORPORA, CORPUS_SIZES, TINY_VOCAB, corpus_texts, google_ids
 from data.examples import InputExample
 from data.features import Truncation, convert_examples
 from data.graph_tokenizer import GraphTokenizer, pair_lengths
@@ -22,7 +22,8 @@ HAND_MADE = [u"", u"   ", u"a" * 200, u"a" * 201, u"\u0434" * 200, u"\u0434" * 2
              u"H\u00e9llo,\tWORLD!\x00\ufffd", u"\u4e2d\u6587mixed\u3002", u"[CLS] [SEP] [UNK]",
              u"don't STOP 42nd! (ok)...", u"e\u0301t\u00e9 CAF\u00c9", u"\u03a3\u03c3 \u039f\u0394\u039f\u03a3.",
              u"a\x0bb\x7fc\u200bd\u00ade", u"x\u2028y\u2029z\u3000w\u00a0v", u"\u0130stanbul \ufb01n",
-             u"\u1e9e \u1f88\u1fbc", u"\U0001f600 emoji\U0001f44d\U0001f3fd", u"UNAFFABLE ##able",
+             u"\u1e9e \u1f88\u1fbc \u2c2f\ua7c0 \U00010570", u"A\u0898\u03a3 A\u03a3\u0898b",
+             u"\U00011938", u"\U0001f600 emoji\U0001f44d\U0001f3fd", u"UNAFFABLE ##able",
              u"".join(chr(c) for c in range(32, 127))]
 LAYOUT_TEXTS = [u"short", u"a somewhat longer text of several words here",
                 u"one two three four five six seven eight nine ten eleven twelve thirteen",
@@ -86,33 +87,62 @@ def test_googles_ids_on_every_text(tiny_vocab, corpus, do_lower_case):
 def test_hand_made_texts_for_each_step(tiny_vocab, do_lower_case):
   """Cleaning, CJK, casing and accents, punctuation, white space Python splits at, the
   200-character word limit (in characters: 200 Cyrillic letters are 400 bytes), and TF 1.15's wrong capitals."""
+  from conftest import google_tokenizer
+  basic = google_tokenizer(tiny_vocab, do_lower_case).basic_tokenizer
+  assert graph_words(do_lower_case, HAND_MADE) == [basic.tokenize(t) for t in HAND_MADE]
   expected = google_ids(tiny_vocab, do_lower_case, HAND_MADE)
   assert graph_ids(tiny_vocab, do_lower_case, HAND_MADE) == expected
   assert expected[3] == expected[5] == [100] and expected[0] == expected[1] == []
   assert len(expected[2]) > 1 and len(expected[4]) > 1  # 200 characters are spelt out
 
 
+def graph_words(do_lower_case, texts, batch=512):
+  """The words the graph's basic tokenization makes of each text (before WordPiece)."""
+  result = []
+  with tf.Graph().as_default():
+    tokenizer = GraphTokenizer.from_vocab_file(TINY_VOCAB, do_lower_case, 128)
+    strings = tf.placeholder(tf.string, [None])
+    words = tokenizer.words(strings)
+    with tf.Session() as session:
+      for start in range(0, len(texts), batch):
+        value = session.run(words, {strings: texts[start:start + batch]})
+        result += [[w.decode("utf-8") for w in row] for row in value.to_list()]
+  return result
+
+
+def _sigma_texts():
+  """A capital sigma after and before every non-spacing mark this Python knows: whether it
+  ends a word (a final sigma once lower-cased) depends on the marks being skipped."""
+  marks = [chr(c) for c in range(0x300, 0x30000) if not 0xD800 <= c <= 0xDFFF and
+           unicodedata.category(chr(c)) == "Mn"]
+  pieces = [u"A%s\u03a3 \u03a3%sb " % (m, m) for m in marks]
+  return [u"".join(pieces[i:i + 40]) for i in range(0, len(pieces), 40)]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("do_lower_case", [True, False])
-def test_every_code_point_differs_only_where_pythons_tables_are_older(tiny_vocab,
-                                                                       do_lower_case):
-  """Every code point up to U+2FFFF in context: the graph's ids differ from Google's only
-  for code points Python's own Unicode tables leave unassigned (Cn), which the regular
-  expression engine's newer tables know; on Python 3.7 (TF 1.15) nowhere."""
-  texts = _code_point_texts()
+def test_every_code_point_differs_only_where_pythons_tables_are_older(do_lower_case):
+  """Every code point up to U+2FFFF in context, and a capital sigma beside every mark: the
+  graph's words (before WordPiece, so that no difference hides in an [UNK]) differ from
+  those of Google's BasicTokenizer only for code points Python's own Unicode tables leave
+  unassigned (Cn), which TensorFlow's newer tables know; on Python 3.7 (TF 1.15) nowhere."""
+  from conftest import forked_map, google_tokenizer
+  basic = google_tokenizer(TINY_VOCAB, do_lower_case).basic_tokenizer
+  texts = _code_point_texts() + _sigma_texts()
   differing = []
-  for text, got, expected in zip(texts, graph_ids(tiny_vocab, do_lower_case, texts),
-                                 google_ids(tiny_vocab, do_lower_case, texts)):
+  for text, got, expected in zip(texts, graph_words(do_lower_case, texts),
+                                 forked_map(basic.tokenize, texts, chunk=200)):
     if got != expected:
-      pieces = [piece for piece in text.split(u" ")[::2] if piece]
-      for piece, ids, ids_expected in zip(pieces, graph_ids(tiny_vocab, do_lower_case, pieces),
-                                          google_ids(tiny_vocab, do_lower_case, pieces)):
-        if ids != ids_expected:
-          differing.append(piece[2])
-  assert [c for c in differing if unicodedata.category(c) != "Cn"] == []
+      pieces = [piece for piece in text.split(u" ") if piece]
+      for piece, words in zip(pieces, graph_words(do_lower_case, pieces)):
+        if words != basic.tokenize(piece):
+          differing.append(piece)
+  unassigned = [piece for piece in differing
+                if any(unicodedata.category(c) == "Cn" for c in piece)]
+  assert sorted(set(differing) - set(unassigned)) == []
   if sys.version_info < (3, 8):
     assert differing == []
-  assert len(differing) < 100, len(differing)
+  assert len(differing) < 150, len(differing)
 
 
 @pytest.mark.parametrize("truncation", STRATEGIES, ids=repr)
@@ -131,6 +161,21 @@ def test_layout_equals_training(tiny_vocab, truncation):
       got = graph_features(tiny_vocab, max_seq_length, LAYOUT_TEXTS, texts_b, truncation)
       for name in expected:
         np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+
+
+def test_a_head_longer_than_any_room_keeps_the_head(tiny_vocab):
+  """head_tokens past the room, even past int32, is the head alone (as in training)."""
+  tokenizer = FullTokenizer(tiny_vocab, True)
+  spec = SingleLabel(["label"], ["0", "1"])
+  text = u"one two three four five six seven eight nine ten"
+  for head_tokens in (6, 2**31, 2**40):
+    truncation = Truncation("head_tail", head_tokens=head_tokens)
+    for examples, texts_b in (([InputExample(0, text)], None),
+                              ([InputExample(0, text, text)], [text])):
+      expected = padded_batch(list(convert_examples(examples, spec, 5, tokenizer,
+                                                    strategy=truncation)))
+      got = graph_features(tiny_vocab, 5, [text], texts_b, truncation)
+      np.testing.assert_array_equal(got["input_ids"], expected["input_ids"])
 
 
 def test_an_empty_batch_has_no_rows(tiny_vocab):

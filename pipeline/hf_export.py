@@ -1,0 +1,94 @@
+"""A fine-tuned model as a Hugging Face transformers folder (--export_format=hf): what
+AutoModelForSequenceClassification and AutoTokenizer load, written inside the export as
+hf/.
+
+  config.json              a BertForSequenceClassification: the BERT config, id2label and
+                           label2id in the head's order, problem_type for its kind
+  model.safetensors        the encoder, its pooler and the head (modeling/convert_hf.py)
+  tokenizer.json, vocab.txt, tokenizer_config.json, special_tokens_map.json
+                           a tokenizer with the card's casing and max_seq_length, and
+                           Google's ids (words of up to 200 characters spelt out)
+
+No torch or transformers is needed to write it; tests/test_hf_export.py loads it with
+transformers in the optional Hugging Face environment.
+"""
+
+import json
+import logging
+import os
+
+import tensorflow.compat.v1 as tf
+
+from data.fast_tokenization import tokenizer_json
+from data.tokenization import load_vocab
+from modeling.bert import BertConfig
+from modeling.convert_hf import HEAD_TENSORS, google_name, hf_config, hf_names, hf_tensors
+from spec import labels as label_specs
+from spec.errors import FlagError
+
+log = logging.getLogger(__name__)
+
+HF_FOLDER = "hf"
+SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
+                  "cls_token": "[CLS]", "mask_token": "[MASK]"}
+
+
+def hf_export_problem(card):
+  """Why the model of a card has no transformers counterpart, or None when it has one."""
+  if card.get("hub_module") or not card.get("bert_config"):
+    return ("its encoder is the hub module %s, not a BERT checkpoint with a bert_config.json "
+            "whose variables have Google's names" % card.get("hub_module"))
+  if card["pooling"] != "cls":
+    return ("its head reads the encoder's mean over the tokens (--pooling=mean), and "
+            "transformers' BertForSequenceClassification reads the pooled [CLS] output")
+  return None
+
+
+def check_hf_export(card, where):
+  problem = hf_export_problem(card)
+  if problem:
+    raise FlagError("--export_format=hf: the model of %s cannot be a transformers "
+                    "BertForSequenceClassification: %s. Export it without hf" % (where, problem))
+
+
+def write_hf_folder(folder, checkpoint, card, vocab_text):
+  """Writes the transformers folder of checkpoint (a fine-tuned model of card) into
+  folder, which must not exist. Returns folder."""
+  from safetensors.numpy import save
+  config = BertConfig.from_dict(card["bert_config"])
+  label_spec = label_specs.from_card(card["label_spec"])
+  names = list(label_spec.classes or label_spec.columns)
+  reader = tf.train.load_checkpoint(checkpoint)
+  wanted = [google_name(name)[0] for name in hf_names(config)] + list(HEAD_TENSORS.values())
+  arrays = {name: reader.get_tensor(name) for name in wanted if reader.has_tensor(name)}
+  tensors = hf_tensors(arrays, config)
+  tf.io.gfile.makedirs(folder)  # (a bucket's export too)
+  # transformers reads only safetensors files that say which framework wrote them.
+  _write(folder, "model.safetensors", save(tensors, metadata={"format": "pt"}), "wb")
+  vocab = set(line.strip() for line in vocab_text.splitlines())
+  special = {key: token for key, token in SPECIAL_TOKENS.items() if token in vocab}
+  truncation = card["truncation"]["mode"]
+  if truncation == "head_tail":
+    log.warning("the transformers tokenizer of %s cannot keep a long text's head and tail "
+                "(this model's truncation): it keeps the head", folder)
+  # The generic class loads tokenizer.json as written (transformers' BertTokenizer builds
+  # its own from vocab.txt, which gives [UNK] for a word of 101 to 200 characters).
+  tokenizer_config = dict(
+      special, tokenizer_class="PreTrainedTokenizerFast", do_lower_case=card["do_lower_case"],
+      model_input_names=["input_ids", "token_type_ids", "attention_mask"],
+      model_max_length=card["max_seq_length"], padding_side="right",
+      truncation_side="left" if truncation == "tail" else "right",
+      clean_up_tokenization_spaces=False)
+  files = {"config.json": hf_config(config, label_spec.kind, names),
+           "tokenizer_config.json": tokenizer_config, "special_tokens_map.json": special}
+  for name, values in sorted(files.items()):
+    _write(folder, name, json.dumps(values, indent=2, sort_keys=True) + "\n")
+  _write(folder, "vocab.txt", vocab_text)
+  _write(folder, "tokenizer.json", tokenizer_json(load_vocab(None, text=vocab_text),
+                                                  card["do_lower_case"]))
+  return folder
+
+
+def _write(folder, name, content, mode="w"):
+  with tf.io.gfile.GFile(os.path.join(folder, name), mode) as f:
+    f.write(content)

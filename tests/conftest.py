@@ -58,6 +58,17 @@ CORPORA = [pytest.param(SAMPLES, id="samples"),
            pytest.param(FULL_DATASETS, id="full", marks=pytest.mark.extended)]
 
 
+def corpus_cases(full_set_runtimes):
+  """pytest parameters (corpus, do_lower_case): the samples in both casings, and the full
+  sets (extended tier) in each casing on one runtime only, {do_lower_case: runtime}, since
+  what the runtimes' Pythons differ in is checked code point by code point on each."""
+  return [pytest.param(*CORPORA[0].values, do_lower_case, id="%s-samples" % do_lower_case)
+          for do_lower_case in (True, False)] + [
+      pytest.param(*CORPORA[1].values, do_lower_case, id="%s-full" % do_lower_case,
+                   marks=list(CORPORA[1].marks) + [pytest.mark.one_runtime(runtime)])
+      for do_lower_case, runtime in sorted(full_set_runtimes.items(), reverse=True)]
+
+
 def _texts_of_delimited(path, delimiter, columns, skip_header, quoted=True):
   import csv
   import io

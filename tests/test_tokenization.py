@@ -3,7 +3,7 @@
 
 import pytest
 
-from conftest import (CORPORA, CORPUS_SIZES, corpus_texts, forked_map, google_ids,
+from conftest import (CORPUS_SIZES, corpus_cases, corpus_texts, forked_map, google_ids,
                       google_ids_function, google_tokenizer)
 from data import fast_tokenization, tokenization
 from data.errors import DataError
@@ -12,11 +12,7 @@ from data.errors import DataError
 # runtimes, and what their Pythons differ in (the Unicode tables) is checked for every code
 # point on each, so each casing's full sets run on one runtime (one each: the runtimes'
 # suites run at the same time).
-CASES = [pytest.param(*CORPORA[0].values, do_lower_case, id="%s-samples" % do_lower_case)
-         for do_lower_case in (True, False)] + [
-    pytest.param(*CORPORA[1].values, do_lower_case, id="%s-full" % do_lower_case,
-                 marks=list(CORPORA[1].marks) + [pytest.mark.one_runtime(runtime)])
-    for do_lower_case, runtime in ((True, "tf2"), (False, "tf1"))]
+CASES = corpus_cases({True: "tf2", False: "tf1"})
 
 
 @pytest.mark.parametrize("corpus,do_lower_case", CASES)

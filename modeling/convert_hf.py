@@ -19,24 +19,26 @@ layout is refused by name rather than dropped.
 import json
 import os
 import re
-import shutil
 
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from modeling import hf_folder
+from modeling.hf_folder import ConversionError
 from modeling.bert import BertConfig, encoder_variable_shapes
 
 # Buffers that some exports carry; they hold no learnt weights.
 IGNORED_BUFFERS = ("embeddings.position_ids",)
 # Hugging Face activation name -> this project's (Google's "gelu" is the tanh form).
 ACTIVATION_NAMES = {"gelu": "gelu_exact", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu",
-                    "relu": "relu", "tanh": "tanh"}
+                    "relu": "relu", "tanh": "tanh", "linear": "linear"}
 REQUIRED_FILES = ("config.json", "model.safetensors")
-# The vocabulary: vocab.txt, or else the WordPiece vocabulary in tokenizer.json (all that
-# transformers 5 saves of a tokenizer).
-VOCAB_FILES = ("vocab.txt", "tokenizer.json")
 # This project's activation -> Hugging Face's name for the same function.
-HF_ACTIVATIONS = {"gelu": "gelu_new", "gelu_exact": "gelu", "relu": "relu", "tanh": "tanh"}
+HF_ACTIVATIONS = {"gelu": "gelu_new", "gelu_exact": "gelu", "relu": "relu", "tanh": "tanh",
+                  "linear": "linear"}
+# config.json's record of the head kind, where problem_type names two (a soft-target head
+# is transformers' multi-label one): an import gives the kind back.
+HEAD_KIND_KEY = "bert_text_classifier_head"
 # A sequence-classification head's tensors and their names here (the same layout).
 HEAD_TENSORS = {"classifier.weight": "output_weights", "classifier.bias": "output_bias"}
 # The head kind of each problem_type, and the problem_type of each head kind (a soft-target
@@ -58,10 +60,6 @@ _LAYER_PARTS = {
     "output.LayerNorm": "output/LayerNorm",
 }
 _LEAF = {"weight": "kernel", "bias": "bias", "gamma": "gamma", "beta": "beta"}
-
-
-class ConversionError(ValueError):
-  """A checkpoint that cannot be converted exactly; the message names the tensor or file."""
 
 
 def google_name(hf_name):
@@ -185,11 +183,23 @@ def hf_head(values, source="config.json"):
   if problem not in HEAD_KIND_OF_PROBLEM:
     raise ConversionError("%s: problem_type %r is not one of %s" % (
         source, problem, ", ".join(sorted(HEAD_KIND_OF_PROBLEM))))
-  return HEAD_KIND_OF_PROBLEM[problem], names
+  kind = values.get(HEAD_KIND_KEY)
+  if PROBLEM_OF_HEAD_KIND.get(kind) != problem:  # (absent, or not this problem's)
+    kind = HEAD_KIND_OF_PROBLEM[problem]
+  return kind, names
 
 
-def head_flags(kind, names):
-  """The run flags that give a run this head's kind and its outputs' order."""
+def head_flags(kind, names, source="config.json"):
+  """The run flags that give a run this head's kind and its outputs' order; a name that a
+  comma-separated flag cannot carry is refused."""
+  for name in names:
+    if not name.strip() or "," in name or name != name.strip():
+      raise ConversionError("%s: the output name %r cannot be given in a comma-separated "
+                            "flag (--labels, --label_column): rename it in id2label" % (
+                                source, name))
+  if len(set(names)) < len(names):
+    raise ConversionError("%s: id2label names two outputs alike (%s)" % (
+        source, ", ".join(names)))
   if kind == "classification":
     return ["--head=classification", "--labels=" + ",".join(names)]
   return ["--head=" + kind, "--label_column=" + ",".join(names)]
@@ -235,84 +245,46 @@ def hf_config(config, head_kind, names):
       id2label={str(i): name for i, name in enumerate(names)},
       label2id={name: i for i, name in enumerate(names)},
       problem_type=PROBLEM_OF_HEAD_KIND[head_kind])
+  values[HEAD_KIND_KEY] = head_kind
   return values
 
 
-def _json_of(hf_dir, name):
-  path = os.path.join(hf_dir, name)
-  if not os.path.isfile(path):
-    return {}
-  with open(path, encoding="utf-8") as f:
-    try:
-      return json.load(f)
-    except ValueError as e:
-      raise ConversionError("%s is not valid JSON (%s)" % (path, e))
-
-
-def read_do_lower_case(hf_dir):
-  """Whether the folder's tokenizer lower-cases: tokenizer_config.json's do_lower_case, else
-  tokenizer.json's normalizer; None when neither says."""
-  value = _json_of(hf_dir, "tokenizer_config.json").get("do_lower_case")
-  if not isinstance(value, bool):
-    value = (_json_of(hf_dir, "tokenizer.json").get("normalizer") or {}).get("lowercase")
-  return value if isinstance(value, bool) else None
-
-
-def write_vocab(hf_dir, path):
-  """The folder's vocabulary as vocab.txt at path: its vocab.txt, else the tokens of
-  tokenizer.json's WordPiece model in the order of their ids."""
-  if os.path.isfile(os.path.join(hf_dir, "vocab.txt")):
-    shutil.copyfile(os.path.join(hf_dir, "vocab.txt"), path)
-    return
-  where = os.path.join(hf_dir, "tokenizer.json")
-  model = _json_of(hf_dir, "tokenizer.json").get("model") or {}
-  vocab = model.get("vocab")
-  if model.get("type") != "WordPiece" or not isinstance(vocab, dict):
-    raise ConversionError("%s has no WordPiece vocabulary (its model is %s): a BERT folder "
-                          "needs vocab.txt, or a tokenizer.json of a BERT tokenizer" % (
-                              where, model.get("type")))
-  tokens = sorted(vocab, key=vocab.get)
-  if [vocab[token] for token in tokens] != list(range(len(tokens))):
-    raise ConversionError("%s: the ids of its vocabulary are not 0 to %d, one token each" % (
-        where, len(tokens) - 1))
-  with open(path, "w", encoding="utf-8") as f:
-    f.write("".join(token + "\n" for token in tokens))
-
-
 def convert(hf_dir, output_dir):
-  """Converts hf_dir into output_dir. Returns (BertConfig, checkpoint prefix, head): head
-  is (kind, output names) for a sequence-classification checkpoint, else None. The
-  flags a run needs to use the checkpoint go to output_dir/flags.txt (absl's
-  --flagfile)."""
+  """Converts hf_dir into output_dir, a new or empty folder. Returns (BertConfig, checkpoint
+  prefix, head): head is (kind, output names) for a sequence-classification checkpoint,
+  else None. The flags a run needs to use the checkpoint go to output_dir/flags.txt
+  (absl's --flagfile), with absolute paths. Everything is read and checked before
+  anything is written."""
   from safetensors.numpy import load_file  # numpy backend: no torch needed
   for name in REQUIRED_FILES:
     if not os.path.isfile(os.path.join(hf_dir, name)):
       raise ConversionError("%s is missing from %s (a Hugging Face BERT folder needs %s, and "
                             "vocab.txt or tokenizer.json)" % (name, hf_dir,
                                                                ", ".join(REQUIRED_FILES)))
-  if not any(os.path.isfile(os.path.join(hf_dir, name)) for name in VOCAB_FILES):
-    raise ConversionError("%s has neither vocab.txt nor tokenizer.json: the vocabulary of its "
-                          "tokenizer is needed" % hf_dir)
+  output_dir = os.path.abspath(output_dir)
+  if os.path.exists(output_dir) and (not os.path.isdir(output_dir) or os.listdir(output_dir)):
+    raise ConversionError("%s is not a new or empty folder: pass a new one (a conversion "
+                          "never writes over another model's files)" % output_dir)
   config_path = os.path.join(hf_dir, "config.json")
   with open(config_path) as f:
     values = json.load(f)
   config = bert_config_from_hf(values, config_path)
   head = hf_head(values, config_path)
+  flags_of_head = head_flags(*head, source=config_path) if head else []
+  tokens = hf_folder.vocabulary(hf_dir)
+  do_lower_case = hf_folder.google_casing(hf_dir)
   arrays = convert_tensors(load_file(os.path.join(hf_dir, "model.safetensors")), config,
                            len(head[1]) if head else None)
   if not os.path.isdir(output_dir):
     os.makedirs(output_dir)
   with open(os.path.join(output_dir, "bert_config.json"), "w") as f:
     f.write(config.to_json_string())
-  write_vocab(hf_dir, os.path.join(output_dir, "vocab.txt"))
+  with open(os.path.join(output_dir, "vocab.txt"), "w", encoding="utf-8") as f:
+    f.write("".join(token + "\n" for token in tokens))
   prefix = write_checkpoint(arrays, os.path.join(output_dir, "bert_model.ckpt"))
   flags = ["--bert_config_file=" + os.path.join(output_dir, "bert_config.json"),
-           "--vocab_file=" + os.path.join(output_dir, "vocab.txt"), "--init_checkpoint=" + prefix]
-  do_lower_case = read_do_lower_case(hf_dir)
-  if do_lower_case is not None:
-    flags.append("--do_lower_case=%s" % do_lower_case)
-  if head:
-    flags += head_flags(*head)
+           "--vocab_file=" + os.path.join(output_dir, "vocab.txt"), "--init_checkpoint=" + prefix,
+           "--do_lower_case=%s" % do_lower_case] + flags_of_head
   with open(os.path.join(output_dir, "flags.txt"), "w") as f:
     f.write("\n".join(flags) + "\n")
   return config, prefix, head

@@ -22,7 +22,8 @@ import tensorflow.compat.v1 as tf
 from data.fast_tokenization import tokenizer_json
 from data.tokenization import load_vocab
 from modeling.bert import BertConfig
-from modeling.convert_hf import HEAD_TENSORS, google_name, hf_config, hf_names, hf_tensors
+from modeling.convert_hf import (HEAD_TENSORS, HF_ACTIVATIONS, google_name, hf_config, hf_names,
+                                 hf_tensors)
 from spec import labels as label_specs
 from spec.errors import FlagError
 
@@ -41,6 +42,9 @@ def hf_export_problem(card):
   if card["pooling"] != "cls":
     return ("its head reads the encoder's mean over the tokens (--pooling=mean), and "
             "transformers' BertForSequenceClassification reads the pooled [CLS] output")
+  if card["bert_config"].get("hidden_act") not in HF_ACTIVATIONS:
+    return "its activation %r has no counterpart in transformers" % (
+        card["bert_config"].get("hidden_act"),)
   return None
 
 
@@ -71,6 +75,10 @@ def write_hf_folder(folder, checkpoint, card, vocab_text):
   if truncation == "head_tail":
     log.warning("the transformers tokenizer of %s cannot keep a long text's head and tail "
                 "(this model's truncation): it keeps the head", folder)
+  if card["text_pair"]:
+    log.warning("the transformers tokenizer of %s truncates a pair by its own rule: when "
+                "both texts are longer than half the room and the room is odd, the longer "
+                "text (here: the first) keeps the odd token", folder)
   # The generic class loads tokenizer.json as written (transformers' BertTokenizer builds
   # its own from vocab.txt, which gives [UNK] for a word of 101 to 200 characters).
   tokenizer_config = dict(

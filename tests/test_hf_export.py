@@ -130,7 +130,8 @@ def test_the_folder_holds_what_transformers_reads_and_converts_back_exactly(tmp_
   for name in names:
     np.testing.assert_array_equal(back.get_tensor(name), original.get_tensor(name), name)
   with open(str(tmp_path / "back" / "flags.txt")) as f:
-    assert f.read().splitlines()[-2:] == ["--head=multi_label", "--label_column=toxic,insult"]
+    assert f.read().splitlines()[-3:] == ["--do_lower_case=True", "--head=multi_label",
+                                          "--label_column=toxic,insult"]
 
 
 def test_heads_and_labels_of_a_transformers_config():
@@ -144,6 +145,67 @@ def test_heads_and_labels_of_a_transformers_config():
   with pytest.raises(ConversionError, match="id2label numbers outputs"):
     hf_head({"architectures": ["BertForSequenceClassification"],
              "id2label": {"0": "a", "2": "b"}})
+
+
+def test_an_import_refuses_what_it_cannot_convert_exactly(tmp_path, monkeypatch):
+  """Before anything is written: a tokenizer other than Google's (accents kept while
+  lower-casing, CJK characters not split), two files with different vocabularies, a
+  folder that is not new, an output name no comma-separated flag can carry. The flags
+  name absolute paths, and a soft-target head comes back as one."""
+  _, _, folder = hf_folder_of(tmp_path, "multi_label")
+
+  def variant(name, edit):
+    import shutil
+    copy = str(tmp_path / name)
+    shutil.copytree(folder, copy)
+    edit(copy)
+    return copy
+
+  def edit_json(file_name, change):
+    def edit(copy):
+      path = os.path.join(copy, file_name)
+      with open(path) as f:
+        values = json.load(f)
+      change(values)
+      with open(path, "w") as f:
+        json.dump(values, f)
+    return edit
+
+  cases = {
+      "accents": (edit_json("tokenizer.json", lambda t: t["normalizer"].update(
+          strip_accents=False)), "its tokenizer strips accents=False while lower-casing=True"),
+      "cjk": (edit_json("tokenizer.json", lambda t: t["normalizer"].update(
+          handle_chinese_chars=False)), "its tokenizer tokenize_chinese_chars=false"),
+      "casing": (edit_json("tokenizer_config.json", lambda t: t.update(do_lower_case=False)),
+                 "tokenizer_config.json says do_lower_case=False and tokenizer.json's "
+                 "normalizer lowercase=True"),
+      "vocab": (lambda copy: open(os.path.join(copy, "vocab.txt"), "a").write("extra\n"),
+                "vocab.txt and tokenizer.json hold different vocabularies (30523 and 30522 "
+                "tokens; id 30522 is 'extra' in one and None in the other)"),
+      "comma": (edit_json("config.json", lambda c: c.update(
+          id2label={"0": "a,b", "1": "c"}, label2id={"a,b": 0, "c": 1})),
+                "the output name 'a,b' cannot be given in a comma-separated flag"),
+  }
+  for name, (edit, message) in sorted(cases.items()):
+    with pytest.raises(ConversionError) as error:
+      convert(variant(name, edit), str(tmp_path / ("out-" + name)))
+    assert message in str(error.value), name
+    assert not os.path.exists(str(tmp_path / ("out-" + name)))
+  taken = tmp_path / "taken"
+  taken.mkdir()
+  (taken / "checkpoint").write_text(u'model_checkpoint_path: "model.ckpt-3"\n')
+  with pytest.raises(ConversionError, match="is not a new or empty folder"):
+    convert(folder, str(taken))
+  with pytest.raises(ConversionError, match="is not a new or empty folder"):
+    convert(folder, folder)
+  soft = variant("soft", edit_json("config.json", lambda c: c.update(
+      bert_text_classifier_head="soft_target")))
+  monkeypatch.chdir(str(tmp_path))
+  assert convert(soft, "relative")[2] == ("soft_target", ["toxic", "insult"])
+  with open(str(tmp_path / "relative" / "flags.txt")) as f:
+    flags = f.read().splitlines()
+  assert flags[0] == "--bert_config_file=%s" % (tmp_path / "relative" / "bert_config.json")
+  assert flags[-2] == "--head=soft_target"
 
 
 def test_export_format_flags_are_checked_before_any_work(tmp_path, tiny_checkpoint):

@@ -26,6 +26,10 @@ def main(argv=None):
   except ConversionError as e:
     sys.stderr.write("convert_hf_checkpoint: %s\n" % e)
     return 1
+  except OSError as e:  # a folder that cannot be read or written: a full disk, no permission
+    sys.stderr.write("convert_hf_checkpoint: %s: %s\n" % (e.filename or args.output_dir,
+                                                          e.strerror or e))
+    return 1
   print("wrote %s (%d layers, hidden %d, vocab %d, hidden_act %s%s)" % (
       prefix, config.num_hidden_layers, config.hidden_size, config.vocab_size,
       config.hidden_act, "; a %s head over %s" % (head[0], ", ".join(head[1])) if head else

@@ -36,8 +36,8 @@ def hf_environment():
   """The Hugging Face environment's Python; the test is left out (with its reason) when it
   has not been built, except in CI, which builds it."""
   if not os.path.exists(HF_PYTHON) and not IN_CI:
-    pytest.skip("no Hugging Face environment (.venvs/hf: python3.11 -m venv .venvs/hf && "
-                ".venvs/hf/bin/pip install -r tools/requirements-hf.txt)")
+    pytest.skip("no Hugging Face environment .venvs/hf: ./run.sh setup hf builds it (Python "
+                "3.11, tools/requirements-hf.txt)")
   return HF_PYTHON
 
 

@@ -7,7 +7,8 @@ with the same 200-character word limit. tests/test_fast_tokenization.py checks
 the ids against FullTokenizer on every text in ../shared/datasets.
 """
 
-from data.tokenization import MAX_CHARS_PER_WORD, UNK_TOKEN, ShortcutEncoder, load_vocab
+from data.tokenization import (CLS_TOKEN, MAX_CHARS_PER_WORD, SEP_TOKEN, UNK_TOKEN,
+                               ShortcutEncoder, load_vocab)
 from spec.options import TOKENIZERS
 
 
@@ -48,10 +49,10 @@ def tokenizer_json(vocab, do_lower_case):
   tokenizer spells words of at most 100 characters, Google's of at most 200.)"""
   from tokenizers import decoders, processors
   tokenizer = rust_tokenizer(vocab, do_lower_case)
-  cls_id, sep_id = vocab["[CLS]"], vocab["[SEP]"]
   tokenizer.post_processor = processors.TemplateProcessing(
-      single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-      special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
+      single="%s $A %s" % (CLS_TOKEN, SEP_TOKEN),
+      pair="%s $A %s $B:1 %s:1" % (CLS_TOKEN, SEP_TOKEN, SEP_TOKEN),
+      special_tokens=[(token, vocab[token]) for token in (CLS_TOKEN, SEP_TOKEN)])
   tokenizer.decoder = decoders.WordPiece(prefix="##")
   return tokenizer.to_str()
 

@@ -14,9 +14,9 @@ Character classes come from the regular-expression engine's Unicode tables, not 
 Python's unicodedata, so a character added to Unicode after either side's tables was
 made may be classed differently (README, "Text in"). TensorFlow's lower() and NFD get a
 few characters wrong on one runtime or the other: those are replaced first by Python's
-forms of them. tests/test_graph_tokenizer.py checks
-the ids against Google's FullTokenizer on every shipped sample text and on hand-made
-texts for each step.
+forms of them. tests/test_graph_tokenizer.py checks the words and ids against Google's
+FullTokenizer on every shipped sample text, on hand-made texts for each step and on
+every code point.
 
 Then the ids are laid out as training laid them out: [CLS] a [SEP] (b [SEP]), the pair
 rule of Google's BERT and the card's truncation (head, tail or head_tail), padded to the
@@ -164,20 +164,18 @@ class GraphTokenizer(object):
     """[CLS] part [SEP] (part [SEP]) per row, zero-padded: parts are (kept ids, count per
     row) of a, then of b."""
     batch = tf.size(parts[0][1])
+    first_length = parts[0][1] + 2  # [CLS] a [SEP]
     columns, values, rows_of = [], [], []
-    offset = tf.ones([batch], tf.int32)  # after [CLS]
-    for segment, (ids, counts) in enumerate(parts):
+    lengths = tf.ones([batch], tf.int32)  # [CLS], then each part and its [SEP]
+    for ids, counts in parts:
       row, position = _rows_and_positions(ids, counts)
-      columns += [tf.gather(offset, row) + position, offset + counts]
+      columns += [tf.gather(lengths, row) + position, lengths + counts]
       values += [ids, tf.fill([batch], self._sep)]
       rows_of += [row, tf.range(batch)]
-      if segment == 0:
-        first_length = offset + counts + 1  # [CLS] a [SEP]
-      offset = offset + counts + 1
+      lengths = lengths + counts + 1
     columns.append(tf.zeros([batch], tf.int32))
     values.append(tf.fill([batch], self._cls))
     rows_of.append(tf.range(batch))
-    lengths = offset
     width = tf.reduce_max(tf.concat([lengths, [2]], 0))  # (2 for an empty batch)
     indices = tf.stack([tf.concat(rows_of, 0), tf.concat(columns, 0)], 1)
     input_ids = tf.scatter_nd(indices, tf.concat(values, 0), tf.stack([batch, width]))
@@ -190,8 +188,8 @@ class GraphTokenizer(object):
 def _python_forms(code_points, form):
   """{character: Python's form of it} for those of code_points whose form differs from the
   character (a character this Python's tables do not know is left as it is)."""
-  characters = [chr(c) for c in code_points]
-  return {c: form(c) for c in characters if form(c) != c}
+  forms = {chr(c): form(chr(c)) for c in code_points}
+  return {c: changed for c, changed in forms.items() if changed != c}
 
 
 def _replaced(texts, forms):

@@ -217,16 +217,18 @@ def hf_names(config):
   return ["bert." + name for name in names]
 
 
-def hf_tensors(arrays, config):
-  """{google_name: array} of a fine-tuned checkpoint -> {hf_name: float32 array} of a
-  BertForSequenceClassification (the encoder, its pooler and the head)."""
+def hf_tensors(checkpoint, config):
+  """{hf_name: float32 array} of a BertForSequenceClassification (the encoder, its pooler
+  and the head) from a fine-tuned checkpoint of config; its other variables (the
+  optimizer's) are not read."""
+  reader = tf.train.load_checkpoint(checkpoint)
   tensors = {}
   for hf_name in hf_names(config) + sorted(HEAD_TENSORS):
     name, transpose = (HEAD_TENSORS[hf_name], False) if hf_name in HEAD_TENSORS else (
         google_name(hf_name))
-    if name not in arrays:
-      raise ConversionError("the checkpoint has no %s, which %s needs" % (name, hf_name))
-    array = np.asarray(arrays[name], np.float32)
+    if not reader.has_tensor(name):
+      raise ConversionError("%s has no %s, which %s needs" % (checkpoint, name, hf_name))
+    array = np.asarray(reader.get_tensor(name), np.float32)
     tensors[hf_name] = np.ascontiguousarray(array.T if transpose else array)
   return tensors
 

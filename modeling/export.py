@@ -4,8 +4,9 @@ The export graph is the model_fn's PREDICT graph on inputs of any batch size and
 restored from one checkpoint, with two signatures: the default one takes text and
 tokenises it in the graph, the other takes token ids. The ids are placeholders whose
 default is the tokenised text, so the two signatures share one model, and feeding ids
-leaves the tokenizer's ops unrun. The files needed to predict from text go in as assets. It is built on the host's CPU, so a model trained on a TPU exports
-the same way as one trained here.
+leaves the tokenizer's ops unrun. The files needed to predict from text go in as assets.
+It is built on the host's CPU, so a model trained on a TPU exports the same way as one
+trained here.
 """
 
 import logging

@@ -9,7 +9,7 @@ from data import fast_tokenization
 from data.processors import processor_class
 from modeling.checkpoint import files_problem as checkpoint_files_problem
 from modeling.checkpoint import EARLIER_CHECKPOINT_FIX, newest_checkpoint
-from pipeline import distribution
+from pipeline import distribution, hf_export
 from pipeline.training import check_best_metric
 from spec.errors import FlagError
 
@@ -53,12 +53,8 @@ def check_modes(modes, model, outputs, given, use_tpu):
   if "hf" in outputs.export_format and not modes.do_export:
     raise FlagError("--export_format says what --do_export writes: add --do_export, or drop "
                     "--export_format")
-  if "hf" in outputs.export_format and (model.pooling == "mean" or
-                                        model.bert_hub_module_handle):
-    raise FlagError("--export_format=hf: transformers' BertForSequenceClassification has no "
-                    "counterpart of %s. Export without hf" % (
-                        "--pooling=mean (it reads the pooled [CLS] output)"
-                        if model.pooling == "mean" else "a hub module's encoder"))
+  if "hf" in outputs.export_format:
+    hf_export.check_hf_export(model.pooling, model.bert_hub_module_handle, None, "this run")
   if outputs.export_dir and tf.io.gfile.exists(outputs.export_dir):
     raise FlagError("--export_dir=%s already exists: an export never overwrites another. "
                     "Pass a new folder, or leave --export_dir out for a new numbered version "

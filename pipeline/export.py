@@ -36,26 +36,28 @@ def export_model(outputs, model_fn, label_spec, checkpoint, export_card, vocab_f
   export_dir = outputs.export_dir or export.versioned_export_dir(
       os.path.join(outputs.output_dir, "export"))
   if "hf" in outputs.export_format:
-    hf_export.check_hf_export(export_card, outputs.output_dir)
+    hf_export.check_hf_export_of_card(export_card, outputs.output_dir)
   with tf.io.gfile.GFile(vocab_file, "r") as f:  # a hub module's may be in a bucket
-    vocab = f.read()
+    vocab_text = f.read()
+  vocab = load_vocab(vocab_file, text=vocab_text)
 
   def seal(folder):  # the other formats, then the list of every file
     if "hf" in outputs.export_format:
       hf_export.write_hf_folder(os.path.join(folder, hf_export.HF_FOLDER), checkpoint,
-                                export_card, vocab)
+                                export_card, vocab_text, vocab)
     write_manifest(folder)
 
   export.export_saved_model(
       model_fn, checkpoint, export_dir, signature.output_name(label_spec),
-      {signature.CARD_ASSET: model_card.to_json(export_card), signature.VOCAB_ASSET: vocab},
-      text_features_of(export_card, load_vocab(vocab_file, text=vocab)), seal=seal)
-  if "hf" in outputs.export_format:
-    log.info("  with a transformers folder %s: AutoModelForSequenceClassification and "
-             "AutoTokenizer load it", os.path.join(export_dir, hf_export.HF_FOLDER))
+      {signature.CARD_ASSET: model_card.to_json(export_card),
+       signature.VOCAB_ASSET: vocab_text},
+      text_features_of(export_card, vocab), seal=seal)
   log.info("exported %s to %s: predict from it alone with --saved_model=%s, or load it in "
            "Python with serving.predictor.Predictor",
            evaluation.describe_checkpoint(checkpoint), export_dir, export_dir)
+  if "hf" in outputs.export_format:
+    log.info("  with a transformers folder %s: AutoModelForSequenceClassification and "
+             "AutoTokenizer load it", os.path.join(export_dir, hf_export.HF_FOLDER))
   return export_dir
 
 

@@ -20,56 +20,54 @@ import os
 import tensorflow.compat.v1 as tf
 
 from data.fast_tokenization import tokenizer_json
-from data.tokenization import load_vocab
+from data.tokenization import CLS_TOKEN, SEP_TOKEN, UNK_TOKEN
 from modeling.bert import BertConfig
-from modeling.convert_hf import (HEAD_TENSORS, HF_ACTIVATIONS, google_name, hf_config, hf_names,
-                                 hf_tensors)
+from modeling.convert_hf import HF_ACTIVATIONS, hf_config, hf_tensors
 from spec import labels as label_specs
 from spec.errors import FlagError
 
 log = logging.getLogger(__name__)
 
 HF_FOLDER = "hf"
-SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
-                  "cls_token": "[CLS]", "mask_token": "[MASK]"}
+SPECIAL_TOKENS = {"unk_token": UNK_TOKEN, "sep_token": SEP_TOKEN, "pad_token": "[PAD]",
+                  "cls_token": CLS_TOKEN, "mask_token": "[MASK]"}
 
 
-def hf_export_problem(card):
-  """Why the model of a card has no transformers counterpart, or None when it has one."""
-  if card.get("hub_module") or not card.get("bert_config"):
-    return ("its encoder is the hub module %s, not a BERT checkpoint with a bert_config.json "
-            "whose variables have Google's names" % card.get("hub_module"))
-  if card["pooling"] != "cls":
-    return ("its head reads the encoder's mean over the tokens (--pooling=mean), and "
-            "transformers' BertForSequenceClassification reads the pooled [CLS] output")
-  if card["bert_config"].get("hidden_act") not in HF_ACTIVATIONS:
-    return "its activation %r has no counterpart in transformers" % (
-        card["bert_config"].get("hidden_act"),)
-  return None
-
-
-def check_hf_export(card, where):
-  problem = hf_export_problem(card)
+def check_hf_export(pooling, hub_module, hidden_act, where):
+  """A FlagError when a model (its pooling, hub module or None, and activation, None when
+  not yet known) has no transformers counterpart: checked from the flags before any work,
+  and from the model card before an export."""
+  problem = None
+  if hub_module:
+    problem = ("its encoder is the hub module %s, not a BERT checkpoint whose variables "
+               "have Google's names" % hub_module)
+  elif pooling != "cls":
+    problem = ("its head reads the encoder's mean over the tokens (--pooling=mean), and "
+               "transformers' BertForSequenceClassification reads the pooled [CLS] output")
+  elif hidden_act is not None and hidden_act not in HF_ACTIVATIONS:
+    problem = "its activation %r has no counterpart in transformers" % (hidden_act,)
   if problem:
     raise FlagError("--export_format=hf: the model of %s cannot be a transformers "
                     "BertForSequenceClassification: %s. Export it without hf" % (where, problem))
 
 
-def write_hf_folder(folder, checkpoint, card, vocab_text):
+def check_hf_export_of_card(card, where):
+  check_hf_export(card["pooling"], card.get("hub_module"),
+                  (card.get("bert_config") or {}).get("hidden_act"), where)
+
+
+def write_hf_folder(folder, checkpoint, card, vocab_text, vocab):
   """Writes the transformers folder of checkpoint (a fine-tuned model of card) into
-  folder, which must not exist. Returns folder."""
+  folder, which must not exist: vocab_text is its vocab.txt, vocab that text read
+  ({token: id}). Returns folder."""
   from safetensors.numpy import save
   config = BertConfig.from_dict(card["bert_config"])
   label_spec = label_specs.from_card(card["label_spec"])
   names = list(label_spec.classes or label_spec.columns)
-  reader = tf.train.load_checkpoint(checkpoint)
-  wanted = [google_name(name)[0] for name in hf_names(config)] + list(HEAD_TENSORS.values())
-  arrays = {name: reader.get_tensor(name) for name in wanted if reader.has_tensor(name)}
-  tensors = hf_tensors(arrays, config)
+  tensors = hf_tensors(checkpoint, config)
   tf.io.gfile.makedirs(folder)  # (a bucket's export too)
   # transformers reads only safetensors files that say which framework wrote them.
   _write(folder, "model.safetensors", save(tensors, metadata={"format": "pt"}), "wb")
-  vocab = set(line.strip() for line in vocab_text.splitlines())
   special = {key: token for key, token in SPECIAL_TOKENS.items() if token in vocab}
   truncation = card["truncation"]["mode"]
   if truncation == "head_tail":
@@ -92,8 +90,7 @@ def write_hf_folder(folder, checkpoint, card, vocab_text):
   for name, values in sorted(files.items()):
     _write(folder, name, json.dumps(values, indent=2, sort_keys=True) + "\n")
   _write(folder, "vocab.txt", vocab_text)
-  _write(folder, "tokenizer.json", tokenizer_json(load_vocab(None, text=vocab_text),
-                                                  card["do_lower_case"]))
+  _write(folder, "tokenizer.json", tokenizer_json(vocab, card["do_lower_case"]))
   return folder
 
 

@@ -266,11 +266,12 @@ def main(argv=None):
     parser.error("--max_batch and --max_instances must be 1 or more, --batch_wait_ms 0 or "
                  "more and --max_body_mb above 0")
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+  from data.errors import DataError
   from serving.predictor import Predictor  # (TensorFlow's import: after the arguments)
   from spec.errors import FlagError
   try:
     predictor = Predictor(args.path, batch_size=args.max_batch)
-  except FlagError as e:
+  except (FlagError, DataError) as e:  # (no export there; tensorflow_text not installed)
     sys.stderr.write("serve: %s\n" % e)
     return 2
   app = make_app(predictor, args.model_name, args.max_batch, args.batch_wait_ms / 1000.0,

@@ -95,15 +95,12 @@ def _check_type(field, value):
     if any(not v.strip() for v in value):  # ("0,,1": a class no row could name)
       raise ConfigError("--%s=%s has an empty item: list the values between commas, each "
                         "once" % (field.name, ",".join(value)))
-    problem = field.metadata.get("check") and field.metadata["check"](value)
-    if problem:
-      raise ConfigError("--%s=%s %s" % (field.name, ",".join(value), problem))
-    return
-  if isinstance(value, bool) and kind is not bool or not isinstance(value, _TYPES[kind]):
+  elif isinstance(value, bool) and kind is not bool or not isinstance(value, _TYPES[kind]):
     raise ConfigError("%s must be %s, not %r" % (field.name, kind.__name__, value))
   problem = field.metadata.get("check") and field.metadata["check"](value)
-  if problem:
-    raise ConfigError("--%s=%r %s" % (field.name, value, problem))
+  if problem:  # (a list as on the command line)
+    raise ConfigError("--%s=%s %s" % (field.name, ",".join(value) if kind is tuple else
+                                      repr(value), problem))
   allowed = field.metadata["choices"]
   if allowed and value not in allowed:
     raise ConfigError("%s=%r is not one of %s" % (field.name, value, ", ".join(allowed)))

@@ -17,7 +17,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from conftest import IN_CI, JIGSAW, ROOT, TINY, TINY_VOCAB, run_flags
-from data.tokenization import FullTokenizer
+from data.tokenization import FullTokenizer, load_vocab
 from modeling.convert_hf import ConversionError, convert, hf_head
 from pipeline.hf_export import write_hf_folder
 from serving.predictor import Predictor
@@ -95,9 +95,10 @@ def hf_folder_of(tmp_path, kind, text_pair=False, truncation=None):
   transformers folder of the same checkpoint."""
   export_dir, checkpoint = export_tiny(tmp_path, kind, truncation, text_pair)
   with open(TINY_VOCAB, encoding="utf-8") as f:
-    vocab = f.read()
+    vocab_text = f.read()
   folder = str(tmp_path / kind / "hf")
-  write_hf_folder(folder, checkpoint, tiny_fine_tuned_card(kind, text_pair, truncation), vocab)
+  write_hf_folder(folder, checkpoint, tiny_fine_tuned_card(kind, text_pair, truncation),
+                  vocab_text, load_vocab(TINY_VOCAB))
   return export_dir, checkpoint, folder
 
 
@@ -217,9 +218,10 @@ def test_export_format_flags_are_checked_before_any_work(tmp_path, tiny_checkpoi
       str(error.value))
   with pytest.raises(Exception, match="--export_format says what --do_export writes"):
     run_flags(*flags + ["--export_format=hf"])
-  with pytest.raises(Exception, match=r"--export_format=hf: transformers' "
-                                      r"BertForSequenceClassification has no counterpart of "
-                                      r"--pooling=mean"):
+  with pytest.raises(Exception, match=r"--export_format=hf: the model of this run cannot be "
+                                      r"a transformers BertForSequenceClassification: its "
+                                      r"head reads the encoder's mean over the tokens "
+                                      r"\(--pooling=mean\)"):
     run_flags(*flags + ["--do_export", "--export_format=hf", "--pooling=mean"])
   assert not os.path.exists(str(tmp_path / "out" / "model_card.json"))
 

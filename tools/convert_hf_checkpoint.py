@@ -2,8 +2,8 @@
 
   python -m tools.convert_hf_checkpoint HF_DIR OUTPUT_DIR
 
-HF_DIR holds config.json, model.safetensors and vocab.txt: a BertModel, or a
-BertForSequenceClassification with its head. OUTPUT_DIR receives bert_config.json,
+HF_DIR holds config.json, model.safetensors, and vocab.txt or tokenizer.json: a
+BertModel, or a BertForSequenceClassification with its head. OUTPUT_DIR receives bert_config.json,
 bert_model.ckpt.* and vocab.txt, and flags.txt with the run flags that use them
 (--bert_config_file, --vocab_file, --init_checkpoint, the casing, and for a classifier
 its head kind and its labels in order): pass --flagfile=OUTPUT_DIR/flags.txt.

@@ -13,6 +13,7 @@ import logging
 import os
 
 from data.errors import DataError
+from data.features import InputExample
 from data.record_format import check_float32
 from data.file_lists import expand_files
 from data.table import USUAL_WIDTH_RECORDS, Table, quoting_for, refuse_bom_cell, total_account
@@ -23,27 +24,6 @@ from spec.labels import LabelError, build_spec
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "dev", "test")
-
-
-class InputExample(object):
-  """One row of input.
-
-  guid: the id written next to its prediction (the file's id column, else the row number).
-  label: the value its label spec parsed from the label cells (a class name, or a tuple
-    of floats), or None for a row whose labels are not read (a predict file).
-  extras: other columns carried through to the outputs (e.g. Jigsaw identity columns).
-  """
-
-  def __init__(self, guid, text_a, text_b=None, label=None, extras=None):
-    self.guid = guid
-    self.text_a = text_a
-    self.text_b = text_b
-    self.label = label
-    self.extras = extras or {}
-
-  def __repr__(self):
-    return "InputExample(guid=%r, text_a=%r, text_b=%r, label=%r)" % (
-        self.guid, self.text_a[:40], (self.text_b or "")[:40] or None, self.label)
 
 
 class Columns(object):

@@ -13,6 +13,27 @@ log = logging.getLogger(__name__)
 PADDING_EXAMPLE_ID = -1
 
 
+class InputExample(object):
+  """One row of input.
+
+  guid: the id written next to its prediction (the file's id column, else the row number).
+  label: the value its label spec parsed from the label cells (a class name, or a tuple
+    of floats), or None for a row whose labels are not read (a predict file).
+  extras: other columns carried through to the outputs (e.g. Jigsaw identity columns).
+  """
+
+  def __init__(self, guid, text_a, text_b=None, label=None, extras=None):
+    self.guid = guid
+    self.text_a = text_a
+    self.text_b = text_b
+    self.label = label
+    self.extras = extras or {}
+
+  def __repr__(self):
+    return "InputExample(guid=%r, text_a=%r, text_b=%r, label=%r)" % (
+        self.guid, self.text_a[:40], (self.text_b or "")[:40] or None, self.label)
+
+
 class InputFeatures(object):
   """The tensors of one example, kept compact.
 

@@ -23,10 +23,10 @@ import time
 
 import tensorflow.compat.v1 as tf
 
-from data.examples import InputExample
 from data.files import remove_quietly
 from data.forked import ForkedWorkers, received
-from data.features import Truncation, TruncationCount, convert_examples, padding_features
+from data.features import (InputExample, Truncation, TruncationCount, convert_examples,
+                           padding_features)
 from data.record_format import ExampleSerializer
 from spec import labels as label_specs
 

@@ -18,8 +18,7 @@ try:
 except ImportError:  # (Windows: no POSIX locks; files are then not held)
   fcntl = None
 
-import tensorflow.compat.v1 as tf
-
+from data.gfile import FILE_ERRORS, gfile
 from spec.errors import FlagError
 
 
@@ -40,9 +39,9 @@ def staged_file(path, mode="w"):
   renamed over path when the block ends; if it fails, path is left as it was."""
   staging = staging_path(path)
   try:
-    with tf.io.gfile.GFile(staging, mode) as out:
+    with gfile.GFile(staging, mode) as out:
       yield out
-    tf.io.gfile.rename(staging, path, overwrite=True)
+    gfile.rename(staging, path, overwrite=True)
   except BaseException:
     remove_quietly(staging)
     raise
@@ -51,15 +50,15 @@ def staged_file(path, mode="w"):
 def remove_quietly(path):
   """Removes path if it exists (clean-up after a failure, which must not hide it)."""
   try:
-    if tf.io.gfile.exists(path):
-      tf.io.gfile.remove(path)
-  except (OSError, tf.errors.OpError):
+    if gfile.exists(path):
+      gfile.remove(path)
+  except FILE_ERRORS:
     pass
 
 
 def file_sha256(path):
   digest = hashlib.sha256()
-  with tf.io.gfile.GFile(path, "rb") as f:
+  with gfile.GFile(path, "rb") as f:
     while True:
       block = f.read(1 << 20)
       if not block:
@@ -83,7 +82,7 @@ def combined_sha256(digests):
 
 def file_check(path):
   """What a reader later checks a written file against: its size and sha256."""
-  return {"bytes": tf.io.gfile.stat(path).length, "sha256": file_sha256(path)}
+  return {"bytes": gfile.stat(path).length, "sha256": file_sha256(path)}
 
 
 # A folder's list of its files (an export's), each with its size and sha256, written last.
@@ -109,10 +108,10 @@ def manifest_problem(folder):
   and missing or changed, a file there and not listed, a manifest that cannot be read or
   lists no files. NO_MANIFEST when there is none."""
   path = os.path.join(folder, MANIFEST)
-  if not tf.io.gfile.exists(path):
+  if not gfile.exists(path):
     return NO_MANIFEST
   try:
-    with tf.io.gfile.GFile(path, "r") as f:
+    with gfile.GFile(path, "r") as f:
       files = json.loads(f.read())["files"]
   except (ValueError, KeyError, TypeError):
     return "its %s cannot be read (no JSON object with a \"files\" entry)" % MANIFEST
@@ -133,7 +132,7 @@ def manifest_problem(folder):
     if name not in present:
       return "%s is missing" % name
     where = os.path.join(folder, name)
-    size = tf.io.gfile.stat(where).length
+    size = gfile.stat(where).length
     expected = files[name]
     if size != expected["bytes"]:
       return "%s has %d bytes, and %d were written" % (name, size, expected["bytes"])
@@ -156,7 +155,7 @@ def _names_under(folder):
 
 
 def _files_under(folder):
-  for root, _, names in tf.io.gfile.walk(folder):
+  for root, _, names in gfile.walk(folder):
     for name in names:
       if not (root == folder and name == MANIFEST):
         yield os.path.join(root, name)

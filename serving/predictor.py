@@ -10,123 +10,22 @@ The export alone is enough: its model card (assets/model_card.json) gives the la
 the casing, max_seq_length and the truncation, and assets/vocab.txt the vocabulary. Texts
 are tokenised as training tokenised them (the same exact shortcut and Google's ids), and
 each batch is padded only to its longest text, with texts of similar length batched
-together.
+together (serving/predicting.py, which the ONNX predictor shares).
 """
 
-import collections.abc
 import logging
-import os
 
-import numpy as np
 import tensorflow.compat.v1 as tf
 
-from data.fast_tokenization import tokenizer_for
-from data.files import MANIFEST, NO_MANIFEST, file_sha256, manifest_problem
-from data.features import Truncation, convert_examples
 from data.graph_tokenizer import text_ops
-from data.examples import InputExample
-from spec import labels as label_specs
-from spec import model_card
+from serving.predicting import (EXPORT_AGAIN, ExportNotFound, ExportPredictor,
+                                check_export_files, find_export, read_export_card)
 from spec import signature
-from spec.errors import FlagError
 
 log = logging.getLogger(__name__)
 
 
-class ExportNotFound(FlagError):
-  """The path holds no SavedModel of this project, or one that is damaged; the message
-  says how to make one."""
-
-
-def _check_batch_size(batch_size):
-  """batch_size, when it is a whole number of at least 1; else a ValueError saying so."""
-  if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or (
-      batch_size < 1):
-    raise ValueError("batch_size=%r: give a whole number of texts, at least 1" % (batch_size,))
-  return int(batch_size)
-
-
-def find_export(path):
-  """The SavedModel directory of path: path itself when it holds saved_model.pb, else the
-  newest version under path/export (a training --output_dir exported with --do_export).
-  The newest is taken even when it is damaged (check_export_files then says how): an older
-  one in its place would be another model, silently."""
-  if tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
-    return path
-  base = os.path.join(path, "export")
-  versions = []
-  if tf.io.gfile.isdir(base):
-    versions = sorted((name.rstrip("/") for name in tf.io.gfile.listdir(base)
-                       if name.rstrip("/").isdigit()), key=int)
-  if versions:
-    return os.path.join(base, versions[-1])
-  raise ExportNotFound(
-      "%s holds no SavedModel (no saved_model.pb, and no %s/<version>/saved_model.pb). Export "
-      "the fine-tuned model first: run_classifier.py --do_export --output_dir=<its output_dir>"
-      % (path, base))
-
-
-def read_export_card(export_dir):
-  """The model card in an export's assets, with the vocabulary pointing at its own copy,
-  which must be the vocabulary the card records (its sha256)."""
-  path = os.path.join(export_dir, "assets", signature.CARD_ASSET)
-  vocab = os.path.join(export_dir, "assets", signature.VOCAB_ASSET)
-  for needed in (path, vocab):
-    if not tf.io.gfile.exists(needed):
-      raise ExportNotFound("%s is not an export of this project: it has no %s. Export it with "
-                           "run_classifier.py --do_export" % (export_dir, needed))
-  with tf.io.gfile.GFile(path, "r") as f:
-    card = model_card.from_json(f.read(), path)
-  sha256 = file_sha256(vocab)
-  if sha256 != card["vocab_sha256"]:
-    raise ExportNotFound("%s is not the vocabulary the model was trained with: its sha256 is "
-                         "%s, and %s records %s. Export the model again: run_classifier.py "
-                         "--do_export --output_dir=<its output_dir>"
-                         % (vocab, sha256, path, card["vocab_sha256"]))
-  return dict(card, vocab_file=vocab)
-
-
-_EXPORT_AGAIN = ("export the model again: run_classifier.py --do_export --output_dir=<its "
-                 "output_dir>")
-
-
-def check_export_files(export_dir):
-  """ExportNotFound unless the export holds exactly the files it was written with, each
-  the one written (the manifest, files.json, that --do_export writes: sizes and sha256).
-  The one check of an export's files: the Predictor and --saved_model (which loads one)
-  both make it. An export without a manifest (from a version before exports had one, or a
-  copy that left it out) cannot be checked, and is refused."""
-  problem = manifest_problem(export_dir)
-  if problem == NO_MANIFEST:
-    raise ExportNotFound(
-        "%s has no %s, the list of its files and their sha256 that is checked before an "
-        "export is loaded: copy the whole export again, or, if an earlier version exported "
-        "it, %s" % (export_dir, MANIFEST, _EXPORT_AGAIN))
-  if problem:
-    raise ExportNotFound("%s is damaged: %s. Copy the whole export again, or %s" % (
-        export_dir, problem, _EXPORT_AGAIN))
-
-
-def padded_batch(features):
-  """input_ids, input_mask, segment_ids [len(features), longest] of InputFeatures."""
-  longest = max(len(f.token_ids) for f in features)
-  ids = np.zeros([len(features), longest], np.int32)
-  mask = np.zeros_like(ids)
-  segments = np.zeros_like(ids)
-  for row, f in enumerate(features):
-    length = len(f.token_ids)
-    ids[row, :length] = f.token_ids
-    mask[row, :length] = 1
-    segments[row, f.num_first_segment:length] = 1
-  return {"input_ids": ids, "input_mask": mask, "segment_ids": segments}
-
-
-def _shown(item):
-  text = repr(item)
-  return text if len(text) <= 60 else text[:57] + "..."
-
-
-class Predictor(object):
+class Predictor(ExportPredictor):
   """A SavedModel exported by run_classifier.py --do_export, loaded into its own session.
 
   path: the export (a directory with saved_model.pb) or a training --output_dir whose
@@ -135,16 +34,10 @@ class Predictor(object):
   """
 
   def __init__(self, path, tokenizer="auto", batch_size=32, session_config=None):
-    _check_batch_size(batch_size)
-    self.export_dir = find_export(path)
-    check_export_files(self.export_dir)
-    self.card = read_export_card(self.export_dir)
-    self.label_spec = label_specs.from_card(self.card["label_spec"])
-    self.max_seq_length = self.card["max_seq_length"]
-    self.truncation = Truncation.from_dict(self.card["truncation"])
-    self.batch_size = batch_size
-    self.tokenizer = tokenizer_for(self.card["vocab_file"], self.card["do_lower_case"],
-                                   tokenizer)
+    export_dir = find_export(path)
+    check_export_files(export_dir)
+    super(Predictor, self).__init__(read_export_card(export_dir), tokenizer, batch_size)
+    self.export_dir = export_dir
     text_ops()  # (the export's text signature has ops of tensorflow_text's)
     self._graph = tf.Graph()
     self._session = tf.Session(graph=self._graph, config=session_config)
@@ -154,135 +47,16 @@ class Predictor(object):
     except tf.errors.OpError as e:  # (files as listed, and still not a SavedModel TF loads)
       self._session.close()
       raise ExportNotFound("%s cannot be loaded (%s): %s" % (
-          self.export_dir, e.message.splitlines()[0], _EXPORT_AGAIN))
+          self.export_dir, e.message.splitlines()[0], EXPORT_AGAIN))
     served = meta_graph.signature_def[signature.ids_signature_of(meta_graph.signature_def)]
     self._inputs = {name: served.inputs[name].name for name in signature.INPUT_NAMES}
-    self.output_name = signature.output_name(self.label_spec)
     self._output = served.outputs[self.output_name].name
     log.info("loaded %s: %s, max_seq_length %d", self.export_dir, self.label_spec.describe(),
              self.max_seq_length)
 
-  @property
-  def labels(self):
-    """The classes in the order of the outputs (classification), else None."""
-    return self.label_spec.classes
-
-  @property
-  def output_names(self):
-    """What each output is: a class, or a label column."""
-    return self.label_spec.classes or list(self.label_spec.columns)
+  def run_batch(self, batch):
+    return self._session.run(self._output, {self._inputs[name]: batch[name]
+                                            for name in signature.INPUT_NAMES})
 
   def close(self):
     self._session.close()
-
-  def __enter__(self):
-    return self
-
-  def __exit__(self, *exc):
-    self.close()
-
-  @property
-  def reads_pairs(self):
-    """Whether the model was trained on pairs of texts (an input is then (text, text_b))."""
-    return self.card["text_pair"]
-
-  def predict(self, inputs, batch_size=None):
-    """One result per input, in order. inputs: an ordered collection of texts, or of
-    (text, text_b) pairs for a model trained on pairs: a list, a tuple, a 1-D numpy array
-    or pandas Series (for pairs also an array of shape (n, 2)), an iterator or a
-    generator. A mapping, a set or a table (DataFrame) is refused (a TypeError that says
-    what to pass): iterating one gives its keys, no order, or its column names.
-
-    classification: {"label": the most probable class, "probabilities": {class: p}};
-    multi_label: {"labels": the columns with p >= 0.5, "probabilities": {column: p}};
-    soft_target: {"probabilities": {column: p}}; regression: {"values": {column: v}}.
-    """
-    examples = [self.example(i, item) for i, item in enumerate(self._ordered(inputs))]
-    return [self.result(outputs) for outputs in self.predict_outputs(examples, batch_size)]
-
-  def predict_outputs(self, examples, batch_size=None):
-    """The head's outputs (a list of floats per example; data/examples InputExample),
-    in input order: the values run_classifier writes into test_results.tsv."""
-    batch_size = self.batch_size if batch_size is None else _check_batch_size(batch_size)
-    features = list(convert_examples(examples, self.label_spec, self.max_seq_length,
-                                     self.tokenizer, strategy=self.truncation))
-    # Texts of similar length share a batch, so little of any batch is padding.
-    order = sorted(range(len(features)), key=lambda i: len(features[i].token_ids))
-    outputs = [None] * len(features)
-    for start in range(0, len(order), batch_size):
-      rows = order[start:start + batch_size]
-      batch = padded_batch([features[i] for i in rows])
-      values = self._session.run(self._output, {self._inputs[name]: batch[name]
-                                                for name in signature.INPUT_NAMES})
-      for i, value in zip(rows, values.tolist()):
-        outputs[i] = value
-    return outputs
-
-  def _ordered(self, inputs):
-    """inputs as an iterable of its items in order, or a TypeError naming what was passed
-    and what to pass instead. Tables and arrays are recognised by their attributes, so
-    neither pandas nor numpy is needed to tell them."""
-    kind = type(inputs).__name__
-    refused = None
-    if isinstance(inputs, (str, bytes)):  # (an iterable of characters: a result for each)
-      refused = "one text: pass [text] to predict one"
-    elif isinstance(inputs, collections.abc.Mapping):  # (iterating gives its keys)
-      refused = ("a mapping (%s), whose keys iterating it gives: pass list(inputs.values()) "
-                 "to predict its values" % kind)
-    elif (isinstance(inputs, collections.abc.Set) and
-          not isinstance(inputs, collections.abc.MappingView)):  # (a dict's keys are ordered)
-      refused = ("a %s, which has no order (the results could not be matched to its "
-                 "inputs): pass a list, e.g. sorted(inputs)" % kind)
-    elif hasattr(inputs, "columns"):  # a table: a pandas (or polars) DataFrame
-      refused = ("a table (%s), whose column names iterating it gives: pass %s" % (
-          kind, 'a list of pairs, list(zip(df["<column>"], df["<column b>"]))'
-          if self.reads_pairs else 'one column, df["<column>"]'))
-    elif hasattr(inputs, "ndim") and hasattr(inputs, "shape"):  # a numpy array, a Series
-      shape = tuple(inputs.shape)
-      if inputs.ndim == 0:
-        refused = "a 0-D array: pass a list of texts"
-      elif inputs.ndim == 2 and self.reads_pairs and shape[1] == 2:
-        return inputs.tolist()  # (one pair a row)
-      elif inputs.ndim != 1 and self.reads_pairs:
-        refused = ("a %d-D array (shape %s) for a model of pairs of texts: pass an array of "
-                   "shape (n, 2), one (text, text_b) a row" % (inputs.ndim, shape))
-      elif inputs.ndim != 1:
-        refused = ("a %d-D array (shape %s) for a model of single texts: pass a 1-D array of "
-                   "texts" % (inputs.ndim, shape))
-    else:
-      try:
-        iter(inputs)
-      except TypeError:
-        refused = "%s: pass a list of texts" % kind
-    if refused:
-      raise TypeError("predict takes a list of inputs, not " + refused)
-    return inputs
-
-  def example(self, index, item):
-    """The InputExample of one input: a text, or a pair for a model trained on pairs."""
-    is_pair = isinstance(item, (tuple, list)) and len(item) == 2 and all(
-        isinstance(text, str) for text in item)
-    if not (isinstance(item, str) or is_pair):
-      raise ValueError("input %d is %s: give %s" % (index, _shown(item), self._wanted()))
-    if is_pair != self.reads_pairs:
-      raise ValueError("input %d is %s, but the model (task %s) was trained on %s: give %s"
-                       % (index, "a pair of texts" if is_pair else "one text",
-                          self.card["task"], "pairs of texts" if self.reads_pairs else
-                          "single texts", self._wanted()))
-    return InputExample(index, *item) if is_pair else InputExample(index, item)
-
-  def _wanted(self):
-    return "a pair of texts (text, text_b)" if self.reads_pairs else "a text (str)"
-
-  def result(self, outputs):
-    """The result of one input (see predict) from the head's outputs for it."""
-    named = dict(zip(self.output_names, outputs))
-    kind = self.label_spec.kind
-    if kind == "regression":
-      return {"values": named}
-    result = {"probabilities": named}
-    if kind == "classification":
-      result["label"] = self.labels[int(np.argmax(outputs))]
-    elif kind == "multi_label":
-      result["labels"] = [name for name, p in zip(self.output_names, outputs) if p >= 0.5]
-    return result

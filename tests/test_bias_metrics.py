@@ -337,7 +337,7 @@ def test_prediction_ids_stay_one_cell_and_a_change_is_reported(tmp_path, caplog)
   and newlines became spaces without a word."""
   import csv
   import io
-  from data.examples import InputExample
+  from data.features import InputExample
   from pipeline.outputs import write_predictions
   from spec.labels import build_spec
   ids = [u"a\rb", u"c\td", u"e\u2028f", u"plain", u"g\nh\x85i"]

@@ -8,7 +8,7 @@ import tensorflow.compat.v1 as tf
 
 from conftest import (BINARY, checkpoint_variables, common_flags, small_config,
                       tiny_vocab_records)
-from data.examples import InputExample
+from data.features import InputExample
 from data.input_fn import input_fn_builder
 from modeling.estimator import BatchSplitError, build_estimator
 from modeling.model_fn import TRAIN_LOSS_NAME, model_fn_builder

@@ -11,9 +11,9 @@ import tensorflow.compat.v1 as tf
 
 from conftest import BINARY, TINY_VOCAB, google_bert, sample_path
 from data import tokenization
-from data.features import convert_example, convert_examples, num_padding_rows, truncate_pair
+from data.features import (InputExample, convert_example, convert_examples, num_padding_rows,
+                           truncate_pair)
 from data.input_fn import input_fn_builder
-from data.examples import InputExample
 from data.processors import get_processor
 from data.tfrecord import build_records, metadata_path
 from spec.labels import MultiLabel, Regression, SingleLabel

@@ -10,11 +10,10 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from conftest import CORPUS_SIZES, TINY_VOCAB, corpus_cases, corpus_texts, google_ids
-from data.examples import InputExample
-from data.features import Truncation, convert_examples
+from data.features import InputExample, Truncation, convert_examples
 from data.graph_tokenizer import GraphTokenizer, pair_lengths
 from data.tokenization import FullTokenizer, load_vocab
-from serving.predictor import padded_batch
+from serving.predicting import padded_batch
 from spec.labels import SingleLabel
 from test_tokenization import _code_point_texts
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import JIGSAW, TINY_VOCAB, sample_path
 from data import tokenization
 from data.errors import DataError
-from data.examples import InputExample
+from data.features import InputExample
 from data.processors import get_processor
 from data.tfrecord import build_records
 from spec.labels import SingleLabel

@@ -16,7 +16,7 @@ import tensorflow.compat.v1 as tf
 from conftest import (BINARY, ROOT, common_flags, first_batches, run_flags,
                       tiny_config_without_dropout, tiny_vocab_records)
 from data.input_fn import input_fn_builder
-from data.examples import InputExample
+from data.features import InputExample
 
 
 def _training_records(tmp_path, n=37, shards=2):

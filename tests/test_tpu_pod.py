@@ -6,7 +6,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from conftest import BINARY, common_flags, first_batches, small_config, tiny_vocab_records
-from data.examples import InputExample
+from data.features import InputExample
 from data.input_fn import files_of_pipeline, input_fn_builder, pipeline_of
 from modeling.estimator import build_estimator
 from modeling.model_fn import model_fn_builder

@@ -220,7 +220,7 @@ def binary_label_spec():
 
 def featurise_ours(rows, args, path, tokenizer_kind="fast"):
   from data import fast_tokenization
-  from data.examples import InputExample
+  from data.features import InputExample
   from data.tfrecord import build_records
   from data.tokenization import FullTokenizer
   fast = tokenizer_kind == "fast" and fast_tokenization.available()

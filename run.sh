@@ -17,6 +17,10 @@
 #                    HTTP in TF Serving's REST shape (serving/server.py; --help lists ARGS)
 #   ./run.sh setup   create both Python environments from requirements.txt
 #   ./run.sh setup hf   create the optional Hugging Face environment (tools/requirements-hf.txt)
+#   ./run.sh setup onnx   create the optional ONNX environment: onnxruntime on Python 3.12,
+#                    no TensorFlow (tools/requirements-onnx.txt)
+#   ./run.sh predict-onnx EXPORT [--int8] < TEXTS   predict with an export's ONNX model in that
+#                    environment, one text a line in, one JSON result a line out
 #   ./run.sh shell tf1|tf2 -- CMD...   run a command inside one environment
 set -Eeuo pipefail
 CALLER_DIR=$(pwd)  # (where a path given to ./run.sh serve is relative to)
@@ -39,6 +43,9 @@ find_python() {
   elif [ "$runtime" = hf ]; then  # (its pinned transformers and numpy need 3.11)
     versions="(3, 11)"
     candidates=("${PYTHON311:-}" "$HOME"/.pyenv/versions/3.11*/bin/python3.11 python3.11)
+  elif [ "$runtime" = onnx ]; then  # (a current Python, where no TensorFlow runs)
+    versions="(3, 12)"
+    candidates=("${PYTHON312:-}" "$HOME"/.pyenv/versions/3.12*/bin/python3.12 python3.12)
   else
     versions="(3, 9) (3, 10) (3, 11)"
     candidates=("${PYTHON311:-}" "$HOME"/.pyenv/versions/3.11*/bin/python3.11 python3.11
@@ -57,12 +64,16 @@ find_python() {
 
 # Creates (or reuses, when its requirements are unchanged) .venvs/<runtime>: tf1 and tf2
 # from requirements.txt; hf, the optional Hugging Face environment of the benchmark, from
-# tools/requirements-hf.txt with TF 2.15's interpreter.
+# tools/requirements-hf.txt with TF 2.15's interpreter; onnx, the optional TensorFlow-free
+# environment of ONNX exports, from tools/requirements-onnx.txt on Python 3.12.
 setup_env() {
   local runtime=$1 python venv="$VENVS/$1" stamp requirements=requirements.txt
   if [ "$runtime" = hf ]; then
     requirements=tools/requirements-hf.txt
     python=$(find_python hf) || die "the Hugging Face path needs Python 3.11 (set PYTHON311=...)"
+  elif [ "$runtime" = onnx ]; then
+    requirements=tools/requirements-onnx.txt
+    python=$(find_python onnx) || die "the ONNX environment needs Python 3.12 (set PYTHON312=...)"
   else
     python=$(find_python "$runtime") || return 1
   fi
@@ -99,7 +110,7 @@ available_runtimes() {
 
 cmd_setup() {
   local r runtimes
-  if [ "${1:-}" = hf ]; then setup_env hf; return; fi
+  case "${1:-}" in hf|onnx) setup_env "$1"; return ;; esac
   runtimes=$(available_runtimes)
   [ -n "$runtimes" ] || die "neither Python 3.7 nor Python 3.9-3.11 was found"
   for r in $runtimes; do setup_env "$r"; done
@@ -148,10 +159,12 @@ cmd_test() {
   [ -n "$runtimes" ] || die "neither Python 3.7 nor Python 3.9-3.11 was found"
   check_test_space
   for r in $runtimes; do setup_env "$r"; done
-  # The optional Hugging Face environment, whose tests (transformers loading an export, a
-  # transformers classifier brought here) are left out without it: CI builds it, and a
-  # machine that has it keeps it up to date.
-  if [ "${CI:-}" = true ] || [ -d "$VENVS/hf" ]; then setup_env hf; fi
+  # The optional Hugging Face and ONNX environments, whose tests (transformers loading an
+  # export, a transformers classifier brought here; onnxruntime without TensorFlow) are
+  # left out without them: CI builds them, and a machine that has one keeps it up to date.
+  for r in hf onnx; do
+    if [ "${CI:-}" = true ] || [ -d "$VENVS/$r" ]; then setup_env "$r"; fi
+  done
   start=$SECONDS  # the suite's time, without building environments
   export TESTED_RUNTIMES="$(echo $runtimes)"  # a one_runtime test runs on the runtime it names
   if [ "${TEST_ONE_RUNTIME_AT_A_TIME:-}" = 1 ] || [ "$(echo $runtimes | wc -w)" -lt 2 ]; then
@@ -278,12 +291,20 @@ cmd_serve() {
     -m serving.server "$@"
 }
 
+# Predicting with an export's ONNX model in the TensorFlow-free environment.
+cmd_predict_onnx() {
+  setup_env onnx >&2
+  cd "$CALLER_DIR"
+  PYTHONPATH="$ROOT" exec "$VENVS/onnx/bin/python" -m serving.onnx_predictor "$@"
+}
+
 case "${1:-}" in
+  predict-onnx) shift; cmd_predict_onnx "$@" ;;
   benchmark) shift; cmd_benchmark "$@" ;;
   serve) shift; cmd_serve "$@" ;;
   demo) shift; cmd_demo "$@" ;;
   setup) shift; cmd_setup "$@" ;;
   test) shift; cmd_test "$@" ;;
   shell) shift; cmd_shell "$@" ;;
-  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -43,12 +43,16 @@ def rust_tokenizer(vocab, do_lower_case):
   return tokenizer
 
 
-def tokenizer_json(vocab, do_lower_case):
+def tokenizer_json(vocab, do_lower_case, max_length=None, keep_end=False):
   """The tokenizer.json of a transformers BERT tokenizer with Google's ids: the Rust
   tokenizer, with [CLS] a [SEP] (b [SEP]) and its segments added. (transformers' own BERT
-  tokenizer spells words of at most 100 characters, Google's of at most 200.)"""
+  tokenizer spells words of at most 100 characters, Google's of at most 200.) With
+  max_length, it truncates a single text to that many ids, [CLS] and [SEP] included,
+  keeping its start (its end with keep_end), as training did."""
   from tokenizers import decoders, processors
   tokenizer = rust_tokenizer(vocab, do_lower_case)
+  if max_length:
+    tokenizer.enable_truncation(max_length, direction="left" if keep_end else "right")
   tokenizer.post_processor = processors.TemplateProcessing(
       single="%s $A %s" % (CLS_TOKEN, SEP_TOKEN),
       pair="%s $A %s $B:1 %s:1" % (CLS_TOKEN, SEP_TOKEN, SEP_TOKEN),

@@ -95,6 +95,28 @@ def export_saved_model(model_fn, checkpoint, export_dir, output_name, assets, te
   return export_dir
 
 
+def frozen_ids_graph(model_fn, checkpoint, output_name, sample):
+  """The PREDICT graph of model_fn from token ids, restored from checkpoint with its
+  variables made constants (what an ONNX converter takes), and its outputs on sample.
+
+  The graph's inputs are int32 [batch, length] placeholders named signature.INPUT_NAMES,
+  its output [batch, num_outputs] is named output_name. sample: {input name: int32
+  [rows, length]}. Returns (GraphDef, the outputs on sample as a numpy array).
+  """
+  with tf.Graph().as_default() as graph:
+    features = {name: tf.placeholder(tf.int32, [None, None], name=name)
+                for name in signature.INPUT_NAMES}
+    spec = model_fn(features, None, tf.estimator.ModeKeys.PREDICT, {})
+    output = tf.identity(spec.predictions["outputs"], name=output_name)
+    with tf.Session() as session:
+      tf.train.Saver().restore(session, checkpoint)
+      session.run(tf.tables_initializer())
+      outputs = session.run(output, {features[name]: values for name, values in sample.items()})
+      graph_def = tf.graph_util.convert_variables_to_constants(
+          session, graph.as_graph_def(), [output_name])
+  return graph_def, outputs
+
+
 def drop_debug_names(export_dir):
   """Removes the `debug_name` attribute that TF 2.15 puts on variable handles.
 

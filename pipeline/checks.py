@@ -9,7 +9,7 @@ from data import fast_tokenization
 from data.processors import processor_class
 from modeling.checkpoint import files_problem as checkpoint_files_problem
 from modeling.checkpoint import EARLIER_CHECKPOINT_FIX, newest_checkpoint
-from pipeline import distribution, hf_export
+from pipeline import distribution, hf_export, onnx_export
 from pipeline.training import check_best_metric
 from spec.errors import FlagError
 
@@ -50,11 +50,13 @@ def check_modes(modes, model, outputs, given, use_tpu):
     raise FlagError("--export_dir says where --do_export writes the SavedModel: add "
                     "--do_export, or drop --export_dir (to predict from an export, pass "
                     "--saved_model)")
-  if "hf" in outputs.export_format and not modes.do_export:
+  if set(outputs.export_format) - {"saved_model"} and not modes.do_export:
     raise FlagError("--export_format says what --do_export writes: add --do_export, or drop "
                     "--export_format")
   if "hf" in outputs.export_format:
     hf_export.check_hf_export(model.pooling, model.bert_hub_module_handle, None, "this run")
+  if "onnx" in outputs.export_format:
+    onnx_export.check_onnx_export()
   if outputs.export_dir and tf.io.gfile.exists(outputs.export_dir):
     raise FlagError("--export_dir=%s already exists: an export never overwrites another. "
                     "Pass a new folder, or leave --export_dir out for a new numbered version "

@@ -14,7 +14,7 @@ from data.graph_tokenizer import GraphTokenizer
 from data.reread import read_checked
 from data.tokenization import load_vocab
 from modeling import export
-from pipeline import build, card, evaluation, hf_export
+from pipeline import build, card, evaluation, hf_export, onnx_export
 from pipeline.outputs import ModelRun, write_test_results
 from pipeline.progress import format_seconds
 from serving.predictor import Predictor
@@ -45,6 +45,9 @@ def export_model(outputs, model_fn, label_spec, checkpoint, export_card, vocab_f
     if "hf" in outputs.export_format:
       hf_export.write_hf_folder(os.path.join(folder, hf_export.HF_FOLDER), checkpoint,
                                 export_card, vocab_text, vocab)
+    if "onnx" in outputs.export_format:
+      onnx_export.write_onnx_folder(os.path.join(folder, signature.ONNX_FOLDER), model_fn,
+                                    checkpoint, export_card, vocab_text, vocab)
     write_manifest(folder)
 
   export.export_saved_model(
@@ -58,6 +61,9 @@ def export_model(outputs, model_fn, label_spec, checkpoint, export_card, vocab_f
   if "hf" in outputs.export_format:
     log.info("  with a transformers folder %s: AutoModelForSequenceClassification and "
              "AutoTokenizer load it", os.path.join(export_dir, hf_export.HF_FOLDER))
+  if "onnx" in outputs.export_format:
+    log.info("  with an ONNX folder %s: onnxruntime runs it without TensorFlow "
+             "(serving/onnx_predictor.py)", os.path.join(export_dir, signature.ONNX_FOLDER))
   return export_dir
 
 

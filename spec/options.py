@@ -47,7 +47,7 @@ def _delimiter_problem(value):
   return None
 
 
-EXPORT_FORMATS = ("saved_model", "hf")
+EXPORT_FORMATS = ("saved_model", "hf", "onnx")
 
 
 def _export_format_problem(value):
@@ -309,7 +309,9 @@ class OutputOptions(object):
       ("saved_model",), "What --do_export writes, comma-separated: saved_model (always: the "
       "SavedModel that TF Serving, the predictor and the server read) and hf (a Hugging Face "
       "transformers folder, hf/ inside the export: config.json, model.safetensors and "
-      "tokenizer files).", check=_export_format_problem)
+      "tokenizer files) and onnx (onnx/ inside the export: model.onnx, model.int8.onnx and "
+      "the tokenizer, for onnxruntime without TensorFlow; converted on TF 2.15).",
+      check=_export_format_problem)
   tf_log_level: str = option(
       "ERROR", "How much of TensorFlow's own logging to show. This program's progress "
       "lines are always shown.", LOG_LEVELS)

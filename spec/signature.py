@@ -17,6 +17,12 @@ IDS_SIGNATURE = "ids"
 INPUT_NAMES = ("input_ids", "input_mask", "segment_ids")
 CARD_ASSET = "model_card.json"
 VOCAB_ASSET = "vocab.txt"
+# The ONNX folder inside an export (--export_format=onnx): the model from ids, with the
+# ids signature's input and output names, in fp32 and int8, beside the card and the
+# vocabulary (pipeline/onnx_export.py writes it, serving/onnx_predictor.py reads it).
+ONNX_FOLDER = "onnx"
+ONNX_MODEL = "model.onnx"
+ONNX_INT8_MODEL = "model.int8.onnx"
 
 
 def text_input_names(text_pair):

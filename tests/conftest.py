@@ -162,6 +162,8 @@ def pytest_collection_modifyitems(config, items):
       leave_out.append(("extended", item))
     elif not IS_TF1 and "tf1_only" in item.keywords:
       leave_out.append(("tf1_only", item))
+    elif IS_TF1 and "tf2_only" in item.keywords:
+      leave_out.append(("tf2_only", item))
     elif "one_runtime" in item.keywords and len(TESTED_RUNTIMES) > 1 and (
         RUNTIME != one_runtime_of(item)):
       leave_out.append(("one_runtime", item))
@@ -176,6 +178,10 @@ def pytest_collection_modifyitems(config, items):
   if "tf1_only" in counts:
     notes.append("tf1_only: %d comparisons with bert-tensorflow's modeling run on TF 1.15 only "
                  "(it needs tf.contrib)" % counts["tf1_only"])
+  if "tf2_only" in counts:
+    notes.append("tf2_only: %d tests of ONNX exports run on TF 2.15 only (tf2onnx converts "
+                 "TF 2 graphs; TF 1.15 refuses --export_format=onnx, as a test checks)"
+                 % counts["tf2_only"])
   if "one_runtime" in counts:
     notes.append("one_runtime: %d tests whose subject is the same on both runtimes run on "
                  "the other runtime, which this run tests too" % counts["one_runtime"])
@@ -338,8 +344,9 @@ def run_with_log(config):
 def jigsaw_model(tmp_path_factory, tiny_checkpoint):
   """BERT-Tiny's shape fine-tuned for 6 steps on the Jigsaw Toxic sample, built in Python
   (RunConfig, no absl), with every mode: train (a progress line a step, TensorBoard
-  scalars every 2), eval, predict and export (with the transformers folder). One run that the tests of what such a run
-  writes share; a test that runs on the model again works on a copy (copy_to)."""
+  scalars every 2), eval, predict and export (with the transformers folder, and on TF 2.15
+  the ONNX folder). One run that the tests of what such a run writes share; a test that
+  runs on the model again works on a copy (copy_to)."""
   from spec.config import RunConfig
   output_dir = str(tmp_path_factory.mktemp("jigsaw_model") / "out")
   result, log = run_with_log(RunConfig(
@@ -348,7 +355,7 @@ def jigsaw_model(tmp_path_factory, tiny_checkpoint):
       output_dir=output_dir, max_seq_length=32, train_batch_size=8, eval_batch_size=8,
       predict_batch_size=8, learning_rate=1e-3, num_train_steps=6, log_every_steps=1,
       save_summary_steps=2, do_train=True, do_eval=True, do_predict=True, do_export=True,
-      export_format=("saved_model", "hf")))
+      export_format=("saved_model", "hf") if IS_TF1 else ("saved_model", "hf", "onnx")))
   return TrainedModel(output_dir, result, log)
 
 

@@ -13,8 +13,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from conftest import IN_CI, IS_TF1, JIGSAW, ROOT, TINY, TINY_VOCAB, common_flags, run_flags
-from data.features import Truncation
-from data.examples import InputExample
+from data.features import InputExample, Truncation
 from data.files import NO_MANIFEST, manifest_problem, write_manifest
 from data.graph_tokenizer import text_ops
 from data.tokenization import FullTokenizer, load_vocab, vocab_fingerprint
@@ -23,7 +22,8 @@ from modeling.export import export_saved_model, versioned_export_dir
 from modeling.model_fn import model_fn_builder
 from pipeline import export as pipeline_export
 from spec.errors import FlagError
-from serving.predictor import ExportNotFound, Predictor, find_export
+from serving.predicting import ExportNotFound, find_export
+from serving.predictor import Predictor
 from spec import labels as label_specs
 from spec import model_card, signature
 
@@ -68,9 +68,10 @@ def tiny_card(spec, truncation=None, text_pair=False, vocab_sha256=None):
 
 
 def export_tiny(tmp_path, kind="classification", truncation=None, text_pair=False,
-                vocab_sha256=None):
-  """An export of a random BERT-Tiny classifier, with its files listed (as --do_export)."""
-  spec = SPECS[kind]
+                vocab_sha256=None, spec=None):
+  """An export of a random BERT-Tiny classifier (of spec, by default SPECS[kind]), with its
+  files listed (as --do_export)."""
+  spec = spec or SPECS[kind]
   folder = str(tmp_path / kind)
   checkpoint = random_classifier_checkpoint(folder, spec)
   card = tiny_card(spec, truncation, text_pair, vocab_sha256)
@@ -403,7 +404,7 @@ OTHER_RUNTIME = "tf2" if IS_TF1 else "tf1"
 LOAD_ON_OTHER = """
 import json, sys
 sys.path.insert(0, %r)
-from data.examples import InputExample
+from data.features import InputExample
 from serving.predictor import Predictor
 texts = json.loads(sys.argv[2])
 with Predictor(sys.argv[1], tokenizer="python") as p:
@@ -577,7 +578,10 @@ def test_an_export_is_checked_before_it_is_loaded(jigsaw_model, tmp_path):
   data = "variables/variables.data-00000-of-00001"
   hf = ["hf/" + name for name in ("config.json", "model.safetensors", "special_tokens_map.json",
                                    "tokenizer.json", "tokenizer_config.json", "vocab.txt")]
-  assert sorted(listed) == ["assets/model_card.json", "assets/vocab.txt"] + hf + [
+  onnx = [] if IS_TF1 else ["onnx/" + name for name in (  # (the ONNX folder's own list too)
+      "files.json", "model.int8.onnx", "model.onnx", "model_card.json", "tokenizer.json",
+      "vocab.txt")]
+  assert sorted(listed) == ["assets/model_card.json", "assets/vocab.txt"] + hf + onnx + [
       "saved_model.pb", data, "variables/variables.index"]
   size = os.path.getsize(os.path.join(export_dir, data))
   assert listed[data]["bytes"] == size

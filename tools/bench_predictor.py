@@ -3,7 +3,8 @@
 
   ./run.sh benchmark predictor [--data comments.csv --rows 1000 --out_dir docs/predictor]
 
-It fine-tunes MiniLM for a few steps on the data's first rows and exports it (not timed),
+It fine-tunes MiniLM for --train_steps steps on --rows of the data's rows (drawn in a seeded
+order) and exports it with its ONNX model (not timed),
 then measures, on the runtime it runs on:
   cli_one_row      `python run_classifier.py --do_predict` on a one-row file, wall time of
                    the process (what a user waits for one prediction);
@@ -11,9 +12,13 @@ then measures, on the runtime it runs on:
   predictor_load   Predictor(export) once;
   predictor_one    predict([text]) for one text, the median of --repeats calls over
                    different texts;
-  predictor_rows   predict(texts) on the same --rows comments, batch --batch_size.
-It checks that both paths give the same probabilities (within 1e-5) on those rows, and
-writes results.md and results.json to --out_dir.
+  predictor_rows   predict(texts) on the same --rows comments, batch --batch_size;
+  onnx_*, int8_*   the same for the export's ONNX model in onnxruntime
+                   (serving.onnx_predictor.OnnxPredictor), fp32 and int8;
+  eval_*           ROC-AUC and accuracy of the TensorFlow predictor, the fp32 and the int8
+                   ONNX model on --eval_rows held-out comments (the rows after --rows).
+It checks that the predictor gives the CLI's probabilities (within 1e-5) and the fp32 ONNX
+model within 1e-4 on those rows, and writes results.md and results.json to --out_dir.
 """
 
 import argparse
@@ -22,6 +27,7 @@ import io
 import json
 import os
 import platform
+import random
 import shutil
 import statistics
 import subprocess
@@ -44,7 +50,10 @@ def parse_args(argv=None):
   parser.add_argument("--data", default=SHARED_COMMENTS if os.path.exists(SHARED_COMMENTS)
                       else SAMPLE_COMMENTS, help="CSV rows text,label without a header")
   parser.add_argument("--rows", type=int, default=1000, help="comments to score")
-  parser.add_argument("--train_steps", type=int, default=10)
+  parser.add_argument("--eval_rows", type=int, default=2000,
+                      help="held-out comments (after --rows) for the metric of each model")
+  parser.add_argument("--train_steps", type=int, default=60,
+                      help="fine-tuning steps of 16 rows (60: about an epoch of --rows)")
   parser.add_argument("--batch_size", type=int, default=32)
   parser.add_argument("--repeats", type=int, default=30, help="single-text calls")
   parser.add_argument("--max_seq_length", type=int, default=128)
@@ -55,9 +64,13 @@ def parse_args(argv=None):
 
 
 def read_rows(path, limit):
+  """limit rows of path, drawn in a seeded order: a file sorted by label (as Jigsaw's
+  balanced comments are) gives both labels to the training rows and to the held-out ones."""
   rows = bench_worker.rows_or_exit(path, "bench_predictor")
   if len(rows) < limit:
-    raise SystemExit("%s has %d rows; --rows=%d asks for more" % (path, len(rows), limit))
+    raise SystemExit("%s has %d rows; --rows and --eval_rows ask for %d" % (
+        path, len(rows), limit))
+  random.Random(0).shuffle(rows)
   return rows[:limit]
 
 
@@ -93,16 +106,17 @@ def fine_tune_and_export(args, model_dir, train_file, output_dir):
       "--init_checkpoint=" + os.path.join(model_dir, "bert_model.ckpt"),
       "--max_seq_length=%d" % args.max_seq_length, "--do_train", "--do_export",
       "--num_train_steps=%d" % args.train_steps, "--train_batch_size=16",
-      "--dynamic_padding", "--output_dir=" + output_dir)
+      "--dynamic_padding", "--export_format=saved_model,onnx", "--output_dir=" + output_dir)
 
 
 def main(argv=None):
   args = parse_args(argv)
-  import numpy as np
   import tensorflow as tf
+  from serving.onnx_predictor import OnnxPredictor
   from serving.predictor import Predictor
 
-  rows = read_rows(args.data, args.rows)
+  rows = read_rows(args.data, args.rows + args.eval_rows)
+  rows, held_out = rows[:args.rows], rows[args.rows:]
   shutil.rmtree(args.work_dir, ignore_errors=True)
   os.makedirs(args.work_dir)
   os.makedirs(args.out_dir, exist_ok=True)
@@ -110,7 +124,8 @@ def main(argv=None):
   write_rows(all_rows, rows)
   write_rows(one_row, rows[:1])
   model = os.path.join(args.work_dir, "model")
-  print("fine-tuning MiniLM for %d steps and exporting it (not timed)" % args.train_steps)
+  print("fine-tuning MiniLM for %d steps and exporting it with its ONNX model (not timed)"
+        % args.train_steps)
   fine_tune_and_export(args, assets.minilm_google_dir(args.cache_dir), all_rows, model)
 
   figures = {}
@@ -122,33 +137,83 @@ def main(argv=None):
                                          "--predict_file=" + all_rows)
   expected = cli_probabilities(model)
 
-  start = time.time()
-  predictor = Predictor(model, batch_size=args.batch_size)
-  figures["predictor_load_s"] = time.time() - start
-  predictor.predict([rows[0][0]])  # the first run of a session allocates; not a user's steady state
-  single = []
-  for text, _ in rows[1:1 + args.repeats]:
-    start = time.time()
-    predictor.predict([text])
-    single.append(time.time() - start)
-  figures["predictor_one_ms"] = 1000 * statistics.median(single)
-  start = time.time()
-  results = predictor.predict([text for text, _ in rows])
-  figures["predictor_rows_s"] = time.time() - start
-  got = [[r["probabilities"]["0"], r["probabilities"]["1"]] for r in results]
-  figures["max_abs_difference"] = float(np.abs(np.array(got) - np.array(expected)).max())
-  if figures["max_abs_difference"] > 1e-5:
-    raise SystemExit("the predictor and the CLI disagree by %g" % figures["max_abs_difference"])
+  predictors = (("predictor", "the TensorFlow predictor", 1e-5, lambda: Predictor(
+      model, batch_size=args.batch_size)),
+                ("onnx", "the ONNX model in onnxruntime", 1e-4, lambda: OnnxPredictor(
+                    model, batch_size=args.batch_size)),
+                ("int8", "the int8 ONNX model in onnxruntime", None, lambda: OnnxPredictor(
+                    model, int8=True, batch_size=args.batch_size)))
+  held_out_scores = {}
+  for prefix, name, tolerance, make in predictors:
+    print(name + " ...")
+    measured, held_out_scores[prefix] = predictor_figures(prefix, make, rows, held_out,
+                                                          expected, args.repeats)
+    figures.update(measured)
+    difference = figures[prefix + "_max_abs_difference"]
+    if tolerance is not None and difference > tolerance:
+      raise SystemExit("%s and the CLI disagree by %g" % (name, difference))
+  figures.update(int8_against_fp32(held_out_scores["int8"], held_out_scores["onnx"]))
 
   figures.update(
-      rows=len(rows), batch_size=args.batch_size, max_seq_length=args.max_seq_length,
+      rows=len(rows), eval_rows=len(held_out), onnxruntime=onnxruntime_version(),
+      batch_size=args.batch_size, max_seq_length=args.max_seq_length,
       cli_rows_per_s=len(rows) / figures["cli_rows_s"],
-      predictor_rows_per_s=len(rows) / figures["predictor_rows_s"],
       latency_speedup=figures["cli_one_row_s"] / (figures["predictor_one_ms"] / 1000),
       throughput_speedup=figures["cli_rows_s"] / figures["predictor_rows_s"],
       tensorflow=tf.__version__, python=platform.python_version(),
       machine=machine(), data=os.path.relpath(args.data, os.path.dirname(ROOT)))
   write_results(args.out_dir, figures, results_markdown(figures))
+
+
+def positive_probabilities(predictor, texts):
+  return [r["probabilities"]["1"] for r in predictor.predict(texts)]
+
+
+def predictor_figures(prefix, make, rows, held_out, expected, repeats):
+  """One predictor's figures, each name starting with prefix: its load (make() makes it),
+  one text's latency (the median of repeats calls), the rows' time, its largest
+  difference from the CLI's probabilities (expected), and its ROC-AUC and accuracy (at
+  0.5) on the held-out rows; and its probabilities of those rows."""
+  import numpy as np
+  from modeling.statistics import roc_auc
+  figures = {}
+  start = time.time()
+  predictor = make()
+  figures[prefix + "_load_s"] = time.time() - start
+  predictor.predict([rows[0][0]])  # the first run of a session allocates; not a user's steady state
+  single = []
+  for text, _ in rows[1:1 + repeats]:
+    start = time.time()
+    predictor.predict([text])
+    single.append(time.time() - start)
+  figures[prefix + "_one_ms"] = 1000 * statistics.median(single)
+  start = time.time()
+  got = positive_probabilities(predictor, [text for text, _ in rows])
+  figures[prefix + "_rows_s"] = time.time() - start
+  figures[prefix + "_rows_per_s"] = len(rows) / figures[prefix + "_rows_s"]
+  figures[prefix + "_max_abs_difference"] = float(
+      np.abs(np.array(got) - np.array([p for _, p in expected])).max())
+  labels = [int(label) for _, label in held_out]
+  scores = positive_probabilities(predictor, [text for text, _ in held_out])
+  figures[prefix + "_auc"] = roc_auc(scores, labels)
+  figures[prefix + "_accuracy"] = sum(
+      (p >= 0.5) == bool(y) for p, y in zip(scores, labels)) / len(labels)
+  predictor.close()
+  return figures, scores
+
+
+def int8_against_fp32(int8, fp32):
+  """How far the int8 model's held-out probabilities are from the fp32 model's: the mean
+  and largest difference, and how many answers (at 0.5) change."""
+  differences = [abs(a - b) for a, b in zip(int8, fp32)]
+  return {"int8_mean_difference": sum(differences) / len(differences),
+          "int8_largest_difference": max(differences),
+          "int8_changed_answers": sum((a >= 0.5) != (b >= 0.5) for a, b in zip(int8, fp32))}
+
+
+def onnxruntime_version():
+  import onnxruntime
+  return onnxruntime.__version__
 
 
 def machine():
@@ -183,7 +248,37 @@ def results_markdown(f):
       "The CLI's figures are the wall time of the whole process (start-up, graph, checkpoint, "
       "featurisation, prediction); the predictor's exclude its one-off load (%.1f s). "
       "Both gave the same probabilities on every row (largest difference %.1e). "
-      "Batch size %d." % (f["predictor_load_s"], f["max_abs_difference"], f["batch_size"]),
+      "Batch size %d." % (f["predictor_load_s"], f["predictor_max_abs_difference"],
+                          f["batch_size"]),
+      "",
+      "## The export's ONNX model in onnxruntime (`serving.onnx_predictor.OnnxPredictor`)",
+      "",
+      "| | `Predictor` (TensorFlow) | ONNX fp32 | ONNX int8 |",
+      "|---|---:|---:|---:|",
+      "| one text (latency) | %.1f ms | %.1f ms | %.1f ms |" % (
+          f["predictor_one_ms"], f["onnx_one_ms"], f["int8_one_ms"]),
+      "| %d comments | %.1f s (%.0f rows/s) | %.1f s (%.0f rows/s) | %.1f s (%.0f rows/s) |" % (
+          f["rows"], f["predictor_rows_s"], f["predictor_rows_per_s"], f["onnx_rows_s"],
+          f["onnx_rows_per_s"], f["int8_rows_s"], f["int8_rows_per_s"]),
+      "| load | %.1f s | %.1f s | %.1f s |" % (
+          f["predictor_load_s"], f["onnx_load_s"], f["int8_load_s"]),
+      "| largest difference from the CLI's probabilities | %.1e | %.1e | %.1e |" % (
+          f["predictor_max_abs_difference"], f["onnx_max_abs_difference"],
+          f["int8_max_abs_difference"]),
+      "| ROC-AUC, %d held-out comments | %.4f | %.4f | %.4f |" % (
+          f["eval_rows"], f["predictor_auc"], f["onnx_auc"], f["int8_auc"]),
+      "| accuracy, the same comments | %.4f | %.4f | %.4f |" % (
+          f["predictor_accuracy"], f["onnx_accuracy"], f["int8_accuracy"]),
+      "",
+      "Against the fp32 model on the held-out comments, the int8 model's probabilities "
+      "differ by %.4f on average and by %.2f at most, and %d of its %d answers (at 0.5) "
+      "change." % (f["int8_mean_difference"], f["int8_largest_difference"],
+                   f["int8_changed_answers"], f["eval_rows"]),
+      "",
+      "The same batching (texts of similar length together, each batch padded to its "
+      "longest) and tokenizer in all three; onnxruntime %s with its default graph "
+      "optimisations, on every core. The held-out comments are the %d rows after the "
+      "first %d, in a seeded order of the file's rows." % (f["onnxruntime"], f["eval_rows"], f["rows"]),
       ""])
 
 

@@ -1,0 +1,269 @@
+"""The ONNX folder of an export (--export_format=onnx, pipeline/onnx_export.py) and the
+predictor that runs it in onnxruntime (serving/onnx_predictor.py): every head kind, pairs
+and truncation against the SavedModel's predictor, the int8 model, the checks before it is
+written and before it is used, and, in the TensorFlow-free environment .venvs/onnx
+(Python 3.12), the project's ONNX predictor and a process that imports nothing of the
+project, each giving the CLI's predictions."""
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import IN_CI, IS_TF1, JIGSAW, ROOT, TINY_VOCAB, run_flags
+from data.tokenization import load_vocab
+from pipeline import onnx_export
+from serving.predicting import ExportNotFound
+from serving.predictor import Predictor
+from spec import labels as label_specs
+from spec.errors import FlagError
+from test_export import TEXTS, export_tiny, tiny_card, tiny_model_fn
+from test_hf_export import PROJECT_MODULES
+
+ONNX_PYTHON = os.path.join(ROOT, ".venvs", "onnx", "bin", "python")
+
+
+def real_comments(count):
+  with open(os.path.join(JIGSAW, "test.csv"), encoding="utf-8", newline="") as f:
+    return [row["comment_text"] for row in csv.DictReader(f)][:count]
+
+
+# Real comments (some longer than the model's 24 tokens), hand-made ones (accents, CJK,
+# capitals), a long one and an empty one.
+ONNX_TEXTS = real_comments(12) + TEXTS + [" ".join("word%d" % i for i in range(60)), ""]
+SPECS = {
+    "classification": label_specs.SingleLabel(["label"], ["neg", "neutral", "pos"]),
+    "multi_label": label_specs.MultiLabel(["toxic", "insult"]),
+    "soft_target": label_specs.SoftTarget(["toxic", "insult"]),
+    "regression": label_specs.Regression(["score"]),
+}
+
+
+def onnx_environment():
+  """The ONNX environment's Python; the test is left out (with its reason) when it has not
+  been built, except in CI, which builds it."""
+  if not os.path.exists(ONNX_PYTHON) and not IN_CI:
+    pytest.skip("no ONNX environment .venvs/onnx: ./run.sh setup onnx builds it (Python "
+                "3.12, tools/requirements-onnx.txt)")
+  return ONNX_PYTHON
+
+
+def export_with_onnx(tmp_path, kind, truncation=None, text_pair=False):
+  """export_tiny's SavedModel, and its ONNX folder written beside it as --do_export does."""
+  spec = SPECS[kind]
+  export_dir, checkpoint = export_tiny(tmp_path, kind, truncation, text_pair, spec=spec)
+  card = tiny_card(spec, truncation, text_pair)
+  with open(TINY_VOCAB, encoding="utf-8") as f:
+    vocab_text = f.read()
+  folder = onnx_export.write_onnx_folder(
+      os.path.join(str(tmp_path), kind + "-onnx"), tiny_model_fn(spec), checkpoint, card,
+      vocab_text, load_vocab(TINY_VOCAB))
+  return export_dir, folder
+
+
+@pytest.mark.tf2_only
+@pytest.mark.parametrize("kind,truncation,text_pair", [
+    ("classification", None, False), ("multi_label", {"mode": "tail"}, False),
+    ("soft_target", None, True), ("regression", {"mode": "head_tail", "head_tokens": 3}, True)])
+def test_onnx_gives_the_saved_models_outputs(tmp_path, kind, truncation, text_pair):
+  """For every head kind, pairs and each truncation: the fp32 ONNX model within 1e-4 of the
+  SavedModel's predictor, and its results in the same shape; int8 near it."""
+  from serving.onnx_predictor import OnnxPredictor
+  export_dir, folder = export_with_onnx(tmp_path, kind, truncation, text_pair)
+  assert sorted(os.listdir(folder)) == ["files.json", "model.int8.onnx", "model.onnx",
+                                        "model_card.json", "tokenizer.json", "vocab.txt"]
+  items = list(zip(ONNX_TEXTS, ONNX_TEXTS[::-1])) if text_pair else ONNX_TEXTS
+  with Predictor(export_dir, batch_size=3) as predictor:
+    expected = predictor.predict(items)
+    expected_outputs = predictor.predict_outputs([predictor.example(i, item)
+                                                  for i, item in enumerate(items)])
+  onnx = OnnxPredictor(folder, batch_size=3)
+  got = onnx.predict(items)
+  assert [sorted(r) for r in got] == [sorted(r) for r in expected]
+  outputs = onnx.predict_outputs([onnx.example(i, item) for i, item in enumerate(items)])
+  np.testing.assert_allclose(outputs, expected_outputs, atol=1e-4)
+  int8 = OnnxPredictor(folder, int8=True, batch_size=3)
+  int8_outputs = int8.predict_outputs([int8.example(i, item) for i, item in enumerate(items)])
+  assert int8.model_path.endswith("model.int8.onnx")
+  np.testing.assert_allclose(int8_outputs, expected_outputs, atol=0.05)
+  assert not np.allclose(int8_outputs, expected_outputs, atol=1e-7)  # (really the int8 one)
+
+
+@pytest.mark.tf2_only
+def test_a_conversion_that_differs_is_not_written(tmp_path, monkeypatch):
+  monkeypatch.setattr(onnx_export, "largest_difference", lambda *args: 0.5)
+  with pytest.raises(FlagError, match=r"differ from TensorFlow's by 0\.5 \(at most 0\.0001 "
+                     r"is allowed\), so it is not written: export without onnx"):
+    export_with_onnx(tmp_path, "classification")
+  assert not os.path.exists(os.path.join(str(tmp_path), "classification-onnx"))
+
+
+@pytest.mark.tf2_only
+def test_the_onnx_predictor_uses_only_a_folder_it_can_check(tmp_path):
+  from serving.onnx_predictor import OnnxPredictor, find_onnx_folder
+  export_dir, folder = export_with_onnx(tmp_path, "classification")
+  # An export without an ONNX folder says how to make one.
+  with pytest.raises(ExportNotFound, match="has no ONNX model .*--export_format=saved_model,onnx"):
+    find_onnx_folder(export_dir)
+  shutil.copytree(folder, os.path.join(export_dir, "onnx"))
+  assert find_onnx_folder(export_dir) == os.path.join(export_dir, "onnx")
+  assert find_onnx_folder(os.path.dirname(os.path.dirname(export_dir))) == os.path.join(
+      export_dir, "onnx")  # (the training output_dir: its newest export)
+  with open(os.path.join(folder, "model.int8.onnx"), "r+b") as f:
+    f.seek(1000)
+    byte = f.read(1)
+    f.seek(1000)
+    f.write(bytes([byte[0] ^ 1]))
+  with pytest.raises(ExportNotFound, match="is damaged: model.int8.onnx is not the file that "
+                     "was written"):
+    OnnxPredictor(folder)
+  os.remove(os.path.join(folder, "files.json"))
+  with pytest.raises(ExportNotFound, match="has no files.json"):
+    OnnxPredictor(folder)
+
+
+def test_onnx_needs_tf2onnx_and_says_where_it_is(tmp_path, monkeypatch):
+  """TF 1.15 has no tf2onnx: --export_format=onnx is refused before any work, saying to
+  export on TF 2.15. On TF 2.15 the same check passes, and fails where a package lacks."""
+  message = ("--export_format=onnx converts with tf2onnx and checks with onnxruntime, and "
+             "this environment lacks %s")
+  if IS_TF1:
+    with pytest.raises(FlagError) as error:
+      run_flags("--task_name=jigsaw_toxic", "--data_dir=" + JIGSAW, "--do_export",
+                "--export_format=saved_model,onnx", "--output_dir=" + str(tmp_path / "out"),
+                "--vocab_file=" + TINY_VOCAB)
+    assert str(error.value).startswith(message % "tf2onnx and onnxruntime")
+    assert "./run.sh shell tf2 -- python run_classifier.py --do_export" in str(error.value)
+    assert not os.path.exists(str(tmp_path / "out"))
+    return
+  onnx_export.check_onnx_export()
+  import importlib.util
+  find_spec = importlib.util.find_spec
+  monkeypatch.setattr(importlib.util, "find_spec",
+                      lambda name: None if name == "tf2onnx" else find_spec(name))
+  with pytest.raises(FlagError, match=message % "tf2onnx" + r" \(TF 1\.15's"):
+    onnx_export.check_onnx_export()
+
+
+def test_export_format_onnx_needs_do_export(tmp_path):
+  with pytest.raises(FlagError, match="--export_format says what --do_export writes"):
+    run_flags("--task_name=jigsaw_toxic", "--data_dir=" + JIGSAW, "--do_predict",
+              "--export_format=onnx", "--output_dir=" + str(tmp_path))
+
+
+def read_test_results(path):
+  with open(path, newline="") as f:
+    return [[float(row[name]) for name in row if name.startswith("probability_")]
+            for row in csv.DictReader(f, delimiter="\t")]
+
+
+# Reads an export's onnx/ folder with onnxruntime and tokenizers alone: its tokenizer.json
+# gives the ids ([CLS] and [SEP] added, truncated as the card says), the model the
+# probabilities of test.csv's comments.
+PROJECT_FREE = """
+import csv, json, sys
+import numpy as np
+import onnxruntime
+from tokenizers import Tokenizer
+folder, texts_file = sys.argv[1:3]
+tokenizer = Tokenizer.from_file(folder + "/tokenizer.json")
+with open(texts_file, encoding="utf-8", newline="") as f:
+  texts = [row["comment_text"] for row in csv.DictReader(f)]
+encoded = tokenizer.encode_batch(texts)
+longest = max(len(e.ids) for e in encoded)
+batch = {name: np.zeros([len(texts), longest], np.int32)
+         for name in ("input_ids", "input_mask", "segment_ids")}
+for row, e in enumerate(encoded):
+  batch["input_ids"][row, :len(e.ids)] = e.ids
+  batch["input_mask"][row, :len(e.ids)] = e.attention_mask
+  batch["segment_ids"][row, :len(e.ids)] = e.type_ids
+session = onnxruntime.InferenceSession(folder + "/model.onnx",
+                                       providers=["CPUExecutionProvider"])
+(probabilities,) = session.run(None, batch)
+assert not any(m.split(".")[0] in %r for m in sys.modules)
+print(json.dumps({"probabilities": probabilities.tolist(), "longest": longest}))
+""" % (PROJECT_MODULES,)
+
+
+@pytest.mark.tf2_only
+@pytest.mark.slow
+def test_the_clis_onnx_export_without_tensorflow(jigsaw_model, tmp_path):
+  """The CLI's export, run in the ONNX environment (no TensorFlow there), by a process that
+  imports nothing of the project and by ./run.sh predict-onnx: test_results.tsv's
+  probabilities within 1e-4, for every row."""
+  python = onnx_environment()
+  check = subprocess.run([python, "-c", "import tensorflow"], stderr=subprocess.PIPE,
+                         universal_newlines=True)
+  assert "No module named 'tensorflow'" in check.stderr
+  export_base = os.path.join(jigsaw_model.output_dir, "export")
+  (version,) = os.listdir(export_base)
+  folder = os.path.join(export_base, version, "onnx")
+  expected = read_test_results(os.path.join(jigsaw_model.output_dir, "test_results.tsv"))
+  test_csv = os.path.join(JIGSAW, "test.csv")
+
+  done = subprocess.run([python, "-c", PROJECT_FREE, folder, test_csv], cwd="/",
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                        universal_newlines=True, timeout=300,
+                        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+  assert done.returncode == 0, done.stderr[-3000:]
+  free = json.loads(done.stdout.splitlines()[-1])
+  assert len(free["probabilities"]) == len(expected) == 33
+  assert free["longest"] == 32  # (some comments were truncated to max_seq_length)
+  np.testing.assert_allclose(free["probabilities"], expected, atol=1e-4)
+
+  with open(test_csv, encoding="utf-8", newline="") as f:
+    texts = [row["comment_text"].replace("\n", " ").replace("\r", " ")
+             for row in csv.DictReader(f)]
+  texts_file = tmp_path / "texts.txt"
+  texts_file.write_text("".join(text + "\n" for text in texts), encoding="utf-8")
+  done = subprocess.run([os.path.join(ROOT, "run.sh"), "predict-onnx", jigsaw_model.output_dir,
+                         "--input", str(texts_file)], cwd=str(tmp_path),
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                        universal_newlines=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-3000:]
+  results = [json.loads(line) for line in done.stdout.splitlines()]
+  assert len(results) == 33
+  got = [[r["probabilities"]["0"], r["probabilities"]["1"]] for r in results]
+  np.testing.assert_allclose(got, expected, atol=1e-4)
+  assert [r["label"] for r in results] == [str(int(np.argmax(row))) for row in expected]
+
+  done = subprocess.run([os.path.join(ROOT, "run.sh"), "predict-onnx", str(tmp_path)],
+                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
+  assert done.returncode == 1
+  assert done.stderr.splitlines()[-1].startswith("predict-onnx: %s holds no SavedModel" %
+                                                 tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.one_runtime("tf1")  # (the legacy route: a model trained on TF 1.15)
+def test_a_run_exports_its_onnx_model_on_tf2(jigsaw_model, tmp_path):
+  """The way out for a model trained on TF 1.15: TF 2.15's environment exports the run's
+  folder with --export_format=saved_model,onnx, in its own process, and the ONNX model
+  gives the run's own test_results.tsv within 1e-4, read without TensorFlow."""
+  tf2_python = os.path.join(ROOT, ".venvs", "tf2", "bin", "python")
+  if not os.path.exists(tf2_python):
+    pytest.skip("no TF 2.15 environment .venvs/tf2: ./run.sh setup builds it")
+  python = onnx_environment()
+  output_dir = jigsaw_model.copy_to(str(tmp_path / "run"))
+  done = subprocess.run([tf2_python, os.path.join(ROOT, "run_classifier.py"), "--do_export",
+                         "--export_format=saved_model,onnx", "--output_dir=" + output_dir],
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+                        universal_newlines=True, timeout=600,
+                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  assert done.returncode == 0, done.stderr[-3000:]
+  (version,) = os.listdir(os.path.join(output_dir, "export"))
+  done = subprocess.run([python, "-c", PROJECT_FREE,
+                         os.path.join(output_dir, "export", version, "onnx"),
+                         os.path.join(JIGSAW, "test.csv")], cwd="/",
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                        universal_newlines=True, timeout=300,
+                        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+  assert done.returncode == 0, done.stderr[-3000:]
+  np.testing.assert_allclose(
+      json.loads(done.stdout.splitlines()[-1])["probabilities"],
+      read_test_results(os.path.join(jigsaw_model.output_dir, "test_results.tsv")), atol=1e-4)

@@ -93,6 +93,26 @@ setup_env() {
   echo "$stamp" > "$venv/.stamp"
 }
 
+# Creates or updates several environments at the same time (downloads and unpacking
+# overlap: from scratch, about a minute less than one after the other); each one's
+# output is shown when all have ended, and a failure names its environment.
+setup_envs_at_once() {
+  local r logdir failed=() pids=()
+  logdir=$(mktemp -d "${TMPDIR:-/tmp}/run-setup.XXXXXX")
+  for r in "$@"; do
+    ( setup_env "$r" > "$logdir/$r.log" 2>&1 ) &
+    pids+=($!)
+  done
+  local i=0
+  for r in "$@"; do
+    wait "${pids[$i]}" || failed+=("$r")
+    cat "$logdir/$r.log"
+    i=$((i + 1))
+  done
+  rm -rf "$logdir"
+  [ "${#failed[@]}" -eq 0 ] || die "could not build the environment of: ${failed[*]} (see above)"
+}
+
 # The runtimes whose interpreter exists here. In CI both must exist.
 available_runtimes() {
   local r
@@ -158,13 +178,14 @@ cmd_test() {
   runtimes=$(available_runtimes)
   [ -n "$runtimes" ] || die "neither Python 3.7 nor Python 3.9-3.11 was found"
   check_test_space
-  for r in $runtimes; do setup_env "$r"; done
   # The optional Hugging Face and ONNX environments, whose tests (transformers loading an
   # export, a transformers classifier brought here; onnxruntime without TensorFlow) are
   # left out without them: CI builds them, and a machine that has one keeps it up to date.
+  local environments="$runtimes"
   for r in hf onnx; do
-    if [ "${CI:-}" = true ] || [ -d "$VENVS/$r" ]; then setup_env "$r"; fi
+    if [ "${CI:-}" = true ] || [ -d "$VENVS/$r" ]; then environments="$environments $r"; fi
   done
+  setup_envs_at_once $environments
   start=$SECONDS  # the suite's time, without building environments
   export TESTED_RUNTIMES="$(echo $runtimes)"  # a one_runtime test runs on the runtime it names
   if [ "${TEST_ONE_RUNTIME_AT_A_TIME:-}" = 1 ] || [ "$(echo $runtimes | wc -w)" -lt 2 ]; then

@@ -198,7 +198,8 @@ def main(argv):
     sys.stderr.write("run_classifier: TF_CONFIG error: %s\n" % e)
     sys.exit(2)
   try:
-    run(config_from_flags(flags.FLAGS), cluster)
+    run(distribution.with_tpu_found(config_from_flags(flags.FLAGS), os.environ,
+                                    distribution.on_tpu_vm()), cluster)
   except FlagError as e:
     sys.stderr.write("run_classifier: flag error: %s\n" % e)
     sys.exit(2)

@@ -38,7 +38,7 @@ def plain_global_step_read():
 
 
 def build_estimator(model_fn, output_dir, device, training, cluster=None, session_config=None,
-                    replica_device_type="GPU"):
+                    replica_device_type="GPU", tpu_resolver=None):
   """A TPUEstimator over model_fn, writing into output_dir; with device.use_tpu False the
   same graph runs on the local device.
 
@@ -56,6 +56,8 @@ def build_estimator(model_fn, output_dir, device, training, cluster=None, sessio
   TensorFlow's MirroredStrategy instead, and a cluster (spec.cluster.Cluster, from
   TF_CONFIG) on several machines with its MultiWorkerMirroredStrategy (see
   ReplicatedEstimator). session_config, when given, replaces the one of use_xla.
+  tpu_resolver: what finds the TPU of device.tpu_name (TPUClusterResolver; tests pass a
+  recorder).
   """
   if session_config is None and device.use_xla:
     session_config = xla_session_config()
@@ -73,8 +75,8 @@ def build_estimator(model_fn, output_dir, device, training, cluster=None, sessio
                                mirrored_strategy(device.num_gpus, replica_device_type),
                                *batch_sizes)
   resolver = None
-  if device.use_tpu and device.tpu_name:
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+  if device.use_tpu and device.tpu_name:  # (a name, a grpc:// address, or "local")
+    resolver = (tpu_resolver or tf.distribute.cluster_resolver.TPUClusterResolver)(
         device.tpu_name, zone=device.tpu_zone, project=device.gcp_project)
   run_config = tf.estimator.tpu.RunConfig(
       cluster=resolver, master=device.master,

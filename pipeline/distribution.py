@@ -2,6 +2,7 @@
 cluster, the hosts of a TPU pod slice. What each needs of the options, and what one task
 of a cluster does."""
 
+import glob
 import logging
 import os
 
@@ -46,14 +47,56 @@ def check_gpu_replicas(device, training, do_train):
                       % (device.num_gpus, gpus, "" if gpus == 1 else "s"))
 
 
+# The TPU of a TPU VM: attached to this machine, so TPUClusterResolver(tpu="local") finds it,
+# and it reads and writes this machine's disk.
+LOCAL_TPU = "local"
+NO_TPU = ("--use_tpu found no TPU: name one with --tpu_name (or --master), set TPU_NAME (or "
+          "COLAB_TPU_ADDR, as a Colab TPU runtime does), or run on a TPU VM, whose own TPU "
+          "is used (--tpu_name=local)")
+
+
+def with_tpu_found(c, environ, on_tpu_vm):
+  """c with --use_tpu's TPU named, and the log saying where it came from: the flags'
+  (--tpu_name, --master), else TPU_NAME's, else COLAB_TPU_ADDR's (a Colab TPU node, as
+  grpc://<address>), else this machine's own when on_tpu_vm (tpu_name 'local'). A FlagError
+  names the three ways to give one when there is none. environ: the process's
+  environment, read by the entry point. Without --use_tpu, c unchanged."""
+  device = c.device
+  if not device.use_tpu:
+    return c
+  if device.tpu_name or device.master:
+    log.info("TPU: %s (from the flags)", device.tpu_name or device.master)
+    return c
+  if environ.get("TPU_NAME"):
+    name, source = environ["TPU_NAME"], "TPU_NAME"
+  elif environ.get("COLAB_TPU_ADDR"):
+    address = environ["COLAB_TPU_ADDR"]
+    name = address if address.startswith("grpc://") else "grpc://" + address
+    source = "COLAB_TPU_ADDR, a Colab TPU"
+  elif on_tpu_vm:
+    name, source = LOCAL_TPU, "this TPU VM's own TPU"
+  else:
+    raise FlagError(NO_TPU)
+  log.info("TPU: %s (from %s)", name, source)
+  return c.replace(tpu_name=name)
+
+
+def on_tpu_vm(dev="/dev"):
+  """Whether this machine is a TPU VM: its TPU chips are devices here (accel0.. on v2 to v4,
+  vfio/0.. from v5)."""
+  return bool(glob.glob(os.path.join(dev, "accel[0-9]*")) or
+              glob.glob(os.path.join(dev, "vfio", "[0-9]*")))
+
+
 def check_tpu(device, training, modes, output_dir, given=frozenset()):
-  """--use_tpu: an address, a bucket to write to, batches that split over the cores, and on
-  a pod slice what every host can do."""
+  """--use_tpu: an address, a bucket to write to (but on a TPU VM), batches that split over
+  the cores, and on a pod slice what every host can do."""
   if not (device.tpu_name or device.master):
-    raise FlagError("--use_tpu needs --tpu_name (or --master)")
-  if not output_dir.startswith("gs://"):
+    raise FlagError(NO_TPU)
+  if device.tpu_name != LOCAL_TPU and not output_dir.startswith("gs://"):
     raise FlagError("--use_tpu needs --output_dir on Cloud Storage (gs://bucket/path): the TPU "
-                    "cannot write to this machine's disk")
+                    "cannot write to this machine's disk (a TPU VM's own TPU, "
+                    "--tpu_name=local, can)")
   for name in ("train_batch_size", "eval_batch_size", "predict_batch_size"):
     if getattr(training, name) % device.num_tpu_cores:
       raise FlagError("--%s=%d must be a multiple of --num_tpu_cores=%d (each core gets an "

@@ -259,7 +259,10 @@ class DeviceOptions(object):
   """Where the graph runs and how fast: a Cloud TPU, GPUs, precision, XLA, padding, and
   the record files that feed it."""
   use_tpu: bool = option(False, "Run on a Cloud TPU instead of the local CPU/GPU.")
-  tpu_name: Optional[str] = option(None, "Cloud TPU name or grpc:// address.")
+  tpu_name: Optional[str] = option(
+      None, "Cloud TPU name, grpc:// address, or local (a TPU VM's own TPU). Unset with "
+      "--use_tpu: TPU_NAME, then COLAB_TPU_ADDR (a Colab TPU), then this machine's TPU if it "
+      "is a TPU VM.")
   tpu_zone: Optional[str] = option(
       None, "GCE zone of the TPU (found from metadata if unset).")
   gcp_project: Optional[str] = option(

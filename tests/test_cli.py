@@ -144,7 +144,9 @@ def test_flag_errors_name_the_flag_and_the_fix(tmp_path, tiny_checkpoint):
   assert _refused(tmp_path, tiny_checkpoint) == (
       "nothing to do: pass at least one of --do_train, --do_eval, --do_predict, --do_export")
   assert _refused(tmp_path, tiny_checkpoint, "--do_train", "--use_tpu") == (
-      "--use_tpu needs --tpu_name (or --master)")
+      "--use_tpu found no TPU: name one with --tpu_name (or --master), set TPU_NAME (or "
+      "COLAB_TPU_ADDR, as a Colab TPU runtime does), or run on a TPU VM, whose own TPU is "
+      "used (--tpu_name=local)")
   assert _refused(tmp_path, tiny_checkpoint, "--do_train", "--use_tpu", "--tpu_name=t1"
                   ).startswith("--use_tpu needs --output_dir on Cloud Storage (gs://bucket/path)")
   assert "no file /nope/model.ckpt.index" in _refused(
@@ -295,3 +297,38 @@ def test_a_bert_config_value_of_the_wrong_type_is_a_flag_error(tmp_path, tiny_ch
                     "--bert_config_file=%s" % config) == (
         "--bert_config_file=%s cannot be used: %s: %s. Pass the bert_config.json that came "
         "with the checkpoint" % (config, config, problem))
+
+
+def test_a_flag_file_keeps_a_run_and_the_command_line_overrides_it(tmp_path):
+  """--flagfile, as the README's first training example uses it: the file's flags, a flag
+  after it on the command line overriding the file's and one before it overridden."""
+  flag_file = tmp_path / "jigsaw.flags"
+  flag_file.write_text("\n".join([
+      "--task_name=jigsaw_toxic", "--label_column=toxic", "--data_dir=" + JIGSAW,
+      "--bert_config_file=" + os.path.join(TINY, "bert_config.json"),
+      "--vocab_file=" + os.path.join(TINY, "vocab.txt"), "--max_seq_length=64",
+      "--learning_rate=2e-5", "--output_dir=" + str(tmp_path / "out")]) + "\n")
+  c = parse_flags(["run_classifier.py", "--flagfile=" + str(flag_file), "--do_train",
+                   "--learning_rate=3e-5"])
+  assert c.training.learning_rate == 3e-5
+  assert (c.data.task_name, c.data.label_column, c.model.max_seq_length) == (
+      "jigsaw_toxic", "toxic", 64)
+  assert c.outputs.output_dir == str(tmp_path / "out") and c.modes.do_train
+  assert {"learning_rate", "max_seq_length", "task_name"} <= c.given
+  c = parse_flags(["run_classifier.py", "--max_seq_length=32", "--flagfile=" + str(flag_file)])
+  assert c.model.max_seq_length == 64  # (the file, read after it, wins)
+
+
+@pytest.mark.slow
+@pytest.mark.one_runtime("tf1")  # (absl reads the file, the same on both runtimes)
+def test_a_missing_flag_file_is_one_line(tmp_path):
+  done = subprocess.run([sys.executable, os.path.join(ROOT, "run_classifier.py"),
+                         "--flagfile=" + str(tmp_path / "missing.flags"), "--do_train"],
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                        universal_newlines=True, timeout=300,
+                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  assert done.returncode == 1 and "Traceback" not in done.stderr
+  assert done.stderr.strip().splitlines()[-2:] == [  # (absl's words for every flag error)
+      "FATAL Flags parsing error: ERROR:: Unable to open flagfile: [Errno 2] No such file or "
+      "directory: '%s'" % (tmp_path / "missing.flags"),
+      "Pass --helpshort or --helpfull to see help on flags."]

@@ -21,8 +21,8 @@ class _LocalStat(object):
     self.length = length
 
 
-class _LocalGFile(object):
-  """The tf.io.gfile calls of the project, on local paths."""
+class LocalGFile(object):
+  """The tf.io.gfile calls that data/files.py and the predictors make, on local paths."""
 
   @staticmethod
   def GFile(path, mode="r"):  # (text as gfile reads it: UTF-8, line ends untouched)
@@ -36,7 +36,10 @@ class _LocalGFile(object):
   makedirs = staticmethod(lambda path: os.makedirs(path, exist_ok=True))
   remove = staticmethod(os.remove)
   rmtree = staticmethod(shutil.rmtree)
-  walk = staticmethod(os.walk)
+
+  @staticmethod
+  def walk(top):  # (into linked folders too, as gfile's walk goes)
+    return os.walk(top, followlinks=True)
 
   @staticmethod
   def rename(source, target, overwrite=False):
@@ -54,5 +57,5 @@ if _tf is not None:
   # What a failed file operation raises: gfile raises TensorFlow's OpError for most.
   FILE_ERRORS = (OSError, _tf.errors.OpError)
 else:
-  gfile = _LocalGFile
+  gfile = LocalGFile
   FILE_ERRORS = (OSError,)

@@ -95,13 +95,13 @@ def export_saved_model(model_fn, checkpoint, export_dir, output_name, assets, te
   return export_dir
 
 
-def frozen_ids_graph(model_fn, checkpoint, output_name, sample):
+def frozen_ids_graph(model_fn, checkpoint, output_name, samples):
   """The PREDICT graph of model_fn from token ids, restored from checkpoint with its
-  variables made constants (what an ONNX converter takes), and its outputs on sample.
+  variables made constants (what an ONNX converter takes), and its outputs on samples.
 
   The graph's inputs are int32 [batch, length] placeholders named signature.INPUT_NAMES,
-  its output [batch, num_outputs] is named output_name. sample: {input name: int32
-  [rows, length]}. Returns (GraphDef, the outputs on sample as a numpy array).
+  its output [batch, num_outputs] is named output_name. samples: batches, each {input
+  name: int32 [rows, length]}. Returns (GraphDef, the outputs of each batch, numpy arrays).
   """
   with tf.Graph().as_default() as graph:
     features = {name: tf.placeholder(tf.int32, [None, None], name=name)
@@ -111,7 +111,8 @@ def frozen_ids_graph(model_fn, checkpoint, output_name, sample):
     with tf.Session() as session:
       tf.train.Saver().restore(session, checkpoint)
       session.run(tf.tables_initializer())
-      outputs = session.run(output, {features[name]: values for name, values in sample.items()})
+      outputs = [session.run(output, {features[name]: values for name, values in sample.items()})
+                 for sample in samples]
       graph_def = tf.graph_util.convert_variables_to_constants(
           session, graph.as_graph_def(), [output_name])
   return graph_def, outputs

@@ -69,21 +69,13 @@ def write_hf_folder(folder, checkpoint, card, vocab_text, vocab):
   # transformers reads only safetensors files that say which framework wrote them.
   _write(folder, "model.safetensors", save(tensors, metadata={"format": "pt"}), "wb")
   special = {key: token for key, token in SPECIAL_TOKENS.items() if token in vocab}
-  truncation = card["truncation"]["mode"]
-  if truncation == "head_tail":
-    log.warning("the transformers tokenizer of %s cannot keep a long text's head and tail "
-                "(this model's truncation): it keeps the head", folder)
-  if card["text_pair"]:
-    log.warning("the transformers tokenizer of %s truncates a pair by its own rule: when "
-                "both texts are longer than half the room and the room is odd, the longer "
-                "text (here: the first) keeps the odd token", folder)
   # The generic class loads tokenizer.json as written (transformers' BertTokenizer builds
   # its own from vocab.txt, which gives [UNK] for a word of 101 to 200 characters).
   tokenizer_config = dict(
       special, tokenizer_class="PreTrainedTokenizerFast", do_lower_case=card["do_lower_case"],
       model_input_names=["input_ids", "token_type_ids", "attention_mask"],
       model_max_length=card["max_seq_length"], padding_side="right",
-      truncation_side="left" if truncation == "tail" else "right",
+      truncation_side=tokenizer_truncation(card, folder),
       clean_up_tokenization_spaces=False)
   files = {"config.json": hf_config(config, label_spec.kind, names),
            "tokenizer_config.json": tokenizer_config, "special_tokens_map.json": special}
@@ -92,6 +84,22 @@ def write_hf_folder(folder, checkpoint, card, vocab_text, vocab):
   _write(folder, "vocab.txt", vocab_text)
   _write(folder, "tokenizer.json", tokenizer_json(vocab, card["do_lower_case"]))
   return folder
+
+
+def tokenizer_truncation(card, folder):
+  """The side a tokenizers/transformers tokenizer of the card's model (in folder) cuts a long
+  text from: 'right' keeps the head, 'left' the tail. Where that tokenizer cannot do as
+  training did, a warning says so: it keeps the head of a head_tail model's text, and
+  truncates a pair by its own rule."""
+  mode = card["truncation"]["mode"]
+  if mode == "head_tail":
+    log.warning("the tokenizer.json of %s cannot keep a long text's head and tail (this "
+                "model's truncation): it keeps the head", folder)
+  if card["text_pair"]:
+    log.warning("the tokenizer.json of %s truncates a pair by its own rule: when both texts "
+                "are longer than half the room and the room is odd, the longer text (here: "
+                "the first) keeps the odd token", folder)
+  return "left" if mode == "tail" else "right"
 
 
 def _write(folder, name, content, mode="w"):

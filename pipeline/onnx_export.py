@@ -11,15 +11,16 @@ onnx/, which onnxruntime runs with no TensorFlow (serving/onnx_predictor.py):
                     the export's card and vocabulary (labels, casing, max_seq_length,
                     truncation)
   tokenizer.json    Google's ids with the tokenizers package, [CLS] and [SEP] added, a
-                    single text truncated as the card says (for a client of its own)
+                    single text truncated to max_seq_length (for a client of its own;
+                    the predictor lays out pairs and head_tail as training did)
   files.json        every file's size and sha256, checked before the folder is used
 
 Converting needs tf2onnx and onnxruntime, which the TF 2.15 environment has. The
-conversion is checked when written: onnxruntime's outputs of model.onnx on a batch of
-every length up to max_seq_length equal TensorFlow's within ONNX_TOLERANCE.
+conversion is checked when written: onnxruntime's outputs of model.onnx on batches of
+several widths up to max_seq_length equal TensorFlow's within ONNX_TOLERANCE.
 """
 
-import importlib.util
+import importlib
 import logging
 import os
 import shutil
@@ -31,6 +32,7 @@ import tensorflow.compat.v1 as tf
 from data.fast_tokenization import tokenizer_json
 from data.files import write_manifest
 from modeling import export
+from pipeline.hf_export import tokenizer_truncation
 from spec import labels as label_specs
 from spec import model_card, signature
 from spec.errors import FlagError
@@ -44,16 +46,17 @@ ONNX_TOLERANCE = 1e-4
 
 
 def check_onnx_export():
-  """A FlagError, before any work, when this environment cannot convert to ONNX."""
-  missing = [name for name in ("tf2onnx", "onnxruntime")
-             if importlib.util.find_spec(name) is None]
-  if missing:
+  """A FlagError, before any work, when this environment cannot convert to ONNX (a package
+  missing or broken: each is imported)."""
+  try:
+    for module in ("tf2onnx", "onnxruntime.quantization"):
+      importlib.import_module(module)
+  except ImportError as e:
     raise FlagError(
         "--export_format=onnx converts with tf2onnx and checks with onnxruntime, and this "
-        "environment lacks %s (TF 1.15's has neither: tf2onnx converts TF 2 graphs). Export "
-        "on TF 2.15, where a checkpoint trained on TF 1.15 loads unchanged: ./run.sh shell "
-        "tf2 -- python run_classifier.py --do_export --export_format=saved_model,onnx "
-        "--output_dir=<the run's output_dir>" % " and ".join(missing))
+        "environment cannot import %s (TF 1.15's has neither: tf2onnx converts TF 2 "
+        "graphs). Export on TF 2.15, where a checkpoint trained on TF 1.15 loads "
+        "unchanged: %s" % (e.name or e, signature.ONNX_EXPORT_COMMAND))
 
 
 def write_onnx_folder(folder, model_fn, checkpoint, card, vocab_text, vocab):
@@ -61,52 +64,76 @@ def write_onnx_folder(folder, model_fn, checkpoint, card, vocab_text, vocab):
   serving model_fn) into folder, which must not exist: vocab_text is the vocabulary's
   text, vocab that text read ({token: id}). Returns folder."""
   output_name = signature.output_name(label_specs.from_card(card["label_spec"]))
-  sample = check_batch(len(vocab), card["max_seq_length"])
-  graph_def, expected = export.frozen_ids_graph(model_fn, checkpoint, output_name, sample)
-  staging = tempfile.mkdtemp(prefix="onnx-export-")
+  samples = check_batches(len(vocab), card["max_seq_length"])
+  graph_def, expected = export.frozen_ids_graph(model_fn, checkpoint, output_name, samples)
+  # Staged beside the export when it is local (a full disk is then the export's, and
+  # reported so), else in the temp folder before its copy into the bucket.
+  local = "://" not in folder
+  staging = tempfile.mkdtemp(prefix=".onnx-staging-",
+                             dir=os.path.dirname(folder) if local else None)
   try:
     fp32 = os.path.join(staging, signature.ONNX_MODEL)
-    convert(graph_def, output_name, fp32)
-    difference = largest_difference(fp32, sample, expected)
+    int8 = os.path.join(staging, signature.ONNX_INT8_MODEL)
+    converted(convert, graph_def, output_name, fp32)
+    difference = largest_difference(fp32, samples, expected)
     if not difference <= ONNX_TOLERANCE:  # (NaN too)
       raise FlagError(
           "--export_format=onnx: onnxruntime's outputs of the converted model differ from "
-          "TensorFlow's by %.3g (at most %g is allowed), so it is not written: export "
+          "TensorFlow's by %.3g (at most %g is allowed), so no export was written: export "
           "without onnx" % (difference, ONNX_TOLERANCE))
-    int8 = os.path.join(staging, signature.ONNX_INT8_MODEL)
-    quantize(fp32, int8)
+    converted(quantize, fp32, int8)
     log.info("ONNX: model.onnx gives TensorFlow's outputs within %.1g; model.int8.onnx "
-             "within %.3g on the same batch", difference,
-             largest_difference(int8, sample, expected))
+             "within %.3g, on the same batches", difference,
+             largest_difference(int8, samples, expected))
     texts = {signature.CARD_ASSET: model_card.to_json(card),
              signature.VOCAB_ASSET: vocab_text,
-             "tokenizer.json": card_tokenizer_json(card, vocab)}
+             "tokenizer.json": card_tokenizer_json(card, vocab, folder)}
     for name, text in texts.items():
       with open(os.path.join(staging, name), "w", encoding="utf-8") as f:
         f.write(text)
     write_manifest(staging)
-    tf.io.gfile.makedirs(folder)  # (an export in a bucket too)
-    for name in sorted(os.listdir(staging)):
-      tf.io.gfile.copy(os.path.join(staging, name), os.path.join(folder, name))
+    if local:
+      os.rename(staging, folder)
+    else:
+      tf.io.gfile.makedirs(folder)
+      for name in sorted(os.listdir(staging)):
+        tf.io.gfile.copy(os.path.join(staging, name), os.path.join(folder, name))
   finally:
     shutil.rmtree(staging, ignore_errors=True)
   return folder
 
 
-def check_batch(vocab_size, max_seq_length, seed=0):
-  """Token ids of four rows, padded, of lengths from max_seq_length down to 1, with a
-  second segment in two: what the conversion is checked on. Random ids, so every
-  length, padding and segment the model takes is exercised without any text."""
+def converted(step, *args):
+  """step(*args) (the conversion, or the quantisation); a model the converter cannot take
+  is one line (the run's checkpoints stay, and an export without onnx still works)."""
+  try:
+    step(*args)
+  except (OSError, FlagError):
+    raise
+  except Exception as e:  # (tf2onnx and onnxruntime raise many kinds of their own)
+    raise FlagError("--export_format=onnx: %s failed on this model (%s: %s), so no export "
+                    "was written: export without onnx" % (
+                        step.__name__, type(e).__name__, (str(e).splitlines() or [""])[0]))
+
+
+def check_batches(vocab_size, max_seq_length, seed=0):
+  """What the conversion is checked on: batches padded to several widths (as the predictor
+  pads each batch to its longest text), each of rows from its width down to 1 token, the
+  first two with a second segment. Random ids, so every width, padding and segment is
+  exercised without any text."""
   rng = np.random.RandomState(seed)
-  lengths = [max_seq_length, max(max_seq_length // 2, 1), min(3, max_seq_length), 1]
-  ids = rng.randint(0, vocab_size, size=[len(lengths), max_seq_length]).astype(np.int32)
-  mask = np.zeros_like(ids)
-  segments = np.zeros_like(ids)
-  for row, length in enumerate(lengths):
-    mask[row, :length] = 1
-    if row < 2:
-      segments[row, length // 2:length] = 1
-  return {"input_ids": ids * mask, "input_mask": mask, "segment_ids": segments}
+  batches = []
+  for width in sorted({max_seq_length, max(max_seq_length // 2, 1), min(3, max_seq_length)}):
+    lengths = [width, max(width // 2, 1), 1]
+    ids = rng.randint(0, vocab_size, size=[len(lengths), width]).astype(np.int32)
+    mask = np.zeros_like(ids)
+    segments = np.zeros_like(ids)
+    for row, length in enumerate(lengths):
+      mask[row, :length] = 1
+      if row < 2:
+        segments[row, length // 2:length] = 1
+    batches.append({"input_ids": ids * mask, "input_mask": mask, "segment_ids": segments})
+  return batches
 
 
 def convert(graph_def, output_name, path):
@@ -133,19 +160,24 @@ def quantize(fp32_path, int8_path):
     root.setLevel(level)
 
 
-def largest_difference(model_path, sample, expected):
-  """The largest absolute difference between onnxruntime's outputs of model_path on sample
-  and expected."""
+def largest_difference(model_path, samples, expected):
+  """The largest difference between onnxruntime's outputs of model_path on samples and
+  expected (one array each), relative for outputs above 1 in magnitude (a regression
+  head's values: float32 keeps about 7 digits of any size)."""
   import onnxruntime
   session = onnxruntime.InferenceSession(model_path, providers=["CPUExecutionProvider"])
-  (outputs,) = session.run(None, sample)
-  return float(np.max(np.abs(outputs - expected)))
+  largest = 0.0
+  for sample, wanted in zip(samples, expected):
+    (outputs,) = session.run(None, sample)
+    largest = max(largest, float(np.max(np.abs(outputs - wanted) /
+                                        np.maximum(1.0, np.abs(wanted)))))
+  return largest
 
 
-def card_tokenizer_json(card, vocab):
-  """tokenizer.json of the card's casing; a single text truncated as training truncated it
-  (head or tail; head_tail has no counterpart there: serving/onnx_predictor.py keeps it)."""
-  mode = card["truncation"]["mode"]
-  return tokenizer_json(vocab, card["do_lower_case"],
-                        None if mode == "head_tail" else card["max_seq_length"],
-                        keep_end=mode == "tail")
+def card_tokenizer_json(card, vocab, folder):
+  """tokenizer.json of the card's casing, truncating a single text to max_seq_length as
+  training did where it can (hf_export.tokenizer_truncation: the head for head_tail, with
+  a warning)."""
+  side = tokenizer_truncation(card, folder)
+  return tokenizer_json(vocab, card["do_lower_case"], card["max_seq_length"],
+                        keep_end=side == "left")

@@ -25,26 +25,37 @@ import os
 import sys
 
 from data.gfile import gfile
-from serving.predicting import (EXPORT_AGAIN, ExportNotFound, ExportPredictor,
+from serving.predicting import (ExportNotFound, ExportPredictor, check_batch_size,
                                 check_export_files, find_export, read_export_card)
 from spec import signature
 
 log = logging.getLogger(__name__)
 
 
+ONNX_EXPORT_AGAIN = "export it again with its ONNX model: " + signature.ONNX_EXPORT_COMMAND
+
+
 def find_onnx_folder(path):
-  """The ONNX folder of path: path itself when it holds model.onnx, else onnx/ of the
-  export that path is or holds (serving.predicting.find_export)."""
-  if gfile.exists(os.path.join(path, signature.ONNX_MODEL)):
+  """The ONNX folder of path: path itself when it holds an ONNX model, else onnx/ of the
+  export that path is or holds (serving.predicting.find_export). Local paths only:
+  onnxruntime reads files from this machine."""
+  if "://" in path:
+    raise ExportNotFound("%s: onnxruntime reads the model from this machine's disk: copy the "
+                         "folder here first (e.g. gsutil -m cp -r %s .)" % (path, path))
+  if any(gfile.exists(os.path.join(path, name))
+         for name in (signature.ONNX_MODEL, signature.ONNX_INT8_MODEL)):
     return path
-  export_dir = find_export(path)
+  try:
+    export_dir = find_export(path)
+  except ExportNotFound:
+    raise ExportNotFound("%s holds no ONNX model (no %s, and no export with an %s/ folder): "
+                         "export one on TF 2.15: %s" % (path, signature.ONNX_MODEL,
+                                                         signature.ONNX_FOLDER,
+                                                         signature.ONNX_EXPORT_COMMAND))
   folder = os.path.join(export_dir, signature.ONNX_FOLDER)
-  if not gfile.exists(os.path.join(folder, signature.ONNX_MODEL)):
-    raise ExportNotFound(
-        "%s has no ONNX model (%s): export it with --export_format=saved_model,onnx: "
-        "./run.sh shell tf2 -- python run_classifier.py --do_export "
-        "--export_format=saved_model,onnx --output_dir=<its output_dir>"
-        % (export_dir, os.path.join(folder, signature.ONNX_MODEL)))
+  if not gfile.exists(folder):
+    raise ExportNotFound("%s has no ONNX model (no %s/ folder): %s" % (
+        export_dir, signature.ONNX_FOLDER, ONNX_EXPORT_AGAIN))
   return folder
 
 
@@ -60,8 +71,9 @@ class OnnxPredictor(ExportPredictor):
 
   def __init__(self, path, int8=False, tokenizer="auto", batch_size=32, threads=None):
     import onnxruntime
+    check_batch_size(batch_size)  # (before the folder's files are read and hashed)
     folder = find_onnx_folder(path)
-    check_export_files(folder)
+    check_export_files(folder, ONNX_EXPORT_AGAIN)
     super(OnnxPredictor, self).__init__(read_export_card(folder, files=()), tokenizer,
                                         batch_size)
     self.export_dir = folder
@@ -75,7 +87,8 @@ class OnnxPredictor(ExportPredictor):
           self.model_path, options, providers=["CPUExecutionProvider"])
     except Exception as e:  # (onnxruntime raises its own types; the files were as listed)
       raise ExportNotFound("%s cannot be loaded by onnxruntime %s (%s): %s" % (
-          self.model_path, onnxruntime.__version__, str(e).splitlines()[0], EXPORT_AGAIN))
+          self.model_path, onnxruntime.__version__, (str(e).splitlines() or [""])[0],
+          ONNX_EXPORT_AGAIN))
     log.info("loaded %s: %s, max_seq_length %d", self.model_path, self.label_spec.describe(),
              self.max_seq_length)
 
@@ -84,21 +97,41 @@ class OnnxPredictor(ExportPredictor):
     return outputs
 
 
-def read_inputs(lines, pairs):
-  """The texts of lines (one a line, its line end dropped), or (text, text_b) pairs split at
-  the one tab of each line; a ValueError naming the line otherwise."""
+class InputError(ValueError):
+  """A line of the texts to predict that cannot be one input; the message names it."""
+
+
+def read_inputs(lines, pairs, source):
+  """The texts of lines (one a line, its line end dropped: \\n or \\r\\n; a lone \\r stays
+  in its text), or (text, text_b) pairs split at the one tab of each line; an InputError
+  naming source and the line otherwise."""
   inputs = []
   for number, line in enumerate(lines, 1):
-    line = line.rstrip("\r\n")
+    if line.endswith("\n"):
+      line = line[:-2] if line.endswith("\r\n") else line[:-1]
     if not pairs:
       inputs.append(line)
       continue
     parts = line.split("\t")
     if len(parts) != 2:
-      raise ValueError("line %d has %d tab-separated texts: a model of pairs takes two a line "
-                       "(text<TAB>text_b)" % (number, len(parts)))
+      raise InputError("%s, line %d: %d tab-separated texts, and a model of pairs takes two "
+                       "a line (text<TAB>text_b)" % (source, number, len(parts)))
     inputs.append(tuple(parts))
   return inputs
+
+
+def read_input_file(path, pairs):
+  """read_inputs of a file (None: standard input), read as UTF-8 whatever the locale."""
+  source = path or "<standard input>"
+  try:
+    if path:
+      with open(path, encoding="utf-8", newline="\n") as f:
+        return read_inputs(f, pairs, source)
+    return read_inputs(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", newline="\n"),
+                       pairs, source)
+  except UnicodeDecodeError as e:
+    raise InputError("%s is not UTF-8 text (byte %d cannot be decoded): save it as UTF-8"
+                     % (source, e.start))
 
 
 def main(argv=None):
@@ -115,20 +148,20 @@ def main(argv=None):
   logging.basicConfig(level=logging.WARNING, format="%(message)s")
   try:
     predictor = OnnxPredictor(args.path, int8=args.int8, batch_size=args.batch_size)
-    if args.input:
-      with open(args.input, encoding="utf-8", newline="") as f:
-        inputs = read_inputs(f, predictor.reads_pairs)
-    else:  # (UTF-8 whatever the locale says)
-      inputs = read_inputs(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", newline=""),
-                           predictor.reads_pairs)
-    results = predictor.predict(inputs)
+    results = predictor.predict(read_input_file(args.input, predictor.reads_pairs))
+    for result in results:
+      sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+    sys.stdout.flush()
   except ImportError as e:
-    raise SystemExit("predict-onnx: %s is not installed: ./run.sh setup onnx makes the "
+    raise SystemExit("predict-onnx: %s is not installed here: ./run.sh setup onnx makes the "
                      "environment that has it" % (e.name or e))
-  except (ValueError, OSError) as e:  # (ExportNotFound is a ValueError)
+  except (ExportNotFound, InputError) as e:
     raise SystemExit("predict-onnx: %s" % e)
-  for result in results:
-    sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+  except BrokenPipeError:  # (the reader stopped early, as head does)
+    sys.stderr.close()
+  except OSError as e:
+    raise SystemExit("predict-onnx: %s: %s" % (e.filename or args.input or args.path,
+                                               e.strerror or e))
 
 
 if __name__ == "__main__":

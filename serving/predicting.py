@@ -3,7 +3,8 @@ serving/predictor.py, onnxruntime in serving/onnx_predictor.py): finding the exp
 checking its files, the inputs it takes and refuses, batching texts of similar length,
 and the results.
 
-It imports no TensorFlow, so the ONNX predictor runs where TensorFlow is not installed.
+It needs no TensorFlow (data/gfile.py uses TensorFlow's file system where it is installed,
+for buckets too), so the ONNX predictor runs where TensorFlow is not installed.
 """
 
 import collections.abc
@@ -29,12 +30,16 @@ class ExportNotFound(FlagError):
   that is damaged; the message says how to make one."""
 
 
-def _check_batch_size(batch_size):
+def check_batch_size(batch_size):
   """batch_size, when it is a whole number of at least 1; else a ValueError saying so."""
   if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or (
       batch_size < 1):
     raise ValueError("batch_size=%r: give a whole number of texts, at least 1" % (batch_size,))
   return int(batch_size)
+
+
+EXPORT_AGAIN = ("export the model again: run_classifier.py --do_export --output_dir=<its "
+                "output_dir>")
 
 
 def find_export(path):
@@ -78,25 +83,23 @@ def read_export_card(export_dir, files=("assets",)):
   return dict(card, vocab_file=vocab)
 
 
-EXPORT_AGAIN = ("export the model again: run_classifier.py --do_export --output_dir=<its "
-                "output_dir>")
 
-
-def check_export_files(export_dir):
+def check_export_files(export_dir, again=EXPORT_AGAIN):
   """ExportNotFound unless the export holds exactly the files it was written with, each
   the one written (the manifest, files.json, that --do_export writes: sizes and sha256).
-  The one check of an export's files: the Predictor and --saved_model (which loads one)
-  both make it. An export without a manifest (from a version before exports had one, or a
-  copy that left it out) cannot be checked, and is refused."""
+  The one check of an export's files: the Predictor, the ONNX predictor and --saved_model
+  (which loads one) all make it. An export without a manifest (from a version before
+  exports had one, or a copy that left it out) cannot be checked, and is refused. again:
+  how to export it again, for the message."""
   problem = manifest_problem(export_dir)
   if problem == NO_MANIFEST:
     raise ExportNotFound(
         "%s has no %s, the list of its files and their sha256 that is checked before an "
         "export is loaded: copy the whole export again, or, if an earlier version exported "
-        "it, %s" % (export_dir, MANIFEST, EXPORT_AGAIN))
+        "it, %s" % (export_dir, MANIFEST, again))
   if problem:
     raise ExportNotFound("%s is damaged: %s. Copy the whole export again, or %s" % (
-        export_dir, problem, EXPORT_AGAIN))
+        export_dir, problem, again))
 
 
 def padded_batch(features):
@@ -127,7 +130,7 @@ class ExportPredictor(object):
   """
 
   def __init__(self, card, tokenizer="auto", batch_size=32):
-    self.batch_size = _check_batch_size(batch_size)
+    self.batch_size = check_batch_size(batch_size)
     self.card = card
     self.label_spec = label_specs.from_card(card["label_spec"])
     self.max_seq_length = card["max_seq_length"]
@@ -180,7 +183,7 @@ class ExportPredictor(object):
   def predict_outputs(self, examples, batch_size=None):
     """The head's outputs (a list of floats per example; data/features InputExample),
     in input order: the values run_classifier writes into test_results.tsv."""
-    batch_size = self.batch_size if batch_size is None else _check_batch_size(batch_size)
+    batch_size = self.batch_size if batch_size is None else check_batch_size(batch_size)
     features = list(convert_examples(examples, self.label_spec, self.max_seq_length,
                                      self.tokenizer, strategy=self.truncation))
     # Texts of similar length share a batch, so little of any batch is padding.

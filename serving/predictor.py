@@ -19,7 +19,8 @@ import tensorflow.compat.v1 as tf
 
 from data.graph_tokenizer import text_ops
 from serving.predicting import (EXPORT_AGAIN, ExportNotFound, ExportPredictor,
-                                check_export_files, find_export, read_export_card)
+                                check_batch_size, check_export_files, find_export,
+                                read_export_card)
 from spec import signature
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ class Predictor(ExportPredictor):
   """
 
   def __init__(self, path, tokenizer="auto", batch_size=32, session_config=None):
+    check_batch_size(batch_size)  # (before an export's files are read and hashed)
     export_dir = find_export(path)
     check_export_files(export_dir)
     super(Predictor, self).__init__(read_export_card(export_dir), tokenizer, batch_size)

@@ -23,6 +23,9 @@ VOCAB_ASSET = "vocab.txt"
 ONNX_FOLDER = "onnx"
 ONNX_MODEL = "model.onnx"
 ONNX_INT8_MODEL = "model.int8.onnx"
+# How an export gets its ONNX folder: on TF 2.15, from the training run's folder.
+ONNX_EXPORT_COMMAND = ("./run.sh shell tf2 -- python run_classifier.py --do_export "
+                       "--export_format=saved_model,onnx --output_dir=<its output_dir>")
 
 
 def text_input_names(text_pair):

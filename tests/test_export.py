@@ -295,10 +295,17 @@ def test_predict_takes_ordered_collections_of_inputs(tmp_path):
         "(n, 2), one (text, text_b) a row")
 
 
-def test_a_manifest_lists_every_file_of_its_folder(tmp_path):
+@pytest.mark.parametrize("file_system", ["tensorflow", "local"])
+def test_a_manifest_lists_every_file_of_its_folder(tmp_path, monkeypatch, file_system):
   """manifest_problem: every file there is listed, every file listed is there with its
   size and sha256, and a manifest that lists nothing, or not as files with sizes and
-  sha256, is a problem too."""
+  sha256, is a problem too; the same through TensorFlow's file system and through the
+  stand-in of an environment without TensorFlow (data/gfile.py), a linked folder
+  included."""
+  import data.files
+  from data.gfile import LocalGFile
+  if file_system == "local":
+    monkeypatch.setattr(data.files, "gfile", LocalGFile)
   folder = str(tmp_path / "folder")
   os.makedirs(os.path.join(folder, "assets"))
   for name, text in (("saved_model.pb", "graph"), ("assets/vocab.txt", "[PAD]\n")):
@@ -345,6 +352,14 @@ def test_a_manifest_lists_every_file_of_its_folder(tmp_path):
   with open(os.path.join(folder, "saved_model.pb"), "w") as f:
     f.write("grap")
   assert manifest_problem(folder) == "saved_model.pb has 4 bytes, and 5 were written"
+  with open(os.path.join(folder, "saved_model.pb"), "w") as f:
+    f.write("graph")
+  linked = str(tmp_path / "elsewhere")
+  os.makedirs(linked)
+  with open(os.path.join(linked, "extra.txt"), "w") as f:
+    f.write("in a linked folder")
+  os.symlink(linked, os.path.join(folder, "linked"))
+  assert manifest_problem(folder) == "it holds linked/extra.txt, which its files.json does not list"
 
 
 def test_the_predictor_loads_only_an_export_it_can_check(tmp_path):

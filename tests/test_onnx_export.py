@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -82,10 +83,16 @@ def test_onnx_gives_the_saved_models_outputs(tmp_path, kind, truncation, text_pa
     expected_outputs = predictor.predict_outputs([predictor.example(i, item)
                                                   for i, item in enumerate(items)])
   onnx = OnnxPredictor(folder, batch_size=3)
-  got = onnx.predict(items)
-  assert [sorted(r) for r in got] == [sorted(r) for r in expected]
   outputs = onnx.predict_outputs([onnx.example(i, item) for i, item in enumerate(items)])
   np.testing.assert_allclose(outputs, expected_outputs, atol=1e-4)
+  for got, wanted, row in zip(onnx.predict(items), expected, expected_outputs):
+    key = "values" if kind == "regression" else "probabilities"
+    assert list(got) == list(wanted) and list(got[key]) == list(wanted[key])
+    np.testing.assert_allclose(list(got[key].values()), row, atol=1e-4)
+    if kind == "classification" and np.sort(row)[-1] - np.sort(row)[-2] > 1e-3:
+      assert got["label"] == wanted["label"]
+    if kind == "multi_label" and min(abs(p - 0.5) for p in row) > 1e-3:
+      assert got["labels"] == wanted["labels"]
   int8 = OnnxPredictor(folder, int8=True, batch_size=3)
   int8_outputs = int8.predict_outputs([int8.example(i, item) for i, item in enumerate(items)])
   assert int8.model_path.endswith("model.int8.onnx")
@@ -94,21 +101,50 @@ def test_onnx_gives_the_saved_models_outputs(tmp_path, kind, truncation, text_pa
 
 
 @pytest.mark.tf2_only
-def test_a_conversion_that_differs_is_not_written(tmp_path, monkeypatch):
+def test_a_conversion_that_differs_or_fails_is_not_written(tmp_path, monkeypatch):
+  """A converted model that differs from TensorFlow's, or that the converter cannot make,
+  is one line, and leaves nothing (no folder, no staging)."""
   monkeypatch.setattr(onnx_export, "largest_difference", lambda *args: 0.5)
-  with pytest.raises(FlagError, match=r"differ from TensorFlow's by 0\.5 \(at most 0\.0001 "
-                     r"is allowed\), so it is not written: export without onnx"):
+  with pytest.raises(FlagError) as error:
     export_with_onnx(tmp_path, "classification")
-  assert not os.path.exists(os.path.join(str(tmp_path), "classification-onnx"))
+  assert str(error.value) == (
+      "--export_format=onnx: onnxruntime's outputs of the converted model differ from "
+      "TensorFlow's by 0.5 (at most 0.0001 is allowed), so no export was written: export "
+      "without onnx")
+
+  def unconvertible(*args):
+    raise RuntimeError("Unsupported ops: Counter({'SomeOp': 1})\nmore detail")
+  monkeypatch.setattr(onnx_export, "convert", unconvertible)
+  with pytest.raises(FlagError) as error:
+    export_with_onnx(tmp_path / "again", "classification")
+  assert str(error.value) == (
+      "--export_format=onnx: unconvertible failed on this model (RuntimeError: Unsupported "
+      "ops: Counter({'SomeOp': 1})), so no export was written: export without onnx")
+  for root in (tmp_path, tmp_path / "again"):
+    assert sorted(name for name in os.listdir(str(root)) if "onnx" in name) == []
 
 
 @pytest.mark.tf2_only
 def test_the_onnx_predictor_uses_only_a_folder_it_can_check(tmp_path):
   from serving.onnx_predictor import OnnxPredictor, find_onnx_folder
   export_dir, folder = export_with_onnx(tmp_path, "classification")
-  # An export without an ONNX folder says how to make one.
-  with pytest.raises(ExportNotFound, match="has no ONNX model .*--export_format=saved_model,onnx"):
+  again = ("export it again with its ONNX model: ./run.sh shell tf2 -- python "
+           "run_classifier.py --do_export --export_format=saved_model,onnx "
+           "--output_dir=<its output_dir>")
+  # An export without an ONNX folder, or a folder with no export, says how to make one.
+  with pytest.raises(ExportNotFound) as error:
     find_onnx_folder(export_dir)
+  assert str(error.value) == "%s has no ONNX model (no onnx/ folder): %s" % (export_dir, again)
+  with pytest.raises(ExportNotFound) as error:
+    find_onnx_folder(str(tmp_path / "nothing"))
+  assert str(error.value).startswith(
+      "%s holds no ONNX model (no model.onnx, and no export with an onnx/ folder): export one "
+      "on TF 2.15: ./run.sh shell tf2 -- python run_classifier.py" % (tmp_path / "nothing"))
+  with pytest.raises(ExportNotFound, match="onnxruntime reads the model from this machine's "
+                     "disk: copy the folder here first"):
+    OnnxPredictor("gs://bucket/run/export/1/onnx")
+  with pytest.raises(ValueError, match="batch_size=0"):
+    OnnxPredictor(folder, batch_size=0)
   shutil.copytree(folder, os.path.join(export_dir, "onnx"))
   assert find_onnx_folder(export_dir) == os.path.join(export_dir, "onnx")
   assert find_onnx_folder(os.path.dirname(os.path.dirname(export_dir))) == os.path.join(
@@ -118,9 +154,11 @@ def test_the_onnx_predictor_uses_only_a_folder_it_can_check(tmp_path):
     byte = f.read(1)
     f.seek(1000)
     f.write(bytes([byte[0] ^ 1]))
-  with pytest.raises(ExportNotFound, match="is damaged: model.int8.onnx is not the file that "
-                     "was written"):
+  with pytest.raises(ExportNotFound) as error:
     OnnxPredictor(folder)
+  assert str(error.value) == ("%s is damaged: model.int8.onnx is not the file that was written "
+                              "(its sha256 differs). Copy the whole export again, or %s"
+                              % (folder, again))
   os.remove(os.path.join(folder, "files.json"))
   with pytest.raises(ExportNotFound, match="has no files.json"):
     OnnxPredictor(folder)
@@ -130,22 +168,22 @@ def test_onnx_needs_tf2onnx_and_says_where_it_is(tmp_path, monkeypatch):
   """TF 1.15 has no tf2onnx: --export_format=onnx is refused before any work, saying to
   export on TF 2.15. On TF 2.15 the same check passes, and fails where a package lacks."""
   message = ("--export_format=onnx converts with tf2onnx and checks with onnxruntime, and "
-             "this environment lacks %s")
+             "this environment cannot import %s")
   if IS_TF1:
     with pytest.raises(FlagError) as error:
       run_flags("--task_name=jigsaw_toxic", "--data_dir=" + JIGSAW, "--do_export",
                 "--export_format=saved_model,onnx", "--output_dir=" + str(tmp_path / "out"),
                 "--vocab_file=" + TINY_VOCAB)
-    assert str(error.value).startswith(message % "tf2onnx and onnxruntime")
-    assert "./run.sh shell tf2 -- python run_classifier.py --do_export" in str(error.value)
+    assert str(error.value) == message % "tf2onnx" + (
+        " (TF 1.15's has neither: tf2onnx converts TF 2 graphs). Export on TF 2.15, where a "
+        "checkpoint trained on TF 1.15 loads unchanged: ./run.sh shell tf2 -- python "
+        "run_classifier.py --do_export --export_format=saved_model,onnx "
+        "--output_dir=<its output_dir>")
     assert not os.path.exists(str(tmp_path / "out"))
     return
   onnx_export.check_onnx_export()
-  import importlib.util
-  find_spec = importlib.util.find_spec
-  monkeypatch.setattr(importlib.util, "find_spec",
-                      lambda name: None if name == "tf2onnx" else find_spec(name))
-  with pytest.raises(FlagError, match=message % "tf2onnx" + r" \(TF 1\.15's"):
+  monkeypatch.setitem(sys.modules, "onnxruntime.quantization", None)  # (as if not installed)
+  with pytest.raises(FlagError, match=message % r"onnxruntime\.quantization \(TF 1\.15's"):
     onnx_export.check_onnx_export()
 
 
@@ -235,7 +273,7 @@ def test_the_clis_onnx_export_without_tensorflow(jigsaw_model, tmp_path):
                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                         stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
   assert done.returncode == 1
-  assert done.stderr.splitlines()[-1].startswith("predict-onnx: %s holds no SavedModel" %
+  assert done.stderr.splitlines()[-1].startswith("predict-onnx: %s holds no ONNX model" %
                                                  tmp_path)
 
 
@@ -267,3 +305,25 @@ def test_a_run_exports_its_onnx_model_on_tf2(jigsaw_model, tmp_path):
   np.testing.assert_allclose(
       json.loads(done.stdout.splitlines()[-1])["probabilities"],
       read_test_results(os.path.join(jigsaw_model.output_dir, "test_results.tsv")), atol=1e-4)
+
+
+def test_the_command_lines_texts_are_read_line_by_line(tmp_path):
+  """One input a line: \\n or \\r\\n ends it, a lone \\r stays in its text (results line up
+  with lines); pairs split at their one tab; a wrong line or a file that is not UTF-8 is
+  one line naming it."""
+  from serving.onnx_predictor import InputError, read_input_file, read_inputs
+  lines = ["first\r\n", "a\rb\n", "\n", "tab\tinside\n", "last"]
+  assert read_inputs(lines, False, "x") == ["first", "a\rb", "", "tab\tinside", "last"]
+  assert read_inputs(["q\ta\r\n", "q2\ta2"], True, "x") == [("q", "a"), ("q2", "a2")]
+  with pytest.raises(InputError) as error:
+    read_inputs(["q\ta\n", "no tab\n"], True, "texts.txt")
+  assert str(error.value) == ("texts.txt, line 2: 1 tab-separated texts, and a model of pairs "
+                              "takes two a line (text<TAB>text_b)")
+  path = tmp_path / "texts.txt"
+  path.write_bytes(u"caf\u00e9\r\nx\ry\n".encode("utf-8"))
+  assert read_input_file(str(path), False) == [u"caf\u00e9", "x\ry"]
+  path.write_bytes(u"caf\u00e9\n".encode("latin-1"))
+  with pytest.raises(InputError) as error:
+    read_input_file(str(path), False)
+  assert str(error.value) == ("%s is not UTF-8 text (byte 3 cannot be decoded): save it as "
+                              "UTF-8" % path)

@@ -20,6 +20,7 @@ from data.table import USUAL_WIDTH_RECORDS, Table, quoting_for, refuse_bom_cell,
 from data.weights import read_weight
 from spec.errors import FlagError
 from spec.labels import LabelError, build_spec
+from spec.tasks import XNLI_DEFAULT_LANGUAGE
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,8 @@ class DataProcessor(object):
     if options.auxiliary_targets:
       raise FlagError("--auxiliary_targets is for task jigsaw_bias; list extra label "
                       "columns with --label_column instead")
+    if options.xnli_language != XNLI_DEFAULT_LANGUAGE:
+      raise FlagError("--xnli_language=%s is for task xnli: drop it" % options.xnli_language)
     return dict(data_dir=options.data_dir, files=options.files(),
                 skip_malformed_rows=options.skip_malformed_rows, quoting=options.quoting,
                 head=None if options.head == "auto" else options.head)
@@ -192,6 +195,11 @@ class DataProcessor(object):
     extras), known before its rows are read: none here."""
     return ()
 
+  def left_aside(self, fields, columns):
+    """What makes a row one the run leaves out (a task whose files hold rows of several
+    kinds, such as XNLI's languages), as a count's description, or None to read it."""
+    return None
+
   # -- labels --------------------------------------------------------------
   @property
   def head_kind(self):
@@ -261,10 +269,15 @@ class DataProcessor(object):
                  tuple(label_columns or ()) if i is not None)
     width = len(table.header) if table.header else table.usual_width()
     widths = collections.Counter()
+    left_aside = {}
     for row_number, (line, fields) in enumerate(table, first_row):
       widths[len(fields)] += 1
       try:
         _check_row_width(table, line, fields, needed, width)
+        aside = self.left_aside(fields, columns)
+        if aside:  # (a row the run's options leave out: counted, and reported)
+          left_aside[aside] = left_aside.get(aside, 0) + 1
+          continue
         label = None
         if label_columns is not None:
           label = self.parse_labels([fields[i] for i in label_columns], table.path, line,
@@ -287,6 +300,9 @@ class DataProcessor(object):
     if skipped:
       log.warning("%s: skipped %s (--skip_malformed_rows)", table.path, ", ".join(
           "%d rows with %s" % (n, cause) for cause, n in sorted(skipped.items())))
+    for cause, n in sorted(left_aside.items()):
+      log.info("%s: left aside %d %s", table.path, n, cause)
+      skipped[cause] = skipped.get(cause, 0) + n
 
 
 class MalformedRow(DataError):

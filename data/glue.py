@@ -1,8 +1,13 @@
-"""The GLUE tasks: SST-2, CoLA, MRPC, RTE, MNLI (matched and mismatched), QQP, STS-B."""
+"""The GLUE tasks: SST-2, CoLA, MRPC, RTE, MNLI (matched and mismatched), QQP, STS-B,
+QNLI, WNLI and the diagnostic set AX; and XNLI."""
+
+import dataclasses
+import os
 
 from data.errors import DataError
 from data.examples import Columns, DataProcessor, HeaderProcessor
 from spec.labels import LabelError
+from spec.tasks import XNLI_DEFAULT_LANGUAGE
 
 GLUE_FILES = {"train": ("train.tsv",), "dev": ("dev.tsv",), "test": ("test.tsv",)}
 
@@ -117,8 +122,86 @@ class StsbProcessor(HeaderProcessor):
   text_a_column, text_b_column, label_column = "sentence1", "sentence2", "score"
 
 
+class QnliProcessor(HeaderProcessor):
+  """QNLI: does the sentence answer the question (SQuAD's questions and sentences)."""
+  name = "qnli"
+  labels = ["entailment", "not_entailment"]
+  split_files = GLUE_FILES
+  text_a_column, text_b_column, label_column = "question", "sentence", "label"
+
+
+class WnliProcessor(HeaderProcessor):
+  """WNLI: the Winograd schemas as sentence pairs (1 = the second follows from the first)."""
+  name = "wnli"
+  labels = ["0", "1"]
+  split_files = GLUE_FILES
+  text_a_column, text_b_column, label_column = "sentence1", "sentence2", "label"
+
+
+class AxProcessor(MnliProcessor):
+  """AX, GLUE's diagnostic set: unlabelled pairs (AX.tsv) that a model trained on MNLI
+  predicts. Its train and dev files are MNLI's, so --task_name=ax trains and evaluates
+  the MNLI model from MNLI's folder holding AX.tsv too, or predicts AX.tsv with a model
+  trained on MNLI (--output_dir of that run, --predict_file=AX.tsv)."""
+  name = "ax"
+  split_files = {"train": ("train.tsv",), "dev": ("dev_matched.tsv",),
+                 "test": ("AX.tsv", "diagnostic.tsv")}
+
+
+class XnliProcessor(HeaderProcessor):
+  """XNLI, as Google's run_classifier reads it: MultiNLI's training pairs machine-translated
+  into one language (XNLI-MT's multinli/multinli.train.<language>.tsv: premise, hypo,
+  label), and that language's rows of XNLI's dev and test files (xnli.dev.tsv,
+  xnli.test.tsv: every language in one file, named by its language column; the others'
+  rows are counted and left aside). data_dir holds both: XNLI-1.0's files beside
+  XNLI-MT-1.0's multinli/ folder."""
+  name = "xnli"
+  labels = ["contradiction", "entailment", "neutral"]
+  id_columns = ("pairID",)
+  text_a_column, text_b_column, label_column = "premise", "hypo", "label"
+
+  @classmethod
+  def settings_of(cls, options):
+    settings = super(XnliProcessor, cls).settings_of(
+        dataclasses.replace(options, xnli_language=XNLI_DEFAULT_LANGUAGE))
+    return dict(settings, language=options.xnli_language)
+
+  def __init__(self, language=XNLI_DEFAULT_LANGUAGE, **kwargs):
+    super(XnliProcessor, self).__init__(**kwargs)
+    self.language = language
+    self.split_files = {
+        "train": (os.path.join("multinli", "multinli.train.%s.tsv" % language),),
+        "dev": ("xnli.dev.tsv",), "test": ("xnli.test.tsv",)}
+
+  def columns(self, table, split):
+    # The translated training file names its columns premise, hypo, label; XNLI's own
+    # files sentence1, sentence2, gold_label, with each row's language.
+    translated = "premise" in table.header
+    text_a, text_b, label = (("premise", "hypo", "label") if translated else
+                             ("sentence1", "sentence2", "gold_label"))
+
+    def index(name):
+      return table.column_index(name, "the %s column" % name)
+    ids = [index(name) for name in self.id_columns if name in table.header]
+    columns = Columns(text_a=index(text_a), text_b=index(text_b),
+                      labels=(index(label),) if split != "test" else None,
+                      guid=ids[0] if ids else None)
+    columns.language = None if translated else index("language")
+    return columns
+
+  def left_aside(self, fields, columns):
+    if columns.language is not None and fields[columns.language] != self.language:
+      return "rows of other languages than --xnli_language=%s" % self.language
+    return None
+
+  def label_cell(self, cell, index):
+    # XNLI-MT's training files spell one class "contradictory", XNLI's "contradiction".
+    return "contradiction" if cell.strip() == "contradictory" else cell
+
+
 GLUE_PROCESSORS = {
     "sst-2": Sst2Processor, "cola": ColaProcessor, "mrpc": MrpcProcessor,
     "rte": RteProcessor, "mnli": MnliProcessor, "mnli-mm": MnliMismatchedProcessor,
-    "qqp": QqpProcessor, "sts-b": StsbProcessor,
+    "qqp": QqpProcessor, "sts-b": StsbProcessor, "qnli": QnliProcessor,
+    "wnli": WnliProcessor, "ax": AxProcessor, "xnli": XnliProcessor,
 }

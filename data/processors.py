@@ -30,9 +30,9 @@ def get_processor(task_name, weight_column=None, **settings):
   """The processor of a task, built with settings: those every processor takes (data_dir,
   files, skip_malformed_rows, quoting, head: a head kind of spec/labels.py, None for the
   task's default) and the task's own (jigsaw_toxic: label_columns; jigsaw_bias:
-  label_columns, auxiliary_targets; csv: text_column, text_b_column, label_columns,
-  id_column, has_header, split_headers, delimiter, labels). weight_column names a train
-  column of per-row weights, read into each train example's extras."""
+  label_columns, auxiliary_targets; xnli: language; csv: text_column, text_b_column,
+  label_columns, id_column, has_header, split_headers, delimiter, labels). weight_column
+  names a train column of per-row weights, read into each train example's extras."""
   if isinstance(settings.get("label_columns"), str):
     settings["label_columns"] = [settings["label_columns"]]
   processor = processor_class(task_name)(**settings)

@@ -154,8 +154,9 @@ def _with_card_vocabulary(c, card, where):
 
 def same_task_family(task, trained_task):
   """Whether a model trained for trained_task may serve task: the same task, MNLI's matched
-  and mismatched sets, or any task through csv (labels are checked separately)."""
-  mnli = ("mnli", "mnli-mm")
+  and mismatched sets and GLUE's diagnostic pairs (AX, which an MNLI model predicts), or
+  any task through csv (labels are checked separately)."""
+  mnli = ("mnli", "mnli-mm", "ax")
   return (task == trained_task or "csv" in (task, trained_task) or
           (task in mnli and trained_task in mnli))
 

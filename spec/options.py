@@ -21,7 +21,8 @@ from spec.errors import FlagError
 from spec.labels import HEAD_KINDS
 from spec.model_card import POOLINGS, TRUNCATION_MODES
 from spec.tasks import (JIGSAW_BIAS_AUXILIARY_COLUMNS, JIGSAW_BIAS_TARGET,
-                        JIGSAW_TOXIC_LABEL_COLUMNS, TASK_NAMES)
+                        JIGSAW_TOXIC_LABEL_COLUMNS, TASK_NAMES, XNLI_DEFAULT_LANGUAGE,
+                        XNLI_LANGUAGES)
 
 TOKENIZERS = ("auto", "fast", "python")
 QUOTINGS = ("auto", "csv", "none")
@@ -82,6 +83,10 @@ class Modes(object):
 class DataOptions(object):
   """The task, its files, how they are read, and its labels."""
   task_name: Optional[str] = option(None, "One of: %s." % ", ".join(TASK_NAMES))
+  xnli_language: str = option(
+      XNLI_DEFAULT_LANGUAGE, "xnli: the language trained on (multinli/multinli.train.<it>.tsv) "
+      "and evaluated and predicted (its rows of xnli.dev.tsv and xnli.test.tsv; the other "
+      "languages' rows are counted and left aside).", XNLI_LANGUAGES)
   data_dir: Optional[str] = option(
       None, "Folder with the task's files (see the README per task).")
   train_file: Optional[str] = option(

@@ -4,8 +4,12 @@ Plain Python: data/processors.py registers one processor per name here, and the 
 options (spec/options.py) list them in their help.
 """
 
-TASK_NAMES = ("cola", "mnli", "mnli-mm", "mrpc", "qqp", "rte", "sst-2", "sts-b",
-              "jigsaw_toxic", "jigsaw_bias", "csv")
+TASK_NAMES = ("ax", "cola", "mnli", "mnli-mm", "mrpc", "qnli", "qqp", "rte", "sst-2", "sts-b",
+              "wnli", "xnli", "jigsaw_toxic", "jigsaw_bias", "csv")
+# XNLI's fifteen languages; Google's run_classifier trains and evaluates zh.
+XNLI_LANGUAGES = ("ar", "bg", "de", "el", "en", "es", "fr", "hi", "ru", "sw", "th", "tr", "ur",
+                  "vi", "zh")
+XNLI_DEFAULT_LANGUAGE = "zh"
 # Other spellings that name the same task.
 TASK_ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "mnli_mm": "mnli-mm"}
 

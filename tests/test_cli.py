@@ -154,7 +154,7 @@ def test_flag_errors_name_the_flag_and_the_fix(tmp_path, tiny_checkpoint):
   assert _refused(tmp_path, tiny_checkpoint, "--do_train", "--train_batch_size=0") == (
       "--train_batch_size=0 must be a positive integer")
   assert _refused(tmp_path, tiny_checkpoint, "--do_train", "--task_name=sst3").startswith(
-      "--task_name=sst3 is unknown; use one of: cola, mnli, mnli-mm, mrpc")
+      "--task_name=sst3 is unknown; use one of: ax, cola, mnli, mnli-mm, mrpc, qnli")
 
 
 @pytest.mark.parametrize("alias,task", [("SST2", "sst-2"), ("stsb", "sts-b"),

@@ -27,6 +27,13 @@ GLUE_CASES = {  # corpus -> (task, folder, split, rows, label counts)
         ("rte", "RTE", "train", 100, {"entailment": 54, "not_entailment": 46}),
         ("rte", "RTE", "dev", 40, {"entailment": 22, "not_entailment": 18}),
         ("rte", "RTE", "test", 40, {None: 40}),
+        ("qnli", "QNLI", "train", 5, {"entailment": 2, "not_entailment": 3}),
+        ("qnli", "QNLI", "dev", 30, {"entailment": 16, "not_entailment": 14}),
+        ("qnli", "QNLI", "test", 30, {None: 30}),
+        ("wnli", "WNLI", "train", 60, {"0": 32, "1": 28}),
+        ("wnli", "WNLI", "dev", 30, {"0": 18, "1": 12}),
+        ("wnli", "WNLI", "test", 30, {None: 30}),
+        ("ax", "AX", "test", 3, {None: 3}),  # (GLUE's diagnostic pairs: an MNLI model predicts them)
     ],
     FULL_DATASETS: [
         ("sst-2", "SST-2", "train", 60614, {"1": 33828, "0": 26786}),
@@ -56,6 +63,27 @@ def test_glue_real_files(corpus, task, folder, split, rows, labels):
   examples = processor.get_examples(split)
   assert len(examples) == rows
   assert label_counts(examples) == labels
+
+
+def test_the_newer_glue_tasks_read_their_pairs_by_header_name():
+  """QNLI's question and sentence, WNLI's two sentences, AX's pairs with MNLI's classes:
+  each row's index is its id."""
+  qnli = get_processor("qnli", data_dir=sample_path("glue", "QNLI")).get_examples("dev")[0]
+  assert (qnli.guid, qnli.label) == ("0", "entailment")
+  assert qnli.text_a == "What came into force after the new constitution was herald?"
+  assert qnli.text_b.startswith("As of that day, the new constitution heralding the Second")
+  wnli = get_processor("wnli", data_dir=sample_path("glue", "WNLI")).get_examples("train")[0]
+  assert (wnli.guid, wnli.label) == ("0", "1")
+  assert wnli.text_a.startswith("I stuck a pin through a carrot.")
+  assert wnli.text_b == "The carrot had a hole."
+  ax = get_processor("ax", data_dir=sample_path("glue", "AX"))
+  assert ax.labels == ["contradiction", "entailment", "neutral"] and ax.reads_pairs
+  first = ax.get_examples("test")[0]
+  assert (first.guid, first.text_a, first.text_b) == (
+      "0", "The cat sat on the mat.", "The cat did not sit on the mat.")
+  from pipeline.card import same_task_family
+  assert same_task_family("ax", "mnli") and same_task_family("mnli-mm", "mnli")
+  assert not same_task_family("qnli", "rte") and not same_task_family("wnli", "mnli")
 
 
 def test_mrpc_reads_bom_file_and_pairs():
@@ -212,3 +240,47 @@ def test_unknown_task_lists_the_known_ones():
   with pytest.raises(ValueError) as error:
     get_processor("sst3")
   assert "sst-2" in str(error.value) and "jigsaw_toxic" in str(error.value)
+
+
+def test_xnli_reads_one_language_as_googles_processor_does(tmp_path, caplog):
+  """XNLI: the translated training file of --xnli_language (premise, hypo, label), and that
+  language's rows of the dev and test files, the others counted and reported; its
+  "contradictory" read as XNLI's "contradiction"; the option refused for other tasks."""
+  import logging
+  import shutil
+  from pipeline.build import make_processor
+  from run_classifier import parse_flags
+  from spec.errors import FlagError
+  folder = sample_path("xnli")
+  zh = get_processor("xnli", data_dir=folder)  # (Google's language)
+  train = zh.get_examples("train")
+  assert len(train) == 4 and label_counts(train) == {"entailment": 3, "neutral": 1}
+  assert train[0].text_a.startswith(u"\u4ece \u6982\u5ff5 \u4e0a \u770b")  # (从 概念 上 看)
+  with caplog.at_level(logging.INFO):
+    dev = zh.get_examples("dev")
+  assert [e.guid for e in dev] == ["1", "2", "3", "39", "49", "50"]  # (pairID)
+  assert label_counts(dev) == {"neutral": 2, "contradiction": 2, "entailment": 2}
+  aside = "rows of other languages than --xnli_language=zh"
+  assert zh.skipped["dev"] == {aside: 2} and zh.accounts["dev"]["skipped"] == {aside: 2}
+  assert "left aside 2 %s" % aside in caplog.text
+  assert label_counts(zh.get_examples("test")) == {None: 6}
+  c = parse_flags(["run_classifier.py", "--task_name=xnli", "--data_dir=" + folder,
+                   "--xnli_language=de", "--output_dir=/tmp/x", "--do_eval"])
+  de = make_processor(c.data)
+  assert [e.text_a for e in de.get_examples("dev")] == [
+      "und er hat gesagt, Mama ich bin daheim."]
+  assert len(de.get_examples("train")) == 4 and de.skipped["dev"] == {
+      "rows of other languages than --xnli_language=de": 7}
+  # XNLI-MT spells one class "contradictory" (the sample's rows have none: one is spelt so).
+  copy = tmp_path / "xnli"
+  shutil.copytree(folder, str(copy))
+  train_file = copy / "multinli" / "multinli.train.zh.tsv"
+  lines = train_file.read_text(encoding="utf-8").split("\n")
+  lines[1] = lines[1].rsplit("\t", 1)[0] + "\tcontradictory"
+  train_file.write_text("\n".join(lines), encoding="utf-8")
+  assert get_processor("xnli", data_dir=str(copy)).get_examples("train")[0].label == (
+      "contradiction")
+  with pytest.raises(FlagError) as error:
+    make_processor(parse_flags(["run_classifier.py", "--task_name=rte", "--data_dir=" + folder,
+                                "--xnli_language=de", "--output_dir=/tmp/x"]).data)
+  assert str(error.value) == "--xnli_language=de is for task xnli: drop it"

@@ -16,6 +16,8 @@
 #   ./run.sh serve OUTPUT_OR_EXPORT_DIR [--port 8501] [ARGS]   serve a fine-tuned model over
 #                    HTTP in TF Serving's REST shape (serving/server.py; --help lists ARGS)
 #   ./run.sh setup   create both Python environments from requirements.txt
+#   ./run.sh setup --cuda   add TF 2.15's GPU libraries to its environment, and keep them
+#                    (tools/requirements-cuda.txt; --no-cuda removes them)
 #   ./run.sh setup hf   create the optional Hugging Face environment (tools/requirements-hf.txt)
 #   ./run.sh setup onnx   create the optional ONNX environment: onnxruntime on Python 3.12,
 #                    no TensorFlow (tools/requirements-onnx.txt)
@@ -27,6 +29,7 @@ CALLER_DIR=$(pwd)  # (where a path given to ./run.sh serve is relative to)
 cd "$(dirname "$0")"
 ROOT=$(pwd)
 VENVS="$ROOT/.venvs"
+CUDA_MARK="$VENVS/.tf2-cuda"  # (present: .venvs/tf2 keeps TF 2.15's CUDA extra)
 
 trap 'echo "run.sh: a command failed (line $LINENO); see the output above" >&2' ERR
 
@@ -77,7 +80,10 @@ setup_env() {
   else
     python=$(find_python "$runtime") || return 1
   fi
-  stamp=$( (cat "$requirements"; "$python" --version 2>&1) | sha256sum | cut -c1-16)
+  local extra=()
+  if [ "$runtime" = tf2 ] && [ -f "$CUDA_MARK" ]; then extra=(tools/requirements-cuda.txt); fi
+  stamp=$( (cat "$requirements" ${extra[@]+"${extra[@]}"}; "$python" --version 2>&1) |
+           sha256sum | cut -c1-16)
   if [ -f "$venv/.stamp" ] && [ "$(cat "$venv/.stamp")" = "$stamp" ]; then
     return 0
   fi
@@ -89,7 +95,8 @@ setup_env() {
   else
     "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
   fi
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements" \
+    ${extra[@]+-r "${extra[@]}"}
   echo "$stamp" > "$venv/.stamp"
 }
 
@@ -130,7 +137,17 @@ available_runtimes() {
 
 cmd_setup() {
   local r runtimes
-  case "${1:-}" in hf|onnx) setup_env "$1"; return ;; esac
+  case "${1:-}" in
+    hf|onnx) setup_env "$1"; return ;;
+    --cuda|--no-cuda)
+      find_python tf2 >/dev/null || die "$1 is about TF 2.15's environment, and no Python 3.9-3.11 was found (set PYTHON311=...)"
+      mkdir -p "$VENVS"
+      if [ "$1" = --cuda ]; then touch "$CUDA_MARK"; else rm -f "$CUDA_MARK"; fi
+      setup_env tf2
+      return ;;
+    "") ;;
+    *) die "setup takes hf, onnx, --cuda or --no-cuda, not $1" ;;
+  esac
   runtimes=$(available_runtimes)
   [ -n "$runtimes" ] || die "neither Python 3.7 nor Python 3.9-3.11 was found"
   for r in $runtimes; do setup_env "$r"; done
@@ -327,5 +344,5 @@ case "${1:-}" in
   setup) shift; cmd_setup "$@" ;;
   test) shift; cmd_test "$@" ;;
   shell) shift; cmd_shell "$@" ;;
-  *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

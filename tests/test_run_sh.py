@@ -1,8 +1,10 @@
 """./run.sh's own checks, made before any environment is built or any test runs."""
 
+import json
 import os
 import re
 import subprocess
+import tempfile
 
 import pytest
 
@@ -60,3 +62,33 @@ def test_the_runtimes_suites_run_at_once_and_a_failure_fails_the_run():
     pieces[first] = pieces[first][:pieces[first].index("==> tests on %s: " % second)]
     assert "1 failed" in pieces["tf1"] and "1 passed" not in pieces["tf1"]
     assert "1 passed" in pieces["tf2"] and "1 failed" not in pieces["tf2"]
+
+
+@pytest.mark.slow
+@pytest.mark.one_runtime("tf1")  # (a pip command in TF 2.15's environment, from either suite)
+def test_the_cuda_option_installs_tf2s_cuda_extra():
+  """./run.sh setup --cuda adds tools/requirements-cuda.txt to .venvs/tf2. No GPU here, so
+  what that file installs is resolved by pip without installing it: the CUDA 12.2 and
+  cuDNN 8.9 libraries TF 2.15.1 was built with, and nothing else changes."""
+  tf2_python = os.path.join(ROOT, ".venvs", "tf2", "bin", "python")
+  if not os.path.exists(tf2_python):
+    pytest.skip("no TF 2.15 environment .venvs/tf2: ./run.sh setup builds it")
+  report = os.path.join(tempfile.mkdtemp(), "report.json")
+  done = subprocess.run([tf2_python, "-m", "pip", "install", "--dry-run", "--quiet",
+                         "--disable-pip-version-check", "--report", report, "-r",
+                         os.path.join(ROOT, "tools", "requirements-cuda.txt")],
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                        universal_newlines=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-2000:]
+  with open(report) as f:
+    installs = {item["metadata"]["name"]: item["metadata"]["version"]
+                for item in json.load(f)["install"]}
+  assert installs["nvidia-cuda-runtime-cu12"].startswith("12.2.")
+  assert installs["nvidia-cudnn-cu12"].startswith("8.9.")
+  assert all(name.startswith("nvidia-") for name in installs), sorted(installs)
+  done = subprocess.run([os.path.join(ROOT, "run.sh"), "setup", "--gpu"],
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                        universal_newlines=True, timeout=60)
+  assert done.returncode == 1
+  assert done.stderr.strip().splitlines()[-1] == (
+      "run.sh: setup takes hf, onnx, --cuda or --no-cuda, not --gpu")

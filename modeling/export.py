@@ -64,13 +64,13 @@ def export_saved_model(model_fn, checkpoint, export_dir, output_name, assets, te
       features = serving_features(tokenised)
       spec = model_fn(features, None, tf.estimator.ModeKeys.PREDICT, {})
       outputs = {output_name: spec.predictions["outputs"]}
+      asset_paths = []  # (only these: a TF2 hub encoder adds its own vocab.txt to the graph)
       for name, text in sorted(assets.items()):
         # The builder copies each asset under its own base name: stage them so named.
         staged = os.path.join(staging, name)
         with open(staged, "w", encoding="utf-8") as out:
           out.write(text)
-        tf.add_to_collection(tf.GraphKeys.ASSET_FILEPATHS,
-                             tf.constant(staged, name="asset_" + name.replace(".", "_")))
+        asset_paths.append(tf.constant(staged, name="asset_" + name.replace(".", "_")))
       predict = tf.saved_model.signature_def_utils.predict_signature_def
       signatures = {signature.SIGNATURE_NAME: predict(inputs=texts, outputs=outputs),
                     signature.IDS_SIGNATURE: predict(inputs=features, outputs=outputs)}
@@ -80,7 +80,7 @@ def export_saved_model(model_fn, checkpoint, export_dir, output_name, assets, te
         builder.add_meta_graph_and_variables(
             session, [signature.SERVE_TAG],
             signature_def_map=signatures,
-            assets_collection=tf.get_collection(tf.GraphKeys.ASSET_FILEPATHS),
+            assets_collection=asset_paths,
             main_op=tf.tables_initializer(), strip_default_attrs=True)
         builder.save()
     drop_debug_names(partial)

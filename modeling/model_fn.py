@@ -28,8 +28,8 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
   label's shape in `features`. pooling "cls" feeds the head BERT's pooled output
   (tanh(dense([CLS])), Google's classifier); "mean" feeds it the mean of the last layer
   over the real tokens (the pooler is then unused). With hub_module_handle the encoder
-  comes from a TF1 hub module instead of BertModel; init_checkpoint still initialises any
-  variable it names (e.g. the head).
+  comes from a TF1 hub module or a TF2 SavedModel instead of BertModel; init_checkpoint
+  still initialises any variable it names (e.g. the head), a TF2 encoder's excepted.
   gradient_accumulation_steps > 1 applies the mean gradient of that many batches
   (num_train_steps then counts updates, not batches). precision "float16" (GPU,
   with dynamic loss scaling) or "bfloat16" (TPU) runs the encoder in that precision.
@@ -57,8 +57,12 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
                               bert_config.hidden_dropout_prob)
     # Only the new head may start from random values (and, when it goes unused, the
     # pooler; a hub module's variables come from the module).
+    variables = tf.trainable_variables()
+    if hub_module_handle:  # (a TF2 encoder's come from the hub model)
+      from modeling.hub_module import own_variables
+      variables = own_variables(variables)
     scaffold_fn = init_from_checkpoint(
-        init_checkpoint, tf.trainable_variables(), use_tpu, report=is_training,
+        init_checkpoint, variables, use_tpu, report=is_training,
         may_start_random=None if hub_module_handle else variables_allowed_random(pooling))
     spec = tf.estimator.tpu.TPUEstimatorSpec
     if mode == tf.estimator.ModeKeys.PREDICT:
@@ -100,8 +104,9 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
 
 def encode(bert_config, features, is_training, use_one_hot_embeddings, hub_module_handle=None,
            compute_dtype=tf.float32, pooling="cls"):
-  """What the head reads [batch, hidden], from BertModel or a TF1 BERT hub module: the
-  pooled output, or with pooling "mean" the last layer's mean over the real tokens."""
+  """What the head reads [batch, hidden], from BertModel or a BERT hub module (TF1 or
+  TF2): the pooled output, or with pooling "mean" the last layer's mean over the real
+  tokens."""
   if hub_module_handle:
     from modeling.hub_module import hub_pooled_output  # Only hub users need tensorflow_hub.
     return hub_pooled_output(hub_module_handle, features, is_training, pooling)

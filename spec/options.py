@@ -166,8 +166,10 @@ class ModelOptions(object):
   init_checkpoint: Optional[str] = option(
       None, "Checkpoint to start from (e.g. .../bert_model.ckpt).")
   bert_hub_module_handle: Optional[str] = option(
-      None, "A TF1-format BERT hub module (path or URL) to use instead of "
-      "--bert_config_file/--init_checkpoint.")
+      None, "A BERT from TF-Hub (path or URL) to use instead of "
+      "--bert_config_file/--init_checkpoint: a TF1-format hub module, or on TF 2.15 a TF2 "
+      "SavedModel encoder (input_word_ids, input_mask, input_type_ids -> pooled_output, "
+      "sequence_output).")
   saved_model: Optional[str] = option(
       None, "Predict with this export alone (a --do_export folder, or an output_dir whose "
       "export/ holds one; the newest is taken): with --do_predict, --predict_file and "

@@ -66,14 +66,15 @@ def own_variables(variables):
   return [v for v in variables if not v.op.name.startswith(TF2_ENCODER_SCOPE + "/")]
 
 
-def hub_pooled_output(handle, features, is_training, pooling="cls"):
+def hub_pooled_output(handle, features, is_training, pooling="cls", trainable=True):
   """The module's pooled output [batch, hidden]; with pooling "mean", the mean of its
-  sequence output over the real tokens instead."""
+  sequence output over the real tokens instead. trainable: whether its variables join the
+  trainable ones."""
   path = tf2_saved_model(handle)
   if path is not None:
-    return tf2_pooled_output(path, features, is_training, pooling)
+    return tf2_pooled_output(path, features, is_training, pooling, trainable)
   hub = _hub()
-  module = hub.Module(handle, tags=TAGS_TRAIN if is_training else set(), trainable=True)
+  module = hub.Module(handle, tags=TAGS_TRAIN if is_training else set(), trainable=trainable)
   inputs = {"input_ids": features["input_ids"], "input_mask": features["input_mask"],
             "segment_ids": features["segment_ids"]}
   outputs = module(inputs=inputs, signature="tokens", as_dict=True)
@@ -83,16 +84,16 @@ def hub_pooled_output(handle, features, is_training, pooling="cls"):
   return outputs["pooled_output"]
 
 
-def tf2_pooled_output(path, features, is_training, pooling="cls"):
-  """hub_pooled_output of a TF2 SavedModel, fine-tuned: its variables (under
-  TF2_ENCODER_SCOPE, and initialised from the model) join the trainable ones, which
-  loading one in a graph does not do."""
+def tf2_pooled_output(path, features, is_training, pooling="cls", trainable=True):
+  """hub_pooled_output of a TF2 SavedModel: its variables (under TF2_ENCODER_SCOPE, and
+  initialised from the model) join the trainable ones when trainable, which loading one
+  in a graph does not do."""
   with tf.name_scope(TF2_ENCODER_SCOPE):
     encoder = _hub_package().load(path)
   outputs = encoder({"input_word_ids": features["input_ids"],
                      "input_mask": features["input_mask"],
                      "input_type_ids": features["segment_ids"]}, training=is_training)
-  for variable in encoder.trainable_variables:
+  for variable in encoder.trainable_variables if trainable else ():
     tf.add_to_collection(tf.GraphKeys.TRAINABLE_VARIABLES, variable)
   if pooling == "mean":
     from modeling.head import mean_pool

@@ -21,7 +21,8 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
                      num_warmup_steps, use_tpu, use_one_hot_embeddings=None,
                      hub_module_handle=None, gradient_accumulation_steps=1,
                      precision="float32", xla_global_step_fix=False, pooling="cls",
-                     summary_dir=None, save_summary_steps=100, cross_shard=None):
+                     summary_dir=None, save_summary_steps=100, cross_shard=None,
+                     freeze_encoder=False):
   """Returns a model_fn(features, labels, mode, params) for TPUEstimator.
 
   label_spec (spec/labels.py) gives the head's outputs, its loss, its metrics and the
@@ -37,6 +38,8 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
   are written into summary_dir every save_summary_steps steps.
   cross_shard: see optimization.create_train_op (False only to compile the TPU step
   on a CPU).
+  freeze_encoder: train the head alone; the encoder keeps its initial weights (restored
+  as usual) and runs without dropout.
   """
   if use_one_hot_embeddings is None:
     use_one_hot_embeddings = use_tpu
@@ -51,8 +54,11 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
       plain_global_step_read()
     # Named so that hooks and benchmarks can see how long (dynamically padded) batches are.
     tf.identity(tf.shape(features["input_ids"])[1], name=SEQ_LENGTH_NAME)
-    pooled = encode(bert_config, features, is_training, use_one_hot_embeddings,
-                    hub_module_handle, compute_dtype=tf.as_dtype(precision), pooling=pooling)
+    pooled = encode(bert_config, features, is_training and not freeze_encoder,
+                    use_one_hot_embeddings, hub_module_handle,
+                    compute_dtype=tf.as_dtype(precision), pooling=pooling,
+                    trainable=not freeze_encoder)
+    encoder_variables = tf.trainable_variables()
     logits = head.head_logits(pooled, num_outputs, is_training, bert_config.initializer_range,
                               bert_config.hidden_dropout_prob)
     # Only the new head may start from random values (and, when it goes unused, the
@@ -64,6 +70,9 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
     scaffold_fn = init_from_checkpoint(
         init_checkpoint, variables, use_tpu, report=is_training,
         may_start_random=None if hub_module_handle else variables_allowed_random(pooling))
+    if freeze_encoder:  # (initialised above; the optimizer trains what stays in the list)
+      trainable = tf.get_collection_ref(tf.GraphKeys.TRAINABLE_VARIABLES)
+      trainable[:] = [v for v in trainable if v not in encoder_variables]
     spec = tf.estimator.tpu.TPUEstimatorSpec
     if mode == tf.estimator.ModeKeys.PREDICT:
       # Record batches carry their ids and padding flags; a serving request has neither.
@@ -103,13 +112,13 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
 
 
 def encode(bert_config, features, is_training, use_one_hot_embeddings, hub_module_handle=None,
-           compute_dtype=tf.float32, pooling="cls"):
+           compute_dtype=tf.float32, pooling="cls", trainable=True):
   """What the head reads [batch, hidden], from BertModel or a BERT hub module (TF1 or
   TF2): the pooled output, or with pooling "mean" the last layer's mean over the real
-  tokens."""
+  tokens. trainable False keeps a hub model's variables out of the trainable ones."""
   if hub_module_handle:
     from modeling.hub_module import hub_pooled_output  # Only hub users need tensorflow_hub.
-    return hub_pooled_output(hub_module_handle, features, is_training, pooling)
+    return hub_pooled_output(hub_module_handle, features, is_training, pooling, trainable)
   model = BertModel(bert_config, is_training, features["input_ids"], features["input_mask"],
                     features["segment_ids"], use_one_hot_embeddings=use_one_hot_embeddings,
                     compute_dtype=compute_dtype, pooled_only=pooling == "cls")

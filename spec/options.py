@@ -193,6 +193,9 @@ class ModelOptions(object):
   pooling: str = option(
       "cls", "What the head reads: 'cls' (BERT's pooled [CLS] output, as Google's "
       "classifier) or 'mean' (the last layer averaged over the real tokens).", POOLINGS)
+  freeze_encoder: bool = option(
+      False, "Train the head alone: the encoder (a checkpoint's, or a hub model's) keeps "
+      "its pre-trained weights and runs without dropout.")
 
 
 @dataclasses.dataclass(frozen=True)

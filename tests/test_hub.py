@@ -228,3 +228,31 @@ def test_a_run_fine_tunes_a_tf2_encoder_and_exports_it(tf2_encoder, tmp_path):
     got = predictor.predict_outputs([predictor.example(i, text)
                                      for i, text in enumerate(texts)])
   np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("encoder", [
+    "checkpoint", pytest.param("tf2_saved_model", marks=pytest.mark.tf2_only)])
+def test_a_frozen_encoder_keeps_its_weights_and_the_head_learns(encoder, tf2_encoder,
+                                                                  tiny_checkpoint, tmp_path):
+  """--freeze_encoder: two training steps move the head and leave the encoder (a
+  checkpoint's, or a TF2 SavedModel's) as it started."""
+  from conftest import JIGSAW, TINY, TINY_VOCAB, run_flags
+  output_dir = str(tmp_path / "out")
+  common = ["--task_name=jigsaw_toxic", "--data_dir=" + JIGSAW, "--max_seq_length=16",
+            "--train_batch_size=8", "--learning_rate=1e-2", "--num_train_steps=2",
+            "--do_train", "--freeze_encoder", "--output_dir=" + output_dir]
+  kernel = "bert/encoder/layer_0/attention/self/query/kernel"
+  if encoder == "checkpoint":
+    run_flags(*common + ["--bert_config_file=" + os.path.join(TINY, "bert_config.json"),
+                         "--vocab_file=" + TINY_VOCAB, "--init_checkpoint=" + tiny_checkpoint])
+    started, scope = tiny_checkpoint, ""
+  else:
+    run_flags(*common + ["--bert_hub_module_handle=" + tf2_encoder[3]])
+    started, scope = tf2_encoder[1], "hub_encoder/"
+  np.testing.assert_array_equal(tf.train.load_variable(output_dir, scope + kernel),
+                                tf.train.load_variable(started, kernel))
+  names = dict(tf.train.list_variables(output_dir))
+  assert "output_weights" in names and not any("adam" in n and kernel in n for n in names)
+  # (the head did learn: its Adam moments are there and not zero)
+  assert np.abs(tf.train.load_variable(output_dir, "output_weights/adam_m")).max() > 0

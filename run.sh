@@ -142,8 +142,19 @@ cmd_setup() {
     --cuda|--no-cuda)
       find_python tf2 >/dev/null || die "$1 is about TF 2.15's environment, and no Python 3.9-3.11 was found (set PYTHON311=...)"
       mkdir -p "$VENVS"
-      if [ "$1" = --cuda ]; then touch "$CUDA_MARK"; else rm -f "$CUDA_MARK"; fi
-      setup_env tf2
+      if [ "$1" = --no-cuda ]; then rm -f "$CUDA_MARK"; setup_env tf2; return; fi
+      [ "$(uname -s)" = Linux ] || die "--cuda: TF 2.15's CUDA libraries are for Linux only"
+      touch "$CUDA_MARK"
+      # (kept only once the environment is built: else later runs would retry the extra)
+      local status=0
+      set +e
+      ( setup_env tf2 )  # (a subshell outside a condition: set -e stops it at a failure)
+      status=$?
+      set -e
+      if [ "$status" -ne 0 ]; then
+        rm -f "$CUDA_MARK"
+        die "the CUDA extra could not be installed (see above): ./run.sh setup --no-cuda builds the CPU environment again"
+      fi
       return ;;
     "") ;;
     *) die "setup takes hf, onnx, --cuda or --no-cuda, not $1" ;;

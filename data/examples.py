@@ -20,7 +20,6 @@ from data.table import USUAL_WIDTH_RECORDS, Table, quoting_for, refuse_bom_cell,
 from data.weights import read_weight
 from spec.errors import FlagError
 from spec.labels import LabelError, build_spec
-from spec.tasks import XNLI_DEFAULT_LANGUAGE
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +100,7 @@ class DataProcessor(object):
     if options.auxiliary_targets:
       raise FlagError("--auxiliary_targets is for task jigsaw_bias; list extra label "
                       "columns with --label_column instead")
-    if options.xnli_language != XNLI_DEFAULT_LANGUAGE:
+    if options.xnli_language is not None:
       raise FlagError("--xnli_language=%s is for task xnli: drop it" % options.xnli_language)
     return dict(data_dir=options.data_dir, files=options.files(),
                 skip_malformed_rows=options.skip_malformed_rows, quoting=options.quoting,
@@ -199,6 +198,11 @@ class DataProcessor(object):
     """What makes a row one the run leaves out (a task whose files hold rows of several
     kinds, such as XNLI's languages), as a count's description, or None to read it."""
     return None
+
+  def row_selection(self):
+    """The settings left_aside keeps rows by ({} when it keeps all): part of what names a
+    split's cached records, since the same file gives other rows under other settings."""
+    return {}
 
   # -- labels --------------------------------------------------------------
   @property

@@ -163,8 +163,8 @@ class XnliProcessor(HeaderProcessor):
   @classmethod
   def settings_of(cls, options):
     settings = super(XnliProcessor, cls).settings_of(
-        dataclasses.replace(options, xnli_language=XNLI_DEFAULT_LANGUAGE))
-    return dict(settings, language=options.xnli_language)
+        dataclasses.replace(options, xnli_language=None))
+    return dict(settings, language=options.xnli_language or XNLI_DEFAULT_LANGUAGE)
 
   def __init__(self, language=XNLI_DEFAULT_LANGUAGE, **kwargs):
     super(XnliProcessor, self).__init__(**kwargs)
@@ -188,6 +188,9 @@ class XnliProcessor(HeaderProcessor):
                       guid=ids[0] if ids else None)
     columns.language = None if translated else index("language")
     return columns
+
+  def row_selection(self):
+    return {"language": self.language}
 
   def left_aside(self, fields, columns):
     if columns.language is not None and fields[columns.language] != self.language:

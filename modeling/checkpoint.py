@@ -91,7 +91,7 @@ def encoder_problem(checkpoint, config, pooling="cls"):
 
 
 def assignment_map(variables, init_checkpoint):
-  """Maps every variable whose name is in the checkpoint to itself.
+  """Maps the name of every variable in the checkpoint to the variable.
 
   Returns (assignment_map, initialised_names, missing_names). A name present with
   another shape raises CheckpointError naming both shapes, since that means the config
@@ -115,7 +115,9 @@ def assignment_map(variables, init_checkpoint):
       raise CheckpointError(
           "variable %s has shape %s in the graph but %s in %s: the bert_config.json does not "
           "belong to this checkpoint" % (name, shape, list(in_checkpoint[name]), init_checkpoint))
-    mapping[name] = name
+    # (the variable itself: one loaded from a TF2 SavedModel has no entry in the variable
+    # store that a name would be looked up in)
+    mapping[name] = var
     initialised.append(name)
   return mapping, initialised, missing
 

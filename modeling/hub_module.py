@@ -46,7 +46,12 @@ def tf2_saved_model(handle):
   """The local folder of handle (a path or a TF-Hub URL) when it is a TF2 SavedModel, None
   for a TF1 hub module. A FlagError on TF 1.15, which cannot load the TF2 models that
   TensorFlow 2.10 and later write, and for a folder that is neither."""
-  path = _hub_package().resolve(handle)
+  try:
+    path = _hub_package().resolve(handle)
+  except (OSError, ValueError) as e:  # (a path that is gone; a URL out of reach)
+    raise FlagError("--bert_hub_module_handle=%s cannot be found (%s): check the path, or "
+                    "the network for a URL (a local copy, or TFHUB_CACHE_DIR, works "
+                    "offline)" % (handle, str(e).splitlines()[0] if str(e) else type(e).__name__))
   if tf.io.gfile.exists(os.path.join(path, "tfhub_module.pb")):
     return None
   if not tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
@@ -61,9 +66,13 @@ def tf2_saved_model(handle):
   return path
 
 
-def own_variables(variables):
-  """The variables of variables that are not a TF2 hub encoder's (those come from it)."""
-  return [v for v in variables if not v.op.name.startswith(TF2_ENCODER_SCOPE + "/")]
+def initialised_from(checkpoint, variables):
+  """The variables that checkpoint initialises: all but a TF2 hub encoder's, and those too
+  when the checkpoint holds them (a run's, fine-tuned with the encoder); otherwise the
+  encoder's come from the hub model."""
+  names = {name for name, _ in tf.train.list_variables(checkpoint)} if checkpoint else set()
+  return [v for v in variables if not v.op.name.startswith(TF2_ENCODER_SCOPE + "/") or
+          v.op.name in names]
 
 
 def hub_pooled_output(handle, features, is_training, pooling="cls", trainable=True):

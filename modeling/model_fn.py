@@ -14,6 +14,7 @@ from modeling.summaries import training_scalars
 from spec.model_card import POOLINGS
 
 TRAIN_LOSS_NAME = "train_loss"
+ENCODER_SCOPE = "bert"  # (BertModel's variables, as Google's checkpoints name them)
 SEQ_LENGTH_NAME = "batch_seq_length"
 
 
@@ -58,21 +59,22 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
                     use_one_hot_embeddings, hub_module_handle,
                     compute_dtype=tf.as_dtype(precision), pooling=pooling,
                     trainable=not freeze_encoder)
-    encoder_variables = tf.trainable_variables()
     logits = head.head_logits(pooled, num_outputs, is_training, bert_config.initializer_range,
                               bert_config.hidden_dropout_prob)
     # Only the new head may start from random values (and, when it goes unused, the
     # pooler; a hub module's variables come from the module).
     variables = tf.trainable_variables()
-    if hub_module_handle:  # (a TF2 encoder's come from the hub model)
-      from modeling.hub_module import own_variables
-      variables = own_variables(variables)
+    if hub_module_handle:  # (a TF2 encoder's come from the hub model, or a run's checkpoint)
+      from modeling.hub_module import initialised_from
+      variables = initialised_from(init_checkpoint, variables)
     scaffold_fn = init_from_checkpoint(
         init_checkpoint, variables, use_tpu, report=is_training,
         may_start_random=None if hub_module_handle else variables_allowed_random(pooling))
     if freeze_encoder:  # (initialised above; the optimizer trains what stays in the list)
+      # BertModel's variables, by name (a replica reuses the first one's); a frozen hub
+      # model's never joined the trainable ones.
       trainable = tf.get_collection_ref(tf.GraphKeys.TRAINABLE_VARIABLES)
-      trainable[:] = [v for v in trainable if v not in encoder_variables]
+      trainable[:] = [v for v in trainable if not v.op.name.startswith(ENCODER_SCOPE + "/")]
     spec = tf.estimator.tpu.TPUEstimatorSpec
     if mode == tf.estimator.ModeKeys.PREDICT:
       # Record batches carry their ids and padding flags; a serving request has neither.

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 # How the training files were read: a later run on files of the same task reads them so.
 LAYOUT_OPTIONS = ("text_column", "text_b_column", "id_column", "has_header", "delimiter",
-                  "quoting")
+                  "quoting", "xnli_language")
 
 
 def settle(c, cluster=None):
@@ -95,6 +95,7 @@ def apply_model_card(c, card, where=None):
     model_card.check_agrees(card, where, bert_config=config.to_dict())
   if not c.is_given("labels") and card["labels"]:
     c = c.replace(labels=tuple(card["labels"]))
+  c = _with_card_freezing(c, card, where)
   if not c.is_given("do_lower_case"):
     c = c.replace(do_lower_case=card["do_lower_case"])
   c = _with_card_vocabulary(c, card, where)
@@ -149,6 +150,21 @@ def _with_card_vocabulary(c, card, where):
                     "%s, sha256 %s): token ids would not mean what the model learnt. Pass the "
                     "model's own vocab.txt, or drop --vocab_file"
                     % (vocab_file, where, card["vocab_file"], card["vocab_sha256"]))
+  return c
+
+
+def _with_card_freezing(c, card, where):
+  """A model trained with its encoder frozen has no optimizer state for the encoder: a run
+  continuing it keeps it frozen (the card's setting where no flag gives one), and a flag
+  that would train the encoder on from its checkpoint is refused."""
+  frozen = bool((card.get("flags") or {}).get("freeze_encoder"))
+  if not c.is_given("freeze_encoder"):
+    return c.replace(freeze_encoder=frozen)
+  if frozen and not c.model.freeze_encoder and c.modes.do_train:
+    raise FlagError("%s says the model was trained with --freeze_encoder, so its checkpoint "
+                    "holds no optimizer state for the encoder to train on: keep "
+                    "--freeze_encoder, or fine-tune it whole into another --output_dir with "
+                    "--init_checkpoint=<its checkpoint>" % where)
   return c
 
 

@@ -57,6 +57,11 @@ def check_modes(modes, model, outputs, given, use_tpu):
     hf_export.check_hf_export(model.pooling, model.bert_hub_module_handle, None, "this run")
   if "onnx" in outputs.export_format:
     onnx_export.check_onnx_export()
+  if (model.freeze_encoder and modes.do_train and not model.init_checkpoint and
+      not model.bert_hub_module_handle and not newest_checkpoint(outputs.output_dir)):
+    raise FlagError("--freeze_encoder trains the head on the encoder as it starts, and this "
+                    "run has no pre-trained one: give --init_checkpoint (or "
+                    "--bert_hub_module_handle)")
   if outputs.export_dir and tf.io.gfile.exists(outputs.export_dir):
     raise FlagError("--export_dir=%s already exists: an export never overwrites another. "
                     "Pass a new folder, or leave --export_dir out for a new numbered version "

@@ -81,11 +81,26 @@ def with_tpu_found(c, environ, on_tpu_vm):
   return c.replace(tpu_name=name)
 
 
-def on_tpu_vm(dev="/dev"):
-  """Whether this machine is a TPU VM: its TPU chips are devices here (accel0.. on v2 to v4,
-  vfio/0.. from v5)."""
-  return bool(glob.glob(os.path.join(dev, "accel[0-9]*")) or
-              glob.glob(os.path.join(dev, "vfio", "[0-9]*")))
+# The PCI vendor id of Google's TPU chips (as a TPU VM's /sys lists them).
+GOOGLE_PCI_VENDOR = "0x1ae0"
+
+
+def on_tpu_vm(dev="/dev", sys_devices="/sys/bus/pci/devices"):
+  """Whether this machine is a TPU VM: its TPU chips are devices here, accel0.. (v2 to v4),
+  or vfio groups (from v5) of PCI devices of Google's (a host that hands other devices to
+  vfio, such as a GPU passed through to a VM, is none)."""
+  if glob.glob(os.path.join(dev, "accel[0-9]*")):
+    return True
+  if not glob.glob(os.path.join(dev, "vfio", "[0-9]*")):
+    return False
+  for vendor in glob.glob(os.path.join(sys_devices, "*", "vendor")):
+    try:
+      with open(vendor) as f:
+        if f.read().strip().lower() == GOOGLE_PCI_VENDOR:
+          return True
+    except OSError:
+      continue
+  return False
 
 
 def check_tpu(device, training, modes, output_dir, given=frozenset()):
@@ -93,7 +108,18 @@ def check_tpu(device, training, modes, output_dir, given=frozenset()):
   the cores, and on a pod slice what every host can do."""
   if not (device.tpu_name or device.master):
     raise FlagError(NO_TPU)
-  if device.tpu_name != LOCAL_TPU and not output_dir.startswith("gs://"):
+  if device.tpu_name and device.master:
+    raise FlagError("--tpu_name=%s and --master=%s both name the TPU: pass one of them"
+                    % (device.tpu_name, device.master))
+  local = device.tpu_name == LOCAL_TPU
+  if local and tf.__version__.startswith("1."):
+    raise FlagError("--tpu_name=local (a TPU VM's own TPU) needs TF 2.15 with the TPU VM's "
+                    "TPU runtime: TF 1.15 reaches TPU nodes only (a name or grpc:// address)")
+  if local and device.num_tpu_cores > CORES_PER_TPU_HOST and not output_dir.startswith("gs://"):
+    raise FlagError("--num_tpu_cores=%d is a pod slice of several TPU VMs, each with a disk of "
+                    "its own: --output_dir must be on Cloud Storage (gs://bucket/path)"
+                    % device.num_tpu_cores)
+  if not local and not output_dir.startswith("gs://"):
     raise FlagError("--use_tpu needs --output_dir on Cloud Storage (gs://bucket/path): the TPU "
                     "cannot write to this machine's disk (a TPU VM's own TPU, "
                     "--tpu_name=local, can)")

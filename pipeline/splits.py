@@ -187,6 +187,8 @@ class Featuriser(object):
                     processor.has_header_for(source_split), data.delimiter, data.quoting,
                     data.skip_malformed_rows],
     }
+    if processor.row_selection():  # (which rows of the file the options keep)
+      settings.update(rows=processor.row_selection())
     if order is not None:
       settings.update(order.settings())
     if split == "train" and self.own_shards is not None:

@@ -83,10 +83,11 @@ class Modes(object):
 class DataOptions(object):
   """The task, its files, how they are read, and its labels."""
   task_name: Optional[str] = option(None, "One of: %s." % ", ".join(TASK_NAMES))
-  xnli_language: str = option(
-      XNLI_DEFAULT_LANGUAGE, "xnli: the language trained on (multinli/multinli.train.<it>.tsv) "
-      "and evaluated and predicted (its rows of xnli.dev.tsv and xnli.test.tsv; the other "
-      "languages' rows are counted and left aside).", XNLI_LANGUAGES)
+  xnli_language: Optional[str] = option(
+      None, "xnli: the language trained on (multinli/multinli.train.<it>.tsv) and evaluated "
+      "and predicted (its rows of xnli.dev.tsv and xnli.test.tsv; the other languages' rows "
+      "are counted and left aside). Default: %s, as Google's run_classifier, or the model "
+      "card's." % XNLI_DEFAULT_LANGUAGE, XNLI_LANGUAGES)
   data_dir: Optional[str] = option(
       None, "Folder with the task's files (see the README per task).")
   train_file: Optional[str] = option(

@@ -228,6 +228,16 @@ def test_a_run_fine_tunes_a_tf2_encoder_and_exports_it(tf2_encoder, tmp_path):
     got = predictor.predict_outputs([predictor.example(i, text)
                                      for i, text in enumerate(texts)])
   np.testing.assert_allclose(got, expected, atol=1e-5)
+  # The run's checkpoint, as another run's --init_checkpoint, brings its fine-tuned encoder
+  # too (not the hub model's weights): the same predictions.
+  again = str(tmp_path / "again")
+  run_flags("--task_name=jigsaw_toxic", "--data_dir=" + JIGSAW, "--bert_hub_module_handle=" +
+            saved, "--max_seq_length=16", "--do_predict", "--output_dir=" + again,
+            "--init_checkpoint=" + tf.train.latest_checkpoint(output_dir))
+  with open(os.path.join(again, "test_results.tsv")) as f:
+    np.testing.assert_allclose([[float(row["probability_0"]), float(row["probability_1"])]
+                                for row in csv.DictReader(f, delimiter="\t")], expected,
+                               atol=1e-5)
 
 
 @pytest.mark.slow
@@ -244,6 +254,11 @@ def test_a_frozen_encoder_keeps_its_weights_and_the_head_learns(encoder, tf2_enc
             "--do_train", "--freeze_encoder", "--output_dir=" + output_dir]
   kernel = "bert/encoder/layer_0/attention/self/query/kernel"
   if encoder == "checkpoint":
+    from spec.errors import FlagError
+    with pytest.raises(FlagError, match="--freeze_encoder trains the head on the encoder as "
+                       "it starts, and this run has no pre-trained one: give --init_checkpoint"):
+      run_flags(*common + ["--bert_config_file=" + os.path.join(TINY, "bert_config.json"),
+                           "--vocab_file=" + TINY_VOCAB])
     run_flags(*common + ["--bert_config_file=" + os.path.join(TINY, "bert_config.json"),
                          "--vocab_file=" + TINY_VOCAB, "--init_checkpoint=" + tiny_checkpoint])
     started, scope = tiny_checkpoint, ""

@@ -282,5 +282,18 @@ def test_xnli_reads_one_language_as_googles_processor_does(tmp_path, caplog):
       "contradiction")
   with pytest.raises(FlagError) as error:
     make_processor(parse_flags(["run_classifier.py", "--task_name=rte", "--data_dir=" + folder,
-                                "--xnli_language=de", "--output_dir=/tmp/x"]).data)
-  assert str(error.value) == "--xnli_language=de is for task xnli: drop it"
+                                "--xnli_language=zh", "--output_dir=/tmp/x"]).data)
+  assert str(error.value) == "--xnli_language=zh is for task xnli: drop it"
+  # Each language's rows are records of their own: the same dev file read for de after zh
+  # into one folder is not zh's cached records.
+  from data.tokenization import FullTokenizer
+  from conftest import TINY_VOCAB
+  from pipeline.splits import prepare_splits
+  from pipeline.tasks import task_of
+  for language, rows in (("zh", 6), ("de", 1), ("zh", 6)):
+    c = parse_flags(["run_classifier.py", "--task_name=xnli", "--data_dir=" + folder,
+                     "--xnli_language=" + language, "--output_dir=" + str(tmp_path / "run"),
+                     "--vocab_file=" + TINY_VOCAB, "--max_seq_length=16", "--do_eval"])
+    dev = prepare_splits(c, task_of(make_processor(c.data)), FullTokenizer(TINY_VOCAB, True),
+                         TINY_VOCAB).dev
+    assert dev.num_examples == rows, language

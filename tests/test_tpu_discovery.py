@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import JIGSAW, ROOT, TINY, TINY_VOCAB, small_config
+from conftest import IS_TF1, JIGSAW, ROOT, TINY, TINY_VOCAB, small_config
 from modeling.estimator import build_estimator
 from modeling.model_fn import model_fn_builder
 from pipeline import distribution
@@ -71,6 +71,11 @@ def test_each_platform_gives_the_resolver_its_tpu(platform, tmp_path, caplog):
     found = distribution.with_tpu_found(c, environ, tpu_vm)
   assert found.device.tpu_name == expected
   assert "TPU: %s (%s)" % (expected, source) in caplog.text
+  if expected == "local" and IS_TF1:
+    with pytest.raises(FlagError, match=r"--tpu_name=local \(a TPU VM's own TPU\) needs TF "
+                       "2.15 with the TPU VM's TPU runtime: TF 1.15 reaches TPU nodes only"):
+      check_run(found)
+    return
   check_run(found)
   RecordingResolver.calls = []
   spec = label_specs.SingleLabel(["label"], ["0", "1"])
@@ -84,7 +89,20 @@ def test_each_platform_gives_the_resolver_its_tpu(platform, tmp_path, caplog):
 def test_a_tpu_vm_may_write_to_its_own_disk_and_a_tpu_node_may_not(tmp_path):
   local = ["--output_dir=" + str(tmp_path / "out")]
   c = parse_flags(["run_classifier.py"] + TPU_FLAGS + local)
-  check_run(distribution.with_tpu_found(c, {}, on_tpu_vm=True))  # (no error)
+  if not IS_TF1:  # (TF 1.15 refuses a TPU VM's own TPU: the test above)
+    check_run(distribution.with_tpu_found(c, {}, on_tpu_vm=True))  # (no error)
+    pod = parse_flags(["run_classifier.py"] + TPU_FLAGS + local + [
+        "--num_tpu_cores=32", "--train_batch_size=64", "--eval_batch_size=64",
+        "--predict_batch_size=64"])
+    with pytest.raises(FlagError, match="--num_tpu_cores=32 is a pod slice of several TPU "
+                       "VMs, each with a disk of its own: --output_dir must be on Cloud"):
+      check_run(distribution.with_tpu_found(pod, {}, on_tpu_vm=True))
+  both = parse_flags(["run_classifier.py"] + TPU_FLAGS + [
+      "--output_dir=gs://b/r", "--tpu_name=t1", "--master=grpc://10.0.0.1:8470"])
+  with pytest.raises(FlagError) as error:
+    check_run(both)
+  assert str(error.value) == ("--tpu_name=t1 and --master=grpc://10.0.0.1:8470 both name the "
+                              "TPU: pass one of them")
   with pytest.raises(FlagError) as error:
     check_run(distribution.with_tpu_found(c, {"TPU_NAME": "node-1"}, on_tpu_vm=True))
   assert str(error.value) == (
@@ -112,8 +130,14 @@ def test_a_tpu_vm_is_told_by_its_devices(tmp_path):
   (dev / "vfio").mkdir()
   (dev / "vfio" / "vfio").write_text("")  # (the control device alone: no chip)
   assert not distribution.on_tpu_vm(str(dev))
-  (dev / "vfio" / "0").write_text("")  # v5 and later
-  assert distribution.on_tpu_vm(str(dev))
+  (dev / "vfio" / "0").write_text("")  # a vfio group: a TPU chip from v5, or another device
+  pci = tmp_path / "pci"
+  (pci / "0000:00:04.0").mkdir(parents=True)
+  (pci / "0000:00:04.0" / "vendor").write_text("0x10de\n")  # (a GPU passed through)
+  assert not distribution.on_tpu_vm(str(dev), str(pci))
+  (pci / "0000:00:05.0").mkdir()
+  (pci / "0000:00:05.0" / "vendor").write_text("0x1ae0\n")  # Google's: a TPU chip
+  assert distribution.on_tpu_vm(str(dev), str(pci))
 
 
 @pytest.mark.slow

@@ -65,6 +65,7 @@ class DataProcessor(object):
     self.skip_malformed_rows = skip_malformed_rows
     self.quoting_choice = quoting
     self.skipped = {}  # split -> {cause: rows skipped at the user's request}
+    self.rows_left_aside = {}  # split -> {what: rows the options leave out (left_aside)}
     self.accounts = {}  # split -> what reading the file found (lines, records, skips)
     self.read_sha256 = {}  # split -> the sha256 of each of its files' bytes, as read
     # The model card the classes came from, when they are a trained model's rather than
@@ -139,6 +140,7 @@ class DataProcessor(object):
     row; rows are numbered on across files (the ids of files without an id column)."""
     paths = self.files_of(split)
     skipped = self.skipped[split] = {}
+    aside = self.rows_left_aside[split] = {}
     digests = self.read_sha256[split] = []
     accounts, first_row = [], 0
     for path in paths:
@@ -148,20 +150,28 @@ class DataProcessor(object):
         columns.extras = tuple(columns.extras) + (
             (str(self.weight_column),
              table.column_index(self.weight_column, "--sample_weight_column")),)
-      file_skips = {}
+      file_skips, file_aside = {}, {}
       count = 0
-      for example in self._rows_to_examples(table, columns, split, first_row, file_skips):
+      for example in self._rows_to_examples(table, columns, split, first_row, file_skips,
+                                            file_aside):
         count += 1
         yield example
       first_row += table.records
       digests.append(table.digest.hexdigest())  # (of the bytes read: the whole file)
-      for cause, n in file_skips.items():
-        skipped[cause] = skipped.get(cause, 0) + n
-      accounts.append(table.account(split, count, file_skips))
+      for counts, file_counts in ((skipped, file_skips), (aside, file_aside)):
+        for cause, n in file_counts.items():
+          counts[cause] = counts.get(cause, 0) + n
+      accounts.append(table.account(split, count, file_skips, file_aside))
     total = total_account(accounts)
     if total["records"] and not total["examples"]:  # (a run on no rows would train, score
-      causes = ", ".join("%d skipped (%s)" % (n, cause)  # or predict nothing)
-                         for cause, n in sorted(skipped.items()))
+      causes = ", ".join(["%d skipped (%s)" % (n, cause)  # or predict nothing)
+                          for cause, n in sorted(skipped.items())] +
+                         ["%d %s left aside" % (n, what) for what, n in sorted(aside.items())])
+      if aside:  # (the options chose no row of the file)
+        raise DataError(self.file_for(split), "every record was skipped or left aside (%s): "
+                        "no rows are left to read" % causes, "correct the rows, or the "
+                        "options that read them and choose which to keep (the log names "
+                        "each cause)")
       raise DataError(self.file_for(split), "every record was skipped (%s): no rows are "
                       "left to read" % causes, "correct the rows, or the column and label "
                       "options that read them (the log names each cause)")
@@ -262,7 +272,7 @@ class DataProcessor(object):
                       "magnitude (rescale the column?)", line=line, column=column)
     return label
 
-  def _rows_to_examples(self, table, columns, split, first_row, skipped):
+  def _rows_to_examples(self, table, columns, split, first_row, skipped, left_aside):
     """The examples of a table's rows, as they are read (numbered from first_row). A row
     that cannot make an example is an error naming its line, or, with
     skip_malformed_rows, a skip counted by cause into skipped. A predict file's labels
@@ -273,7 +283,6 @@ class DataProcessor(object):
                  tuple(label_columns or ()) if i is not None)
     width = len(table.header) if table.header else table.usual_width()
     widths = collections.Counter()
-    left_aside = {}
     for row_number, (line, fields) in enumerate(table, first_row):
       widths[len(fields)] += 1
       try:
@@ -304,9 +313,8 @@ class DataProcessor(object):
     if skipped:
       log.warning("%s: skipped %s (--skip_malformed_rows)", table.path, ", ".join(
           "%d rows with %s" % (n, cause) for cause, n in sorted(skipped.items())))
-    for cause, n in sorted(left_aside.items()):
-      log.info("%s: left aside %d %s", table.path, n, cause)
-      skipped[cause] = skipped.get(cause, 0) + n
+    for what, n in sorted(left_aside.items()):
+      log.info("%s: left aside %d %s", table.path, n, what)
 
 
 class MalformedRow(DataError):

@@ -119,9 +119,10 @@ class Table(object):
                                                        self.multi_line.lines))
     return "".join(parts)
 
-  def account(self, split, examples, skipped):
+  def account(self, split, examples, skipped, left_aside=None):
     """What reading the file found, logged, and as a dict for the records' metadata:
-    examples made of its records for split, and the rows skipped by cause."""
+    examples made of its records for split, the rows skipped by cause, and the rows the
+    options left out (left_aside: {what: rows})."""
     path = self.path
     if self.blank_lines:
       log.warning("%s: %d empty lines held no record and were passed over", path,
@@ -133,11 +134,16 @@ class Table(object):
                   ", ..." if self.multi_line.records > len(self.multi_line.first_starts)
                   else "")
     causes = "".join(", %d skipped (%s)" % (n, cause) for cause, n in sorted(skipped.items()))
+    causes += "".join(", %d %s left aside" % (n, what)
+                      for what, n in sorted((left_aside or {}).items()))
     log.info("%s: %s -> %d %s examples%s", path, self.accounting(), examples, split, causes)
-    return {"lines": self.num_lines, "header": self.header is not None,
-            "records": self.records, "blank_lines": self.blank_lines,
-            "multi_line_records": self.multi_line.records, "examples": examples,
-            "skipped": dict(skipped)}
+    account = {"lines": self.num_lines, "header": self.header is not None,
+               "records": self.records, "blank_lines": self.blank_lines,
+               "multi_line_records": self.multi_line.records, "examples": examples,
+               "skipped": dict(skipped)}
+    if left_aside:
+      account["left_aside"] = dict(left_aside)
+    return account
 
   def column_index(self, column, flag_hint):
     """Resolves a column given by name or by 0-based position to an index."""
@@ -194,10 +200,12 @@ def total_account(accounts):
   total = {key: sum(a[key] for a in accounts) for key in
            ("lines", "records", "blank_lines", "multi_line_records", "examples")}
   total["header"] = all(a["header"] for a in accounts)
-  skipped = collections.Counter()
-  for a in accounts:
-    skipped.update(a["skipped"])
-  total["skipped"] = dict(skipped)
+  for key in ("skipped", "left_aside"):
+    counts = collections.Counter()
+    for a in accounts:
+      counts.update(a.get(key) or {})
+    if counts or key == "skipped":
+      total[key] = dict(counts)
   return total
 
 

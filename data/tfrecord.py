@@ -310,6 +310,9 @@ def report_reading(record_path, metadata):
     log.warning("%s: made from %s, which had %s skipped (--skip_malformed_rows)", record_path,
                 metadata.get("source_file"), ", ".join(
                     "%d rows with %s" % (n, cause) for cause, n in sorted(skipped.items())))
+  for what, n in sorted((read.get("left_aside") or {}).items()):
+    log.info("%s: made from %s, leaving aside %d %s", record_path,
+             metadata.get("source_file"), n, what)
 
 
 def report_changes(record_path, metadata):

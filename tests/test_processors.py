@@ -261,7 +261,8 @@ def test_xnli_reads_one_language_as_googles_processor_does(tmp_path, caplog):
   assert [e.guid for e in dev] == ["1", "2", "3", "39", "49", "50"]  # (pairID)
   assert label_counts(dev) == {"neutral": 2, "contradiction": 2, "entailment": 2}
   aside = "rows of other languages than --xnli_language=zh"
-  assert zh.skipped["dev"] == {aside: 2} and zh.accounts["dev"]["skipped"] == {aside: 2}
+  assert zh.rows_left_aside["dev"] == {aside: 2} and zh.accounts["dev"]["left_aside"] == {aside: 2}
+  assert zh.skipped["dev"] == {} and zh.accounts["dev"]["skipped"] == {}
   assert "left aside 2 %s" % aside in caplog.text
   assert label_counts(zh.get_examples("test")) == {None: 6}
   c = parse_flags(["run_classifier.py", "--task_name=xnli", "--data_dir=" + folder,
@@ -269,7 +270,7 @@ def test_xnli_reads_one_language_as_googles_processor_does(tmp_path, caplog):
   de = make_processor(c.data)
   assert [e.text_a for e in de.get_examples("dev")] == [
       "und er hat gesagt, Mama ich bin daheim."]
-  assert len(de.get_examples("train")) == 4 and de.skipped["dev"] == {
+  assert len(de.get_examples("train")) == 4 and de.rows_left_aside["dev"] == {
       "rows of other languages than --xnli_language=de": 7}
   # XNLI-MT spells one class "contradictory" (the sample's rows have none: one is spelt so).
   copy = tmp_path / "xnli"

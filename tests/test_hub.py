@@ -129,6 +129,9 @@ def build_tf2_encoder(config_file, checkpoint, vocab, do_lower_case, folder):
   import subprocess
   from conftest import IS_TF1, ROOT
   python = os.path.join(ROOT, ".venvs", "tf2", "bin", "python") if IS_TF1 else sys.executable
+  if not os.path.exists(python):  # (a machine with Python 3.7 alone; CI has both)
+    pytest.skip("no TF 2.15 environment .venvs/tf2 to build a TF2 SavedModel with: "
+                "./run.sh setup builds it where Python 3.9-3.11 is found")
   done = subprocess.run([python, "-c", BUILD_TF2_ENCODER, config_file, checkpoint, vocab,
                          "1" if do_lower_case else "0", folder], cwd=ROOT,
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,

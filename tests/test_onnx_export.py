@@ -22,6 +22,7 @@ from serving.predicting import ExportNotFound
 from serving.predictor import Predictor
 from spec import labels as label_specs
 from spec.errors import FlagError
+from test_export import SPECS as EXPORT_SPECS
 from test_export import TEXTS, export_tiny, tiny_card, tiny_model_fn
 from test_hf_export import PROJECT_MODULES
 
@@ -36,12 +37,8 @@ def real_comments(count):
 # Real comments (some longer than the model's 24 tokens), hand-made ones (accents, CJK,
 # capitals), a long one and an empty one.
 ONNX_TEXTS = real_comments(12) + TEXTS + [" ".join("word%d" % i for i in range(60)), ""]
-SPECS = {
-    "classification": label_specs.SingleLabel(["label"], ["neg", "neutral", "pos"]),
-    "multi_label": label_specs.MultiLabel(["toxic", "insult"]),
-    "soft_target": label_specs.SoftTarget(["toxic", "insult"]),
-    "regression": label_specs.Regression(["score"]),
-}
+# test_export's heads, and the one it leaves out.
+SPECS = dict(EXPORT_SPECS, soft_target=label_specs.SoftTarget(["toxic", "insult"]))
 
 
 def onnx_environment():

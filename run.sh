@@ -97,6 +97,11 @@ setup_env() {
   fi
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements" \
     ${extra[@]+-r "${extra[@]}"}
+  if [ "$runtime" = tf1 ] || [ "$runtime" = tf2 ]; then
+    # The encoder's fused CPU kernels for this TensorFlow (modeling/fused.py; a few
+    # seconds; without a compiler, runs use TensorFlow's own ops and say so).
+    (cd "$ROOT" && "$venv/bin/python" -m modeling.fused 2>/dev/null) || true
+  fi
   echo "$stamp" > "$venv/.stamp"
 }
 

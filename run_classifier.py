@@ -135,8 +135,10 @@ def run_model(c, fold=None, cluster=None):
   # model_fn and the (TPU)Estimator: one graph for a CPU, a GPU or a Cloud TPU. (A hub
   # module brings its own encoder, and encoder_config is then the vocabulary's size.)
   encoder_config = build.encoder_config(bert_config, tokenizer)
+  fused, why_not = build.fused_kernels_for(c.model, c.training, c.device, cluster)
+  log.info("fused CPU kernels: %s", "on" if fused else "off (%s)" % why_not)
   model_fn = build.model_fn_of(c.model, c.training, c.device, output_dir, encoder_config,
-                               label_spec, num_train_steps)
+                               label_spec, num_train_steps, fused_kernels=fused)
   estimator = build.make_estimator(model_fn, output_dir, c.device, c.training, cluster)
   evaluator = evaluation.Evaluator(estimator, task, output_dir, c.training.eval_batch_size,
                                    c.model.init_checkpoint)

@@ -120,16 +120,35 @@ def initializer(config):
   return tf.truncated_normal_initializer(stddev=config.initializer_range)
 
 
-def dense(x, units, name, kernel_initializer, activation=None):
-  """x [..., in] -> [..., units], with variables `name/kernel` [in, units] and `name/bias`."""
-  in_units = static_shape(x)[-1]
-  with tf.variable_scope(name):
-    kernel = tf.get_variable("kernel", [in_units, units], dtype=x.dtype,
+def dense_variables(in_units, units, name, kernel_initializer, dtype):
+  with tf.variable_scope(name):  # `name/kernel` [in, units] and `name/bias` [units]
+    kernel = tf.get_variable("kernel", [in_units, units], dtype=dtype,
                              initializer=kernel_initializer)
-    bias = tf.get_variable("bias", [units], dtype=x.dtype, initializer=tf.zeros_initializer())
-  y = tf.nn.bias_add(tf.tensordot(x, kernel, [[x.shape.ndims - 1], [0]])
-                     if x.shape.ndims > 2 else tf.matmul(x, kernel), bias)
-  return activation(y) if activation is not None else y
+    bias = tf.get_variable("bias", [units], dtype=dtype, initializer=tf.zeros_initializer())
+  return kernel, bias
+
+
+def as_matrix(x):
+  """[..., C] -> [rows, C]: one 2-D matrix multiply (which TF 2.15's oneDNN rewrites fuse
+  with the bias that follows) instead of tensordot's reshapes around a 3-D operand."""
+  return tf.reshape(x, [-1, static_shape(x)[-1]]) if x.shape.ndims != 2 else x
+
+
+def like_rows_of(y, x):
+  """[rows, C'] back to x's leading shape: [..., C'] (other ranks are left as they are)."""
+  return y if x.shape.ndims == 2 or y.shape.ndims != 2 else tf.reshape(
+      y, tf.concat([tf.shape(x)[:-1], tf.shape(y)[-1:]], 0))
+
+
+def dense(x, units, name, kernel_initializer, activation=None, bias_activation=None):
+  """x [..., in] -> [..., units], with variables `name/kernel` [in, units] and `name/bias`.
+  bias_activation(y, bias), if given, adds the bias and applies the activation at once."""
+  kernel, bias = dense_variables(static_shape(x)[-1], units, name, kernel_initializer, x.dtype)
+  y = tf.matmul(as_matrix(x), kernel)
+  if bias_activation:
+    return like_rows_of(bias_activation(y, bias), x)
+  y = tf.nn.bias_add(y, bias)
+  return like_rows_of(activation(y) if activation is not None else y, x)
 
 
 def layer_norm(x, name="LayerNorm", epsilon=1e-12):
@@ -140,10 +159,7 @@ def layer_norm(x, name="LayerNorm", epsilon=1e-12):
   """
   if x.dtype != tf.float32:
     return tf.cast(layer_norm(tf.cast(x, tf.float32), name, epsilon), x.dtype)
-  units = static_shape(x)[-1]
-  with tf.variable_scope(name):
-    beta = tf.get_variable("beta", [units], initializer=tf.zeros_initializer())
-    gamma = tf.get_variable("gamma", [units], initializer=tf.ones_initializer())
+  gamma, beta = layer_norm_variables(static_shape(x)[-1], name)
   mean, variance = tf.nn.moments(x, [-1], keep_dims=True)
   # batch_normalization is what Google's layer norm computes. The spelled-out
   # (x - mean) * rsqrt(var + eps) * gamma + beta is matched by TF 2.15's oneDNN
@@ -152,10 +168,15 @@ def layer_norm(x, name="LayerNorm", epsilon=1e-12):
                                    variance_epsilon=epsilon)
 
 
+def layer_norm_variables(units, name="LayerNorm"):  # `name/gamma` and `name/beta` [units]
+  with tf.variable_scope(name):
+    beta = tf.get_variable("beta", [units], initializer=tf.zeros_initializer())
+    gamma = tf.get_variable("gamma", [units], initializer=tf.ones_initializer())
+  return gamma, beta
+
+
 def dropout(x, rate):
-  if not rate:
-    return x
-  return tf.nn.dropout(x, rate=rate)
+  return tf.nn.dropout(x, rate=rate) if rate else x
 
 
 class BertModel(object):
@@ -175,11 +196,16 @@ class BertModel(object):
   other row of it reaches the pooler. Keys and values still come from every
   token, so pooled_output and every gradient are those of the full model, but the
   last layer costs about a sixth as much. sequence_output is then unavailable.
+
+  fused_kernels (modeling.fused.FusedKernels; float32, CPU) runs each layer's elementwise
+  work in fused kernels: the same function within float32 rounding, own dropout masks.
   """
 
   def __init__(self, config, is_training, input_ids, input_mask=None, token_type_ids=None,
                use_one_hot_embeddings=False, scope="bert", compute_dtype=tf.float32,
-               pooled_only=False):
+               pooled_only=False, fused_kernels=None):
+    if fused_kernels is not None and compute_dtype != tf.float32:
+      raise ValueError("the fused kernels compute in float32, not %s" % compute_dtype.name)
     if not is_training:
       config = config.without_dropout()
     _, seq_length = _check_inputs(input_ids, config)
@@ -192,12 +218,13 @@ class BertModel(object):
     getter = float32_storage_getter if compute_dtype != tf.float32 else None
     with tf.variable_scope(scope, custom_getter=getter):
       with tf.variable_scope("embeddings"):
-        self.embedding_output = _embeddings(
-            config, input_ids, token_type_ids, seq_length, use_one_hot_embeddings, init)
+        self.embedding_output = _embeddings(config, input_ids, token_type_ids, seq_length,
+                                            use_one_hot_embeddings, init, fused_kernels)
       with tf.variable_scope("encoder"):
         hidden = tf.cast(self.embedding_output, compute_dtype)
         attention_bias = tf.cast(_attention_bias(input_mask), compute_dtype)
-        layers = _transformer(config, hidden, attention_bias, init, pooled_only)
+        layers = _transformer(config, hidden, attention_bias, init, pooled_only,
+                              fused_kernels)
         self.all_layers = [tf.cast(layer, tf.float32) for layer in layers]
         self.sequence_output = None if pooled_only else self.all_layers[-1]
       with tf.variable_scope("pooler"):
@@ -236,7 +263,7 @@ def _check_inputs(input_ids, config):
   return shape[0], shape[1]
 
 
-def _embeddings(config, input_ids, token_type_ids, seq_length, use_one_hot, init):
+def _embeddings(config, input_ids, token_type_ids, seq_length, use_one_hot, init, fused=None):
   """Word + token-type + position embeddings, normalised and dropped out."""
   word_table = tf.get_variable("word_embeddings", [config.vocab_size, config.hidden_size],
                                initializer=init)
@@ -260,6 +287,8 @@ def _embeddings(config, input_ids, token_type_ids, seq_length, use_one_hot, init
   positions = tf.expand_dims(position_table[:seq_length], 0)
 
   output = layer_norm(words + types + positions)
+  if fused is not None:
+    return fused.dropout(output, config.hidden_dropout_prob, fused.EMBEDDINGS_SITE)
   return dropout(output, config.hidden_dropout_prob)
 
 
@@ -269,9 +298,11 @@ def _attention_bias(input_mask):
   return (1.0 - mask) * -10000.0
 
 
-def _transformer(config, x, attention_bias, init, pooled_only=False):
-  """The layers' outputs [batch, seq, hidden]; with pooled_only the last is [batch, 1, hidden]."""
+def _transformer(config, x, attention_bias, init, pooled_only=False, fused=None):
+  """The layers' outputs [batch, seq, hidden]; with pooled_only the last is [batch, 1, hidden].
+  With fused kernels, layer i's dropouts are the sites 3i, 3i + 1 and 3i + 2."""
   activation = ACTIVATIONS[config.hidden_act]
+  bias_gelu = fused.bias_gelu if fused is not None and config.hidden_act == "gelu" else None
   layers = []
   for index in range(config.num_hidden_layers):
     # Every row of a layer depends on every row of the layer below, but row i of
@@ -281,68 +312,71 @@ def _transformer(config, x, attention_bias, init, pooled_only=False):
     with tf.variable_scope("layer_%d" % index):
       with tf.variable_scope("attention"):
         with tf.variable_scope("self"):
-          context = _self_attention(config, queries, x, attention_bias, init)
+          context = _self_attention(config, queries, x, attention_bias, init,
+                                    fused and (fused, 3 * index))
         with tf.variable_scope("output"):
-          attended = dense(context, config.hidden_size, "dense", init)
-          attended = layer_norm(dropout(attended, config.hidden_dropout_prob) + queries)
+          attended = _output(config, context, queries, init, fused and (fused, 3 * index + 1))
       with tf.variable_scope("intermediate"):
-        hidden = dense(attended, config.intermediate_size, "dense", init, activation=activation)
+        hidden = dense(attended, config.intermediate_size, "dense", init, activation=activation,
+                       bias_activation=bias_gelu)
       with tf.variable_scope("output"):
-        out = dense(hidden, config.hidden_size, "dense", init)
-        x = layer_norm(dropout(out, config.hidden_dropout_prob) + attended)
+        x = _output(config, hidden, attended, init, fused and (fused, 3 * index + 2))
     layers.append(x)
   return layers
+
+
+def _output(config, x, residual, init, fused_site=None):
+  """layer_norm(dropout(dense(x)) + residual), in residual's shape; with (fused kernels,
+  site), everything after the matrix multiply in one kernel."""
+  if not fused_site:
+    out = dense(x, config.hidden_size, "dense", init)
+    return layer_norm(dropout(out, config.hidden_dropout_prob) + residual)
+  fused, site = fused_site
+  gamma, beta = layer_norm_variables(config.hidden_size)
+  return dense(x, config.hidden_size, "dense", init, bias_activation=(
+      lambda y, bias: fused.dropout_add_norm(y, bias, as_matrix(residual), gamma, beta,
+                                             config.hidden_dropout_prob, site)))
 
 
 def _sequence_length(t):
   return static_shape(t)[1] or tf.shape(t)[1]
 
 
-def _self_attention(config, queries, x, attention_bias, init):
+def _self_attention(config, queries, x, attention_bias, init, fused_site=None):
   """Multi-head scaled dot-product attention of queries [B, Q, H] over x [B, S, H].
 
   Returns the context [B, Q, H]. Q is S (self-attention of every token) or 1
-  (only the first token, whose row is queries = x[:, :1]).
+  (only the first token, whose row is queries = x[:, :1]). With (fused kernels, site),
+  the heads are split and merged by copies and the scale, mask, softmax and dropout are
+  one kernel.
   """
   heads = config.num_attention_heads
   head_size = config.hidden_size // heads
 
-  def split_heads(t):  # [B, S, H] -> [B, heads, S, head_size]
+  def split_heads(t, name):  # dense, then [B, S, H] -> [B, heads, S, head_size]
     shape = [-1, _sequence_length(t), heads, head_size]
-    return tf.transpose(tf.reshape(t, shape), [0, 2, 1, 3])
+    if fused_site:  # (the bias add and the transpose as one copy)
+      return dense(t, config.hidden_size, name, init, bias_activation=(
+          lambda y, bias: fused_site[0].split_heads(
+              tf.reshape(y, shape[:2] + [config.hidden_size]), bias, heads)))
+    return tf.transpose(tf.reshape(dense(t, config.hidden_size, name, init), shape),
+                        [0, 2, 1, 3])
 
-  query = split_heads(dense(queries, config.hidden_size, "query", init))
-  key = split_heads(dense(x, config.hidden_size, "key", init))
-  value = split_heads(dense(x, config.hidden_size, "value", init))
+  query, key, value = (split_heads(queries, "query"), split_heads(x, "key"),
+                       split_heads(x, "value"))
 
-  scores = tf.matmul(query, key, transpose_b=True) * (1.0 / math.sqrt(float(head_size)))
-  probs = tf.nn.softmax(tf.cast(scores + attention_bias, tf.float32))  # float32 for range
-  probs = dropout(tf.cast(probs, x.dtype), config.attention_probs_dropout_prob)
-  context = tf.transpose(tf.matmul(probs, value), [0, 2, 1, 3])
+  scale = 1.0 / math.sqrt(float(head_size))
+  if fused_site:
+    fused, site = fused_site
+    probs = fused.attention_softmax(tf.matmul(query, key, transpose_b=True),
+                                    attention_bias[:, 0, 0, :], scale,
+                                    config.attention_probs_dropout_prob, site)
+  else:
+    scores = tf.matmul(query, key, transpose_b=True) * scale
+    probs = tf.nn.softmax(tf.cast(scores + attention_bias, tf.float32))  # float32 for range
+    probs = dropout(tf.cast(probs, x.dtype), config.attention_probs_dropout_prob)
+  context = tf.matmul(probs, value)
+  if fused_site:
+    return fused_site[0].merge_heads(context)
+  context = tf.transpose(context, [0, 2, 1, 3])
   return tf.reshape(context, [-1, _sequence_length(queries), config.hidden_size])
-
-
-def encoder_variable_shapes(config):
-  """{name: shape} of every encoder variable, computed without building a graph."""
-  h, i = config.hidden_size, config.intermediate_size
-  shapes = {
-      "bert/embeddings/word_embeddings": [config.vocab_size, h],
-      "bert/embeddings/token_type_embeddings": [config.type_vocab_size, h],
-      "bert/embeddings/position_embeddings": [config.max_position_embeddings, h],
-      "bert/embeddings/LayerNorm/beta": [h], "bert/embeddings/LayerNorm/gamma": [h],
-      "bert/pooler/dense/kernel": [h, h], "bert/pooler/dense/bias": [h],
-  }
-  for n in range(config.num_hidden_layers):
-    p = "bert/encoder/layer_%d/" % n
-    for name in ("attention/self/query", "attention/self/key", "attention/self/value",
-                 "attention/output/dense"):
-      shapes[p + name + "/kernel"] = [h, h]
-      shapes[p + name + "/bias"] = [h]
-    shapes[p + "intermediate/dense/kernel"] = [h, i]
-    shapes[p + "intermediate/dense/bias"] = [i]
-    shapes[p + "output/dense/kernel"] = [i, h]
-    shapes[p + "output/dense/bias"] = [h]
-    for name in ("attention/output/LayerNorm", "output/LayerNorm"):
-      shapes[p + name + "/beta"] = [h]
-      shapes[p + name + "/gamma"] = [h]
-  return shapes

@@ -7,7 +7,6 @@ import re
 
 import tensorflow.compat.v1 as tf
 
-from modeling.bert import encoder_variable_shapes
 from modeling.optimization import variable_name
 from spec.errors import FlagError
 
@@ -195,3 +194,29 @@ def init_from_checkpoint(init_checkpoint, variables, use_tpu, report=True,
     return scaffold_fn
   tf.train.init_from_checkpoint(init_checkpoint, mapping)
   return None
+
+
+def encoder_variable_shapes(config):
+  """{name: shape} of every encoder variable, computed without building a graph."""
+  h, i = config.hidden_size, config.intermediate_size
+  shapes = {
+      "bert/embeddings/word_embeddings": [config.vocab_size, h],
+      "bert/embeddings/token_type_embeddings": [config.type_vocab_size, h],
+      "bert/embeddings/position_embeddings": [config.max_position_embeddings, h],
+      "bert/embeddings/LayerNorm/beta": [h], "bert/embeddings/LayerNorm/gamma": [h],
+      "bert/pooler/dense/kernel": [h, h], "bert/pooler/dense/bias": [h],
+  }
+  for n in range(config.num_hidden_layers):
+    p = "bert/encoder/layer_%d/" % n
+    for name in ("attention/self/query", "attention/self/key", "attention/self/value",
+                 "attention/output/dense"):
+      shapes[p + name + "/kernel"] = [h, h]
+      shapes[p + name + "/bias"] = [h]
+    shapes[p + "intermediate/dense/kernel"] = [h, i]
+    shapes[p + "intermediate/dense/bias"] = [i]
+    shapes[p + "output/dense/kernel"] = [i, h]
+    shapes[p + "output/dense/bias"] = [h]
+    for name in ("attention/output/LayerNorm", "output/LayerNorm"):
+      shapes[p + name + "/beta"] = [h]
+      shapes[p + name + "/gamma"] = [h]
+  return shapes

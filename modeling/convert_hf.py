@@ -25,7 +25,8 @@ import tensorflow.compat.v1 as tf
 
 from modeling import hf_folder
 from modeling.hf_folder import ConversionError
-from modeling.bert import BertConfig, encoder_variable_shapes
+from modeling.bert import BertConfig
+from modeling.checkpoint import encoder_variable_shapes
 
 # Buffers that some exports carry; they hold no learnt weights.
 IGNORED_BUFFERS = ("embeddings.position_ids",)

@@ -17,18 +17,23 @@ def mean_pool(sequence_output, input_mask):
   return total / tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)
 
 
+def _dropout(x, rate):
+  return tf.nn.dropout(x, rate=rate)
+
+
 def head_logits(pooled_output, num_outputs, is_training, initializer_range=0.02,
-                dropout_rate=0.1):
+                dropout_rate=0.1, dropout=None):
   """pooled_output [batch, hidden] -> logits [batch, num_outputs]. In training the
   pooled output gets dropout_rate: the encoder's hidden dropout, which is the 0.1 that
   Google's classifier hard-codes for every released BERT config, and 0 turns it off with
-  the encoder's (a run without randomness, as the resume test needs)."""
+  the encoder's (a run without randomness, as the resume test needs). dropout(x, rate):
+  another dropout than TensorFlow's (the fused kernels' seeded one)."""
   hidden = static_shape(pooled_output)[-1]
   weights = tf.get_variable("output_weights", [num_outputs, hidden],
                             initializer=tf.truncated_normal_initializer(stddev=initializer_range))
   bias = tf.get_variable("output_bias", [num_outputs], initializer=tf.zeros_initializer())
   if is_training and dropout_rate > 0:
-    pooled_output = tf.nn.dropout(pooled_output, rate=dropout_rate)
+    pooled_output = (dropout or _dropout)(pooled_output, dropout_rate)
   return tf.nn.bias_add(tf.matmul(pooled_output, weights, transpose_b=True), bias)
 
 

@@ -23,7 +23,7 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
                      hub_module_handle=None, gradient_accumulation_steps=1,
                      precision="float32", xla_global_step_fix=False, pooling="cls",
                      summary_dir=None, save_summary_steps=100, cross_shard=None,
-                     freeze_encoder=False):
+                     freeze_encoder=False, fused_kernels=False):
   """Returns a model_fn(features, labels, mode, params) for TPUEstimator.
 
   label_spec (spec/labels.py) gives the head's outputs, its loss, its metrics and the
@@ -41,6 +41,9 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
   on a CPU).
   freeze_encoder: train the head alone; the encoder keeps its initial weights (restored
   as usual) and runs without dropout.
+  fused_kernels: BertModel runs modeling.fused's CPU kernels (float32, one CPU device; the
+  caller decides, pipeline.build.fused_kernels_for), in every mode. Not for a graph that
+  is exported: a SavedModel must load without this project's library.
   """
   if use_one_hot_embeddings is None:
     use_one_hot_embeddings = use_tpu
@@ -55,12 +58,15 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
       plain_global_step_read()
     # Named so that hooks and benchmarks can see how long (dynamically padded) batches are.
     tf.identity(tf.shape(features["input_ids"])[1], name=SEQ_LENGTH_NAME)
+    kernels = fused_kernels_of_step() if fused_kernels else None
     pooled = encode(bert_config, features, is_training and not freeze_encoder,
                     use_one_hot_embeddings, hub_module_handle,
                     compute_dtype=tf.as_dtype(precision), pooling=pooling,
-                    trainable=not freeze_encoder)
-    logits = head.head_logits(pooled, num_outputs, is_training, bert_config.initializer_range,
-                              bert_config.hidden_dropout_prob)
+                    trainable=not freeze_encoder, fused_kernels=kernels)
+    logits = head.head_logits(
+        pooled, num_outputs, is_training, bert_config.initializer_range,
+        bert_config.hidden_dropout_prob,
+        dropout=kernels and (lambda x, rate: kernels.dropout(x, rate, kernels.HEAD_SITE)))
     # Only the new head may start from random values (and, when it goes unused, the
     # pooler; a hub module's variables come from the module).
     variables = tf.trainable_variables()
@@ -113,17 +119,26 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
   return model_fn
 
 
+def fused_kernels_of_step():
+  """The fused kernels (modeling.fused; loaded only by runs that use them), seeded by the
+  graph's seed and the global step."""
+  from modeling.fused import FusedKernels, step_seed
+  return FusedKernels(step_seed())
+
+
 def encode(bert_config, features, is_training, use_one_hot_embeddings, hub_module_handle=None,
-           compute_dtype=tf.float32, pooling="cls", trainable=True):
+           compute_dtype=tf.float32, pooling="cls", trainable=True, fused_kernels=None):
   """What the head reads [batch, hidden], from BertModel or a BERT hub module (TF1 or
   TF2): the pooled output, or with pooling "mean" the last layer's mean over the real
-  tokens. trainable False keeps a hub model's variables out of the trainable ones."""
+  tokens. trainable False keeps a hub model's variables out of the trainable ones.
+  fused_kernels: modeling.fused.FusedKernels for BertModel."""
   if hub_module_handle:
     from modeling.hub_module import hub_pooled_output  # Only hub users need tensorflow_hub.
     return hub_pooled_output(hub_module_handle, features, is_training, pooling, trainable)
   model = BertModel(bert_config, is_training, features["input_ids"], features["input_mask"],
                     features["segment_ids"], use_one_hot_embeddings=use_one_hot_embeddings,
-                    compute_dtype=compute_dtype, pooled_only=pooling == "cls")
+                    compute_dtype=compute_dtype, pooled_only=pooling == "cls",
+                    fused_kernels=fused_kernels)
   if pooling == "mean":
     return head.mean_pool(model.get_sequence_output(), features["input_mask"])
   return model.get_pooled_output()

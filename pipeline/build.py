@@ -117,11 +117,13 @@ def num_train_steps_for(num_examples, training):
 
 
 def model_fn_of(model, training, device, summary_dir, bert_config, label_spec,
-                num_train_steps=0, serving=False):
+                num_train_steps=0, serving=False, fused_kernels=False):
   """Google's model_fn_builder with this run's encoder and head (ModelOptions), optimizer
   (TrainingOptions) and device (DeviceOptions); TPU summaries go to summary_dir. With
   serving, the graph an export is built from: predictions only, in float32 on this
-  machine's CPU (also after a TPU run), the weights all from the checkpoint."""
+  machine's CPU (also after a TPU run), the weights all from the checkpoint.
+  fused_kernels: the encoder runs its fused CPU kernels (fused_kernels_for); never in a
+  serving graph, which must load without them."""
   return model_fn_builder(
       bert_config=bert_config, label_spec=label_spec,
       init_checkpoint=None if serving else model.init_checkpoint,
@@ -134,7 +136,38 @@ def model_fn_of(model, training, device, summary_dir, bert_config, label_spec,
       gradient_accumulation_steps=training.gradient_accumulation_steps,
       precision="float32" if serving else device.precision(),
       xla_global_step_fix=device.use_xla and not serving,
-      summary_dir=summary_dir, save_summary_steps=training.save_summary_steps)
+      summary_dir=summary_dir, save_summary_steps=training.save_summary_steps,
+      fused_kernels=fused_kernels and not serving)
+
+
+def fused_kernels_for(model, training, device, cluster=None, gpus=None):
+  """Whether the run's encoder runs its fused CPU kernels (--fused_kernels), as
+  (True, None) or (False, why not). They compute in float32 on one CPU device and keep
+  their dropout seed per step, so a TPU, GPUs, float16, XLA, a cluster, several replicas,
+  gradient accumulation (one step, several batches) or a hub encoder rules them out; so
+  does a machine where they do not build. With --fused_kernels=on, that is a FlagError.
+  gpus: the GPUs TensorFlow sees (found here when None)."""
+  if device.fused_kernels == "off":
+    return False, "--fused_kernels=off"
+  if gpus is None:
+    gpus = tf.config.experimental.list_physical_devices("GPU")
+  obstacles = [reason for reason, present in (
+      ("--use_tpu", device.use_tpu), ("--use_fp16", device.use_fp16),
+      ("--use_bf16", device.use_bf16), ("--use_xla", device.use_xla),
+      ("--num_gpus=%d" % device.num_gpus, device.num_gpus > 1),
+      ("--gradient_accumulation_steps=%d" % training.gradient_accumulation_steps,
+       training.gradient_accumulation_steps > 1),
+      ("--bert_hub_module_handle", bool(model.bert_hub_module_handle)),
+      ("a cluster (TF_CONFIG)", cluster is not None),
+      ("a GPU that TensorFlow sees", bool(gpus))) if present]
+  if not obstacles:
+    from modeling.fused import unavailable_reason
+    problem = unavailable_reason()
+    obstacles = [problem] if problem else []
+  if obstacles and device.fused_kernels == "on":
+    raise FlagError("--fused_kernels=on cannot be used here: %s. Pass --fused_kernels=auto "
+                    "(they run where they can) or off" % "; ".join(obstacles))
+  return (False, "; ".join(obstacles)) if obstacles else (True, None)
 
 
 def make_estimator(model_fn, output_dir, device, training, cluster=None):

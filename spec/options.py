@@ -27,6 +27,7 @@ from spec.tasks import (JIGSAW_BIAS_AUXILIARY_COLUMNS, JIGSAW_BIAS_TARGET,
 TOKENIZERS = ("auto", "fast", "python")
 QUOTINGS = ("auto", "csv", "none")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+FUSED_KERNEL_MODES = ("auto", "on", "off")
 
 
 def option(default, help, choices=None, check=None):
@@ -293,6 +294,13 @@ class DeviceOptions(object):
   use_xla: bool = option(
       False, "Compile the graph with XLA JIT (CPU/GPU). Measure it with ./run.sh benchmark "
       "before relying on it: compilation takes seconds.")
+  fused_kernels: str = option(
+      "auto", "CPU: run the encoder's elementwise work (bias and GELU; dropout, residual "
+      "and layer norm; the attention's mask, softmax and dropout) in this project's fused "
+      "kernels, built with g++ on first use (never in exports). auto: when running in "
+      "float32 on this machine's CPU alone (no TPU, GPU, XLA, cluster, several replicas or "
+      "gradient accumulation) and they build; on: the same, refusing the run where they "
+      "cannot be used; off: TensorFlow's own ops.", choices=FUSED_KERNEL_MODES)
   dynamic_padding: bool = option(
       False, "CPU/GPU: compute each batch only as long as its longest example, and group "
       "training examples into length buckets. Faster when texts are shorter than "

@@ -66,6 +66,7 @@ def test_train_eval_predict_end_to_end(jigsaw_model, tiny_checkpoint, tmp_path, 
   assert "bert/encoder/layer_N (32)" in log and "bert/pooler/dense (2)" in log
   assert "output_weights, output_bias" in log  # the head starts from random values
   assert "step 6/6  loss" in log and "examples/sec  ETA" in log
+  assert "fused CPU kernels: on" in log  # (the default on a CPU, in float32)
   assert sorted(n for n in os.listdir(output_dir) if n.startswith("model.ckpt-6")) == [
       "model.ckpt-6.data-00000-of-00001", "model.ckpt-6.index", "model.ckpt-6.meta"]
 
@@ -200,6 +201,8 @@ def test_speed_flags_end_to_end(tmp_path, tiny_checkpoint, caplog):
       "--gradient_accumulation_steps=2", "--tokenizer=fast"])
   assert "training: 267 examples, batch 16, 6 steps" in caplog.text  # 8 x 2 per update
   assert "step 6/6  loss" in caplog.text
+  # (Several batches share a step's dropout seed, so the fused kernels stand aside.)
+  assert "fused CPU kernels: off (--gradient_accumulation_steps=2)" in caplog.text
   with open(os.path.join(output_dir, "eval_results.json")) as f:
     results = json.load(f)
   assert results["num_examples"] == 25 and results["global_step"] == 6
@@ -273,6 +276,7 @@ def test_xla_training_terminates(tmp_path, tiny_checkpoint):
       "--do_train", "--num_train_steps=3", "--use_xla"])
   assert result.returncode == 0, result.stderr[-3000:]
   assert "step 3/3  loss" in result.stderr
+  assert "fused CPU kernels: off (--use_xla)" in result.stderr
   assert any(name.startswith("model.ckpt-3") for name in os.listdir(output_dir))
 
 

@@ -7,7 +7,8 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from conftest import MINI, TINY, google_bert, small_config
-from modeling.bert import BertConfig, BertModel, encoder_variable_shapes
+from modeling.bert import BertConfig, BertModel
+from modeling.checkpoint import encoder_variable_shapes
 from modeling.checkpoint import assignment_map
 
 
@@ -37,9 +38,16 @@ def _random_inputs(batch, seq, vocab, seed=0):
   return ids, mask, segments
 
 
+def fused_kernels(seed):
+  from modeling.fused import FusedKernels
+  return FusedKernels(seed)
+
+
 @pytest.mark.tf1_only
-def test_parity_with_google_bert_modeling(tmp_path):
-  """Same random checkpoint: pooled and sequence outputs within 1e-5 of bert.modeling."""
+@pytest.mark.parametrize("fused", [False, True], ids=["tensorflow_ops", "fused_kernels"])
+def test_parity_with_google_bert_modeling(tmp_path, fused):
+  """Same random checkpoint: pooled and sequence outputs within 1e-5 of bert.modeling,
+  with TensorFlow's ops and with the fused CPU kernels (modeling/fused.py)."""
   google = google_bert("modeling")
   config_path = os.path.join(MINI, "bert_config.json")
   inputs = _random_inputs(3, 24, 30522)
@@ -53,8 +61,9 @@ def test_parity_with_google_bert_modeling(tmp_path):
       expected = session.run([model.get_pooled_output(), model.get_sequence_output()])
       tf.train.Saver().save(session, checkpoint)
   with tf.Graph().as_default():
+    kernels = fused_kernels(tf.constant([1, 0], tf.int64)) if fused else None
     model = BertModel(BertConfig.from_json_file(config_path), False,
-                      *[tf.constant(x) for x in inputs])
+                      *[tf.constant(x) for x in inputs], fused_kernels=kernels)
     mapping, initialised, missing = assignment_map(tf.trainable_variables(), checkpoint)
     assert missing == [] and len(initialised) == len(tf.trainable_variables())
     tf.train.init_from_checkpoint(checkpoint, mapping)

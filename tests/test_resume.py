@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import (BINARY, ROOT, common_flags, first_batches, run_flags,
-                      tiny_config_without_dropout, tiny_vocab_records)
+from conftest import (BINARY, ROOT, TINY, common_flags, first_batches, run_flags,
+                      tiny_vocab_records)
 from data.input_fn import input_fn_builder
 from data.features import InputExample
 
@@ -77,9 +77,11 @@ def _resume_flags(checkpoint, output_dir, config_file, steps):
 def test_killed_training_resumes_to_the_same_step_and_weights(tmp_path, tiny_checkpoint):
   """kill -9 a real training process after its first checkpoints, run the same command
   again: it continues from the last checkpoint, skips the examples already trained on,
-  and ends at the same global step with the weights of an uninterrupted run."""
+  and ends at the same global step with the weights of an uninterrupted run. Dropout is
+  on: the fused CPU kernels key every mask on the seed and the global step, so the
+  resumed steps draw the masks the uninterrupted run drew."""
   steps = 80
-  config_file = tiny_config_without_dropout(tmp_path)
+  config_file = os.path.join(TINY, "bert_config.json")  # (dropout 0.1)
   reference = str(tmp_path / "uninterrupted")
   outcome = run_flags(*_resume_flags(tiny_checkpoint, reference, config_file, steps))
   expected_losses = {step: loss for step, loss, _ in outcome.train_progress}
@@ -111,6 +113,7 @@ def test_killed_training_resumes_to_the_same_step_and_weights(tmp_path, tiny_che
   resumed = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            universal_newlines=True, timeout=600)
   assert resumed.returncode == 0, resumed.stdout[-3000:]
+  assert "fused CPU kernels: on" in resumed.stdout
   assert ("resuming from the checkpoint at step %d of %d: the input continues after the %d "
           "examples those steps trained on" % (killed_at, steps, killed_at * 16)
           in resumed.stdout), resumed.stdout[-3000:]

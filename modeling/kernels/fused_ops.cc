@@ -1,0 +1,664 @@
+// Fused CPU kernels for the BERT encoder's elementwise work, forward and backward.
+//
+// TensorFlow's graph executor runs each elementwise op as its own pass over memory:
+// the tanh GELU is about ten ops forward and a dozen backward, dropout five, layer norm
+// and the attention softmax several each. These kernels do each group in one pass per
+// direction, row by row, with Eigen's vectorised tanh and exp (the ones TensorFlow's own
+// kernels use). modeling/fused.py builds this file for the running TensorFlow, loads it
+// and registers the gradients; modeling/bert.py uses it on the CPU when asked.
+//
+// Dropout here draws no random numbers from TensorFlow: whether element i is kept is a
+// hash of (seed, step, site, i), so the backward pass recomputes the mask instead of
+// storing it, and a resumed run draws the masks an uninterrupted one would have drawn.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "Eigen/Core"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/util/work_sharder.h"
+
+namespace bert_fused {
+
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Status;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+using tensorflow::shape_inference::InferenceContext;
+typedef tensorflow::int64 int64;
+typedef Eigen::Array<float, Eigen::Dynamic, 1> Row;
+typedef Eigen::Map<Row> RowOut;
+typedef Eigen::Map<const Row> RowIn;
+
+const float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+const float kGeluCubic = 0.044715f;
+
+// ---- Dropout masks from a counter-based hash (splitmix64's finaliser).
+
+inline uint64_t Mix(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+class Dropout {
+ public:
+  // seed: [2] int64 (the run's seed, the global step); site tells apart the dropouts
+  // of one step. Element i is kept with probability 1 - rate (to 2^-24).
+  Dropout(const Tensor& seed, float rate, int64 site) : rate_(rate) {
+    auto s = seed.flat<tensorflow::int64>();
+    key_ = Mix(Mix(Mix(static_cast<uint64_t>(s(0))) ^ static_cast<uint64_t>(s(1))) ^
+               static_cast<uint64_t>(site));
+    threshold_ = static_cast<uint32_t>(std::lround(static_cast<double>(rate) * (1 << 24)));
+    scale_ = rate > 0.f ? 1.f / (1.f - rate) : 1.f;
+  }
+  bool active() const { return rate_ > 0.f; }
+  // out[j] = scale or 0 for elements first .. first + n - 1.
+  void Multipliers(uint64_t first, int64 n, float* __restrict__ out) const {
+    // (Locals, so that the compiler knows `out` cannot change them and vectorises.)
+    const uint64_t start = key_ + first;
+    const uint32_t threshold = threshold_;
+    const float scale = scale_;
+    for (int64 j = 0; j < n; ++j) {
+      const uint32_t draw = static_cast<uint32_t>(Mix(start + j) >> 40);
+      out[j] = draw >= threshold ? scale : 0.f;
+    }
+  }
+
+ private:
+  float rate_, scale_;
+  uint64_t key_;
+  uint32_t threshold_;
+};
+
+// ---- Work split over the CPU's threads.
+
+template <typename Body>
+void ForRows(OpKernelContext* ctx, int64 rows, int64 cost_per_row, Body body) {
+  auto* threads = ctx->device()->tensorflow_cpu_worker_threads();
+  tensorflow::Shard(threads->num_threads, threads->workers, rows, cost_per_row,
+                    [&](int64 begin, int64 end) { body(begin, end); });
+}
+
+// Column sums over rows, with one partial sum per block of rows so that threads never
+// share an accumulator: body(begin, end, partial) adds its rows into partial, which has
+// `width` columns per sum and `sums` sums. Returns the totals, sums x width.
+template <typename Body>
+std::vector<double> ForRowBlocks(OpKernelContext* ctx, int64 rows, int64 cost_per_row,
+                                 int64 sums, int64 width, Body body) {
+  auto* threads = ctx->device()->tensorflow_cpu_worker_threads();
+  const int64 blocks = std::max<int64>(1, std::min<int64>(rows, 4 * threads->num_threads));
+  const int64 per_block = (rows + blocks - 1) / blocks;
+  std::vector<Row> partials(blocks, Row::Zero(sums * width));
+  tensorflow::Shard(threads->num_threads, threads->workers, blocks, per_block * cost_per_row,
+                    [&](int64 first_block, int64 end_block) {
+                      for (int64 b = first_block; b < end_block; ++b) {
+                        const int64 begin = b * per_block;
+                        const int64 end = std::min(rows, begin + per_block);
+                        if (begin < end) body(begin, end, partials[b].data());
+                      }
+                    });
+  std::vector<double> totals(sums * width, 0.0);
+  for (const Row& partial : partials)
+    for (int64 j = 0; j < sums * width; ++j) totals[j] += partial(j);
+  return totals;
+}
+
+Status MatrixShapes(InferenceContext* c) {
+  for (int i = 0; i < c->num_outputs(); ++i) c->set_output(i, c->input(0));
+  return Status();
+}
+
+// ---- GELU (tanh form) of x + bias, as Google's BERT computes it.
+
+// 0.5 (1 + tanh(u)) with u = sqrt(2 / pi) (x + 0.044715 x^3), written as the equal
+// 1 / (1 + exp(-2u)): Eigen vectorises exp on both runtimes' headers, and tanh only on
+// TF 2.15's. exp(-2u) overflows to inf for very negative u, giving the right 0.
+inline Row GeluGate(const Row& x) {
+  return 1.f / (1.f + (-2.f * kGeluScale * (x + kGeluCubic * x * x * x)).exp());
+}
+
+REGISTER_OP("BertBiasGelu")
+    .Input("x: float")
+    .Input("bias: float")
+    .Output("y: float")
+    .SetShapeFn(MatrixShapes);
+
+REGISTER_OP("BertBiasGeluGrad")
+    .Input("dy: float")
+    .Input("x: float")
+    .Input("bias: float")
+    .Output("dx: float")
+    .Output("dbias: float")
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->input(1));
+      c->set_output(1, c->input(2));
+      return Status();
+    });
+
+class BiasGelu : public OpKernel {
+ public:
+  explicit BiasGelu(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const Tensor& bias = ctx->input(1);
+    OP_REQUIRES(ctx, x.dims() == 2 && bias.dims() == 1 && bias.dim_size(0) == x.dim_size(1),
+                tensorflow::errors::InvalidArgument("BertBiasGelu takes x [rows, C], bias [C]"));
+    Tensor* y = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &y));
+    const int64 width = x.dim_size(1);
+    const float* in = x.flat<float>().data();
+    const float* b = bias.flat<float>().data();
+    float* out = y->flat<float>().data();
+    ForRows(ctx, x.dim_size(0), 40 * width, [&](int64 begin, int64 end) {
+      RowIn bias_row(b, width);
+      for (int64 r = begin; r < end; ++r) {
+        Row pre = RowIn(in + r * width, width) + bias_row;
+        RowOut(out + r * width, width) = pre * GeluGate(pre);
+      }
+    });
+  }
+};
+
+class BiasGeluGrad : public OpKernel {
+ public:
+  explicit BiasGeluGrad(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& dy = ctx->input(0);
+    const Tensor& x = ctx->input(1);
+    const Tensor& bias = ctx->input(2);
+    Tensor *dx = nullptr, *dbias = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &dx));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, bias.shape(), &dbias));
+    const int64 width = x.dim_size(1);
+    const float* g = dy.flat<float>().data();
+    const float* in = x.flat<float>().data();
+    const float* b = bias.flat<float>().data();
+    float* out = dx->flat<float>().data();
+    std::vector<double> sums = ForRowBlocks(
+        ctx, x.dim_size(0), 60 * width, 1, width, [&](int64 begin, int64 end, float* partial) {
+          RowIn bias_row(b, width);
+          RowOut dbias_part(partial, width);
+          for (int64 r = begin; r < end; ++r) {
+            Row pre = RowIn(in + r * width, width) + bias_row;
+            Row gate = GeluGate(pre);
+            // d/dpre of pre * gate(u): gate + pre * gate' du/dpre, where gate = sigmoid(2u)
+            // has gate' = 2 gate (1 - gate).
+            Row slope = gate + pre * (2.f * kGeluScale) * gate * (1.f - gate) *
+                                   (1.f + 3.f * kGeluCubic * pre * pre);
+            RowOut d(out + r * width, width);
+            d = RowIn(g + r * width, width) * slope;
+            dbias_part += d;
+          }
+        });
+    float* db = dbias->flat<float>().data();
+    for (int64 j = 0; j < width; ++j) db[j] = static_cast<float>(sums[j]);
+  }
+};
+
+REGISTER_KERNEL_BUILDER(Name("BertBiasGelu").Device(tensorflow::DEVICE_CPU), BiasGelu);
+REGISTER_KERNEL_BUILDER(Name("BertBiasGeluGrad").Device(tensorflow::DEVICE_CPU), BiasGeluGrad);
+
+// ---- Layer norm of dropout(x + bias) + residual.
+
+REGISTER_OP("BertDropoutAddNorm")
+    .Input("x: float")
+    .Input("bias: float")
+    .Input("residual: float")
+    .Input("gamma: float")
+    .Input("beta: float")
+    .Input("seed: int64")
+    .Attr("rate: float")
+    .Attr("site: int")
+    .Attr("epsilon: float")
+    .Output("y: float")
+    .Output("sum: float")
+    .Output("mean: float")
+    .Output("rstd: float")
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->input(0));
+      c->set_output(1, c->input(0));
+      c->set_output(2, c->Vector(c->Dim(c->input(0), 0)));
+      c->set_output(3, c->Vector(c->Dim(c->input(0), 0)));
+      return Status();
+    });
+
+REGISTER_OP("BertDropoutAddNormGrad")
+    .Input("dy: float")
+    .Input("sum: float")
+    .Input("mean: float")
+    .Input("rstd: float")
+    .Input("gamma: float")
+    .Input("seed: int64")
+    .Attr("rate: float")
+    .Attr("site: int")
+    .Output("dx: float")
+    .Output("dresidual: float")
+    .Output("dbias: float")
+    .Output("dgamma: float")
+    .Output("dbeta: float")
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->input(1));
+      c->set_output(1, c->input(1));
+      for (int i = 2; i < 5; ++i) c->set_output(i, c->input(4));
+      return Status();
+    });
+
+class DropoutAddNorm : public OpKernel {
+ public:
+  explicit DropoutAddNorm(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("rate", &rate_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("site", &site_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("epsilon", &epsilon_));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const Tensor& residual = ctx->input(2);
+    OP_REQUIRES(ctx, x.dims() == 2 && x.shape() == residual.shape(),
+                tensorflow::errors::InvalidArgument(
+                    "BertDropoutAddNorm takes x and residual of one shape [rows, C]"));
+    const int64 rows = x.dim_size(0), width = x.dim_size(1);
+    Tensor *y = nullptr, *sum = nullptr, *mean = nullptr, *rstd = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &y));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, x.shape(), &sum));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({rows}), &mean));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({rows}), &rstd));
+    const Dropout dropout(ctx->input(5), rate_, site_);
+    const float* in = x.flat<float>().data();
+    const float* res = residual.flat<float>().data();
+    const float* b = ctx->input(1).flat<float>().data();
+    const float* gamma = ctx->input(3).flat<float>().data();
+    const float* beta = ctx->input(4).flat<float>().data();
+    float* out = y->flat<float>().data();
+    float* h = sum->flat<float>().data();
+    float* means = mean->flat<float>().data();
+    float* rstds = rstd->flat<float>().data();
+    const float epsilon = epsilon_;
+    ForRows(ctx, rows, 30 * width, [&](int64 begin, int64 end) {
+      Row keep(width);
+      for (int64 r = begin; r < end; ++r) {
+        RowOut hr(h + r * width, width);
+        hr = RowIn(in + r * width, width) + RowIn(b, width);
+        if (dropout.active()) {
+          dropout.Multipliers(static_cast<uint64_t>(r * width), width, keep.data());
+          hr *= keep;
+        }
+        hr += RowIn(res + r * width, width);
+        const float m = hr.mean();
+        const float inv = 1.f / std::sqrt((hr - m).square().mean() + epsilon);
+        means[r] = m;
+        rstds[r] = inv;
+        RowOut(out + r * width, width) = (hr - m) * (inv * RowIn(gamma, width)) + RowIn(beta, width);
+      }
+    });
+  }
+
+ private:
+  float rate_, epsilon_;
+  int64 site_;
+};
+
+class DropoutAddNormGrad : public OpKernel {
+ public:
+  explicit DropoutAddNormGrad(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("rate", &rate_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("site", &site_));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& sum = ctx->input(1);
+    const int64 rows = sum.dim_size(0), width = sum.dim_size(1);
+    Tensor *dx = nullptr, *dresidual = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, sum.shape(), &dx));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, sum.shape(), &dresidual));
+    const Dropout dropout(ctx->input(5), rate_, site_);
+    const float* g = ctx->input(0).flat<float>().data();
+    const float* h = sum.flat<float>().data();
+    const float* means = ctx->input(2).flat<float>().data();
+    const float* rstds = ctx->input(3).flat<float>().data();
+    const float* gamma = ctx->input(4).flat<float>().data();
+    float* dxs = dx->flat<float>().data();
+    float* dhs = dresidual->flat<float>().data();
+    // Three column sums: dbias, dgamma, dbeta.
+    std::vector<double> sums = ForRowBlocks(
+        ctx, rows, 40 * width, 3, width, [&](int64 begin, int64 end, float* partial) {
+          RowOut dbias(partial, width), dgamma(partial + width, width),
+              dbeta(partial + 2 * width, width);
+          Row keep(width);
+          for (int64 r = begin; r < end; ++r) {
+            RowIn dy(g + r * width, width);
+            Row xhat = (RowIn(h + r * width, width) - means[r]) * rstds[r];
+            Row gy = dy * RowIn(gamma, width);
+            RowOut dh(dhs + r * width, width);
+            dh = rstds[r] * (gy - gy.mean() - xhat * (gy * xhat).mean());
+            dgamma += dy * xhat;
+            dbeta += dy;
+            RowOut d(dxs + r * width, width);
+            if (dropout.active()) {
+              dropout.Multipliers(static_cast<uint64_t>(r * width), width, keep.data());
+              d = dh * keep;
+            } else {
+              d = dh;
+            }
+            dbias += d;
+          }
+        });
+    for (int i = 0; i < 3; ++i) {
+      Tensor* out = nullptr;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(2 + i, TensorShape({width}), &out));
+      float* values = out->flat<float>().data();
+      for (int64 j = 0; j < width; ++j) values[j] = static_cast<float>(sums[i * width + j]);
+    }
+  }
+
+ private:
+  float rate_;
+  int64 site_;
+};
+
+REGISTER_KERNEL_BUILDER(Name("BertDropoutAddNorm").Device(tensorflow::DEVICE_CPU),
+                        DropoutAddNorm);
+REGISTER_KERNEL_BUILDER(Name("BertDropoutAddNormGrad").Device(tensorflow::DEVICE_CPU),
+                        DropoutAddNormGrad);
+
+// ---- Attention: softmax(scores * scale + bias) over the last axis, then dropout.
+
+REGISTER_OP("BertAttentionSoftmax")
+    .Input("scores: float")
+    .Input("bias: float")
+    .Input("seed: int64")
+    .Attr("scale: float")
+    .Attr("rate: float")
+    .Attr("site: int")
+    .Output("dropped: float")
+    .Output("probs: float")
+    .SetShapeFn(MatrixShapes);
+
+REGISTER_OP("BertAttentionSoftmaxGrad")
+    .Input("ddropped: float")
+    .Input("probs: float")
+    .Input("seed: int64")
+    .Attr("scale: float")
+    .Attr("rate: float")
+    .Attr("site: int")
+    .Output("dscores: float")
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->input(1));
+      return Status();
+    });
+
+class AttentionSoftmax : public OpKernel {
+ public:
+  explicit AttentionSoftmax(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("scale", &scale_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("rate", &rate_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("site", &site_));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& scores = ctx->input(0);
+    const Tensor& bias = ctx->input(1);
+    // scores [batch, heads, queries, keys]; bias [batch, keys].
+    OP_REQUIRES(ctx, scores.dims() == 4 && bias.dims() == 2 &&
+                         bias.dim_size(0) == scores.dim_size(0) &&
+                         bias.dim_size(1) == scores.dim_size(3),
+                tensorflow::errors::InvalidArgument(
+                    "BertAttentionSoftmax takes scores [B, heads, Q, S] and bias [B, S]"));
+    const int64 keys = scores.dim_size(3);
+    const int64 rows_per_batch = scores.dim_size(1) * scores.dim_size(2);
+    const int64 rows = scores.dim_size(0) * rows_per_batch;
+    Tensor* probs = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, scores.shape(), &probs));
+    const Dropout dropout(ctx->input(2), rate_, site_);
+    Tensor* dropped = probs;
+    if (dropout.active()) {
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(0, scores.shape(), &dropped));
+    } else {
+      ctx->set_output(0, *probs);
+    }
+    const float* in = scores.flat<float>().data();
+    const float* b = bias.flat<float>().data();
+    float* p = probs->flat<float>().data();
+    float* kept = dropped->flat<float>().data();
+    const float scale = scale_;
+    ForRows(ctx, rows, 30 * keys, [&](int64 begin, int64 end) {
+      Row keep(keys);
+      for (int64 r = begin; r < end; ++r) {
+        Row z = RowIn(in + r * keys, keys) * scale + RowIn(b + (r / rows_per_batch) * keys, keys);
+        z = (z - z.maxCoeff()).exp();
+        RowOut pr(p + r * keys, keys);
+        pr = z / z.sum();
+        if (dropout.active()) {
+          dropout.Multipliers(static_cast<uint64_t>(r * keys), keys, keep.data());
+          RowOut(kept + r * keys, keys) = pr * keep;
+        }
+      }
+    });
+  }
+
+ private:
+  float scale_, rate_;
+  int64 site_;
+};
+
+class AttentionSoftmaxGrad : public OpKernel {
+ public:
+  explicit AttentionSoftmaxGrad(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("scale", &scale_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("rate", &rate_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("site", &site_));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& probs = ctx->input(1);
+    const int64 keys = probs.dim_size(3);
+    const int64 rows = probs.NumElements() / std::max<int64>(keys, 1);
+    Tensor* dscores = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, probs.shape(), &dscores));
+    const Dropout dropout(ctx->input(2), rate_, site_);
+    const float* g = ctx->input(0).flat<float>().data();
+    const float* p = probs.flat<float>().data();
+    float* out = dscores->flat<float>().data();
+    const float scale = scale_;
+    ForRows(ctx, rows, 20 * keys, [&](int64 begin, int64 end) {
+      Row dp(keys);
+      for (int64 r = begin; r < end; ++r) {
+        if (dropout.active()) {
+          dropout.Multipliers(static_cast<uint64_t>(r * keys), keys, dp.data());
+          dp *= RowIn(g + r * keys, keys);
+        } else {
+          dp = RowIn(g + r * keys, keys);
+        }
+        RowIn pr(p + r * keys, keys);
+        RowOut(out + r * keys, keys) = scale * pr * (dp - (dp * pr).sum());
+      }
+    });
+  }
+
+ private:
+  float scale_, rate_;
+  int64 site_;
+};
+
+REGISTER_KERNEL_BUILDER(Name("BertAttentionSoftmax").Device(tensorflow::DEVICE_CPU),
+                        AttentionSoftmax);
+REGISTER_KERNEL_BUILDER(Name("BertAttentionSoftmaxGrad").Device(tensorflow::DEVICE_CPU),
+                        AttentionSoftmaxGrad);
+
+// ---- Attention heads: [B, S, heads * d] + bias -> [B, heads, S, d], and back.
+// TensorFlow does the bias add and the transpose as two passes (three with the
+// reshape's copy on TF 1.15); here each is one copy.
+
+REGISTER_OP("BertSplitHeads")
+    .Input("x: float")
+    .Input("bias: float")
+    .Attr("heads: int")
+    .Output("y: float")
+    .SetShapeFn([](InferenceContext* c) {
+      int64 heads;
+      TF_RETURN_IF_ERROR(c->GetAttr("heads", &heads));
+      auto x = c->input(0);
+      tensorflow::shape_inference::DimensionHandle size;
+      TF_RETURN_IF_ERROR(c->Divide(c->Dim(x, 2), heads, true, &size));
+      c->set_output(0, c->MakeShape({c->Dim(x, 0), c->MakeDim(heads), c->Dim(x, 1), size}));
+      return Status();
+    });
+
+REGISTER_OP("BertMergeHeads")
+    .Input("y: float")
+    .Output("x: float")
+    .SetShapeFn([](InferenceContext* c) {
+      auto y = c->input(0);
+      tensorflow::shape_inference::DimensionHandle width;
+      TF_RETURN_IF_ERROR(c->Multiply(c->Dim(y, 1), c->Dim(y, 3), &width));
+      c->set_output(0, c->MakeShape({c->Dim(y, 0), c->Dim(y, 2), width}));
+      return Status();
+    });
+
+// One copy between [B, S, heads, d] (row-major, with bias on the way in) and
+// [B, heads, S, d], parallel over the B * S token rows.
+void CopyHeads(OpKernelContext* ctx, const float* from, const float* bias, float* to,
+               int64 batch, int64 seq, int64 heads, int64 size, bool split) {
+  ForRows(ctx, batch * seq, 2 * heads * size, [&](int64 begin, int64 end) {
+    for (int64 row = begin; row < end; ++row) {
+      const int64 b = row / seq, s = row % seq;
+      for (int64 h = 0; h < heads; ++h) {
+        const int64 token = (row * heads + h) * size;             // [B, S, heads, d]
+        const int64 head = ((b * heads + h) * seq + s) * size;    // [B, heads, S, d]
+        if (split) {
+          RowOut(to + head, size) = RowIn(from + token, size) + RowIn(bias + h * size, size);
+        } else {
+          RowOut(to + token, size) = RowIn(from + head, size);
+        }
+      }
+    }
+  });
+}
+
+class SplitHeads : public OpKernel {
+ public:
+  explicit SplitHeads(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("heads", &heads_));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const Tensor& bias = ctx->input(1);
+    OP_REQUIRES(ctx, x.dims() == 3 && x.dim_size(2) % heads_ == 0 &&
+                         bias.NumElements() == x.dim_size(2),
+                tensorflow::errors::InvalidArgument(
+                    "BertSplitHeads takes x [B, S, heads * d] and bias [heads * d]"));
+    const int64 size = x.dim_size(2) / heads_;
+    Tensor* y = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                            0, TensorShape({x.dim_size(0), heads_, x.dim_size(1), size}), &y));
+    CopyHeads(ctx, x.flat<float>().data(), bias.flat<float>().data(), y->flat<float>().data(),
+              x.dim_size(0), x.dim_size(1), heads_, size, true);
+  }
+
+ private:
+  int64 heads_;
+};
+
+class MergeHeads : public OpKernel {
+ public:
+  explicit MergeHeads(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& y = ctx->input(0);
+    OP_REQUIRES(ctx, y.dims() == 4,
+                tensorflow::errors::InvalidArgument("BertMergeHeads takes [B, heads, S, d]"));
+    const int64 heads = y.dim_size(1), size = y.dim_size(3);
+    Tensor* x = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                            0, TensorShape({y.dim_size(0), y.dim_size(2), heads * size}), &x));
+    CopyHeads(ctx, y.flat<float>().data(), nullptr, x->flat<float>().data(), y.dim_size(0),
+              y.dim_size(2), heads, size, false);
+  }
+};
+
+REGISTER_KERNEL_BUILDER(Name("BertSplitHeads").Device(tensorflow::DEVICE_CPU), SplitHeads);
+REGISTER_KERNEL_BUILDER(Name("BertMergeHeads").Device(tensorflow::DEVICE_CPU), MergeHeads);
+
+// ---- Dropout alone, of a tensor of any shape. Its gradient is the same op on the
+// incoming gradient (the same seed, site and rate draw the same mask).
+
+REGISTER_OP("BertDropout")
+    .Input("x: float")
+    .Input("seed: int64")
+    .Attr("rate: float")
+    .Attr("site: int")
+    .Output("y: float")
+    .SetShapeFn(MatrixShapes);
+
+class DropoutOp : public OpKernel {
+ public:
+  explicit DropoutOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("rate", &rate_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("site", &site_));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    Tensor* y = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &y));
+    const Dropout dropout(ctx->input(1), rate_, site_);
+    const float* in = x.flat<float>().data();
+    float* out = y->flat<float>().data();
+    const int64 block = 4096;
+    ForRows(ctx, (x.NumElements() + block - 1) / block, 4 * block, [&](int64 begin, int64 end) {
+      Row keep(block);
+      for (int64 b = begin; b < end; ++b) {
+        const int64 first = b * block;
+        const int64 n = std::min(block, x.NumElements() - first);
+        dropout.Multipliers(static_cast<uint64_t>(first), n, keep.data());
+        RowOut(out + first, n) = RowIn(in + first, n) * keep.head(n);
+      }
+    });
+  }
+
+ private:
+  float rate_;
+  int64 site_;
+};
+
+REGISTER_KERNEL_BUILDER(Name("BertDropout").Device(tensorflow::DEVICE_CPU), DropoutOp);
+
+// ---- The dropout multipliers themselves (scale or 0), for tests and references.
+
+REGISTER_OP("BertDropoutMultipliers")
+    .Input("seed: int64")
+    .Attr("rate: float")
+    .Attr("site: int")
+    .Attr("size: int")
+    .Output("multipliers: float")
+    .SetShapeFn([](InferenceContext* c) {
+      int64 size;
+      TF_RETURN_IF_ERROR(c->GetAttr("size", &size));
+      c->set_output(0, c->Vector(size));
+      return Status();
+    });
+
+class DropoutMultipliers : public OpKernel {
+ public:
+  explicit DropoutMultipliers(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("rate", &rate_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("site", &site_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("size", &size_));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({size_}), &out));
+    Dropout(ctx->input(0), rate_, site_).Multipliers(0, size_, out->flat<float>().data());
+  }
+
+ private:
+  float rate_;
+  int64 site_, size_;
+};
+
+REGISTER_KERNEL_BUILDER(Name("BertDropoutMultipliers").Device(tensorflow::DEVICE_CPU),
+                        DropoutMultipliers);
+
+}  // namespace bert_fused

@@ -51,6 +51,10 @@ class BertConfig(object):
     if self.hidden_act not in ACTIVATIONS:
       raise BertConfigError("unknown hidden_act %r; known: %s" %
                             (self.hidden_act, ", ".join(sorted(ACTIVATIONS))))
+    for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+      if not 0 <= getattr(self, name) < 1:  # (1 would drop everything; TF's dropout refuses it)
+        raise BertConfigError("%s is %r, not a probability from 0 up to (not including) 1"
+                              % (name, getattr(self, name)))
 
   # Each field's type in a config file: whole numbers, fractions, the activation's name.
   TYPES = {"hidden_act": (str,), "hidden_dropout_prob": (int, float),

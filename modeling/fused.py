@@ -27,6 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE = os.path.join(ROOT, "modeling", "kernels", "fused_ops.cc")
 BUILD_DIR = os.path.join(ROOT, ".cache", "kernels")
 COMPILER = os.environ.get("CXX", "g++")
+COMPILE_SECONDS = 600
 LAYER_NORM_EPSILON = 1e-12
 # Dropout sites outside the encoder's layers (layer i has 3i, 3i + 1, 3i + 2).
 EMBEDDINGS_SITE = 1 << 30
@@ -41,10 +42,38 @@ class KernelsUnavailable(RuntimeError):
 
 
 def library_path(build_dir=BUILD_DIR):
-  """Where this TensorFlow's build of the current source lives."""
+  """Where the build of the current source for this TensorFlow, compiler, compile command
+  and CPU lives: a library built for another CPU (-march=native) could stop a run with
+  an illegal instruction, and one from other flags would be stale."""
+  digest = hashlib.sha256()
   with open(SOURCE, "rb") as f:
-    digest = hashlib.sha256(f.read()).hexdigest()[:12]
-  return os.path.join(build_dir, "fused_ops-tf%s-%s.so" % (tf.version.VERSION, digest))
+    digest.update(f.read())
+  for part in [compiler_version(), cpu_features()] + compile_command("OUTPUT"):
+    digest.update(part.encode("utf-8") + b"\0")
+  return os.path.join(build_dir, "fused_ops-tf%s-%s.so" % (tf.version.VERSION,
+                                                           digest.hexdigest()[:12]))
+
+
+def compiler_version():
+  try:
+    done = subprocess.run([COMPILER, "--version"], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, universal_newlines=True, timeout=60)
+    return done.stdout.strip().splitlines()[0] if done.stdout.strip() else ""
+  except (OSError, subprocess.SubprocessError):
+    return ""  # (no compiler: build() says so)
+
+
+def cpu_features():
+  """The CPU's feature flags (Linux), or its name elsewhere."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith(("flags", "Features")):
+          return " ".join(sorted(line.split(":", 1)[1].split()))
+  except OSError:
+    pass
+  import platform
+  return platform.machine() + " " + platform.processor()
 
 
 def compile_command(output):
@@ -74,16 +103,29 @@ def build(build_dir=BUILD_DIR):
     raise KernelsUnavailable("cannot write the fused kernels into %s: %s"
                              % (build_dir, error.strerror or error))
   try:
-    done = subprocess.run(compile_command(staging), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, universal_newlines=True)
+    try:
+      done = subprocess.run(compile_command(staging), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, universal_newlines=True,
+                            timeout=COMPILE_SECONDS)
+    except subprocess.TimeoutExpired:
+      raise KernelsUnavailable("compiling %s took over %d s; stopped" % (SOURCE,
+                                                                         COMPILE_SECONDS))
     if done.returncode:
-      last = done.stdout.strip().splitlines()[-3:]
-      raise KernelsUnavailable("compiling %s failed: %s" % (SOURCE, " / ".join(last)))
+      raise KernelsUnavailable("compiling %s failed: %s" % (SOURCE, first_error(done.stdout)))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(staging, 0o755 & ~umask)  # (mkstemp made it 0600: other users could not load it)
     os.replace(staging, path)
   finally:
     if os.path.exists(staging):
       os.remove(staging)
   return path
+
+
+def first_error(output):
+  """The compiler's first error line (its last lines are the source and a caret)."""
+  lines = output.strip().splitlines() or ["no output"]
+  return next((line.strip() for line in lines if "error" in line), lines[-1].strip())
 
 
 def library():
@@ -101,6 +143,10 @@ def library():
       except tf.errors.NotFoundError:
         os.remove(path)
         module = tf.load_op_library(build())
+    except OSError as error:  # (a folder this user may not change)
+      _LOADED["error"] = "cannot replace the fused kernels in %s: %s" % (
+          BUILD_DIR, error.strerror or error)
+      raise KernelsUnavailable(_LOADED["error"])
     except (KernelsUnavailable, tf.errors.NotFoundError) as error:
       _LOADED["error"] = str(error).strip().splitlines()[-1]
       raise KernelsUnavailable(_LOADED["error"])

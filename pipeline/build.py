@@ -140,33 +140,55 @@ def model_fn_of(model, training, device, summary_dir, bert_config, label_spec,
       fused_kernels=fused_kernels and not serving)
 
 
-def fused_kernels_for(model, training, device, cluster=None, gpus=None):
-  """Whether the run's encoder runs its fused CPU kernels (--fused_kernels), as
-  (True, None) or (False, why not). They compute in float32 on one CPU device and keep
-  their dropout seed per step, so a TPU, GPUs, float16, XLA, a cluster, several replicas,
-  gradient accumulation (one step, several batches) or a hub encoder rules them out; so
-  does a machine where they do not build. With --fused_kernels=on, that is a FlagError.
-  gpus: the GPUs TensorFlow sees (found here when None)."""
-  if device.fused_kernels == "off":
-    return False, "--fused_kernels=off"
-  if gpus is None:
-    gpus = tf.config.experimental.list_physical_devices("GPU")
-  obstacles = [reason for reason, present in (
+def fused_kernel_obstacles(model, training, device, cluster=None):
+  """The options that rule out the encoder's fused CPU kernels, as their flags name them.
+  They compute in float32 on one CPU device and key their dropout on the step, so a TPU,
+  float16, XLA, several GPUs, gradient accumulation (one step, several batches), a hub
+  encoder or a cluster rules them out. Looks at no device."""
+  return [reason for reason, present in (
       ("--use_tpu", device.use_tpu), ("--use_fp16", device.use_fp16),
       ("--use_bf16", device.use_bf16), ("--use_xla", device.use_xla),
       ("--num_gpus=%d" % device.num_gpus, device.num_gpus > 1),
       ("--gradient_accumulation_steps=%d" % training.gradient_accumulation_steps,
        training.gradient_accumulation_steps > 1),
       ("--bert_hub_module_handle", bool(model.bert_hub_module_handle)),
-      ("a cluster (TF_CONFIG)", cluster is not None),
-      ("a GPU that TensorFlow sees", bool(gpus))) if present]
+      ("a cluster (TF_CONFIG)", cluster is not None)) if present]
+
+
+def check_fused_kernels(model, training, device, cluster=None):
+  """--fused_kernels=on with an option that rules the kernels out: a FlagError, before
+  any work."""
+  obstacles = fused_kernel_obstacles(model, training, device, cluster)
+  if obstacles and device.fused_kernels == "on":
+    raise FlagError(_fused_refusal(obstacles))
+
+
+def _fused_refusal(obstacles):
+  return ("--fused_kernels=on cannot be used here: %s. Pass --fused_kernels=auto (they "
+          "run where they can) or off" % "; ".join(obstacles))
+
+
+def fused_kernels_for(model, training, device, cluster=None, gpus=None):
+  """Whether the run's encoder runs its fused CPU kernels (--fused_kernels), as
+  (True, None) or (False, why not): not where an option rules them out
+  (fused_kernel_obstacles), nor beside a GPU that TensorFlow sees, nor where they do not
+  build. With --fused_kernels=on, any of those is a FlagError.
+  gpus: the GPUs TensorFlow sees (found here when None, and only when no option rules
+  the kernels out: listing TF 2.15's devices reads TF_XLA_FLAGS once and for all, before
+  --use_xla would set them)."""
+  if device.fused_kernels == "off":
+    return False, "--fused_kernels=off"
+  obstacles = fused_kernel_obstacles(model, training, device, cluster)
+  if not obstacles:
+    if gpus is None:
+      gpus = tf.config.experimental.list_physical_devices("GPU")
+    obstacles = ["a GPU that TensorFlow sees"] if gpus else []
   if not obstacles:
     from modeling.fused import unavailable_reason
     problem = unavailable_reason()
     obstacles = [problem] if problem else []
   if obstacles and device.fused_kernels == "on":
-    raise FlagError("--fused_kernels=on cannot be used here: %s. Pass --fused_kernels=auto "
-                    "(they run where they can) or off" % "; ".join(obstacles))
+    raise FlagError(_fused_refusal(obstacles))
   return (False, "; ".join(obstacles)) if obstacles else (True, None)
 
 

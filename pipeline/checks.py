@@ -34,6 +34,8 @@ def check_run(c, cluster=None):
                     % c.device.featurise_workers)
   check_training(c.training, c.modes, c.given)
   check_device(c.device, c.training, c.modes, c.outputs.output_dir, c.given)
+  from pipeline.build import check_fused_kernels  # (build imports what imports this module)
+  check_fused_kernels(c.model, c.training, c.device, cluster)
   check_model_inputs(c.model)
 
 

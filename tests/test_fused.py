@@ -98,6 +98,19 @@ def test_attention_softmax_is_the_masked_softmax_then_dropout(kernels, rate):
   assert not padded.any()  # padding gets no attention at all
 
 
+def test_dropout_of_any_shape_is_the_mask_times_the_input(kernels):
+  shape = (3, 5, 331)  # (4965 elements: a whole block of 4096 and part of another)
+  with tf.Graph().as_default():
+    (x,) = constants(np.random.RandomState(6), shape)
+    ops = kernels.FusedKernels(seed_of(2))
+    got = run_with_gradients([ops.dropout(x, 0.1, kernels.EMBEDDINGS_SITE)], [x])
+    mask = tf.reshape(ops.dropout_multipliers(0.1, kernels.EMBEDDINGS_SITE, 4965), shape)
+    want = run_with_gradients([x * mask], [x])
+  assert_close(got[0], want[0])
+  assert_close(got[1], want[1])
+  assert 0 < float(np.mean(got[0][0] == 0)) < 0.2  # (some dropped, most kept)
+
+
 def test_dropout_masks_keep_the_rate_and_change_with_step_and_site(kernels):
   size = 1 << 20
   with tf.Graph().as_default():
@@ -117,11 +130,11 @@ def test_dropout_masks_keep_the_rate_and_change_with_step_and_site(kernels):
     assert abs(agreement - 0.82) < 0.01, (other, agreement)  # independent: .9^2 + .1^2
 
 
-def pooled_and_gradients(scope, kernels, config, inputs):
+def pooled_and_gradients(scope, kernels, config, inputs, pooled_only):
   """The pooled output of BertModel under scope, and the gradients of a fixed linear
   function of it, by variable name below the scope."""
   model = bert.BertModel(config, False, *[tf.constant(x) for x in inputs], scope=scope,
-                         fused_kernels=kernels)
+                         fused_kernels=kernels, pooled_only=pooled_only)
   pooled = model.get_pooled_output()
   variables = tf.trainable_variables(scope)
   weights = tf.constant(np.linspace(-1, 1, config.hidden_size), tf.float32)
@@ -130,7 +143,8 @@ def pooled_and_gradients(scope, kernels, config, inputs):
   return pooled, dict(zip(names, [tf.convert_to_tensor(g) for g in grads])), variables
 
 
-def test_the_encoder_with_fused_kernels_is_the_encoder_without(kernels):
+@pytest.mark.parametrize("pooled_only", [False, True])  # (True: a classifier's, [CLS] last)
+def test_the_encoder_with_fused_kernels_is_the_encoder_without(kernels, pooled_only):
   config = bert.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2,
                            num_attention_heads=4, intermediate_size=64)
   rng = np.random.RandomState(4)
@@ -140,9 +154,9 @@ def test_the_encoder_with_fused_kernels_is_the_encoder_without(kernels):
   types = np.zeros_like(ids)
   types[:, 5:] = 1
   with tf.Graph().as_default():
-    plain = pooled_and_gradients("plain", None, config, (ids, mask, types))
+    plain = pooled_and_gradients("plain", None, config, (ids, mask, types), pooled_only)
     fast = pooled_and_gradients("fused", kernels.FusedKernels(seed_of(0)), config,
-                                (ids, mask, types))
+                                (ids, mask, types), pooled_only)
     fused_variables = {v.op.name[len("fused/"):]: v for v in fast[2]}
     same_weights = [fused_variables[v.op.name[len("plain/"):]].assign(v) for v in plain[2]]
     with tf.Session() as session:
@@ -174,11 +188,16 @@ def test_a_run_uses_them_only_alone_on_the_cpu_in_float32(kernels):
                            gpus=[]) == (False, "--fused_kernels=off")
   assert fused_kernels_for(model, TrainingOptions(gradient_accumulation_steps=2),
                            DeviceOptions(use_xla=True), cluster=object(), gpus=["GPU:0"]) == (
-      False, "--use_xla; --gradient_accumulation_steps=2; a cluster (TF_CONFIG); a GPU that "
-      "TensorFlow sees")
+      False, "--use_xla; --gradient_accumulation_steps=2; a cluster (TF_CONFIG)")
+  assert fused_kernels_for(model, training, device, gpus=["GPU:0"]) == (
+      False, "a GPU that TensorFlow sees")
   with pytest.raises(FlagError) as refused:
     fused_kernels_for(model, training, DeviceOptions(fused_kernels="on", use_fp16=True),
                       gpus=[])
   assert str(refused.value) == (
       "--fused_kernels=on cannot be used here: --use_fp16. Pass --fused_kernels=auto (they "
       "run where they can) or off")
+  from pipeline.build import check_fused_kernels  # (the same, before any work)
+  with pytest.raises(FlagError, match="--fused_kernels=on cannot be used here: --use_fp16"):
+    check_fused_kernels(model, training, DeviceOptions(fused_kernels="on", use_fp16=True))
+  check_fused_kernels(model, training, DeviceOptions(use_fp16=True))  # (auto: no refusal)

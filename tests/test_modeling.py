@@ -144,6 +144,11 @@ def test_shape_checks_and_config_errors():
     with pytest.raises(BertConfigError) as error:
       BertConfig.from_dict(values)
     assert str(error.value) == "%s is -1, not a whole number of at least 1" % name
+  for name, value in (("hidden_dropout_prob", 1.0), ("attention_probs_dropout_prob", -0.1)):
+    with pytest.raises(BertConfigError) as error:
+      BertConfig.from_dict(dict(small_config().to_dict(), **{name: value}))
+    assert str(error.value) == (
+        "%s is %r, not a probability from 0 up to (not including) 1" % (name, value))
 
 
 def test_checkpoint_shape_mismatch_is_explained(tmp_path):

@@ -116,6 +116,14 @@ Status MatrixShapes(InferenceContext* c) {
   return Status();
 }
 
+// The seed input of every op with dropout: [2] int64 (the run's seed, the step).
+bool SeedIsPair(OpKernelContext* ctx, int index) {
+  if (ctx->input(index).NumElements() == 2) return true;
+  ctx->CtxFailure(__FILE__, __LINE__, tensorflow::errors::InvalidArgument(
+                                          "the dropout seed must hold 2 values"));
+  return false;
+}
+
 // ---- GELU (tanh form) of x + bias, as Google's BERT computes it.
 
 // 0.5 (1 + tanh(u)) with u = sqrt(2 / pi) (x + 0.044715 x^3), written as the equal
@@ -174,6 +182,10 @@ class BiasGeluGrad : public OpKernel {
     const Tensor& dy = ctx->input(0);
     const Tensor& x = ctx->input(1);
     const Tensor& bias = ctx->input(2);
+    OP_REQUIRES(ctx, x.dims() == 2 && dy.shape() == x.shape() &&
+                         bias.NumElements() == x.dim_size(1),
+                tensorflow::errors::InvalidArgument(
+                    "BertBiasGeluGrad takes dy and x [rows, C] and bias [C]"));
     Tensor *dx = nullptr, *dbias = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &dx));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, bias.shape(), &dbias));
@@ -223,10 +235,12 @@ REGISTER_OP("BertDropoutAddNorm")
     .Output("mean: float")
     .Output("rstd: float")
     .SetShapeFn([](InferenceContext* c) {
-      c->set_output(0, c->input(0));
-      c->set_output(1, c->input(0));
-      c->set_output(2, c->Vector(c->Dim(c->input(0), 0)));
-      c->set_output(3, c->Vector(c->Dim(c->input(0), 0)));
+      tensorflow::shape_inference::ShapeHandle x;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &x));
+      c->set_output(0, x);
+      c->set_output(1, x);
+      c->set_output(2, c->Vector(c->Dim(x, 0)));
+      c->set_output(3, c->Vector(c->Dim(x, 0)));
       return Status();
     });
 
@@ -261,9 +275,14 @@ class DropoutAddNorm : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
     const Tensor& residual = ctx->input(2);
-    OP_REQUIRES(ctx, x.dims() == 2 && x.shape() == residual.shape(),
+    OP_REQUIRES(ctx, x.dims() == 2 && x.shape() == residual.shape() &&
+                         ctx->input(1).NumElements() == x.dim_size(1) &&
+                         ctx->input(3).NumElements() == x.dim_size(1) &&
+                         ctx->input(4).NumElements() == x.dim_size(1),
                 tensorflow::errors::InvalidArgument(
-                    "BertDropoutAddNorm takes x and residual of one shape [rows, C]"));
+                    "BertDropoutAddNorm takes x and residual of one shape [rows, C] and "
+                    "bias, gamma and beta [C]"));
+    if (!SeedIsPair(ctx, 5)) return;
     const int64 rows = x.dim_size(0), width = x.dim_size(1);
     Tensor *y = nullptr, *sum = nullptr, *mean = nullptr, *rstd = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &y));
@@ -313,6 +332,9 @@ class DropoutAddNormGrad : public OpKernel {
   }
   void Compute(OpKernelContext* ctx) override {
     const Tensor& sum = ctx->input(1);
+    OP_REQUIRES(ctx, sum.dims() == 2 && ctx->input(0).shape() == sum.shape(),
+                tensorflow::errors::InvalidArgument("BertDropoutAddNormGrad: dy and sum differ"));
+    if (!SeedIsPair(ctx, 5)) return;
     const int64 rows = sum.dim_size(0), width = sum.dim_size(1);
     Tensor *dx = nullptr, *dresidual = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, sum.shape(), &dx));
@@ -409,6 +431,7 @@ class AttentionSoftmax : public OpKernel {
                          bias.dim_size(1) == scores.dim_size(3),
                 tensorflow::errors::InvalidArgument(
                     "BertAttentionSoftmax takes scores [B, heads, Q, S] and bias [B, S]"));
+    if (!SeedIsPair(ctx, 2)) return;
     const int64 keys = scores.dim_size(3);
     const int64 rows_per_batch = scores.dim_size(1) * scores.dim_size(2);
     const int64 rows = scores.dim_size(0) * rows_per_batch;
@@ -455,6 +478,10 @@ class AttentionSoftmaxGrad : public OpKernel {
   }
   void Compute(OpKernelContext* ctx) override {
     const Tensor& probs = ctx->input(1);
+    OP_REQUIRES(ctx, probs.dims() == 4 && ctx->input(0).shape() == probs.shape(),
+                tensorflow::errors::InvalidArgument(
+                    "BertAttentionSoftmaxGrad: the gradient and probs differ"));
+    if (!SeedIsPair(ctx, 2)) return;
     const int64 keys = probs.dim_size(3);
     const int64 rows = probs.NumElements() / std::max<int64>(keys, 1);
     Tensor* dscores = nullptr;
@@ -501,7 +528,8 @@ REGISTER_OP("BertSplitHeads")
     .SetShapeFn([](InferenceContext* c) {
       int64 heads;
       TF_RETURN_IF_ERROR(c->GetAttr("heads", &heads));
-      auto x = c->input(0);
+      tensorflow::shape_inference::ShapeHandle x;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 3, &x));
       tensorflow::shape_inference::DimensionHandle size;
       TF_RETURN_IF_ERROR(c->Divide(c->Dim(x, 2), heads, true, &size));
       c->set_output(0, c->MakeShape({c->Dim(x, 0), c->MakeDim(heads), c->Dim(x, 1), size}));
@@ -512,7 +540,8 @@ REGISTER_OP("BertMergeHeads")
     .Input("y: float")
     .Output("x: float")
     .SetShapeFn([](InferenceContext* c) {
-      auto y = c->input(0);
+      tensorflow::shape_inference::ShapeHandle y;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &y));
       tensorflow::shape_inference::DimensionHandle width;
       TF_RETURN_IF_ERROR(c->Multiply(c->Dim(y, 1), c->Dim(y, 3), &width));
       c->set_output(0, c->MakeShape({c->Dim(y, 0), c->Dim(y, 2), width}));
@@ -601,6 +630,7 @@ class DropoutOp : public OpKernel {
   }
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
+    if (!SeedIsPair(ctx, 1)) return;
     Tensor* y = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &y));
     const Dropout dropout(ctx->input(1), rate_, site_);
@@ -648,6 +678,7 @@ class DropoutMultipliers : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("size", &size_));
   }
   void Compute(OpKernelContext* ctx) override {
+    if (!SeedIsPair(ctx, 0)) return;
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({size_}), &out));
     Dropout(ctx->input(0), rate_, site_).Multipliers(0, size_, out->flat<float>().data());

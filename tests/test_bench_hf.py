@@ -1,7 +1,8 @@
 """The pure parts of the benchmark's Hugging Face path (tools/bench_hf.py): its label
-checks and schedule, which padded batches the steps consumed and the timing
-arithmetic. They run here without torch or transformers, which live in the optional
-.venvs/hf environment that no test needs."""
+checks and schedule, which padded batches the steps consumed, the timing arithmetic and
+the plain loop's weight decay (its window of batches is tools/windows.py's, tested in
+test_windows.py). They run here without torch or transformers, which live in the
+optional .venvs/hf environment that no test needs."""
 
 import os
 import subprocess
@@ -96,6 +97,30 @@ def test_the_clock_reports_progress_every_so_many_steps_and_at_the_end(capsys):
   assert [line.split(",")[0] for line in lines] == [
       "time_to_quality: step 2/5", "time_to_quality: step 4/5", "time_to_quality: step 5/5"]
   assert clock.first_step_begin <= clock.step_ends[0]  # only the first step's start is kept
+
+
+def test_weight_decay_spares_biases_and_layer_norms_as_the_trainer_does():
+  names = ["bert.embeddings.word_embeddings.weight", "bert.embeddings.LayerNorm.weight",
+           "bert.embeddings.LayerNorm.bias", "bert.encoder.layer.0.attention.self.query.weight",
+           "bert.encoder.layer.0.attention.self.query.bias", "bert.pooler.dense.weight",
+           "classifier.weight", "classifier.bias", "head.scale"]
+  layer_norms = {"bert.embeddings.LayerNorm.weight", "bert.embeddings.LayerNorm.bias",
+                 "head.scale"}  # (by their module's type, whatever their name)
+  decayed, exempt = bench_hf.split_for_weight_decay(names, layer_norms)
+  assert decayed == ["bert.embeddings.word_embeddings.weight",
+                     "bert.encoder.layer.0.attention.self.query.weight",
+                     "bert.pooler.dense.weight", "classifier.weight"]
+  assert exempt == ["bert.embeddings.LayerNorm.weight", "bert.embeddings.LayerNorm.bias",
+                    "bert.encoder.layer.0.attention.self.query.bias", "classifier.bias",
+                    "head.scale"]
+
+
+def test_speed_mode_takes_the_plain_loop_as_a_third_order():
+  common = ["--data", "d.csv", "--vocab", "v.txt"]
+  assert bench_hf.parse_args(common).order == "random"
+  assert bench_hf.parse_args(common + ["--order", "loop"]).order == "loop"
+  with pytest.raises(SystemExit):
+    bench_hf.parse_args(common + ["--order", "sorted"])
 
 
 def test_the_device_is_named_as_the_tensorflow_paths_name_a_cpu():

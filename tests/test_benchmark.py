@@ -87,10 +87,11 @@ def test_benchmark_on_the_committed_sample(benchmarked):
     assert 0 < floor and float(row["step_over_matmul_floor"]) == pytest.approx(
         seconds / floor, rel=1e-6)
     if row["variant"] == "google":  # fixed padding: every step computes all 32 positions
-      assert float(row["mean_seq_length"]) == 32
+      assert float(row["mean_seq_length"]) == float(row["epoch_mean_seq_length"]) == 32
       assert gflops == pytest.approx(bert_tiny_train_gflops(32), rel=1e-9)
     else:  # dynamic padding and the [CLS]-only last layer: fewer FLOPs than the full model
       assert 3 <= float(row["mean_seq_length"]) <= 32
+      assert 3 <= float(row["epoch_mean_seq_length"]) <= 32  # (its window's pool)
       assert gflops < bert_tiny_train_gflops(float(row["mean_seq_length"]))
   if IS_TF1:
     assert float(table[1]["speedup_vs_google"]) == pytest.approx(
@@ -105,6 +106,10 @@ def test_benchmark_on_the_committed_sample(benchmarked):
     assert "| 8 | %.1f | %.1f |" % (float(row["wall_seconds"]), float(row["examples_per_sec"])
                                     ) in markdown
   assert markdown.count("skipped") == 2
+  ours = table[-1]
+  assert ("this project, dynamic padding (%s) tiny 32: %.1f (epoch %.1f)." % (
+      ours["environment"].split(" / ")[0], float(ours["mean_seq_length"]),
+      float(ours["epoch_mean_seq_length"]))) in markdown
   assert "Featurisation of all %d rows" % SAMPLE_ROWS in markdown
   featurisation = [line for line in markdown.splitlines() if "--tokenizer=" in line]
   assert len(featurisation) == 3  # python, auto, auto with 2 processes
@@ -154,10 +159,11 @@ def test_the_devices_found_choose_the_extra_rows(gpus, tpu, rows, notes):
   assert label_of("ours_4gpus") == "this project, dynamic padding, 4 GPUs"
 
 
-def test_hf_names_both_hugging_face_orders_and_unknown_variants_are_refused():
+def test_hf_names_every_hugging_face_path_and_unknown_variants_are_refused():
   from tools.benchmark import requested_variants
-  assert requested_variants("google,hf,ours") == ["google", "hf_random", "hf_grouped", "ours"]
-  assert requested_variants("hf_grouped,hf") == ["hf_grouped", "hf_random"]
+  assert requested_variants("google,hf,ours") == ["google", "hf_random", "hf_grouped",
+                                                  "hf_loop", "ours"]
+  assert requested_variants("hf_grouped,hf") == ["hf_grouped", "hf_random", "hf_loop"]
   assert requested_variants("ours,ours_2gpus") == ["ours", "ours_2gpus"]
   with pytest.raises(SystemExit) as error:
     requested_variants("ours,fast")
@@ -169,23 +175,161 @@ def measured_row(variant, rate, environment="TF 2.15.1 / Python 3.11.7 / CPU", d
               device={"kind": device})
 
 
-def test_speedups_are_over_google_and_the_better_hugging_face_order():
+def test_speedups_are_over_google_and_the_best_hugging_face_path():
   from tools.benchmark import add_ratios
   rows = [measured_row("google", 10.0), measured_row("hf_random", 12.0),
-          measured_row("hf_grouped", 20.0), measured_row("ours", 50.0),
-          measured_row("ours_fixed", 30.0), measured_row("ours_2gpus", 80.0)]
+          measured_row("hf_grouped", 20.0), measured_row("hf_loop", 25.0),
+          measured_row("ours", 50.0), measured_row("ours_fixed", 30.0),
+          measured_row("ours_2gpus", 80.0)]
   add_ratios(rows)
   by_variant = {r["variant"]: r for r in rows}
-  assert by_variant["ours"]["speedup_vs_hf"] == pytest.approx(2.5)  # over grouped, the faster
+  assert by_variant["ours"]["speedup_vs_hf"] == pytest.approx(2.0)  # over the loop, the fastest
   assert by_variant["ours_fixed"]["speedup_vs_google"] == pytest.approx(3.0)
   assert by_variant["ours_2gpus"]["scaling_efficiency"] == pytest.approx(0.8)
   # A GPU row is not compared with Hugging Face on the CPU.
   gpu_rows = [measured_row("hf_grouped", 20.0), measured_row("ours", 500.0, device="GPU")]
   add_ratios(gpu_rows)
   assert gpu_rows[1]["speedup_vs_hf"] is None
-  for other in ("google", "hf_random", "hf_grouped"):  # ratios are this project's only
+  for other in ("google", "hf_random", "hf_grouped", "hf_loop"):  # this project's only
     assert by_variant[other]["speedup_vs_hf"] is None
     assert by_variant[other]["speedup_vs_google"] is None
+
+
+def test_the_dynamic_rows_lengths_are_shown_beside_their_epochs():
+  from tools.benchmark import lengths_note
+  torch = "PyTorch 2.5.1 / transformers 4.46.3 / Python 3.11.7 / CPU"
+  rows = [dict(measured_row("hf_grouped", 20.0, torch), model="tiny", seq=128,
+               mean_seq_length=86.2, epoch_mean_seq_length=54.31, dynamic_padding=True),
+          dict(measured_row("hf_loop", 25.0, torch), model="tiny", seq=128,
+               mean_seq_length=55.0, epoch_mean_seq_length=54.3, dynamic_padding=True),
+          dict(measured_row("ours", 50.0), model="tiny", seq=128, mean_seq_length=59.8,
+               epoch_mean_seq_length=59.14, dynamic_padding=True),
+          dict(measured_row("ours_fixed", 30.0), model="tiny", seq=128, mean_seq_length=128,
+               epoch_mean_seq_length=128, dynamic_padding=False),
+          dict(measured_row("hf_random", 12.0, torch), model="tiny", seq=128,
+               mean_seq_length=110.5, dynamic_padding=True)]
+  assert lengths_note(rows) == (
+      "Dynamic padding, mean padded length of the measured steps against whole epochs of "
+      "the same input pipeline or sampler: Hugging Face Trainer, group_by_length "
+      "(PyTorch 2.5.1) tiny 128: 86.2 (epoch 54.3); Hugging Face, plain PyTorch loop, "
+      "length-grouped (PyTorch 2.5.1) tiny 128: 55.0 (epoch 54.3); this project, dynamic "
+      "padding (TF 2.15.1) tiny 128: 59.8 (epoch 59.1).")
+  # Fixed padding (both --seq) is left out, as are rows of an older worker without the
+  # epoch's figure:
+  assert lengths_note(rows[3:]).endswith("or sampler: not reported.")
+
+
+def worker_args(**values):
+  import argparse
+  defaults = dict(impl="ours", dynamic_padding=True, tpu_name=None, seq=32, batch=2,
+                  warmup=1, steps=2, threads=None)
+  return argparse.Namespace(**dict(defaults, **values))
+
+
+def test_only_our_dynamic_padding_off_a_tpu_trains_on_a_window():
+  from tools.bench_worker import measured_input, windowed
+  assert windowed(worker_args())
+  assert not windowed(worker_args(dynamic_padding=False))
+  assert not windowed(worker_args(impl="google"))  # (Google's path always pads to --seq)
+  assert not windowed(worker_args(tpu_name="my-tpu"))
+  stream = object()  # the run's own input_fn: kept, with --seq as its every batch's length
+  for args, epoch_mean in [(worker_args(dynamic_padding=False), 32),
+                           (worker_args(impl="google"), 32),
+                           (worker_args(tpu_name="my-tpu"), None)]:
+    assert measured_input(args, stream, 400, 1) == (
+        stream, None, dict(epoch_mean_seq_length=epoch_mean))
+
+
+def test_the_measured_lengths_are_the_windows_measured_batches():
+  from tools.bench_worker import measured_lengths
+  args = worker_args(warmup=1, steps=2, batch=8)
+  # No window: the lengths the steps computed, of a global batch each; --seq unread.
+  assert measured_lengths(args, [20, 31, 17]) == ([31, 17], 8)
+  assert measured_lengths(args, [20, 31, 17], replicas=2) == ([31, 17], 16)
+  assert measured_lengths(args, []) == ([32, 32], 8)
+  # A window on one device: its batches, which the steps must have computed.
+  assert measured_lengths(args, [20, 31, 17], [20, 31, 17]) == ([31, 17], 8)
+  with pytest.raises(AssertionError, match=r"the steps computed lengths \[20, 17, 31\], "
+                     r"not the window's \[20, 31, 17\]"):
+    measured_lengths(args, [20, 17, 31], [20, 31, 17])
+  # Two GPUs: every replica's batch of --batch rows (the hook sees one replica's).
+  assert measured_lengths(args, [20, 17, 12], [20, 31, 17, 9, 12, 30], replicas=2) == (
+      [17, 9, 12, 30], 8)
+
+
+def shuffled_widths_input_fn(widths):
+  """An input_fn of batches of params['batch_size'] rows, whose widths are these in a
+  seeded shuffle (seed 1, as the project's training input_fn seeds its shuffle: the order
+  depends on the graph's seed too), reshuffled at each repetition."""
+  import tensorflow.compat.v1 as tf
+
+  def input_fn(params):
+    rows = params["batch_size"]
+    dataset = tf.data.Dataset.from_tensor_slices(tf.constant(widths)).shuffle(
+        len(widths), seed=1).repeat()
+    return dataset.map(lambda width: {"input_ids": tf.fill([rows, width], width),
+                                      "label_ids": tf.zeros([rows], tf.int32)})
+
+  return input_fn
+
+
+def widths_trained_on(input_fn, model_dir, steps, batch=2):
+  """The widths of the batches measured_estimator trains on, step by step, reading
+  input_fn (a model of one weight, the length tensor our model_fn names)."""
+  import tensorflow.compat.v1 as tf
+  from modeling.model_fn import SEQ_LENGTH_NAME
+  from tools.bench_worker import TimingHook, measured_estimator
+
+  def model_fn(features, labels, mode, params):
+    weight = tf.get_variable("weight", [], initializer=tf.zeros_initializer())
+    tf.identity(tf.shape(features["input_ids"])[1], name=SEQ_LENGTH_NAME)
+    loss = weight * tf.cast(tf.reduce_sum(features["input_ids"]), tf.float32)
+    step = tf.assign_add(tf.train.get_or_create_global_step(), 1)
+    return tf.estimator.tpu.TPUEstimatorSpec(mode, loss=loss, train_op=step)
+
+  timing = TimingHook(SEQ_LENGTH_NAME)
+  estimator = measured_estimator(model_fn, model_dir, batch)
+  estimator.train(input_fn, max_steps=steps, hooks=[timing.as_session_run_hook()])
+  return timing.seq_lengths
+
+
+def test_the_pool_is_what_the_estimator_trains_on_and_the_window_is_fed_as_drawn(tmp_path):
+  from tools import bench_worker
+  input_fn = shuffled_widths_input_fn(list(range(1, 25)))
+  pool, types, shapes = bench_worker.read_batches(input_fn, 2, 24)
+  widths = [bench_worker.width_of(batch) for batch in pool]
+  assert sorted(widths) == list(range(1, 25))
+  assert all(batch["input_ids"].shape == (2, width) and batch["label_ids"].shape == (2,)
+             for batch, width in zip(pool, widths))
+  # The same batches as the Estimator's own graph draws (seeded by its RunConfig):
+  assert widths_trained_on(input_fn, str(tmp_path / "stream"), 6) == widths[:6]
+  # A window is trained on as given, and ends training when it runs out.
+  window = [pool[k] for k in (5, 0, 17, 3)]
+  fed = bench_worker.window_input_fn(window, types, shapes)
+  assert widths_trained_on(fed, str(tmp_path / "window"), 10) == [widths[k]
+                                                                 for k in (5, 0, 17, 3)]
+  with pytest.raises(ValueError, match="the window's batches hold 2 rows; the Estimator "
+                     "asks for 4"):
+    widths_trained_on(fed, str(tmp_path / "wider"), 4, batch=4)
+
+
+def test_the_window_is_drawn_from_whole_epochs_of_the_pipelines_batches():
+  from tools import bench_worker
+  from tools.windows import stratified_window
+  args = worker_args(batch=2, warmup=1, steps=2)
+  # 10 rows: 5 batches an epoch; 16 for 2 measured steps (8 each) take 4 epochs' worth.
+  widths = [w % 7 + 1 for w in range(30)]
+  pool, _, _ = bench_worker.read_batches(shuffled_widths_input_fn(widths), 2, 20)
+  pool_widths = [bench_worker.width_of(batch) for batch in pool]
+  window, _, _, figures = bench_worker.draw_window(shuffled_widths_input_fn(widths), 10, args)
+  chosen = stratified_window(pool_widths, 1, 2, seed=1)
+  assert [bench_worker.width_of(batch) for batch in window] == [pool_widths[k] for k in chosen]
+  assert figures == dict(epoch_mean_seq_length=sum(pool_widths) / 20.0, epochs_sampled=4,
+                         epoch_batches=5)
+  # Two GPUs: a batch for each, every step.
+  window, _, _, figures = bench_worker.draw_window(shuffled_widths_input_fn(widths), 10, args,
+                                                   replicas=2)
+  assert len(window) == 6 and figures["epochs_sampled"] == 7  # 32 needed: 7 epochs (35)
 
 
 def test_a_hugging_face_row_gets_its_flops_from_the_lengths_it_computed():

@@ -1,6 +1,6 @@
-"""The Hugging Face code path of the benchmark: transformers' Trainer on PyTorch, on the CPU.
+"""The Hugging Face code path of the benchmark: transformers on PyTorch, on the CPU.
 
-  .venvs/hf/bin/python -m tools.bench_hf --model=minilm --seq=128 --order=grouped \
+  .venvs/hf/bin/python -m tools.bench_hf --model=minilm --seq=128 --order=grouped|random|loop \
       --data=CSV --vocab=vocab.txt --out=JSON
   .venvs/hf/bin/python -m tools.bench_hf --time_to_quality --model_dir=HF_DIR \
       --train_file=CSV --eval_file=CSV --out=JSON
@@ -8,16 +8,24 @@
 Speed mode trains BertForSequenceClassification of one of bench_worker's shapes from
 random weights, as a Hugging Face user would (Trainer, AdamW, linear warm-up and decay,
 DataCollatorWithPadding padding each batch to its longest text), and times its steps
-the way bench_worker times ours. Time-to-quality mode fine-tunes a pre-trained Hugging
-Face BERT folder for an epoch on --train_file and reports the ROC-AUC on --eval_file
-(tools/time_to_quality.py writes both, the same for every code path), with the wall time
-from process start; --out also gets the held-out probabilities, in row order.
+the way bench_worker times ours. --order=loop trains the same model in a plain PyTorch
+loop instead (no Trainer), on batches of transformers' own LengthGroupedSampler, its
+measured steps drawn from whole epochs so that their lengths are the epochs' (see
+representative_window in tools/windows.py): the sampler sorts each megabatch (of up to
+50 batches) longest first and begins the epoch with it, so a few dozen steps from an
+epoch's start train on far longer batches than the epoch's mean. Each result also
+reports that mean (epoch_mean_seq_length) beside its measured steps' mean.
+
+Time-to-quality mode fine-tunes a pre-trained Hugging Face BERT folder for an epoch on
+--train_file and reports the ROC-AUC on --eval_file (tools/time_to_quality.py writes
+both, the same for every code path), with the wall time from process start; --out also
+gets the held-out probabilities, in row order.
 
 It runs in the optional environment of tools/requirements-hf.txt (.venvs/hf) and imports
-no TensorFlow (from this project only pipeline.machine and modeling.statistics, plain
-Python and numpy). torch and transformers are
-imported inside the functions that use them, so that the tests, which run in the
-TensorFlow environments, can import the rest.
+no TensorFlow (from this project only pipeline.machine, modeling.statistics and
+tools.windows, plain Python and numpy). torch and transformers are imported inside the
+functions that use them, so that the tests, which run in the TensorFlow environments,
+can import the rest.
 """
 
 import time
@@ -34,15 +42,16 @@ import tempfile
 from pipeline.machine import describe_cpu  # (plain Python, no TensorFlow)
 from modeling.statistics import roc_auc  # (plain numpy)
 from tools.bench_worker import MODELS, VOCAB_SIZE, read_rows  # (bench_worker imports no TF at load)
+from tools.windows import (InputError, epoch_figures, padded_widths, pool_size,
+                           representative_window)  # (plain Python)
 
 LEARNING_RATE = 2e-5
 WARMUP_PROPORTION = 0.1  # time-to-quality: as run_classifier's --warmup_proportion
 PROGRESS_EVERY = 25  # steps between progress lines in time-to-quality mode
 LABEL_IDS = {"0": 0, "1": 1}
-
-
-class InputError(ValueError):
-  """A problem with the command's input, reported as one line rather than a traceback."""
+SEED = 1  # of the model's initial weights, the Trainer, and every sampler and draw here
+WEIGHT_DECAY = 0.01
+MAX_GRAD_NORM = 1.0
 
 
 def parse_args(argv=None):
@@ -52,8 +61,10 @@ def parse_args(argv=None):
   parser.add_argument("--batch", type=int, default=32)
   parser.add_argument("--steps", type=int, default=20, help="measured steps")
   parser.add_argument("--warmup", type=int, default=3, help="steps before measuring")
-  parser.add_argument("--order", choices=["random", "grouped"], default="random",
-                      help="grouped: Trainer's length-grouped sampler (group_by_length)")
+  parser.add_argument("--order", choices=["random", "grouped", "loop"], default="random",
+                      help="grouped: Trainer's length-grouped sampler (group_by_length); "
+                           "loop: a plain PyTorch loop on that sampler's batches, its "
+                           "measured steps as long as whole epochs' batches")
   parser.add_argument("--data", help="CSV of text,label rows without a header")
   parser.add_argument("--train_file", help="time-to-quality: train on every row of this CSV")
   parser.add_argument("--eval_file", help="time-to-quality: hold out every row of this CSV")
@@ -182,6 +193,15 @@ def speed_figures(clock, widths, warmup, steps, batch):
       mean_seq_length=sum(lengths) / float(len(lengths)), seq_lengths=lengths)
 
 
+def split_for_weight_decay(names, layer_norm_names):
+  """(decayed, exempt) parameter names, as the Trainer splits them for AdamW: weight
+  decay shrinks weights towards zero, which suits neither a bias nor a layer norm's
+  scale and shift (layer_norm_names: the parameters of the model's LayerNorm modules)."""
+  exempt = [name for name in names if name in layer_norm_names or "bias" in name.lower()]
+  exempt_names = set(exempt)
+  return [name for name in names if name not in exempt_names], exempt
+
+
 def load_average():
   try:
     return os.getloadavg()[0]
@@ -247,7 +267,8 @@ def training_arguments(output_dir, batch, learning_rate, warmup_steps, max_steps
   return TrainingArguments(
       output_dir=output_dir, per_device_train_batch_size=batch, learning_rate=learning_rate,
       warmup_steps=warmup_steps, lr_scheduler_type="linear", max_steps=max_steps,
-      max_grad_norm=1.0, weight_decay=0.01, optim="adamw_torch", use_cpu=True, seed=1,
+      max_grad_norm=MAX_GRAD_NORM, weight_decay=WEIGHT_DECAY, optim="adamw_torch",
+      use_cpu=True, seed=SEED,
       report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True,
       dataloader_num_workers=0, dataloader_pin_memory=False,  # (no GPU to pin for)
       # Every step trains on a whole batch, as the TensorFlow paths do: a partial last
@@ -293,6 +314,80 @@ def attention_implementation(model):
   return getattr(model.config, "_attn_implementation", None)
 
 
+def sampler_orders(order, lengths, batch, epochs):
+  """epochs orders of row indices from the sampler the Trainer builds for order
+  (LengthGroupedSampler for grouped and loop, RandomSampler for random), seeded: to
+  measure the epoch's lengths without training on them."""
+  import torch
+  from torch.utils.data import RandomSampler
+  from transformers.trainer_pt_utils import LengthGroupedSampler
+  generator = torch.Generator().manual_seed(SEED)
+  if order == "random":
+    sampler = RandomSampler(range(len(lengths)), generator=generator)
+  else:
+    sampler = LengthGroupedSampler(batch, lengths=lengths, generator=generator)
+  return [list(sampler) for _ in range(epochs)]  # (each pass draws a new order)
+
+
+def adamw_with_linear_schedule(model, learning_rate, warmup_steps, total_steps):
+  """torch.optim.AdamW and the linear warm-up and decay, set as the Trainer sets them for
+  training_arguments (optim="adamw_torch", lr_scheduler_type="linear")."""
+  import torch
+  from transformers import get_linear_schedule_with_warmup
+  named = dict(model.named_parameters())
+  layer_norm_names = {"%s.%s" % (module_name, name) if module_name else name
+                      for module_name, module in model.named_modules()
+                      if isinstance(module, torch.nn.LayerNorm)
+                      for name, _ in module.named_parameters(recurse=False)}
+  decayed, exempt = split_for_weight_decay(list(named), layer_norm_names)
+  optimizer = torch.optim.AdamW(
+      [{"params": [named[name] for name in decayed], "weight_decay": WEIGHT_DECAY},
+       {"params": [named[name] for name in exempt], "weight_decay": 0.0}], lr=learning_rate)
+  return optimizer, get_linear_schedule_with_warmup(optimizer, warmup_steps, total_steps)
+
+
+def train_plain_loop(model, tokenizer, features, window, warmup_steps, clock):
+  """Trains on the window's batches (lists of row indices), one step each, in a plain
+  PyTorch loop: what the Trainer's step does (forward, backward, clipping, AdamW, the
+  schedule), without its callbacks, logging and accounting. Returns the recorder of the
+  batches the collator padded."""
+  import torch
+  from transformers import DataCollatorWithPadding
+  recorder = PaddedBatchRecorder(DataCollatorWithPadding(tokenizer))
+  loader = torch.utils.data.DataLoader(features, batch_sampler=window, collate_fn=recorder)
+  optimizer, scheduler = adamw_with_linear_schedule(model, LEARNING_RATE, warmup_steps,
+                                                    clock.total_steps)
+  model.train()
+  clock.began_training()
+  for inputs in loader:  # (as the Trainer, the batch is collated before its step begins)
+    clock.began_step()
+    model(**inputs).loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    clock.ended_step()
+  return recorder
+
+
+def train_speed(args, model, tokenizer, features, lengths, clock):
+  """Trains the measured run of args.order; returns (the recorder of the padded batches,
+  the figures of whole epochs of its sampler)."""
+  epochs, _ = pool_size(len(features), args.batch, args.warmup, args.steps)
+  orders = sampler_orders(args.order, lengths, args.batch, epochs)
+  if args.order == "loop":  # measured on the epochs it draws its steps from
+    _, window = representative_window(orders, lengths, args.batch, args.warmup, args.steps,
+                                      SEED)
+    recorder = train_plain_loop(model, tokenizer, features, window, args.warmup, clock)
+    assert recorder.widths == padded_widths(window, lengths), "the collator padded otherwise"
+  else:  # (the Trainer draws its own orders, from the same sampler)
+    with tempfile.TemporaryDirectory(prefix="bench_hf_") as work:
+      arguments = training_arguments(work, args.batch, LEARNING_RATE, args.warmup,
+                                     clock.total_steps, args.order == "grouped")
+      recorder = train(model, tokenizer, features, arguments, clock)
+  return recorder, epoch_figures(orders, lengths, args.batch)
+
+
 def run_speed(args):
   import torch
   import transformers
@@ -301,15 +396,12 @@ def run_speed(args):
   rows = read_rows(args.data, 0)
   tokenizer = load_tokenizer(args.vocab)
   features, featurise_seconds = featurise(tokenizer, rows, args.seq, args.data)
-  transformers.set_seed(1)
+  lengths = [len(feature["input_ids"]) for feature in features]
+  transformers.set_seed(SEED)
   model = BertForSequenceClassification(speed_config(args.model))
-  total_steps = args.warmup + args.steps
-  clock = StepClock(total_steps)
+  clock = StepClock(args.warmup + args.steps)
   load_before = load_average()
-  with tempfile.TemporaryDirectory(prefix="bench_hf_") as work:
-    arguments = training_arguments(work, args.batch, LEARNING_RATE, args.warmup, total_steps,
-                                   args.order == "grouped")
-    recorder = train(model, tokenizer, features, arguments, clock)
+  recorder, epoch_lengths = train_speed(args, model, tokenizer, features, lengths, clock)
   return dict(
       runtime_info(), impl="hf", order=args.order, model=args.model, seq=args.seq,
       batch=args.batch, steps=args.steps, warmup_steps=args.warmup, dynamic_padding=True,
@@ -319,6 +411,7 @@ def run_speed(args):
       tokenizer=type(tokenizer).__name__, attention=attention_implementation(model),
       hidden_act=model.config.hidden_act, collated_batches=len(recorder.widths),
       load_before=load_before, load_after=load_average(),
+      **epoch_lengths,
       **speed_figures(clock, recorder.widths, args.warmup, args.steps, args.batch))
 
 
@@ -352,7 +445,7 @@ def run_time_to_quality(args):
   check_both_labels([feature["labels"] for feature in train_features], "training", train_path)
   check_both_labels([feature["labels"] for feature in held_out_features], "held-out",
                     held_out_path)
-  transformers.set_seed(1)
+  transformers.set_seed(SEED)
   # The classifier head starts random; the checkpoint keeps its own hidden_act.
   model = BertForSequenceClassification.from_pretrained(args.model_dir, num_labels=2)
   total_steps, warmup_steps = schedule(len(train_features), args.batch, args.epochs)

@@ -9,6 +9,15 @@ fixed padding to --seq) under TPUEstimator(use_tpu=False); it needs TF 1.15.
 --impl=ours is this project's pipeline. Both train the same model shape on the
 same rows with the same batch size, from random weights (speed does not depend
 on the weights). Results go to --out as JSON.
+
+With --dynamic_padding (off a TPU), ours trains on a representative window of its own
+input pipeline's batches rather than on the first ones the pipeline emits: the
+pipeline's buckets emit the common short batches first, so that a run's first steps
+are shorter than its epochs' mean (at max length 220 on the 12,180 Jigsaw comments, by
+about 8.5%). The pipeline is read ahead for whole epochs' worth of batches, the window
+drawn from them as tools/windows.py draws the Hugging Face loop's, and the run trains
+on exactly those batches; the result reports the pool's mean padded length
+(epoch_mean_seq_length) beside the measured steps' (mean_seq_length).
 """
 
 import argparse
@@ -18,12 +27,15 @@ import platform
 import sys
 import time
 
+from tools.windows import InputError, mean, pool_size, stratified_window  # (plain Python)
+
 MODELS = {  # BERT shapes: layers, hidden, heads, intermediate
     "tiny": (2, 128, 2, 512),
     "minilm": (6, 384, 12, 1536),
     "base": (12, 768, 12, 3072),
 }
 VOCAB_SIZE = 30522
+SEED = 1  # of the initial weights (the Estimator's graph), the input's shuffle and the window
 
 
 def parse_args(argv=None):
@@ -36,6 +48,8 @@ def parse_args(argv=None):
   parser.add_argument("--warmup", type=int, default=3, help="steps before measuring")
   parser.add_argument("--dynamic_padding", action="store_true")
   parser.add_argument("--xla", action="store_true", help="ours: XLA JIT (as --use_xla)")
+  parser.add_argument("--fused_kernels", choices=["auto", "on", "off"], default="auto",
+                      help="ours: as run_classifier's --fused_kernels")
   parser.add_argument("--fp16", action="store_true",
                       help="ours: float16 with dynamic loss scaling (as --use_fp16; GPU)")
   parser.add_argument("--num_gpus", type=int, default=0,
@@ -291,27 +305,125 @@ def our_model_and_input(args, record_path, total_steps):
   prepare()  # (graph mode on either runtime; the C allocator as a run sets it)
   config = BertConfig(**bert_shape(args.model))
   on_tpu = bool(args.tpu_name)
+  args.fused, why_not = fused_kernels_of(args)
+  print("fused CPU kernels: %s" % ("on" if args.fused else "off (%s)" % why_not), flush=True)
   model_fn = model_fn_builder(config, binary_label_spec(), None, 2e-5, total_steps,
                               args.warmup, use_tpu=on_tpu, xla_global_step_fix=args.xla,
                               # (a TPU writes its scalars from a host call, into this folder)
                               summary_dir=os.path.join(args.workdir, "model"),
                               precision="float16" if args.fp16 else
-                              "bfloat16" if on_tpu else "float32")
-  input_fn = input_fn_builder(record_path, args.seq, True, binary_label_spec(), seed=1,
+                              "bfloat16" if on_tpu else "float32", fused_kernels=args.fused)
+  input_fn = input_fn_builder(record_path, args.seq, True, binary_label_spec(), seed=SEED,
                               dynamic_padding=args.dynamic_padding)
   # (On a TPU the length is inside the TPU computation, where no hook can read it.)
   return model_fn, input_fn, None if on_tpu else SEQ_LENGTH_NAME
 
 
+def fused_kernels_of(args):
+  """(whether ours runs the fused CPU kernels, why not), as run_classifier decides."""
+  from pipeline.build import fused_kernels_for
+  from spec.options import DeviceOptions, ModelOptions, TrainingOptions
+  device = DeviceOptions(fused_kernels=args.fused_kernels, use_tpu=bool(args.tpu_name),
+                         use_fp16=args.fp16, use_bf16=bool(args.tpu_name), use_xla=args.xla,
+                         num_gpus=args.num_gpus)
+  return fused_kernels_for(ModelOptions(), TrainingOptions(), device)
+
+
+def windowed(args):
+  """Whether the run trains on a window of its pipeline's batches (see the module's doc):
+  ours with dynamic padding, off a TPU (which pads to --seq, and reads its input on its
+  own hosts)."""
+  return args.impl == "ours" and args.dynamic_padding and not args.tpu_name
+
+
+def read_batches(input_fn, batch_size, count, session_config=None):
+  """(the first count batches of input_fn's training dataset, each a dict of numpy
+  arrays; the dataset's output types; its output shapes). Read as the Estimator reads
+  them: input_fn called with params' batch_size, in a graph seeded as
+  measured_estimator's RunConfig seeds the Estimator's (the seeded shuffle's order
+  depends on the graph's seed too)."""
+  import tensorflow.compat.v1 as tf
+  with tf.Graph().as_default():
+    tf.set_random_seed(SEED)
+    dataset = input_fn({"batch_size": batch_size})
+    types, shapes = tf.data.get_output_types(dataset), tf.data.get_output_shapes(dataset)
+    next_batch = tf.data.make_one_shot_iterator(dataset).get_next()
+    with tf.Session(config=session_config) as session:
+      batches = [session.run(next_batch) for _ in range(count)]
+  return batches, types, shapes
+
+
+def width_of(batch):
+  """A batch's padded length: dynamic padding cuts it to its longest row."""
+  return int(batch["input_ids"].shape[1])
+
+
+MIN_POOL_EPOCHS = 2
+
+
+def draw_window(input_fn, rows, args, replicas=1):
+  """(the window's batches, in training order: args.warmup then args.steps steps of
+  replicas batches each, one per GPU; the pipeline's output types and shapes; the pool's
+  figures). The pool is the input pipeline's first whole epochs' worth of batches of
+  --batch rows (tools/windows.pool_size), two at least, the window stratified_window's
+  draw from it. (The length buckets hold long rows back while they fill, so the first
+  epoch's batches are shorter than later ones: at 220 tokens on the 12,180 comments,
+  67.0 tokens against 68.1 to 68.7 in each of the next three.)"""
+  epochs, count = pool_size(rows, args.batch, args.warmup * replicas, args.steps * replicas)
+  if epochs < MIN_POOL_EPOCHS:
+    epochs, count = MIN_POOL_EPOCHS, MIN_POOL_EPOCHS * (rows // args.batch)
+  pool, types, shapes = read_batches(input_fn, args.batch, count, threads_config(args))
+  widths = [width_of(batch) for batch in pool]
+  chosen = stratified_window(widths, args.warmup * replicas, args.steps * replicas, SEED)
+  figures = dict(epoch_mean_seq_length=mean(widths), epochs_sampled=epochs,
+                 epoch_batches=rows // args.batch)
+  return [pool[k] for k in chosen], types, shapes, figures
+
+
+def window_input_fn(batches, types, shapes):
+  """input_fn(params) of a windowed run: exactly these batches (dicts of numpy arrays),
+  once each and in this order, with the types and shapes of the dataset they were read
+  from (a batch's sequences keep their own width). Too few for the steps asked would end
+  training early, which run's step count refuses."""
+
+  def input_fn(params):
+    import tensorflow.compat.v1 as tf
+    rows = len(batches[0]["input_ids"])
+    if params["batch_size"] != rows:
+      raise ValueError("the window's batches hold %d rows; the Estimator asks for %d"
+                       % (rows, params["batch_size"]))
+    dataset = tf.data.Dataset.from_generator(lambda: iter(batches), types, shapes)
+    return dataset.prefetch(tf.data.experimental.AUTOTUNE)  # (as the pipeline's own end)
+
+  return input_fn
+
+
+def measured_lengths(args, step_lengths, window_widths=None, replicas=1):
+  """(the padded length of each batch the measured steps trained on, the rows of each
+  batch). With a window (window_widths: each of its batches' width, in order): its
+  measured batches, every GPU's, of --batch rows; on one device they must be the lengths
+  the steps computed (step_lengths, from the TimingHook), else the run trained on other
+  batches. Without: the lengths the steps computed, --seq where no hook could read them
+  (Google's path, a TPU), of the global batch each."""
+  if window_widths is None:
+    return step_lengths[args.warmup:] or [args.seq] * args.steps, args.batch * replicas
+  # (Several GPUs: the hook reads one replica's length, and which batch each replica
+  # takes is the strategy's business, so only the count is checked, by run.)
+  if replicas == 1 and list(step_lengths) != list(window_widths):
+    raise AssertionError("the steps computed lengths %s, not the window's %s"
+                         % (list(step_lengths), list(window_widths)))
+  return list(window_widths[args.warmup * replicas:]), args.batch
+
+
 def measured_estimator(model_fn, model_dir, batch, args=None):
   """The (TPU)Estimator of a measured run: no checkpoints or step logs while it runs, seed
-  1; with args, on their device (a TPU at one step per host round trip, so that every
+  SEED; with args, on their device (a TPU at one step per host round trip, so that every
   step is timed; GPUs) with their session config."""
   from modeling.estimator import build_estimator
   from spec.options import DeviceOptions, TrainingOptions
   training = TrainingOptions(train_batch_size=batch, eval_batch_size=batch,
                              predict_batch_size=batch, save_checkpoints_steps=10 ** 9,
-                             log_every_steps=10 ** 8, seed=1)
+                             log_every_steps=10 ** 8, seed=SEED)
   if args is None:
     return build_estimator(model_fn, model_dir, DeviceOptions(), training)
   device = DeviceOptions(use_tpu=bool(args.tpu_name), tpu_name=args.tpu_name,
@@ -363,7 +475,10 @@ def run(args):
 
   build = google_model_and_input if args.impl == "google" else our_model_and_input
   model_fn, input_fn, seq_tensor = build(args, record_path, total_steps)
-  batch = args.batch * max(1, args.num_gpus)  # global: --batch rows on each GPU
+  replicas = max(1, args.num_gpus)
+  batch = args.batch * replicas  # global: --batch rows on each GPU
+  # (The window is read before the clock starts: the Estimator's start-up is its own.)
+  input_fn, window_widths, pool_figures = measured_input(args, input_fn, len(rows), replicas)
   model_dir = os.path.join(args.workdir, "model")
   estimator = measured_estimator(model_fn, model_dir, batch, args)
   timing = TimingHook(seq_tensor)
@@ -375,27 +490,45 @@ def run(args):
   ends = timing.step_ends
   assert len(ends) == total_steps, "ran %d steps, expected %d" % (len(ends), total_steps)
   measured = ends[-1] - ends[args.warmup - 1] if args.warmup else ends[-1] - timing.session_ready
-  lengths = timing.seq_lengths[args.warmup:] or [args.seq] * args.steps
+  lengths, rows_each = measured_lengths(args, timing.seq_lengths, window_widths, replicas)
   config = BertConfig(**bert_shape(args.model))
   pooled_only = args.impl == "ours"  # our classifier computes only [CLS] in the last layer
-  flops = train_flops_of_steps(config, lengths, batch, pooled_only)
+  flops = train_flops_of_steps(config, lengths, rows_each, pooled_only)
   examples = args.steps * batch
   # (Several devices, a TPU or float16: a float32 floor of one device would not compare.)
   one_device = not args.tpu_name and args.num_gpus <= 1 and not args.fp16
-  floor = measured_floor_seconds(config, lengths, batch, args.floor_repeats if one_device else 0,
-                                 pooled_only, threads_config(args))
-  return dict(
+  floor = measured_floor_seconds(config, lengths, rows_each,
+                                 args.floor_repeats if one_device else 0, pooled_only,
+                                 threads_config(args))
+  result = dict(
       runtime_info(args), impl=args.impl, model=args.model, seq=args.seq, batch=batch,
       steps=args.steps, warmup_steps=args.warmup, dynamic_padding=args.dynamic_padding,
-      xla=args.xla, fp16=args.fp16, num_gpus=args.num_gpus, tpu=bool(args.tpu_name),
+      xla=args.xla, fp16=args.fp16, fused_kernels=getattr(args, "fused", False),
+      num_gpus=args.num_gpus, tpu=bool(args.tpu_name),
       startup_seconds=timing.session_ready - called,
       warmup_seconds=(ends[args.warmup - 1] - timing.session_ready) if args.warmup else 0.0,
       measured_seconds=measured, ms_per_step=1000.0 * measured / args.steps,
-      examples_per_sec=examples / measured, mean_seq_length=sum(lengths) / float(len(lengths)),
+      examples_per_sec=examples / measured, mean_seq_length=mean(lengths),
+      seq_lengths=lengths, window=window_widths is not None,
       train_flops_per_example=flops / examples, gflops_per_sec=flops / measured / 1e9,
       featurise_rows=len(rows), featurise_rows_per_sec=len(rows) / featurise_seconds,
       tokenizer=tokenizer_name, load_before=load_before, load_after=load_after,
       matmul_floor_seconds=floor, step_over_matmul_floor=measured / floor if floor else None)
+  result.update(pool_figures)
+  return result
+
+
+def measured_input(args, input_fn, rows, replicas):
+  """(the input_fn of the measured run, its window's batch widths in training order, the
+  figures of the batches it is drawn from). A windowed run (windowed) trains on its
+  window (draw_window); any other on input_fn's stream, whose every batch is --seq long
+  where it pads to --seq (Google's path, ours without dynamic padding; None for ours
+  with dynamic padding on a TPU, which the benchmark does not run)."""
+  if not windowed(args):
+    fixed = args.impl == "google" or not args.dynamic_padding
+    return input_fn, None, dict(epoch_mean_seq_length=args.seq if fixed else None)
+  window, types, shapes, figures = draw_window(input_fn, rows, args, replicas)
+  return window_input_fn(window, types, shapes), [width_of(b) for b in window], figures
 
 
 def drop_checkpoints(model_dir):
@@ -439,7 +572,10 @@ def main(argv=None):
   elif args.compare_records:
     result = compare_records(*args.compare_records)
   else:
-    result = run(args)
+    try:
+      result = run(args)
+    except InputError as error:  # (too few rows for a whole batch)
+      sys.exit("bench_worker: %s" % error)
   text = json.dumps(result, indent=2, sort_keys=True)
   if args.out:
     with open(args.out, "w") as f:

@@ -10,7 +10,11 @@ CSV without a header, e.g. all 12,180 comments of that set) with:
                  run_classifier's model_fn_builder and input pipeline), padded to
                  --seq as Google does, under TPUEstimator(use_tpu=False), on TF 1.15;
   ours           this project, same model shape and batch size, on each runtime,
-                 with --dynamic_padding (and, with --variants, also without).
+                 with --dynamic_padding (and, with --variants, also without), its
+                 measured batches as long as its input pipeline's whole epochs';
+  hf             (with --variants) Hugging Face transformers on PyTorch: its Trainer in
+                 random order and with group_by_length, and a plain PyTorch loop on the
+                 length-grouped sampler's batches (tools/bench_hf.py).
 Each run is a separate process. Per run it reports the wall time of the measured
 steps, examples/sec and ms/step (start-up and warm-up steps are excluded and
 reported apart), training FLOPs per example, achieved GFLOP/s, and that as a
@@ -39,18 +43,21 @@ VARIANTS = {  # name -> (impl, worker flags, runtimes it runs on)
     # The device rows (device_variants): added where their device is found.
     "ours_fp16": ("ours", ["--dynamic_padding", "--fp16"], ("tf1", "tf2")),
     "ours_tpu": ("ours", [], ("tf1", "tf2")),  # with --tpu_name and its cores
-    # Hugging Face transformers' Trainer on PyTorch, in the optional .venvs/hf
-    # (tools/requirements-hf.txt); "hf" in --variants names both orders.
+    # Hugging Face transformers on PyTorch, in the optional .venvs/hf
+    # (tools/requirements-hf.txt): the Trainer in both orders, and a plain loop; "hf" in
+    # --variants names all three.
     "hf_random": ("hf", ["--order", "random"], ("hf",)),
     "hf_grouped": ("hf", ["--order", "grouped"], ("hf",)),
+    "hf_loop": ("hf", ["--order", "loop"], ("hf",)),
 }
-HF_VARIANTS = ("hf_random", "hf_grouped")
+HF_VARIANTS = ("hf_random", "hf_grouped", "hf_loop")
 LABELS = {"google": "Google run_classifier", "ours_fixed": "this project, fixed padding",
           "ours": "this project, dynamic padding", "ours_xla": "this project, fixed padding, XLA",
           "ours_fp16": "this project, dynamic padding, float16",
           "ours_tpu": "this project, fixed padding, bfloat16, TPU",
           "hf_random": "Hugging Face Trainer, random order",
-          "hf_grouped": "Hugging Face Trainer, group_by_length"}
+          "hf_grouped": "Hugging Face Trainer, group_by_length",
+          "hf_loop": "Hugging Face, plain PyTorch loop, length-grouped"}
 GPU_VARIANT = "ours_%dgpus"  # MirroredStrategy over that many GPUs, --batch_size rows on each
 
 
@@ -144,7 +151,7 @@ def python_of(runtime):
 
 
 def requested_variants(text):
-  """--variants as a list, with "hf" standing for both Hugging Face orders."""
+  """--variants as a list, with "hf" standing for every Hugging Face path."""
   variants = []
   for name in text.split(","):
     for variant in HF_VARIANTS if name == "hf" else [name]:
@@ -221,6 +228,7 @@ def write_outputs(rows, peaks, featurisation, args, machine, device_notes=()):
             "mean_seq_length", "train_gflops_per_example", "gflops_per_sec",
             "matmul_peak_gflops", "fraction_of_peak", "matmul_floor_seconds",
             "step_over_matmul_floor", "speedup_vs_google", "speedup_vs_hf", "scaling_efficiency",
+            "epoch_mean_seq_length",
             "featurise_rows_per_sec", "tokenizer", "load_before", "load_after",
             "rounds", "examples_per_sec_of_rounds"]
   with open(os.path.join(args.out_dir, "results.csv"), "w", newline="") as f:
@@ -238,7 +246,7 @@ def write_outputs(rows, peaks, featurisation, args, machine, device_notes=()):
                if args.rounds > 1 else ""), "",
            "| environment / device | code | model | seq | batch | wall time (s) | examples/sec | "
            "ms/step | start-up (s) | mean length | GFLOP/s | % of matmul peak | "
-           "step ÷ matmul floor | vs Google | vs HF (better order) |",
+           "step ÷ matmul floor | vs Google | vs HF (best Hugging Face path) |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
     lines.append("| %s | %s | %s | %d | %d | %.1f | %.1f | %.0f | %.1f | %.1f | %.1f | %s | %s "
@@ -258,6 +266,8 @@ def write_outputs(rows, peaks, featurisation, args, machine, device_notes=()):
                         for r in rows if r.get("scaling_efficiency"))]
   for note in device_notes:
     lines += ["", note]
+  if any(r.get("dynamic_padding") for r in rows):
+    lines += ["", lengths_note(rows)]
   lines += ["", "Wall time covers the measured steps only; start-up (graph build, session, "
             "initialisation) and warm-up steps are excluded and start-up is shown apart. "
             "FLOPs count matrix multiplies (forward + backward = 3x forward) at the sequence "
@@ -271,13 +281,29 @@ def write_outputs(rows, peaks, featurisation, args, machine, device_notes=()):
             "training; tools/bench_worker.py matmul_floor_seconds). 1.0 would be a step that "
             "spends all its time in matrix multiplies; unlike a fraction of the peak, this "
             "does not move with the machine's square-matrix speed.", "",
-            "vs HF: examples/sec over the better of the two Hugging Face orders at the same "
-            "model and length. The Hugging Face rows train BertForSequenceClassification with "
-            "transformers' Trainer on PyTorch (tools/bench_hf.py: AdamW, the same learning "
-            "rate, warm-up and clipping, each batch padded to its longest text by "
-            "DataCollatorWithPadding, the tanh GELU as the TensorFlow paths compute it, "
-            "PyTorch's threads = the machine's cores); their start-up counts from the "
-            "process's start, imports and tokenisation included.", "",
+            "This project's rows run the encoder's fused CPU kernels (modeling/fused.py, "
+            "--fused_kernels=auto, as a run does on a CPU in float32; the profile times them "
+            "against TensorFlow's own ops).", "",
+            "Dynamic padding: this project's rows train on a window of their input "
+            "pipeline's batches (tools/bench_worker.py draw_window), drawn as the Hugging "
+            "Face loop's are (tools/windows.py): from whole epochs' worth of the pipeline's "
+            "batches, one measured batch from each of as many length strata as steps, so "
+            "that their lengths spread as the epochs' do. (The pipeline's length buckets "
+            "emit the common short batches first: a run's first steps would be shorter "
+            "than its epochs'.)", "",
+            "vs HF: examples/sec over the best Hugging Face path at the same model and "
+            "length (the fastest of its rows: the Trainer in either order, or the plain "
+            "loop). The Hugging Face rows train BertForSequenceClassification on PyTorch "
+            "(tools/bench_hf.py: AdamW, the same learning rate, warm-up and clipping, each "
+            "batch padded to its longest text by DataCollatorWithPadding, the tanh GELU as "
+            "the TensorFlow paths compute it, PyTorch's threads = the machine's cores), with "
+            "transformers' Trainer or, in the plain loop, without it: the same step in a "
+            "loop of its own, on batches of the Trainer's length-grouped sampler, its measured "
+            "steps drawn from whole epochs to spread in length as the epochs' batches do "
+            "(the Trainer's group_by_length starts an epoch with its longest batches, which "
+            "a few dozen steps from the start over-represent). "
+            "Their start-up counts from the process's start, imports and tokenisation "
+            "included.", "",
             "Matrix-multiply peak (float32, 2048x2048, best of 5): " +
             ", ".join("%s %.1f GFLOP/s" % (k, v) for k, v in sorted(peaks.items())), "",
             ]
@@ -301,6 +327,20 @@ def write_outputs(rows, peaks, featurisation, args, machine, device_notes=()):
     f.write("\n".join(lines) + "\n")
   plot(rows, os.path.join(args.out_dir, "results.png"), machine)
   return "\n".join(lines)
+
+
+def lengths_note(rows):
+  """A line on the batch lengths of the rows that pad each batch to its longest text
+  (this project's dynamic padding, Hugging Face's): their measured steps' mean padded
+  length against whole epochs' of the same input (our input pipeline, Hugging Face's
+  sampler), which shows how far the measured steps stand from the epochs' lengths."""
+  shown = ["%s (%s) %s %d: %.1f (epoch %.1f)" % (
+      label_of(r["variant"]), r["environment"].split(" / ")[0], r["model"], r["seq"],
+      r["mean_seq_length"], r["epoch_mean_seq_length"])
+      for r in rows if r.get("dynamic_padding") and r.get("epoch_mean_seq_length")]
+  return ("Dynamic padding, mean padded length of the measured steps against whole epochs "
+          "of the same input pipeline or sampler: " +
+          ("; ".join(shown) if shown else "not reported") + ".")
 
 
 def plot(rows, path, machine):
@@ -386,7 +426,7 @@ def check_features_equal_googles(featurisation, work):
 
 def measure_training(args, runtimes, work, peaks, variants, gpu_counts=None):
   """The median training run of each configuration (variants, on each runtime that has
-  what it needs), with its speed-ups over Google's path and the better Hugging Face order."""
+  what it needs), with its speed-ups over Google's path and the best Hugging Face path."""
   rows = []
   gpu_counts = gpu_counts or {}
   for model in args.models.split(","):
@@ -438,8 +478,8 @@ def add_flops(r, pooled_only):
 
 
 def add_ratios(rows):
-  """Within one model and length: speed-ups over Google's path and over the better Hugging
-  Face order, and the several-GPU rows' scaling efficiency."""
+  """Within one model and length: speed-ups over Google's path and over the best Hugging
+  Face path (the fastest of its rows), and the several-GPU rows' scaling efficiency."""
   google = [r["examples_per_sec"] for r in rows if r["variant"] == "google"]
   hf = {}  # device kind -> the Hugging Face rows' rates (they run on the CPU)
   for r in rows:
@@ -464,7 +504,7 @@ def print_row(r):
       ", %.2fx its matmul floor" % r["step_over_matmul_floor"]
       if r.get("step_over_matmul_floor") else "",
       ", %.2fx Google's" % r["speedup_vs_google"] if r["speedup_vs_google"] else "",
-      ", %.2fx Hugging Face's better order" % r["speedup_vs_hf"] if r["speedup_vs_hf"] else "",
+      ", %.2fx the best Hugging Face path" % r["speedup_vs_hf"] if r["speedup_vs_hf"] else "",
       " (median of %s)" % r["examples_per_sec_of_rounds"] if r["rounds"] > 1 else ""))
 
 

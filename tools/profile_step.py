@@ -4,19 +4,22 @@
 
 In each runtime's environment (one process each) it fine-tunes this project's pipeline
 (--dynamic_padding, random weights) on the benchmark's data, and:
-  - times --steps steps after --warmup_steps;
+  - times --steps steps after --warmup_steps, with the encoder's fused CPU kernels
+    (modeling/fused.py, as a run uses them) and again with TensorFlow's own ops;
   - traces --traced_steps more with TensorFlow's step statistics (RunOptions FULL_TRACE)
     and sums every op's time into categories: matrix multiplies, attention softmax and
     masking, layer norm, GELU, dropout, the embedding gather and its gradient, the
     optimizer update, the input pipeline (the step's wait for its batch), and the rest
     by op type;
+  - counts the fused ops in the graph TensorFlow's optimizer (grappler) hands the
+    executor, for both encoders: which fusions fire on this runtime;
   - times the step's own matrix multiplies alone (tools.flops: the same shapes,
     forward and backward, at each measured step's length), the "matmul floor";
-  - times the step again with the encoder's dropout, its GELU, its layer norm, and all
-    three, left out (--without, "none" to skip), then the full step once more (its timed
-    steps are the mean of its two runs): how much faster the step would be if each part
-    cost nothing, the most that fusing it into other kernels could give. Those models
-    train differently; only their speed is measured.
+  - times TensorFlow's own ops again with the encoder's dropout, its GELU, its layer
+    norm, and all three, left out (--without, "none" to skip), then the fused step once
+    more (its timed steps are the mean of its two runs): how much faster the step would
+    be if each part cost nothing, the most that fusing it could give, against what the
+    fused kernels give. Those models train differently; only their speed is measured.
 Writes profile.md and profile.json to --out_dir (default docs/benchmark).
 """
 
@@ -43,12 +46,14 @@ CATEGORIES = [
     ("input pipeline", lambda name, kind: kind.startswith("IteratorGetNext") or
      "IteratorGetNext" in name),
     ("optimizer update", lambda name, kind: name.startswith(UPDATE_SCOPE) or "Adam" in kind),
-    ("dropout", lambda name, kind: "dropout" in name),
+    ("dropout, residual and layer norm (fused)",
+     lambda name, kind: kind.startswith("BertDropoutAddNorm")),
+    ("dropout", lambda name, kind: "dropout" in name or kind == "BertDropout"),
     ("layer norm", lambda name, kind: any(part in name for part in (
         "LayerNorm", "/batchnorm/", "/moments/"))),
     ("embedding gather and its gradient", lambda name, kind: "embeddings" in name),
     ("GELU", lambda name, kind: "/intermediate/" in name),
-    ("attention softmax and masking", lambda name, kind: "/attention/self/" in name),
+    ("attention heads, softmax and masking", lambda name, kind: "/attention/self/" in name),
 ]
 OTHER = "other"
 
@@ -148,9 +153,10 @@ def kind_of(node_stats):
 class ProfileHook(object):
   """Times every step; traces the last `traced` steps of `total`."""
 
-  def __init__(self, total, traced, seq_length_tensor_name):
+  def __init__(self, total, traced, seq_length_tensor_name, graph_at=None):
     self.total, self.traced, self.seq_name = total, traced, seq_length_tensor_name
     self.seconds, self.lengths, self.traces = [], [], []
+    self.graph_at, self.fused_ops = graph_at, None  # (the step whose graph is counted)
 
   def as_session_run_hook(self):
     import tensorflow.compat.v1 as tf
@@ -163,16 +169,40 @@ class ProfileHook(object):
       def before_run(self, run_context):
         traced = len(outer.seconds) >= outer.total - outer.traced
         options = tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE) if traced else None
+        if len(outer.seconds) == outer.graph_at:
+          options = options or tf.RunOptions()
+          options.output_partition_graphs = True
         self._started = time.time()
         return tf.train.SessionRunArgs(self._length, options=options)
 
       def after_run(self, run_context, run_values):
         outer.seconds.append(time.time() - self._started)
         outer.lengths.append(int(run_values.results))
-        if run_values.run_metadata is not None and run_values.run_metadata.step_stats.dev_stats:
-          outer.traces.append(run_values.run_metadata.step_stats)
+        metadata = run_values.run_metadata
+        if metadata is not None and metadata.partition_graphs:
+          outer.fused_ops = fused_op_counts(metadata.partition_graphs)
+        if metadata is not None and metadata.step_stats.dev_stats:
+          outer.traces.append(metadata.step_stats)
 
     return Hook()
+
+
+FUSED_OP_MARKS = ("Fused", "Bert", "LayerNorm", "Gelu")
+
+
+def fused_op_counts(partition_graphs):
+  """{op type, with its fused_ops in brackets: count} of the fused ops in the graphs the
+  executor ran (after grappler's rewrites): grappler's and oneDNN's fusions, and this
+  project's kernels."""
+  counts = collections.Counter()
+  for graph in partition_graphs:
+    for node in graph.node:
+      if not any(mark in node.op for mark in FUSED_OP_MARKS):
+        continue
+      fused = [op.decode() for op in node.attr["fused_ops"].list.s] if (
+          "fused_ops" in node.attr) else []
+      counts[node.op + ("[%s]" % ", ".join(fused) if fused else "")] += 1
+  return dict(counts)
 
 
 def op_times(step_stats_list):
@@ -206,25 +236,28 @@ def profile_one_runtime(args):
   worker_args = argparse.Namespace(
       model=args.model, seq=args.seq, batch=args.batch, dynamic_padding=True, xla=False,
       fp16=False, tpu_name=None, num_gpus=0, workdir=workdir, warmup=args.warmup_steps,
-      workers=1, vocab=args.vocab, data=args.data)
+      workers=1, vocab=args.vocab, data=args.data, fused_kernels="on")
+  plain_ops = argparse.Namespace(**dict(vars(worker_args), fused_kernels="off"))
   rows = bench_worker.read_rows(args.data, 0)
   record_path = os.path.join(workdir, "train.tf_record")
   bench_worker.featurise_ours(rows, worker_args, record_path)
   total = args.warmup_steps + args.steps + args.traced_steps
   hook = train_steps(worker_args, record_path, os.path.join(workdir, "model"), total,
-                     args.traced_steps)
+                     args.traced_steps, graph_at=total - 1)
   timed = slice(args.warmup_steps, args.warmup_steps + args.steps)
   step_seconds, lengths = hook.seconds[timed], hook.lengths[timed]
+  plain_seconds, plain_fused_ops = timed_seconds(plain_ops, record_path, workdir,
+                                                 "tensorflow_ops", timed, lengths, graph=True)
   without = {}
   for parts in args.without:
     with encoder_without(parts):
       name = "+".join(parts)
-      without[name] = timed_seconds(worker_args, record_path, workdir, "without_" + name,
-                                    timed, lengths)
+      without[name] = timed_seconds(plain_ops, record_path, workdir, "without_" + name,
+                                    timed, lengths)[0]
   if without:
     # The runs above start on a warm process (threads, the allocator's kept memory), so the
     # full step is timed again last, and the report takes the mean of its two timings.
-    again = timed_seconds(worker_args, record_path, workdir, "full_again", timed, lengths)
+    again = timed_seconds(worker_args, record_path, workdir, "full_again", timed, lengths)[0]
     step_seconds = [(a + b) / 2 for a, b in zip(step_seconds, again)]
   config = BertConfig(**bench_worker.bert_shape(args.model))
   floors = bench_worker.floor_seconds_by_length(config, lengths, args.batch,
@@ -237,30 +270,35 @@ def profile_one_runtime(args):
       step_seconds=step_seconds, traced_step_seconds=hook.seconds[-args.traced_steps:],
       floor_seconds_by_length={str(n): s for n, s in floors.items()},
       floor_seconds=sum(floors[n] for n in lengths),
-      step_seconds_without=without,
+      step_seconds_without=without, step_seconds_tensorflow_ops=plain_seconds,
+      fused_ops=hook.fused_ops, fused_ops_tensorflow_ops=plain_fused_ops,
       train_gflops=train_flops_of_steps(config, lengths, args.batch, pooled_only=True) / 1e9,
       op_micros=[[category, kind, micros] for (category, kind), micros in
                  sorted(totals.items(), key=lambda item: -item[1])],
       largest_other_ops=others.most_common(20))
 
 
-def timed_seconds(worker_args, record_path, workdir, name, timed, lengths):
-  """The `timed` steps' seconds of a fresh run in workdir/name, which must see the same
-  batches (the same lengths) as the first run."""
-  run = train_steps(worker_args, record_path, os.path.join(workdir, name), timed.stop, 0)
+def timed_seconds(worker_args, record_path, workdir, name, timed, lengths, graph=False):
+  """(the `timed` steps' seconds, None or with graph the fused op counts of one more
+  step) of a fresh run in workdir/name, which must see the same batches (the same
+  lengths) as the first run."""
+  steps = timed.stop + (1 if graph else 0)
+  run = train_steps(worker_args, record_path, os.path.join(workdir, name), steps, 0,
+                    graph_at=timed.stop if graph else None)
   if run.lengths[timed] != lengths:
     raise RuntimeError("the run %s had other batches (lengths %s, not %s)" % (
         name, run.lengths[timed], lengths))
-  return run.seconds[timed]
+  return run.seconds[timed], run.fused_ops
 
 
-def train_steps(worker_args, record_path, model_dir, total, traced):
+def train_steps(worker_args, record_path, model_dir, total, traced, graph_at=None):
   """Trains `total` steps from random weights; the ProfileHook that timed (and traced the
-  last `traced` of) them. The same seed gives every run the same batches."""
+  last `traced` of) them, and counted the fused ops of step graph_at. The same seed gives
+  every run the same batches."""
   model_fn, input_fn, seq_name = bench_worker.our_model_and_input(worker_args, record_path,
                                                                    total)
   estimator = bench_worker.measured_estimator(model_fn, model_dir, worker_args.batch)
-  hook = ProfileHook(total, traced, seq_name)
+  hook = ProfileHook(total, traced, seq_name, graph_at)
   estimator.train(input_fn, max_steps=total, hooks=[hook.as_session_run_hook()])
   bench_worker.drop_checkpoints(model_dir)
   return hook
@@ -285,7 +323,8 @@ def categories_of(result):
 def report(results, args, machine):
   lines = ["# Where a training step's time goes", "",
            "Machine: %s. This project's pipeline, %s-shaped BERT, max_seq_length %d, batch "
-           "%d, `--dynamic_padding`, random weights, on the benchmark's data (`%s`). "
+           "%d, `--dynamic_padding`, the encoder's fused CPU kernels (TensorFlow's own ops "
+           "where said), random weights, on the benchmark's data (`%s`). "
            "Written by `./run.sh benchmark profile` (tools/profile_step.py)." % (
                machine, args.model, args.seq, args.batch, os.path.basename(args.data)), ""]
   for r in results:
@@ -309,27 +348,79 @@ def report(results, args, machine):
     lines += ["| %s | %.1f | %.1f%% |" % (c, ms, 100 * share)
               for c, ms, share in categories_of(r)]
     lines += [""] + without_lines(r)
-  return "\n".join(lines)
+  return "\n".join(lines + fusion_lines(results))
 
 
 def without_lines(r):
-  """The report's table of the step with parts left out (none without such runs)."""
-  if not r.get("step_seconds_without"):
+  """The report's table of the step with the fused kernels, with TensorFlow's ops, and
+  with TensorFlow's ops and parts left out (none without such runs)."""
+  plain, without = r.get("step_seconds_tensorflow_ops"), r.get("step_seconds_without")
+  if not plain and not without:
     return []
   step, floor = sum(r["step_seconds"]), r["floor_seconds"]
-  lines = ["The same timed steps (the same batches) with parts of the encoder left out: "
-           "how much faster each would be if it cost nothing. This bounds what fusing it "
-           "into other kernels could give. Parts left out together can gain more or less "
-           "than the sum of their own gains (they share threads and memory traffic). "
-           "The full step's time here and above is the mean of a run before these and a "
-           "run after them.",
-           "", "| left out | ms per step | step ÷ matmul floor | faster by |", "|---|---|---|---|",
-           "| nothing | %.0f | %.2fx | - |" % (1000 * step / r["steps"], step / floor)]
-  for name, seconds in r["step_seconds_without"].items():
-    lines.append("| %s | %.0f | %.2fx | %.0f%% |" % (
-        name.replace("+", ", ").replace("_", " ").replace("gelu", "GELU"),
-        1000 * sum(seconds) / r["steps"], sum(seconds) / floor,
-        100 * (step / sum(seconds) - 1)))
+  base = sum(plain) if plain else step
+  rows = [("fused kernels (a run's default on a CPU)", step)]
+  rows += [("TensorFlow's ops", base)] if plain else []
+  rows += [("TensorFlow's ops without %s" % name.replace("+", ", ").replace("_", " ").replace(
+      "gelu", "GELU"), sum(seconds)) for name, seconds in (without or {}).items()]
+  lines = ["The same timed steps (the same batches) with the encoder's fused kernels, with "
+           "TensorFlow's own ops, and with TensorFlow's ops and parts of the encoder left "
+           "out: how much faster each part would make the step if it cost nothing, against "
+           "what fusing it gives. Parts left out together can gain more or less than the "
+           "sum of their own gains (they share threads and memory traffic). The fused "
+           "step's time here and above is the mean of a run before these and a run after "
+           "them.", "",
+           "| encoder | ms per step | step ÷ matmul floor | time against TensorFlow's ops |",
+           "|---|---|---|---|"]
+  for label, seconds in rows:
+    lines.append("| %s | %.0f | %.2fx | %s |" % (
+        label, 1000 * seconds / r["steps"], seconds / floor,
+        "-" if seconds == base else "%+.0f%%" % (100 * (seconds / base - 1))))
+  return lines + [""]
+
+
+def fusion_of(op):
+  """What an op of the optimised graph fuses, in words."""
+  kind, _, fused = op.partition("[")
+  parts = fused.rstrip("]").replace("BiasAdd", "bias").replace("Tanh", "tanh")
+  if "MatMul" in kind:
+    where = "oneDNN's rewrite" if "Mkl" in kind else "grappler's remapper"
+    return "matrix multiply + %s (%s)" % (parts, where)
+  own = {"BertBiasGelu": "bias + GELU", "BertDropoutAddNorm": "bias + dropout + residual + "
+         "layer norm", "BertAttentionSoftmax": "scale + mask + softmax + dropout",
+         "BertDropout": "dropout (the embeddings' and the head's; its own gradient)"}
+  heads = {"BertSplitHeads": "[B, S, H] + bias to [B, heads, S, d]",
+           "BertMergeHeads": "[B, heads, S, d] to [B, S, H]"}
+  if kind in heads:  # (each is the other's gradient)
+    return "this project's kernel: %s, one copy (forward, and the other's gradient)" % (
+        heads[kind])
+  name = kind[:-len("Grad")] if kind.endswith("Grad") else kind
+  if name in own:
+    return "this project's kernel: %s, %s" % (own[name], "backward" if name != kind
+                                              else "forward")
+  return op
+
+
+def fusion_lines(results):
+  """The table of fused ops in each runtime's optimised training graph, for the fused
+  encoder and for TensorFlow's ops."""
+  columns = [(r, key) for r in results for key in ("fused_ops", "fused_ops_tensorflow_ops")
+             if r.get(key) is not None]
+  if not columns:
+    return []
+  ops = sorted(set(op for r, key in columns for op in r[key]))
+  lines = ["## Fusions that fire", "",
+           "Fused ops in the training step's graph as the executor runs it (after "
+           "grappler's rewrites, from the partition graphs of one step), per runtime, with "
+           "the encoder's fused kernels and with TensorFlow's own ops. An op the table "
+           "does not list is in neither graph.", "",
+           "| op | fuses | " + " | ".join(
+               "TF %s, %s" % (r["tensorflow"], "fused kernels" if key == "fused_ops"
+                               else "TensorFlow's ops") for r, key in columns) + " |",
+           "|---|---|" + "---|" * len(columns)]
+  for op in ops:
+    lines.append("| `%s` | %s | %s |" % (op, fusion_of(op), " | ".join(
+        str(r[key].get(op, 0)) for r, key in columns)))
   return lines + [""]
 
 

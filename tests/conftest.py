@@ -464,3 +464,14 @@ def first_batches(input_fn, params, count):
     batch = tf.data.make_one_shot_iterator(input_fn(dict(params))).get_next()
     with tf.Session() as session:
       return [session.run(batch["example_id"]).tolist() for _ in range(count)]
+
+
+def modules_loaded_by(module, candidates):
+  """Which of the candidate modules a fresh interpreter has loaded after importing module
+  (sorted): for modules that environments without TensorFlow or torch import."""
+  import subprocess
+  import sys
+  code = ("import sys, %s\nprint(sorted(m for m in %r if m in sys.modules))"
+          % (module, tuple(candidates)))
+  return subprocess.check_output([sys.executable, "-c", code], cwd=ROOT,
+                                 universal_newlines=True).strip()

@@ -5,13 +5,11 @@ test_windows.py). They run here without torch or transformers, which live in the
 optional .venvs/hf environment that no test needs."""
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, modules_loaded_by
 from tools import bench_hf
 
 
@@ -144,11 +142,7 @@ def test_time_to_quality_reads_the_two_files_the_benchmark_wrote():
 
 def test_importing_it_loads_neither_tensorflow_nor_torch():
   # The .venvs/hf environment has no TensorFlow; the TensorFlow ones have no torch.
-  code = ("import sys, tools.bench_hf\n"
-          "print(sorted(m for m in ('tensorflow', 'torch', 'transformers') if m in sys.modules))")
-  output = subprocess.check_output([sys.executable, "-c", code], cwd=ROOT,
-                                   universal_newlines=True)
-  assert output.strip() == "[]"
+  assert modules_loaded_by("tools.bench_hf", ("tensorflow", "torch", "transformers")) == "[]"
 
 
 def test_the_optional_requirements_pin_exact_versions():

@@ -3,12 +3,10 @@ whole epochs' batches as a pool, and a window drawn from it whose lengths spread
 pool's do. Pure Python, shared by the Hugging Face path (tools/bench_hf.py, in an
 environment without TensorFlow) and this project's (tools/bench_worker.py)."""
 
-import subprocess
-import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import modules_loaded_by
 from tools import windows
 
 
@@ -93,8 +91,4 @@ def test_a_pool_holds_whole_epochs_and_eight_batches_per_measured_step():
 
 def test_importing_it_loads_neither_tensorflow_nor_torch_nor_numpy():
   # Both the TensorFlow environments and .venvs/hf (no TensorFlow) import it.
-  code = ("import sys, tools.windows\n"
-          "print(sorted(m for m in ('numpy', 'tensorflow', 'torch') if m in sys.modules))")
-  output = subprocess.check_output([sys.executable, "-c", code], cwd=ROOT,
-                                   universal_newlines=True)
-  assert output.strip() == "[]"
+  assert modules_loaded_by("tools.windows", ("numpy", "tensorflow", "torch")) == "[]"

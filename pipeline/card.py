@@ -8,19 +8,18 @@ import tensorflow.compat.v1 as tf
 
 from data import tokenization
 from data.files import write_whole
+from data.processors import processor_class
 from modeling.bert import BertConfig, BertConfigError
 from modeling.checkpoint import head_shape
 from pipeline import build, distribution, eval_history
 from spec import labels as label_specs
 from spec import model_card
 from spec.errors import FlagError
+from spec.options import LAYOUT_OPTIONS
 from spec.tasks import canonical_task_name
 
 log = logging.getLogger(__name__)
 
-# How the training files were read: a later run on files of the same task reads them so.
-LAYOUT_OPTIONS = ("text_column", "text_b_column", "id_column", "has_header", "delimiter",
-                  "quoting", "xnli_language")
 
 
 def settle(c, cluster=None):
@@ -101,10 +100,9 @@ def apply_model_card(c, card, where=None):
   c = _with_card_vocabulary(c, card, where)
   if not c.is_given("bert_config_file") and not c.model.bert_hub_module_handle:
     c = c.replace(bert_config_file=None)  # build.bert_config_of takes the card's config
-  if (canonical_task_name(c.data.task_name) or c.data.task_name) == card["task"]:
-    for name in LAYOUT_OPTIONS:
-      if not c.is_given(name) and name in card["flags"]:
-        c = c.replace(**{name: card["flags"][name]})
+  if (canonical_task_name(c.data.task_name) or c.data.task_name) == card["task"] and \
+      not c.is_given("xnli_language") and card["flags"].get("xnli_language"):
+    c = c.replace(xnli_language=card["flags"]["xnli_language"])  # (the language it learnt)
   log.info("model card %s: task %s, %s, max_seq_length %d, do_lower_case=%s", where,
            card["task"], label_specs.from_card(card["label_spec"]).describe(),
            card["max_seq_length"], card["do_lower_case"])
@@ -128,9 +126,22 @@ def _with_card_defaults(c, card):
     log.info("--auxiliary_targets: the model card lists the label columns (%s)",
              ", ".join(card["label_columns"]))
     changes["auxiliary_targets"] = False  # the card's columns already say which
-  if not c.is_given("label_column") and card["label_columns"]:
+  if not c.is_given("label_column") and card["label_columns"] and (
+      _label_columns_name_outputs(card["task"]) or not reads_labels(c.modes)):
+    # (A Jigsaw column names what an output means. A csv file's label column only says
+    # where that file keeps its labels: a run that reads labels names its own file's, and
+    # one that only predicts takes the card's names for its outputs.)
     changes["label_column"] = ",".join(card["label_columns"])
   return c.replace(**changes)
+
+
+def reads_labels(modes):
+  """Whether a run reads labels from its files (training or evaluating)."""
+  return modes.do_train or modes.do_eval
+
+
+def _label_columns_name_outputs(task):
+  return processor_class(task).label_columns_name_outputs
 
 
 def _with_card_vocabulary(c, card, where):
@@ -220,4 +231,5 @@ def card_of_run(model, flags, processor, vocab_file, tokenizer, bert_config, tra
       vocab_sha256=tokenization.vocab_fingerprint(vocab_file),
       bert_config=bert_config.to_dict() if bert_config else None,
       init_checkpoint=model.init_checkpoint, hub_module=model.bert_hub_module_handle,
-      flags=flags, text_pair=processor.reads_pairs, training=training)
+      flags={name: value for name, value in flags.items() if name not in LAYOUT_OPTIONS},
+      text_pair=processor.reads_pairs, training=training)

@@ -159,6 +159,13 @@ class DataOptions(object):
     return {"train": self.train_file, "dev": self.eval_file, "test": self.predict_file}
 
 
+# How a file is laid out: always the run's own (its flags, else the task's defaults). A model
+# reads files of any layout, so its card never records these, nor gives them to a run.
+LAYOUT_OPTIONS = ("text_column", "text_b_column", "id_column", "has_header",
+                  "train_has_header", "eval_has_header", "predict_has_header", "delimiter",
+                  "quoting", "skip_malformed_rows")
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelOptions(object):
   """The pre-trained model (or an export to predict with), and how texts become its

@@ -64,8 +64,9 @@ def test_training_writes_the_model_card(trained, tiny_checkpoint):
 
 @pytest.mark.slow
 def test_predict_from_the_card_alone_needs_no_model_flags(trained, tmp_path, caplog):
-  """--output_dir and the file are enough: labels, config, vocabulary and the columns come
-  from the card, and the predictions are the training run's."""
+  """--output_dir, the file and its layout are enough: labels, config and vocabulary come
+  from the card (the file's columns from the run: tests/test_layouts.py), and the
+  predictions are the training run's."""
   caplog.set_level("INFO")
   output_dir, expected = trained
   # A copy of the model folder (its checkpoint file lists relative paths).
@@ -77,7 +78,8 @@ def test_predict_from_the_card_alone_needs_no_model_flags(trained, tmp_path, cap
           open(os.path.join(copy, name), "wb") as dst:
         dst.write(src.read())
   run_flags("--output_dir=" + copy, "--do_predict", "--predict_file=" +
-            os.path.join(SST2, "test.tsv"), "--predict_batch_size=16")
+            os.path.join(SST2, "test.tsv"), "--text_column=sentence",
+            "--predict_batch_size=16")
   with open(os.path.join(copy, "test_results.tsv")) as f:
     assert f.read() == expected
   assert "model card %s: task csv, labels 1,0, max_seq_length 32" % os.path.join(

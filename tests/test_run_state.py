@@ -240,7 +240,7 @@ def test_a_csv_models_label_column_is_the_files_layout(jigsaw_model, tmp_path):
   with io.open(renamed, "w", encoding="utf-8", newline="") as f:
     csv.writer(f).writerows(rows)
   results = run_flags("--output_dir=" + folder, "--do_eval", "--eval_file=" + renamed,
-                      "--label_column=is_toxic").eval
+                      "--text_column=comment_text", "--label_column=is_toxic").eval
   assert results["num_examples"] == 25
   # A label the model has no class for needs another model, and the error says so.
   rows[5][rows[0].index("is_toxic")] = "2"
@@ -250,7 +250,7 @@ def test_a_csv_models_label_column_is_the_files_layout(jigsaw_model, tmp_path):
   line = 1 + sum(1 + "".join(row).count("\n") for row in rows[:5])  # (quoted newlines)
   with pytest.raises(DataError) as error:
     run_flags("--output_dir=" + folder, "--do_eval", "--eval_file=" + renamed,
-              "--label_column=is_toxic")
+              "--text_column=comment_text", "--label_column=is_toxic")
   assert str(error.value) == (
       "%s, line %d, column 'is_toxic': task csv: unknown label '2'; the labels are 0, 1, the "
       "classes of the model whose card is %s. Fix: a file read with this model may hold only "

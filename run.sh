@@ -7,6 +7,9 @@
 #                    --variants ...,hf adds Hugging Face's Trainer (creates .venvs/hf once)
 #   ./run.sh benchmark quality [ARGS]   time to quality: the real MiniLM, one epoch, each code
 #                    path, wall time and held-out ROC-AUC (tools/time_to_quality.py)
+#   ./run.sh benchmark fast-paths [ARGS]   whether the fast training paths (the fused kernels)
+#                    train as well as TensorFlow's own ops: held-out AUC and the bias metric
+#                    over seeds, both runtimes (tools/fast_path_quality.py)
 #   ./run.sh benchmark predictor [ARGS]   the predictor against --do_predict (tools/bench_predictor.py)
 #   ./run.sh benchmark serve [ARGS]   the HTTP server: requests/s, p50/p99 at 1, 8, 32 clients
 #   ./run.sh benchmark table SUMMARIES...   runs' run_summary.json as a wall-time table (tools/run_table.py)
@@ -325,6 +328,9 @@ cmd_benchmark() {
   elif [ "${1:-}" = quality ]; then
     shift
     TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runner/bin/python" -m tools.time_to_quality "$@"
+  elif [ "${1:-}" = fast-paths ]; then
+    shift
+    TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runner/bin/python" -m tools.fast_path_quality "$@"
   elif [ "${1:-}" = table ]; then
     shift
     "$VENVS/$runner/bin/python" -m tools.run_table "$@"
@@ -360,5 +366,5 @@ case "${1:-}" in
   setup) shift; cmd_setup "$@" ;;
   test) shift; cmd_test "$@" ;;
   shell) shift; cmd_shell "$@" ;;
-  *) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

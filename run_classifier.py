@@ -28,7 +28,7 @@ from pipeline import (build, card, checks, distribution, eval_history, evaluatio
                       folds, machine, outputs, splits, state, tasks, training, workspace)
 from spec import config, options
 from spec.cluster import ClusterError, parse_tf_config
-from spec.errors import FileFault, FlagError, ProcessFault
+from spec.errors import FileFault, FlagError, NumericFault, ProcessFault
 
 log = logging.getLogger("run_classifier")
 
@@ -163,6 +163,8 @@ def run_model(c, fold=None, cluster=None):
       distribution.remove_worker_scratch(output_dir, cluster)
       return result
   result.checkpoint = checkpoint  # (the best one with --best_metric, else the newest)
+  if modes.do_train and checkpoint and (modes.do_eval or modes.do_predict or modes.do_export):
+    evaluation.check_values(checkpoint, "use")  # (whole, and its numbers finite)
   if fold is not None:  # the held-out rows' outputs, for the folds' out-of-fold predictions
     result.oof = folds.predict_held_out(evaluator, featurised.dev, checkpoint, fold)
   if modes.do_eval and result.eval is None:  # estimator.evaluate on the dev split's input_fn
@@ -213,6 +215,9 @@ def main(argv):
     sys.exit(1)
   except ProcessFault as e:
     sys.stderr.write("run_classifier: process error: %s\n" % e)
+    sys.exit(1)
+  except NumericFault as e:
+    sys.stderr.write("run_classifier: model error: %s\n" % e)
     sys.exit(1)
 
 

@@ -11,6 +11,7 @@ import errno
 import hashlib
 import json
 import os
+import stat
 import uuid
 
 try:
@@ -19,7 +20,7 @@ except ImportError:  # (Windows: no POSIX locks; files are then not held)
   fcntl = None
 
 from data.gfile import FILE_ERRORS, gfile
-from spec.errors import FlagError
+from spec.errors import ArtefactFault, FlagError
 
 
 def staging_path(path):
@@ -34,17 +35,72 @@ def write_whole(path, content):
 
 
 @contextlib.contextmanager
-def staged_file(path, mode="w"):
+def staged_file(path, mode="w", verify=None):
   """with staged_file(path) as out: writes out (opened in mode) under a staging name,
-  renamed over path when the block ends; if it fails, path is left as it was."""
+  renamed over path when the block ends; if it fails, path is left as it was. verify(the
+  staging path), if given, reads the closed file back first and raises if it is not
+  what was meant."""
   staging = staging_path(path)
   try:
     with gfile.GFile(staging, mode) as out:
       yield out
+    if verify is not None:
+      verify(staging)
     gfile.rename(staging, path, overwrite=True)
   except BaseException:
     remove_quietly(staging)
     raise
+
+
+def not_a_file_problem(path):
+  """Why path, which exists, is no file a reader may open, or None: a folder, a pipe (whose
+  read would wait for a writer for ever), a device or socket, a link that loops."""
+  if "://" in path:
+    return "it is a folder, not a file" if gfile.isdir(path) else None
+  try:
+    mode = os.stat(path).st_mode
+  except OSError as e:
+    return "it cannot be opened (%s)" % (e.strerror or e)
+  if stat.S_ISDIR(mode):
+    return "it is a folder, not a file"
+  if stat.S_ISFIFO(mode):
+    return "it is a pipe, not a file (reading it would wait for a writer for ever)"
+  if not stat.S_ISREG(mode):
+    return "it is a device or socket, not a file"
+  return None
+
+
+def exists(path):
+  """Whether anything is at path (a link that points nowhere or loops counts: it is a
+  fault to report, not an absence)."""
+  if "://" in path:
+    return gfile.exists(path)
+  return os.path.lexists(path)
+
+
+def read_written(path, fix, binary=False):
+  """The content of a file the project wrote for later use (text, or bytes with binary),
+  or None when there is none. Anything at path that is not a readable file (a folder, a
+  pipe, a link that loops, bytes that are not UTF-8 text) is an ArtefactFault naming path,
+  what is wrong, and fix (the way forward)."""
+  if not exists(path):
+    return None
+  problem = not_a_file_problem(path)
+  if problem is None:
+    try:
+      with gfile.GFile(path, "rb") as f:
+        content = f.read()
+      return content if binary else content.decode("utf-8")
+    except FILE_ERRORS as e:
+      problem = "it cannot be read (%s)" % _first_line(e)
+    except UnicodeDecodeError as e:
+      problem = "it is not UTF-8 text (byte %d is 0x%02x)" % (e.start, e.object[e.start])
+  raise ArtefactFault("%s: %s. Fix: %s" % (path, problem, fix))
+
+
+def _first_line(error):
+  text = getattr(error, "message", None) or getattr(error, "strerror", None) or str(error)
+  return str(text).strip().splitlines()[0] if str(text).strip() else type(error).__name__
 
 
 def remove_quietly(path):

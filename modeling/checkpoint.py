@@ -57,6 +57,35 @@ def files_problem(prefix):
   return None
 
 
+# An optimizer's own variables beside a model's (Adam's moments, the step): not the model.
+OPTIMIZER_VARIABLE = re.compile(r"(/adam_[mv]$|/Adam(_1)?$|^global_step$|/accum)")
+
+
+def values_problem(prefix):
+  """(None, False) when every model variable of a checkpoint (optimizer slots left out)
+  reads back whole (TensorFlow checks each one's checksum) and holds finite numbers; else
+  (what is wrong, whether it is numbers that are not finite): damaged data, or the first
+  variable, in name order, with a NaN or an infinity (as a diverged run can leave). Reads
+  the model's values: once per run, before the checkpoint evaluates, predicts or
+  exports."""
+  import numpy as np
+  reader = tf.train.load_checkpoint(prefix)
+  dtypes = reader.get_variable_to_dtype_map()
+  for name in sorted(dtypes):
+    if OPTIMIZER_VARIABLE.search(name) or not dtypes[name].is_floating:
+      continue
+    try:
+      value = reader.get_tensor(name)
+    except tf.errors.OpError as e:
+      return "its value of %s cannot be read (%s): the file was damaged" % (
+          name, e.message.strip().splitlines()[0]), False
+    bad = ~np.isfinite(value)
+    if bad.any():
+      return "its variable %s holds %d values that are not numbers (%s)" % (
+          name, int(bad.sum()), "NaN" if np.isnan(value).any() else "infinity"), True
+  return None, False
+
+
 def _num_elements(shape):
   count = 1
   for size in shape:

@@ -51,8 +51,11 @@ def make_tokenizer(model):
   warning = tokenization.casing_mismatch_warning(do_lower_case, model.init_checkpoint)
   if warning:
     log.warning(warning)
-  return (fast_tokenization.tokenizer_for(vocab_file, do_lower_case, model.tokenizer),
-          vocab_file)
+  tokenizer = fast_tokenization.tokenizer_for(vocab_file, do_lower_case, model.tokenizer)
+  problem = tokenization.casing_problem(tokenizer.vocab, vocab_file, do_lower_case)
+  if problem:
+    raise FlagError(problem)
+  return tokenizer, vocab_file
 
 
 def bert_config_of(model, card=None, card_path=None):
@@ -104,7 +107,7 @@ def read_bert_config(path):
 def encoder_config(bert_config, tokenizer):
   """The encoder's config; a hub module brings its own encoder, and the head needs only
   the config's initializer range."""
-  return bert_config or BertConfig(vocab_size=len(tokenizer.vocab))
+  return bert_config or BertConfig(vocab_size=tokenization.vocab_size(tokenizer.vocab))
 
 
 def num_train_steps_for(num_examples, training):

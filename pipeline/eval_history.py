@@ -15,7 +15,9 @@ import os
 
 import tensorflow.compat.v1 as tf
 
-from data.files import write_whole
+from data.files import read_written, write_whole
+from modeling.checkpoint import files_problem as checkpoint_files_problem
+from spec.errors import ArtefactFault
 
 HISTORY_CSV = "eval_history.csv"
 CURVE_PNG = "learning_curve.png"
@@ -24,6 +26,12 @@ BEST_JSON = "best_checkpoint.json"
 # The history's own columns; the eval metrics come between train_loss and best.
 FIRST_COLUMNS = ("step", "train_loss")
 LAST_COLUMNS = ("best", "checkpoint", "train_seconds_so_far", "eval_seconds_so_far")
+# The way forward from a history or best record that cannot be used as it is.
+HISTORY_FIX = ("it was cut short or edited (re-saved by a spreadsheet, say): restore it, or "
+               "delete it to begin a new history at the next evaluation (the best "
+               "checkpoint in best/ is kept), or train into a new --output_dir")
+BEST_FIX = ("restore the best/ folder as it was written, or delete it (the next evaluations "
+            "choose a best checkpoint again), or train into a new --output_dir")
 
 
 def lower_is_better(metric):
@@ -79,11 +87,13 @@ class EvalHistory(object):
   @classmethod
   def load(cls, path, up_to_step):
     """The history at path, without rows past up_to_step (the checkpoint training
-    resumes from: later rows belong to checkpoints that are gone)."""
-    if not tf.io.gfile.exists(path):
+    resumes from: later rows belong to checkpoints that are gone). Verified first (its
+    columns, every row's cells and steps): ArtefactFault names the line and the way
+    forward. A byte-order mark and Windows line ends (a spreadsheet's re-save) are read."""
+    text = read_written(path, HISTORY_FIX)
+    if text is None:
       return cls(path)
-    with tf.io.gfile.GFile(path, "r") as f:
-      rows = [{k: _value(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    rows = parse_history(path, text.lstrip("\ufeff"))
     return cls(path, [r for r in rows if r["step"] <= up_to_step])
 
   def steps(self):
@@ -134,21 +144,107 @@ class EvalHistory(object):
     return len(self.rows) - 1 - self.rows.index(best)
 
 
+def parse_history(path, text):
+  """The rows of a history file's text, each cell as written (numbers, None for empty);
+  ArtefactFault for anything this program would not have written."""
+  def fault(problem, line=None):
+    return ArtefactFault("%s%s: %s. Fix: %s" % (path, ", line %d" % line if line else "",
+                                                problem, HISTORY_FIX))
+  if not text.strip():
+    raise fault("it is empty")
+  try:
+    records = list(csv.reader(io.StringIO(text, newline="")))
+  except csv.Error as e:
+    raise fault("it is not CSV (%s)" % e)
+  header, body = records[0], [(n, r) for n, r in enumerate(records[1:], 2) if r]
+  if (tuple(header[:len(FIRST_COLUMNS)]) != FIRST_COLUMNS or
+      tuple(header[-len(LAST_COLUMNS):]) != LAST_COLUMNS or len(set(header)) != len(header)):
+    raise fault("its header is %s, not the columns %s ... %s that eval_history.csv has "
+                "(a spreadsheet that changed the separator or the names?)" % (
+                    ",".join(header)[:120], ",".join(FIRST_COLUMNS), ",".join(LAST_COLUMNS)),
+                1)
+  rows, previous = [], 0
+  for line, record in body:
+    if len(record) != len(header):
+      raise fault("the row has %d cells, and the header %d" % (len(record), len(header)),
+                  line)
+    row = dict(zip(header, (_value(cell) for cell in record)))
+    step = row["step"]
+    if not isinstance(step, int) or step <= previous:
+      raise fault("step %r is not a whole number above the row before's (%d)" % (
+          record[0], previous), line)
+    previous = step
+    for name, value in row.items():
+      if name == "checkpoint":
+        if value is not None and not isinstance(value, str):
+          raise fault("its checkpoint cell is %r, not a checkpoint's path" % record[
+              header.index(name)], line)
+      elif value is not None and (not isinstance(value, (int, float)) or
+                                  (name != "step" and math.isinf(value))):
+        raise fault("column %s holds %r, not a number" % (name, record[header.index(name)]),
+                    line)
+    if row["best"] not in (0, 1):
+      raise fault("column best holds %r, not 0 or 1" % row["best"], line)
+    rows.append(row)
+  return rows
+
+
 def best_dir(output_dir):
   return os.path.join(output_dir, BEST_DIR)
 
 
+# A best record's entries and what each holds.
+BEST_FIELDS = {"metric": str, "value": (int, float), "step": int, "checkpoint_name": str,
+               "lower_is_better": bool}
+
+
 def read_best(output_dir):
   """The record of the best checkpoint kept in <output_dir>/best (metric, value, step,
-  checkpoint: its path under output_dir as given now), or None."""
+  checkpoint: its path under output_dir as given now), or None. Verified first: the
+  record as this program writes it, and the checkpoint it names complete. ArtefactFault
+  names what is wrong: a best checkpoint that is gone is never replaced by another
+  unsaid."""
   path = os.path.join(best_dir(output_dir), BEST_JSON)
-  if not tf.io.gfile.exists(path):
+  text = read_written(path, BEST_FIX)
+  if text is None:
+    if tf.io.gfile.exists(best_dir(output_dir)) and tf.io.gfile.glob(
+        os.path.join(best_dir(output_dir), "model.ckpt-*")):
+      raise ArtefactFault("%s: the best checkpoint's record %s is missing. Fix: %s" % (
+          best_dir(output_dir), BEST_JSON, BEST_FIX))
     return None
-  with tf.io.gfile.GFile(path, "r") as f:
-    record = json.load(f)
+  try:
+    record = json.loads(text)
+  except ValueError as e:
+    raise ArtefactFault("%s: it is not JSON (%s). Fix: %s" % (path, e, BEST_FIX))
+  problem = _best_record_problem(record)
+  if problem:
+    raise ArtefactFault("%s: %s. Fix: %s" % (path, problem, BEST_FIX))
   # The file names the checkpoint relative to best/, so a moved or copied folder keeps it.
   record["checkpoint"] = os.path.join(best_dir(output_dir), record["checkpoint_name"])
+  problem = checkpoint_files_problem(record["checkpoint"])
+  if problem:
+    raise ArtefactFault("%s names the best checkpoint %s (step %d), which cannot be used: "
+                        "%s. Fix: %s" % (path, record["checkpoint"], record["step"], problem,
+                                         BEST_FIX))
   return record
+
+
+def _best_record_problem(record):
+  """What makes a best record one this program did not write, or None."""
+  if not isinstance(record, dict):
+    return "it is not a JSON object"
+  for name, kind in sorted(BEST_FIELDS.items()):
+    value = record.get(name)
+    if value is None or isinstance(value, bool) != (kind is bool) or not isinstance(
+        value, kind):
+      return "its entry %s is %r, not %s" % (name, value, {
+          str: "a name", int: "a whole number", bool: "true or false"}.get(kind, "a number"))
+  if not math.isfinite(record["value"]):
+    return "its value is %r, not a finite number" % record["value"]
+  if record["checkpoint_name"] != "model.ckpt-%d" % record["step"]:
+    return "it names the checkpoint %r for step %d" % (record["checkpoint_name"],
+                                                       record["step"])
+  return None
 
 
 def keep_best(checkpoint, output_dir, goal, value, step):

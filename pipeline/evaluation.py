@@ -11,13 +11,13 @@ import tensorflow.compat.v1 as tf
 
 from data.reread import read_again
 from modeling.checkpoint import (EARLIER_CHECKPOINT_FIX, checkpoint_global_step, head_shape,
-                                 newest_checkpoint)
+                                 newest_checkpoint, values_problem)
 from modeling.checkpoint import files_problem as checkpoint_files_problem
 from modeling.metrics import metric_names
 from pipeline import eval_history
 from pipeline.outputs import paired, write_eval_results, write_test_results
 from pipeline.progress import RateReport
-from spec.errors import FlagError
+from spec.errors import ArtefactFault, FlagError, NumericFault
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,13 @@ class Evaluator(object):
     # Estimator's own "loss" averages per-batch means, so a part-padded last batch would
     # weigh too much; eval_loss is the exact mean over real examples.
     results["loss"] = results.pop("eval_loss")
+    if not math.isfinite(results["loss"]):
+      raise NumericFault("the eval loss of %s on %s is %r: the model's outputs are not "
+                         "numbers for some rows, so no metric means anything. Fix: train "
+                         "again with a lower --learning_rate (or without --use_fp16); "
+                         "--do_predict names the first row" % (
+                             describe_checkpoint(checkpoint), split.path_description(),
+                             results["loss"]))
     results["num_examples"] = int(round(results["num_examples"]))
     if results["num_examples"] != len(examples):
       raise RuntimeError("eval counted %d examples but the dev file has %d" %
@@ -121,7 +128,23 @@ class Evaluator(object):
       progress(done)
     if done != total:
       raise RuntimeError("predicted %d rows for %d examples: rows were lost" % (done, total))
-    return rows if rows is not None else numpy.zeros((0, 0), numpy.float32)
+    if rows is None:
+      return numpy.zeros((0, 0), numpy.float32)
+    check_finite_outputs(rows, split, checkpoint)
+    return rows
+
+
+def check_finite_outputs(rows, split, checkpoint):
+  """NumericFault naming the first example whose outputs are not finite numbers."""
+  bad = ~numpy.isfinite(rows).all(axis=1)
+  if bad.any():
+    first = int(numpy.argmax(bad))
+    raise NumericFault(
+        "the outputs of %s for %d of %d rows are not numbers (NaN or infinity), the first "
+        "being row %d (counted from 1) of %s: nothing was written from them. Fix: the model is broken "
+        "(a training that diverged): train again with a lower --learning_rate (or without "
+        "--use_fp16)" % (describe_checkpoint(checkpoint), int(bad.sum()), len(rows),
+                         first + 1, split.path_description()))
 
 
 def _check_prediction_ids(ids, seen, total):
@@ -161,8 +184,8 @@ def head_checkpoint(output_dir, init_checkpoint, allow_untrained_head, mode, lab
   allow_untrained_head. A head with another number of outputs belongs to another task:
   refused.
   """
-  kept = eval_history.read_best(output_dir)
-  if kept and tf.io.gfile.exists(kept["checkpoint"] + ".index"):
+  kept = eval_history.read_best(output_dir)  # (verified: its checkpoint is whole)
+  if kept:
     source = kept["checkpoint"]
     log.info("%s keeps the best checkpoint by %s (%s at step %d): using it", os.path.dirname(
         source), kept["metric"], format_metric(kept["value"]), kept["step"])
@@ -203,7 +226,25 @@ def head_checkpoint(output_dir, init_checkpoint, allow_untrained_head, mode, lab
                     "checkpoint was trained for another task or label set. Use the labels it "
                     "was trained with, or another --output_dir" % (
                         source, shape[0], label_spec.num_outputs, label_spec.describe()))
+  check_values(source, mode)
   return source
+
+
+def check_values(checkpoint, mode):
+  """Refuses to mode ("evaluate", "predict", "export") with a checkpoint whose model
+  variables are damaged (ArtefactFault) or hold numbers that are not finite
+  (NumericFault: every output would be NaN), naming the variable."""
+  problem, numeric = values_problem(checkpoint)
+  if problem and numeric:
+    raise NumericFault(
+        "refusing to %s with %s: %s, so every output would be NaN. Fix: the training "
+        "diverged: train again (from an earlier checkpoint, %s) with a lower "
+        "--learning_rate, or without --use_fp16" % (mode, checkpoint, problem,
+                                                    EARLIER_CHECKPOINT_FIX))
+  if problem:
+    raise ArtefactFault("refusing to %s with %s: %s. Fix: restore the checkpoint's files, "
+                        "%s, or train again" % (mode, checkpoint, problem,
+                                                EARLIER_CHECKPOINT_FIX))
 
 
 def describe_checkpoint(path):

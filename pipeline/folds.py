@@ -11,6 +11,7 @@ import tensorflow.compat.v1 as tf
 
 from data import folds as folds_lib
 from data.errors import DataError
+from data.files import write_whole
 from data.reread import read_again
 from pipeline.build import make_processor
 from pipeline.outputs import FoldsRun, paired, write_fold_predictions, write_test_results
@@ -104,10 +105,14 @@ def run_folds(c, run_model):
     return result
   result.summary = fold_summary(result.folds, num_folds, c.training.seed,
                                 [assignment.count(i) for i in range(num_folds)])
-  with tf.io.gfile.GFile(os.path.join(output_dir, "folds_summary.json"), "w") as out:
-    json.dump(result.summary, out, indent=2, sort_keys=True)
+  write_whole(os.path.join(output_dir, "folds_summary.json"),
+              json.dumps(result.summary, indent=2, sort_keys=True))
   for name, figures in sorted(result.summary["metrics"].items()):
-    log.info("  %d-fold %s = %.4f +- %.4f", num_folds, name, figures["mean"], figures["std"])
+    missing = figures["undefined_on_folds"]
+    log.info("  %d-fold %s = %.4f +- %.4f%s", num_folds, name, figures["mean"], figures["std"],
+             " (over the %d folds where it is defined; undefined on fold%s %s)" % (
+                 num_folds - len(missing), "s" if len(missing) > 1 else "",
+                 ", ".join(str(i) for i in missing)) if missing else "")
   by_row = {}
   for i in chosen:
     rows = [r for r, a in enumerate(assignment) if a == i]

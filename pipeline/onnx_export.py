@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from data.fast_tokenization import tokenizer_json
+from data.tokenization import vocab_size
 from data.files import write_manifest
 from modeling import export
 from pipeline.hf_export import tokenizer_truncation
@@ -64,7 +65,7 @@ def write_onnx_folder(folder, model_fn, checkpoint, card, vocab_text, vocab):
   serving model_fn) into folder, which must not exist: vocab_text is the vocabulary's
   text, vocab that text read ({token: id}). Returns folder."""
   output_name = signature.output_name(label_specs.from_card(card["label_spec"]))
-  samples = check_batches(len(vocab), card["max_seq_length"])
+  samples = check_batches(vocab_size(vocab), card["max_seq_length"])
   graph_def, expected = export.frozen_ids_graph(model_fn, checkpoint, output_name, samples)
   # Staged beside the export when it is local (a full disk is then the export's, and
   # reported so), else in the temp folder before its copy into the bucket.

@@ -1,7 +1,6 @@
 """The files a run writes into --output_dir (a local folder or a bucket): the eval
 results, the predictions, report files and the run summary; and what a run returns."""
 
-import collections
 import dataclasses
 import json
 import logging
@@ -101,20 +100,20 @@ def write_test_results(output_dir, processor, predictions, model):
 def write_predictions(path, predictions, label_spec, carried=()):
   """One line per (example, outputs) of predictions, in their order: id, the label spec's
   prediction columns (e.g. per-class probabilities and the predicted class), then the
-  carried columns (names of the examples' extras). The file is written whole (staged,
-  then renamed) once predictions end. Returns the number of lines."""
-  changed = collections.Counter()
-  count = 0
-  with staged_file(path) as out:
-    out.write("\t".join(["id"] + label_spec.prediction_header() + list(carried)) + "\n")
+  carried columns (names of the examples' extras). Every cell is written as it is, quoted
+  as CSV quotes (tsv_cell) where it holds a tab, a line break or a quote. The file is
+  written whole (staged, read back as Python's csv module reads it, then renamed) once
+  predictions end. Returns the number of lines."""
+  header = ["id"] + label_spec.prediction_header() + list(carried)
+  count = [0]
+  with staged_file(path, verify=lambda staging: check_tsv(staging, len(header), count[0])) \
+      as out:
+    out.write(tsv_line(header))
     for example, values in predictions:
-      out.write("\t".join([one_line(example.guid, changed, "id")] +
-                          label_spec.prediction_cells(values) +
-                          [one_line(example.extras.get(k, ""), changed, k)
-                           for k in carried]) + "\n")
-      count += 1
-  _report_changed_cells(path, changed)
-  return count
+      out.write(tsv_line([example.guid] + label_spec.prediction_cells(values) +
+                         [example.extras.get(k, "") for k in carried]))
+      count[0] += 1
+  return count[0]
 
 
 def paired(examples, outputs):
@@ -133,35 +132,45 @@ def paired(examples, outputs):
 
 def write_fold_predictions(path, examples, fold_of, outputs, label_spec):
   """Out-of-fold predictions: id, fold, the head's prediction columns, one line per row."""
-  changed = collections.Counter()
-  with tf.io.gfile.GFile(path, "w") as out:
-    out.write("\t".join(["id", "fold"] + label_spec.prediction_header()) + "\n")
+  header = ["id", "fold"] + label_spec.prediction_header()
+  count = [0]
+  with staged_file(path, verify=lambda staging: check_tsv(staging, len(header), count[0])) \
+      as out:
+    out.write(tsv_line(header))
     for example, fold, values in zip(examples, fold_of, outputs):
-      out.write("\t".join([one_line(example.guid, changed, "id"), str(fold)] +
-                          label_spec.prediction_cells(values)) + "\n")
-  _report_changed_cells(path, changed)
+      out.write(tsv_line([example.guid, str(fold)] + label_spec.prediction_cells(values)))
+      count[0] += 1
 
 
-# What would end a TSV cell or its line for some reader: a tab, and every character
-# Python's str.splitlines breaks at (\r, \x0b, \x0c, \x1c-\x1e, \x85, \u2028, \u2029).
-_CELL_BREAKS = re.compile(u"[\t\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+# What makes a TSV cell need quotes for Python's csv module and pandas to read it back as
+# it was: a tab, a line break, or a quote.
+_NEEDS_QUOTES = re.compile(u'[\t\n\r"]')
 
 
-def one_line(text, changed=None, column=None):
-  """text as one TSV cell: its tabs and line breaks become spaces (counted by column in
-  changed, for the log)."""
-  cell, count = _CELL_BREAKS.subn(u" ", str(text))
-  if count and changed is not None:
-    changed[column] += 1
-  return cell
+def tsv_cell(text):
+  """text as one TSV cell that csv and pandas read back unchanged: as it is, or quoted
+  (its quotes doubled) where it holds a tab, a line break or a quote."""
+  text = str(text)
+  return u'"%s"' % text.replace(u'"', u'""') if _NEEDS_QUOTES.search(text) else text
 
 
-def _report_changed_cells(path, changed):
-  """A warning naming the cells whose tabs or line breaks were written as spaces: never a
-  silent change (the rows keep the input's order, which matches them)."""
-  for column, count in sorted(changed.items()):
-    log.warning("%s: %d %s cells held tabs or line breaks, written as spaces (the rows are "
-                "in the input's order)", path, count, column)
+def tsv_line(cells):
+  return u"\t".join(tsv_cell(cell) for cell in cells) + u"\n"
+
+
+def check_tsv(path, width, rows):
+  """Reads a TSV just written as Python's csv module does: RuntimeError unless it has a
+  header and rows lines of width cells each (a writer's bug must not reach a user)."""
+  import csv
+  csv.field_size_limit(2 ** 31 - 1)
+  with tf.io.gfile.GFile(path, "r") as f:  # (lines end at \n alone: a quoted \r stays)
+    count = -1
+    for count, record in enumerate(csv.reader(f, delimiter="\t")):
+      if len(record) != width:
+        raise RuntimeError("%s: line %d reads back as %d cells, not %d" % (
+            path, count + 1, len(record), width))
+  if count != rows:
+    raise RuntimeError("%s reads back as %d rows, not %d" % (path, count, rows))
 
 
 def write_run_summary(c, started, seconds, progress, bert_config, result, best=None,

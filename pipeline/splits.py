@@ -38,6 +38,10 @@ class Split(object):
     self.record_files = metadata["files"]
     self._reading = reading  # input_fn_builder's max_seq_length, label_spec, seed, padding
 
+  def path_description(self):
+    """The file(s) the split was read from, for messages."""
+    return str(self.metadata.get("source_file") or "the split's file")
+
   def input_fn(self, is_training=False, skip_examples=0):
     """The input_fn of the split's records (training: shuffled, repeated, skipping the
     examples a resumed run's steps have used)."""

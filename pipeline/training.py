@@ -110,6 +110,7 @@ class Trainer(object):
         break
       if goal and training.early_stopping_patience and (
           history.evaluations_since_best(goal) >= training.early_stopping_patience):
+        refuse_undefined_goal(history, goal)
         best = history.best_row(goal)
         log.info("early stopping at step %d of %d: %s has not improved for %d evaluations "
                  "(best %s at step %s)", step, self.num_train_steps, goal.metric,
@@ -127,10 +128,9 @@ class Trainer(object):
     draw_learning_curve(output_dir, history, goal)
     latest = tf.train.latest_checkpoint(output_dir)
     if goal:
+      refuse_undefined_goal(history, goal)
       kept = eval_history.read_best(output_dir)
-      if kept is None:
-        log.warning("no evaluation gave a value of %s: the last checkpoint is used", goal.metric)
-      else:
+      if kept is not None:
         log.info("the best checkpoint by %s: %s at step %d (%s); eval, predict and export use "
                  "it", goal.describe(), format_metric(kept["value"]), kept["step"],
                  kept["checkpoint"])
@@ -168,6 +168,20 @@ class Trainer(object):
                eval_seconds_so_far=seconds["eval"] + seconds_before["eval"])
     history.append(row)
     return results
+
+
+def refuse_undefined_goal(history, goal):
+  """FlagError when no evaluation so far has given a value of the metric that chooses the
+  best checkpoint (an AUC on a dev split of one class, say): early stopping would stop on
+  nothing, and no checkpoint could be called the best."""
+  if history.rows and history.best_row(goal) is None:
+    raise FlagError(
+        "--best_metric=%s was undefined at all %d evaluations up to step %d (an AUC, say, "
+        "on a dev split whose rows are all of one class), so no checkpoint can be chosen "
+        "by it. Fix: choose a metric this dev split defines (--best_metric=loss), or give "
+        "a dev file with rows of every class; the checkpoints so far are kept in %s"
+        % (goal.metric, len(history.rows), history.steps()[-1],
+           os.path.dirname(history.path)))
 
 
 def check_best_metric(best_metric, output_dir, task, dev_examples):

@@ -9,6 +9,7 @@ for buckets too), so the ONNX predictor runs where TensorFlow is not installed.
 
 import collections.abc
 import logging
+import math
 import os
 
 import numpy as np
@@ -20,7 +21,7 @@ from data.gfile import gfile
 from spec import labels as label_specs
 from spec import model_card
 from spec import signature
-from spec.errors import FlagError
+from spec.errors import FlagError, NumericFault
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +195,11 @@ class ExportPredictor(object):
       batch = padded_batch([features[i] for i in rows])
       values = self.run_batch(batch)
       for i, value in zip(rows, values.tolist()):
+        if not all(math.isfinite(v) for v in value):
+          raise NumericFault(
+              "the model's outputs for input %d are %s, not numbers: %s is broken (a "
+              "training that diverged, say). Fix: export a model whose eval and predict "
+              "runs give numbers" % (i, value, self.export_dir))
         outputs[i] = value
     return outputs
 

@@ -22,6 +22,20 @@ class FileFault(Exception):
   as a file error and exits 1."""
 
 
+class ArtefactFault(FileFault):
+  """A file the project wrote for later use (a run's history, its record of the best
+  checkpoint, a checkpoint, records, an export) that cannot be used as it is: missing, cut
+  short, edited, replaced, or holding values that are not numbers. Verified before every
+  use; the message names the file, what is wrong and the way forward, and run_classifier
+  prints it as a file error and exits 1."""
+
+
+class NumericFault(Exception):
+  """A model whose outputs or metrics are not finite numbers (NaN or infinity): the message
+  names the first bad row, metric or variable and the way forward. Nothing is written
+  from such outputs; run_classifier prints it as a model error and exits 1."""
+
+
 class ProcessFault(Exception):
   """A worker process of the run that was killed (by the system's out-of-memory killer,
   say) or failed: the message says which and how; run_classifier prints it as a process

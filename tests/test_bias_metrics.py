@@ -330,25 +330,3 @@ def test_module_imports_no_tensorflow():
           "b.bias_report([0.1, 0.9], [0, 1], {'male': [1, 1]}); "
           "assert not [m for m in sys.modules if m.split('.')[0] == 'tensorflow'], 'tf'")
   subprocess.check_call([sys.executable, "-c", code], cwd=ROOT)
-
-
-def test_prediction_ids_stay_one_cell_and_a_change_is_reported(tmp_path, caplog):
-  """An id's \\r was written raw, so a TSV reader found more rows than predictions; tabs
-  and newlines became spaces without a word."""
-  import csv
-  import io
-  from data.features import InputExample
-  from pipeline.outputs import write_predictions
-  from spec.labels import build_spec
-  ids = [u"a\rb", u"c\td", u"e\u2028f", u"plain", u"g\nh\x85i"]
-  examples = [InputExample(guid, u"text") for guid in ids]
-  path = str(tmp_path / "test_results.tsv")
-  write_predictions(path, [(example, [0.25, 0.75]) for example in examples],
-                    build_spec("classification", ["label"], ("0", "1")))
-  with io.open(path, encoding="utf-8", newline="") as f:
-    rows = list(csv.reader(f, delimiter="\t"))
-  with io.open(path, encoding="utf-8") as f:
-    assert len(f.read().splitlines()) == 1 + len(ids)
-  assert [row[0] for row in rows[1:]] == [u"a b", u"c d", u"e f", u"plain", u"g h i"]
-  assert ("%s: 4 id cells held tabs or line breaks, written as spaces (the rows are in the "
-          "input's order)" % path) in caplog.text

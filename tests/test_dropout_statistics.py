@@ -13,6 +13,8 @@ deterministic: it passes or fails the same way on every run, and its bounds are 
 makes a pass meaningful. A test that makes k checks may alarm falsely with probability
 at most k * ALPHA.
 
+0. the masks are exactly the documented hash (a numpy splitmix64 reference), whatever the
+   threads; a graph without a seed draws its own run seed;
 1. keep rates: per site, step, row, column (and head, query, key of the attention
    layout), for rates 0.1 and 0.4; the distribution of kept counts per row against the
    binomial and against tf.nn.dropout's;
@@ -31,7 +33,10 @@ at most k * ALPHA.
    gradients of four variables agree (Welch z per element and on 8 random projections,
    a variance ratio per element with its kurtosis-adjusted standard error, the mean
    squared distance to the mean); and the same statistics reject a kernel dropout whose
-   rate is 20% too high (their power).
+   rate is 20% too high (their power). These bounds are large-sample (normal and
+   chi-square) approximations, so ALPHA is nominal there. 300 draws do not see every
+   defect: sites sharing one mask, or a backward pass applying another site's mask,
+   pass them (measured by mutating fused_ops.cc); sections 2 and 3 catch those.
 """
 
 import functools
@@ -280,6 +285,78 @@ def tensorflow_masks(rate, shape, draws):
     dropped = tf.nn.dropout(tf.ones([draws] + list(shape)), rate=rate)
     with tf.Session() as session:
       return as_kept(session.run(dropped), rate)
+
+
+# ---- 0. The masks are the documented hash, whatever the threads and the runtime.
+
+def splitmix64_finaliser(z):
+  """Mix of fused_ops.cc on numpy uint64 arrays (arithmetic modulo 2^64)."""
+  z = z + np.uint64(0x9E3779B97F4A7C15)
+  z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+  z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+  return z ^ (z >> np.uint64(31))
+
+
+def reference_kept(seed, step, site, rate, size):
+  """Element i is kept when the top 24 bits of Mix(key + i) reach round(rate * 2^24),
+  key = Mix(Mix(Mix(seed) ^ step) ^ site), rate as the float32 attribute holds it."""
+  with np.errstate(over="ignore"):
+    word = lambda value: np.array([value], np.int64).view(np.uint64)
+    key = splitmix64_finaliser(
+        splitmix64_finaliser(splitmix64_finaliser(word(seed)) ^ word(step)) ^ word(site))
+    draws = splitmix64_finaliser(key + np.arange(size, dtype=np.uint64)) >> np.uint64(40)
+  threshold = math.floor(float(np.float32(rate)) * (1 << 24) + 0.5)
+  return draws >= threshold
+
+
+@pytest.mark.parametrize("rate", RATES)
+def test_the_masks_are_the_documented_hash_of_seed_step_site_and_element(kernels, rate):
+  """So their statistics are those of splitmix64 (which passes BigCrush as a generator of
+  Mix(key + i)), and a checkpoint resumed on the other runtime draws the same masks."""
+  size = 5000  # (more than one of BertDropout's blocks of 4096)
+  sites = [0, 5, EMB, HEAD_SITE]
+  draws = [(SEED, 0), (SEED, 1), (SEED, 123456), (SEED + 1, 0), (-3, 7), (2 ** 62 + 5, 2 ** 40)]
+  kept = kernel_masks(kernels, rate, [("dropout", [size], site) for site in sites], draws)
+  for s, site in enumerate(sites):
+    for d, (seed, step) in enumerate(draws):
+      np.testing.assert_array_equal(kept[s][d], reference_kept(seed, step, site, rate, size),
+                                    err_msg="seed %d, step %d, site %d" % (seed, step, site))
+
+
+def test_the_masks_do_not_depend_on_the_threads(kernels):
+  with tf.Graph().as_default():
+    seed = tf.constant([SEED, 3], tf.int64)
+    outputs = [applied_multipliers(kernels, kind, shape, 0.4, site, seed) for kind, shape, site in
+               (("dropout", [5, 4096], EMB), ("add_norm", TOKENS, 1),
+                ("attention", ATTENTION, 0))]
+    values = []
+    for threads in (1, 2, 4):
+      config = tf.ConfigProto(intra_op_parallelism_threads=threads,
+                              inter_op_parallelism_threads=threads)
+      with tf.Session(config=config) as session:
+        values.append(session.run(outputs))
+  for other in values[1:]:
+    for a, b in zip(values[0], other):
+      np.testing.assert_array_equal(a, b)
+
+
+def test_a_graph_without_a_seed_draws_its_own_run_seed(kernels):
+  """step_seed: [the graph's seed, the global step]. A graph without a seed gets a random
+  one, so an unseeded run that is resumed (a new graph) draws other masks than an
+  uninterrupted run would; with a seed (RunConfig(tf_random_seed), which --seed always
+  sets) it draws the same."""
+  seeds = []
+  for graph_seed in (None, None, SEED, SEED):
+    with tf.Graph().as_default():
+      if graph_seed is not None:
+        tf.set_random_seed(graph_seed)
+      seed = fused.step_seed()
+      with tf.Session() as session:
+        session.run(tf.global_variables_initializer())
+        seeds.append(list(session.run(seed)))
+  assert seeds[0][1] == seeds[1][1] == 0
+  assert seeds[0][0] != seeds[1][0]
+  assert seeds[2] == seeds[3] == [SEED, 0]
 
 
 # ---- 1. Keep rates.
@@ -602,8 +679,7 @@ def dropout_in_call_order(kernels_object, monkeypatch):
   monkeypatch.setattr(bert, "dropout", dropout)
 
 
-@pytest.mark.parametrize("pooled_only", [False, True])
-@pytest.mark.parametrize("rate", RATES)
+@pytest.mark.parametrize("rate, pooled_only", [(0.1, True), (0.4, False)])
 def test_the_fused_encoder_is_tensorflow_s_with_the_kernels_masks(kernels, rate, pooled_only,
                                                                   monkeypatch):
   """Dropout on: the fused encoder's pooled output and every gradient equal those of the

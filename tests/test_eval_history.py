@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import JIGSAW, common_flags, run_flags
+from conftest import JIGSAW, checkpoint_variables, common_flags, run_flags
 from modeling.metrics import metric_names
 from pipeline import eval_history
 from pipeline.checks import check_run
@@ -68,15 +68,14 @@ def test_keep_best_copies_records_and_replaces(tmp_path):
   output_dir = tmp_path / "out"
   output_dir.mkdir()
   for step in (10, 20):
-    for suffix in (".index", ".data-00000-of-00001"):
-      (output_dir / ("model.ckpt-%d%s" % (step, suffix))).write_text("step %d" % step)
+    write_checkpoint(str(output_dir / ("model.ckpt-%d" % step)), step)
   goal = Goal("auc")
   first = keep_best(str(output_dir / "model.ckpt-10"), str(output_dir), goal, 0.7, 10)
   assert first == str(output_dir / "best" / "model.ckpt-10")
   second = keep_best(str(output_dir / "model.ckpt-20"), str(output_dir), goal, 0.8, 20)
   assert sorted(os.listdir(str(output_dir / "best"))) == [
       "best_checkpoint.json", "model.ckpt-20.data-00000-of-00001", "model.ckpt-20.index"]
-  assert (output_dir / "best" / "model.ckpt-20.index").read_text() == "step 20"
+  assert checkpoint_variables(str(output_dir / "best" / "model.ckpt-20"))["w"] == 20
   assert eval_history.read_best(str(output_dir)) == {
       "metric": "auc", "value": 0.8, "step": 20, "checkpoint": second,
       "checkpoint_name": "model.ckpt-20", "lower_is_better": False}
@@ -85,6 +84,17 @@ def test_keep_best_copies_records_and_replaces(tmp_path):
   output_dir.rename(moved)
   assert eval_history.read_best(str(moved))["checkpoint"] == str(moved / "best" /
                                                                  "model.ckpt-20")
+
+
+def write_checkpoint(prefix, value):
+  """A real checkpoint of one variable w = value (without its .meta)."""
+  import tensorflow.compat.v1 as tf
+  with tf.Graph().as_default():
+    w = tf.get_variable("w", initializer=float(value))
+    with tf.Session() as session:
+      session.run(w.initializer)
+      tf.train.Saver([w]).save(session, prefix, write_meta_graph=False)
+  os.remove(os.path.join(os.path.dirname(prefix), "checkpoint"))
 
 
 def test_metric_names_are_those_an_evaluation_reports():

@@ -25,7 +25,8 @@ import tensorflow.compat.v1 as tf
 
 from data.errors import DataError
 from pipeline import (build, card, checks, distribution, eval_history, evaluation, export,
-                      folds, machine, outputs, splits, state, tasks, training, workspace)
+                      folds, machine, outputs, splits, state, stopping, tasks, training,
+                      workspace)
 from spec import config, options
 from spec.cluster import ClusterError, parse_tf_config
 from spec.errors import FileFault, FlagError, NumericFault, ProcessFault
@@ -201,9 +202,14 @@ def main(argv):
   except ClusterError as e:
     sys.stderr.write("run_classifier: TF_CONFIG error: %s\n" % e)
     sys.exit(2)
+  c = config_from_flags(flags.FLAGS)
+  stopping.stop_on_signals()
   try:
-    run(distribution.with_tpu_found(config_from_flags(flags.FLAGS), os.environ,
-                                    distribution.on_tpu_vm()), cluster)
+    run(distribution.with_tpu_found(c, os.environ, distribution.on_tpu_vm()), cluster)
+  except stopping.RunStopped as e:
+    sys.stderr.write("run_classifier: %s\n" % stopping.how_to_go_on(
+        e, training.newest_step(c.outputs.output_dir)))
+    sys.exit(e.exit_code)
   except FlagError as e:
     sys.stderr.write("run_classifier: flag error: %s\n" % e)
     sys.exit(2)

@@ -11,7 +11,6 @@ import errno
 import hashlib
 import json
 import os
-import stat
 import uuid
 
 try:
@@ -20,6 +19,7 @@ except ImportError:  # (Windows: no POSIX locks; files are then not held)
   fcntl = None
 
 from data.gfile import FILE_ERRORS, gfile
+from spec import paths
 from spec.errors import ArtefactFault, FlagError
 
 
@@ -46,6 +46,9 @@ def staged_file(path, mode="w", verify=None):
       yield out
     if verify is not None:
       verify(staging)
+    if gfile.isdir(path):  # (a rename over it fails, far from the cause)
+      raise ArtefactFault("%s is a folder, where this run writes a file of that name. Fix: "
+                          "move the folder away, or pass another --output_dir" % path)
     gfile.rename(staging, path, overwrite=True)
   except BaseException:
     remove_quietly(staging)
@@ -53,29 +56,13 @@ def staged_file(path, mode="w", verify=None):
 
 
 def not_a_file_problem(path):
-  """Why path, which exists, is no file a reader may open, or None: a folder, a pipe (whose
-  read would wait for a writer for ever), a device or socket, a link that loops."""
-  if "://" in path:
-    return "it is a folder, not a file" if gfile.isdir(path) else None
-  try:
-    mode = os.stat(path).st_mode
-  except OSError as e:
-    return "it cannot be opened (%s)" % (e.strerror or e)
-  if stat.S_ISDIR(mode):
-    return "it is a folder, not a file"
-  if stat.S_ISFIFO(mode):
-    return "it is a pipe, not a file (reading it would wait for a writer for ever)"
-  if not stat.S_ISREG(mode):
-    return "it is a device or socket, not a file"
-  return None
+  """Why path, which exists, is no file a reader may open, or None (spec.paths)."""
+  return paths.not_a_file_problem(path, gfile.isdir)
 
 
 def exists(path):
-  """Whether anything is at path (a link that points nowhere or loops counts: it is a
-  fault to report, not an absence)."""
-  if "://" in path:
-    return gfile.exists(path)
-  return os.path.lexists(path)
+  """Whether anything is at path, a link that loops included (spec.paths)."""
+  return paths.exists(path, gfile.exists)
 
 
 def read_written(path, fix, binary=False):
@@ -164,12 +151,15 @@ def manifest_problem(folder):
   and missing or changed, a file there and not listed, a manifest that cannot be read or
   lists no files. NO_MANIFEST when there is none."""
   path = os.path.join(folder, MANIFEST)
-  if not gfile.exists(path):
+  if not exists(path):
     return NO_MANIFEST
+  problem = not_a_file_problem(path)
+  if problem:
+    return "its %s: %s" % (MANIFEST, problem)
   try:
-    with gfile.GFile(path, "r") as f:
-      files = json.loads(f.read())["files"]
-  except (ValueError, KeyError, TypeError):
+    with gfile.GFile(path, "rb") as f:
+      files = json.loads(f.read().decode("utf-8"))["files"]
+  except (ValueError, KeyError, TypeError):  # (UnicodeDecodeError is a ValueError)
     return "its %s cannot be read (no JSON object with a \"files\" entry)" % MANIFEST
   if not isinstance(files, dict):
     return "its %s cannot be read (its \"files\" entry is not an object)" % MANIFEST
@@ -188,6 +178,9 @@ def manifest_problem(folder):
     if name not in present:
       return "%s is missing" % name
     where = os.path.join(folder, name)
+    problem = not_a_file_problem(where)
+    if problem:  # (a pipe would never finish hashing)
+      return "%s: %s" % (name, problem)
     size = gfile.stat(where).length
     expected = files[name]
     if size != expected["bytes"]:

@@ -107,9 +107,11 @@ def _child(function, report):
   fault of a place (a full disk: its number and file) is written to the pipe report for the
   parent to raise as its own; any other error's traceback is printed."""
   status = 0
-  # Ctrl-C reaches the whole process group: the parent stops and closes the inputs,
-  # and a child then finishes, instead of printing a traceback of its own.
-  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  # Ctrl-C reaches the whole process group (and a scheduler's SIGTERM may): the parent
+  # stops and closes the inputs, and a child then finishes, instead of printing a
+  # traceback of its own.
+  for number in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(number, signal.SIG_IGN)
   try:
     function()
   except BaseException as e:  # the parent sees the exit status, and a fault's report

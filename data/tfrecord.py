@@ -19,12 +19,12 @@ import time
 import tensorflow.compat.v1 as tf
 
 from data.features import num_padding_rows
-from data.files import (file_check, file_sha256, hold, release, remove_quietly,
-                        staging_path, write_whole)
+from data.files import (file_check, file_sha256, hold, not_a_file_problem, read_written,
+                        release, remove_quietly, staging_path, write_whole)
 from data.featurise import (Featurisation, existing_objects_frozen, scratch_folder, stage,
                             truncation_of, write_shards)
 from data.record_format import SCHEMA_VERSION
-from spec.errors import FlagError
+from spec.errors import ArtefactFault, FlagError
 
 log = logging.getLogger(__name__)
 
@@ -50,19 +50,60 @@ def lock_path(record_path):
   return record_path + ".lock"
 
 
+# A folder, pipe or loop where the records or their metadata go is removed by no run: the
+# way forward from one.
+CACHE_FIX = ("remove it (the cache holds nothing else there), or pass another --cache_dir")
+
+
 def read_metadata(record_path):
-  """The metadata of a split's records, or None when there is none (or it cannot be read:
-  the log says so, and the records are rebuilt)."""
+  """The metadata of a split's records, or None when there is none or it cannot be used
+  (not JSON, or not the metadata this program writes: the log says so, and the records
+  are rebuilt). Its files are named beside record_path (a cache copied or moved
+  elsewhere reads its own files, never those of the folder it came from). ArtefactFault
+  for what no rebuild could replace: a folder or a pipe in its place."""
   path = metadata_path(record_path)
-  if not tf.io.gfile.exists(path):
+  text = read_written(path, CACHE_FIX)
+  if text is None:
     return None
-  with tf.io.gfile.GFile(path, "r") as f:
-    try:
-      metadata = json.load(f)
-    except ValueError as e:
-      log.warning("%s cannot be read (%s): rebuilding its records", path, e)
-      return None
-  return metadata if isinstance(metadata, dict) else None
+  try:
+    metadata = json.loads(text)
+  except ValueError as e:
+    log.warning("%s cannot be read (%s): rebuilding its records", path, e)
+    return None
+  problem = metadata_problem(metadata)
+  if problem:
+    log.warning("%s is not the metadata this program writes (%s): rebuilding its records",
+                path, problem)
+    return None
+  folder = record_path.rsplit("/", 1)[0]
+  metadata["files"] = ["%s/%s" % (folder, name.rsplit("/", 1)[-1])
+                       for name in metadata["files"]]
+  return metadata
+
+
+# The metadata's entries that reuse reads, and what each holds.
+METADATA_FIELDS = {"fingerprint": str, "files": list, "file_checks": list,
+                   "num_examples": int, "num_padding": int, "num_records": int}
+
+
+def metadata_problem(metadata):
+  """What makes metadata other than this program's (a missing entry, a wrong kind, file
+  checks that do not match its files), or None."""
+  if not isinstance(metadata, dict):
+    return "it is not a JSON object"
+  for name, kind in sorted(METADATA_FIELDS.items()):
+    if not isinstance(metadata.get(name), kind) or isinstance(metadata.get(name), bool):
+      return "its entry %s is %r" % (name, metadata.get(name))
+  if len(metadata["files"]) != len(metadata["file_checks"]) or not all(
+      isinstance(f, str) for f in metadata["files"]):
+    return "its files and file checks do not pair up"
+  for check in metadata["file_checks"]:
+    if check is not None and not (isinstance(check, dict) and
+                                  isinstance(check.get("bytes"), int) and
+                                  isinstance(check.get("sha256"), str) and
+                                  isinstance(check.get("records"), int)):
+      return "a file check is %r" % (check,)
+  return None
 
 
 def shard_paths(record_path, num_shards):
@@ -174,6 +215,11 @@ def _write_records(examples, record_path, settings, key, tokenizer, pad_to_multi
   paths = shard_paths(record_path, num_shards)
   own = settings.get("own_shards")
   here = [path for shard, path in enumerate(paths) if own is None or shard in own]
+  for path in here + [metadata_path(record_path)]:
+    problem = tf.io.gfile.exists(path) and not_a_file_problem(path)
+    if problem:  # (a rename over it would fail after all the featurisation)
+      raise ArtefactFault("%s: %s, where this run writes its records. Fix: %s" % (
+          path, problem, CACHE_FIX))
   job = Featurisation(settings, tokenizer, weighted=settings["weighted"])
   staging = {path: staging_path(path) for path in here}
   try:
@@ -286,6 +332,9 @@ def files_problem(metadata):
       return "the metadata lists no size and checksum of %s" % path
     if not tf.io.gfile.exists(path):
       return "%s is missing" % path
+    problem = not_a_file_problem(path)
+    if problem:
+      return "%s: %s" % (path, problem)
     size = tf.io.gfile.stat(path).length
     if size != check["bytes"]:
       return "%s has %d bytes, %d were written (%d records)" % (path, size, check["bytes"],

@@ -3,12 +3,14 @@ checkpoint before it is used: its files, and what it holds against a BERT config
 
 import collections
 import logging
+import os
 import re
 
 import tensorflow.compat.v1 as tf
 
 from modeling.optimization import variable_name
-from spec.errors import FlagError
+from spec.errors import ArtefactFault, FlagError
+from spec.paths import exists, not_a_file_problem
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +35,13 @@ def files_problem(prefix):
   """None when a checkpoint's files hold what its index lists, else what is wrong: no
   index, a data shard gone, or data files shorter than the variables the index lists
   (a copy cut short). Reads the index only, not the values."""
-  if not tf.io.gfile.exists(prefix + ".index"):
+  if not exists(prefix + ".index", tf.io.gfile.exists):
     return "there is no file %s.index" % prefix
   shards = tf.io.gfile.glob(prefix + ".data-*-of-*")
+  for path in [prefix + ".index"] + sorted(shards):
+    problem = not_a_file_problem(path, tf.io.gfile.isdir)
+    if problem:
+      return "%s: %s" % (path, problem)
   counts = set(int(re.search(r"-of-(\d+)$", s).group(1)) for s in shards)
   expected = set("%s.data-%05d-of-%05d" % (prefix, i, n) for n in counts for i in range(n))
   if not shards:
@@ -162,12 +168,57 @@ EARLIER_CHECKPOINT_FIX = ("to go back to an earlier checkpoint, name it in the f
                           "`checkpoint` file (model_checkpoint_path: \"model.ckpt-<step>\")")
 
 
+STATE_FILE = "checkpoint"  # (TensorFlow's record of a folder's checkpoints, newest first)
+STATE_FIX = ("restore it, or write it anew: one line model_checkpoint_path: "
+             "\"model.ckpt-<step>\" naming the newest checkpoint whose files are there; or "
+             "train into a new --output_dir")
+
+
 def newest_checkpoint(folder):
   """The newest checkpoint that folder's `checkpoint` file names, whether or not its files
-  are there (files_problem says), or None. (tf.train.latest_checkpoint returns None for
-  one whose files are gone, and a run would then start over, or use another model.)"""
-  state = tf.train.get_checkpoint_state(folder)
-  return state.model_checkpoint_path if state and state.model_checkpoint_path else None
+  are there (files_problem says), or None when the folder holds none. (TensorFlow reads a
+  `checkpoint` file it cannot parse, or one that is gone, as no checkpoint at all: a run
+  would then start over and write its step-0 checkpoint over the model.) ArtefactFault
+  for a `checkpoint` file that cannot be read, or is missing beside checkpoints."""
+  from google.protobuf import text_format
+  from tensorflow.python.training.checkpoint_state_pb2 import CheckpointState
+  path = os.path.join(folder, STATE_FILE)
+  if not exists(path, tf.io.gfile.exists):
+    present = tf.io.gfile.glob(os.path.join(folder, "model.ckpt-*.index"))
+    if present:
+      raise ArtefactFault("%s: the file is missing, and the folder holds %d checkpoints "
+                          "(%s, ...), which a run would otherwise start over beside. Fix: "
+                          "%s" % (path, len(present), os.path.basename(present[0])[:-6],
+                                  STATE_FIX))
+    return None
+  try:
+    problem = not_a_file_problem(path, tf.io.gfile.isdir)
+    if problem:
+      raise ValueError(problem)
+    with tf.io.gfile.GFile(path, "rb") as f:
+      state = text_format.Parse(f.read().decode("utf-8"), CheckpointState())
+  except (tf.errors.OpError, ValueError, text_format.ParseError) as e:
+    raise ArtefactFault("%s cannot be read (%s). Fix: %s" % (
+        path, str(getattr(e, "message", e)).strip().splitlines()[0], STATE_FIX))
+  if not state.model_checkpoint_path:
+    raise ArtefactFault("%s names no checkpoint (no model_checkpoint_path). Fix: %s"
+                        % (path, STATE_FIX))
+  newest = state.model_checkpoint_path
+  if not (os.path.isabs(newest) or "://" in newest):
+    return os.path.join(folder, newest)
+  here = os.path.join(folder, newest.replace("\\", "/").rsplit("/", 1)[-1])
+  if newest.rstrip("/") != here and tf.io.gfile.exists(here + ".index"):
+    return here  # (a folder moved or copied: its own checkpoint of that name)
+  if os.path.dirname(newest) != folder.rstrip("/") and not tf.io.gfile.exists(
+      newest + ".index"):
+    raise ArtefactFault("%s names the checkpoint %s, which is neither in this folder nor "
+                        "anywhere else (a file copied from another run?). Fix: %s" % (
+                            path, newest, STATE_FIX))
+  if os.path.dirname(newest) != folder.rstrip("/"):
+    raise ArtefactFault("%s names the checkpoint %s, in another folder (a file copied from "
+                        "another run?): this folder's model would be another's. Fix: %s"
+                        % (path, newest, STATE_FIX))
+  return newest
 
 
 def checkpoint_global_step(checkpoint):

@@ -16,7 +16,6 @@ both), and the embeddings and pooler are kept. Any tensor that has no place in G
 layout is refused by name rather than dropped.
 """
 
-import json
 import os
 import re
 
@@ -269,15 +268,30 @@ def convert(hf_dir, output_dir):
     raise ConversionError("%s is not a new or empty folder: pass a new one (a conversion "
                           "never writes over another model's files)" % output_dir)
   config_path = os.path.join(hf_dir, "config.json")
-  with open(config_path) as f:
-    values = json.load(f)
+  values = hf_folder.json_of(hf_dir, "config.json")
+  if not isinstance(values, dict):
+    raise ConversionError("%s is not a JSON object (a transformers config.json is one)"
+                          % config_path)
   config = bert_config_from_hf(values, config_path)
   head = hf_head(values, config_path)
   flags_of_head = head_flags(*head, source=config_path) if head else []
   tokens = hf_folder.vocabulary(hf_dir)
   do_lower_case = hf_folder.google_casing(hf_dir)
-  arrays = convert_tensors(load_file(os.path.join(hf_dir, "model.safetensors")), config,
-                           len(head[1]) if head else None)
+  weights = os.path.join(hf_dir, "model.safetensors")
+  try:
+    tensors = load_file(weights)
+  except Exception as e:  # (safetensors raises its own SafetensorError, and others)
+    raise ConversionError("%s cannot be read as safetensors (%s): the file is cut short or "
+                          "damaged; download it again" % (
+                              weights, str(e).strip().splitlines()[0] if str(e).strip()
+                              else type(e).__name__))
+  for name in sorted(tensors):  # (safetensors has no checksum: its values are all there is)
+    values = np.asarray(tensors[name])
+    if values.dtype.kind == "f" and not np.isfinite(values).all():
+      raise ConversionError("%s: tensor %r holds values that are not numbers (NaN or "
+                            "infinity): the file is damaged, or the model diverged; "
+                            "download it again" % (weights, name))
+  arrays = convert_tensors(tensors, config, len(head[1]) if head else None)
   if not os.path.isdir(output_dir):
     os.makedirs(output_dir)
   with open(os.path.join(output_dir, "bert_config.json"), "w") as f:

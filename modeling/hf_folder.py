@@ -23,14 +23,16 @@ GOOGLES_TOKENIZER = ("Google's tokenizer, which this project's models read, clea
                      "splits CJK characters and strips accents exactly when it lower-cases")
 
 
-def _json_of(hf_dir, name):
+def json_of(hf_dir, name):
+  """The JSON of hf_dir/name ({} when there is none); ConversionError for one that is not
+  JSON or not UTF-8 text."""
   path = os.path.join(hf_dir, name)
   if not os.path.isfile(path):
     return {}
-  with open(path, encoding="utf-8") as f:
+  with open(path, "rb") as f:
     try:
-      return json.load(f)
-    except ValueError as e:
+      return json.loads(f.read().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
       raise ConversionError("%s is not valid JSON (%s)" % (path, e))
 
 
@@ -48,7 +50,7 @@ def _tokenizer_json_vocab(hf_dir):
   where = os.path.join(hf_dir, "tokenizer.json")
   if not os.path.isfile(where):
     return None
-  model = _json_of(hf_dir, "tokenizer.json").get("model") or {}
+  model = json_of(hf_dir, "tokenizer.json").get("model") or {}
   vocab = model.get("vocab")
   if model.get("type") != "WordPiece" or not isinstance(vocab, dict):
     raise ConversionError("%s has no WordPiece vocabulary (its model is %s): a BERT folder "
@@ -84,11 +86,11 @@ def tokenizer_settings(hf_dir):
   """{setting: value} that the folder states, from tokenizer_config.json and from
   tokenizer.json's normalizer; the two may not disagree."""
   stated = {}
-  config = _json_of(hf_dir, "tokenizer_config.json")
+  config = json_of(hf_dir, "tokenizer_config.json")
   for name in NORMALIZER_FIELDS:
     if config.get(name) is not None:
       stated[name] = (config[name], "tokenizer_config.json")
-  normalizer = _json_of(hf_dir, "tokenizer.json").get("normalizer")
+  normalizer = json_of(hf_dir, "tokenizer.json").get("normalizer")
   if normalizer is not None:
     if normalizer.get("type") != "BertNormalizer":
       raise ConversionError("%s: its normalizer is a %s, not a BertNormalizer. %s" % (

@@ -8,6 +8,8 @@ them to a function that runs on the host and writes them with the TF2 summary AP
 to <output_dir>/eval.)
 """
 
+import logging
+
 import tensorflow.compat.v1 as tf
 import tensorflow.compat.v2 as tf2
 
@@ -48,7 +50,7 @@ def scalar_events(folder, tag):
   (tensors, as the TPU host call writes)."""
   points = {}
   for path in sorted(tf.io.gfile.glob(folder.rstrip("/") + "/events.out.tfevents*")):
-    for event in tf.train.summary_iterator(path):
+    for event in _events_of(path):
       for value in event.summary.value:
         if value.tag != tag:
           continue
@@ -57,3 +59,19 @@ def scalar_events(folder, tag):
         elif value.tensor.dtype != tf.string.as_datatype_enum:
           points[event.step] = float(tf.make_ndarray(value.tensor))
   return sorted(points.items())
+
+
+def _events_of(path):
+  """The events of an event file up to its first record that cannot be read: a run killed
+  while writing one leaves a cut-short last record, and the steps before it stand."""
+  events = tf.train.summary_iterator(path)
+  while True:
+    try:
+      yield next(events)
+    except StopIteration:
+      return
+    except tf.errors.DataLossError:
+      logging.getLogger(__name__).warning(
+          "%s ends in a record cut short (a run stopped while writing it): its events up to "
+          "there are read", path)
+      return

@@ -8,6 +8,7 @@ import math
 import tensorflow.compat.v1 as tf
 
 from data import fast_tokenization, tokenization
+from data.files import exists, not_a_file_problem
 from data.features import Truncation
 from data.processors import processor_for
 from modeling.bert import BertConfig, BertConfigError
@@ -95,8 +96,12 @@ def bert_config_of(model, card=None, card_path=None):
 
 def read_bert_config(path):
   """The BertConfig of --bert_config_file; FlagError when it is missing or no config."""
-  if not tf.io.gfile.exists(path):
+  if not exists(path):
     raise FlagError("--bert_config_file=%s does not exist" % path)
+  problem = not_a_file_problem(path)
+  if problem:
+    raise FlagError("--bert_config_file=%s cannot be read: %s. Pass the bert_config.json "
+                    "that came with the checkpoint" % (path, problem))
   try:
     return BertConfig.from_json_file(path)
   except BertConfigError as e:

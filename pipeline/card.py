@@ -7,7 +7,7 @@ import os
 import tensorflow.compat.v1 as tf
 
 from data import tokenization
-from data.files import write_whole
+from data.files import read_written, write_whole
 from data.processors import processor_class
 from modeling.bert import BertConfig, BertConfigError
 from modeling.checkpoint import head_shape
@@ -54,14 +54,12 @@ def read_model_card(folder, flag="--output_dir"):
   """The model card in folder (the one flag names, or where it points), or None."""
   path = model_card.card_path(folder)
   try:
-    if not tf.io.gfile.exists(path):
-      return None
-    with tf.io.gfile.GFile(path, "r") as f:
-      text = f.read()
-  except tf.errors.OpError as e:
+    text = read_written(path, "restore it, or train again into a new %s" % (
+        "--output_dir" if flag == "--output_dir" else "folder"))
+  except tf.errors.OpError as e:  # (the folder itself: a bucket out of reach, say)
     raise FlagError("%s=%s cannot be read (%s): check the path and your access to it"
                     % (flag, folder, e.message.splitlines()[0]))
-  return model_card.from_json(text, path)
+  return None if text is None else model_card.from_json(text, path)
 
 
 def apply_model_card(c, card, where=None):

@@ -8,10 +8,11 @@ import tensorflow.compat.v1 as tf
 from data import fast_tokenization
 from data.processors import processor_class
 from modeling.checkpoint import files_problem as checkpoint_files_problem
+from modeling.checkpoint import values_problem as checkpoint_values_problem
 from modeling.checkpoint import EARLIER_CHECKPOINT_FIX, newest_checkpoint
 from pipeline import distribution, hf_export, onnx_export
 from pipeline.training import check_best_metric
-from spec.errors import FlagError
+from spec.errors import ArtefactFault, FlagError
 
 # Options that must be positive integers, in the order they are checked.
 POSITIVE = ("train_batch_size", "eval_batch_size", "predict_batch_size",
@@ -186,6 +187,14 @@ def check_model_inputs(model):
     raise FlagError("--init_checkpoint=%s cannot be read: %s. Copy the whole checkpoint (its "
                     ".index and every .data-* file), or give another" % (
                         model.init_checkpoint, problem))
+  if model.init_checkpoint and "://" not in model.init_checkpoint:
+    # (its values, read once here: damaged bytes or numbers that are not finite would
+    # otherwise surface in the first training step; a bucket's is checked as it is read)
+    problem, _ = checkpoint_values_problem(model.init_checkpoint)
+    if problem:
+      raise ArtefactFault("--init_checkpoint=%s cannot be used: %s. Fix: copy the whole "
+                          "checkpoint again, or give another" % (model.init_checkpoint,
+                                                                 problem))
 
 
 def check_train_split(training, device, featurised, task, output_dir, cluster=None):

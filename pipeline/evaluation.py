@@ -7,7 +7,6 @@ import math
 import os
 
 import numpy
-import tensorflow.compat.v1 as tf
 
 from data.reread import read_again
 from modeling.checkpoint import (EARLIER_CHECKPOINT_FIX, checkpoint_global_step, head_shape,
@@ -74,16 +73,16 @@ class Evaluator(object):
     if results["num_examples"] != len(examples):
       raise RuntimeError("eval counted %d examples but the dev file has %d" %
                          (results["num_examples"], len(examples)))
-    for key in sorted(k for k, v in results.items() if isinstance(v, float) and math.isnan(v)):
-      log.warning("eval %s is undefined on this dev set (e.g. an AUC of a column with no "
-                  "positive or no negative row); recorded as null", key)
-      results[key] = None
     if self.label_spec.kind == "classification":
       results["majority_baseline_accuracy"] = majority_accuracy(examples)
     if self.task.reports_on(examples):
       if outputs is None:
         outputs = self.predict_outputs(split, checkpoint)
       results.update(self.task.evaluation_report(examples, outputs.tolist(), self.output_dir))
+    for key in sorted(k for k, v in results.items() if isinstance(v, float) and math.isnan(v)):
+      log.warning("eval %s is undefined on this dev set (e.g. an AUC of a column with no "
+                  "positive or no negative row); recorded as null", key)
+      results[key] = None
     results["checkpoint"] = checkpoint
     write_eval_results(self.output_dir, results)
     return results

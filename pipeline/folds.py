@@ -2,19 +2,18 @@
 evaluated and predicted on its own; then the out-of-fold predictions of every train row,
 the folds' metrics, and the folds' mean predictions of the test file."""
 
-import json
 import logging
 import os
 
 import numpy
-import tensorflow.compat.v1 as tf
 
 from data import folds as folds_lib
 from data.errors import DataError
 from data.files import write_whole
 from data.reread import read_again
 from pipeline.build import make_processor
-from pipeline.outputs import FoldsRun, paired, write_fold_predictions, write_test_results
+from pipeline.outputs import (FoldsRun, json_text, paired, write_fold_predictions,
+                              write_test_results)
 from pipeline.splits import check_hashed_then_read
 from spec.errors import FlagError
 
@@ -105,8 +104,7 @@ def run_folds(c, run_model):
     return result
   result.summary = fold_summary(result.folds, num_folds, c.training.seed,
                                 [assignment.count(i) for i in range(num_folds)])
-  write_whole(os.path.join(output_dir, "folds_summary.json"),
-              json.dumps(result.summary, indent=2, sort_keys=True))
+  write_whole(os.path.join(output_dir, "folds_summary.json"), json_text(result.summary))
   for name, figures in sorted(result.summary["metrics"].items()):
     missing = figures["undefined_on_folds"]
     log.info("  %d-fold %s = %.4f +- %.4f%s", num_folds, name, figures["mean"], figures["std"],

@@ -12,8 +12,9 @@ from typing import Any, Dict, List, Optional
 
 import tensorflow.compat.v1 as tf
 
-from data.files import staged_file
+from data.files import staged_file, write_whole
 from modeling.checkpoint import checkpoint_global_step
+from pipeline import stopping
 from pipeline.machine import describe_device
 from pipeline.progress import format_seconds
 
@@ -48,35 +49,43 @@ class FoldsRun(object):
 
 
 class timed(object):
-  """with timed(seconds, "phase"): records the block's wall time in seconds["phase"]."""
+  """with timed(seconds, "phase"): records the block's wall time in seconds["phase"], and
+  names the phase for a stop's report (pipeline.stopping)."""
 
   def __init__(self, seconds, phase):
     self.seconds, self.phase = seconds, phase
+    self._named = stopping.phase(phase)
 
   def __enter__(self):
+    self._named.__enter__()
     self.start = time.time()
 
   def __exit__(self, *exc):
     self.seconds[self.phase] = time.time() - self.start
+    return self._named.__exit__(*exc)
 
 
 def write_files(output_dir, files):
-  """Writes [(name, bytes)] into output_dir. Returns their paths."""
+  """Writes [(name, bytes)] into output_dir, each whole. Returns their paths."""
   paths = []
   for name, content in files:
     paths.append(os.path.join(output_dir, name))
-    with tf.io.gfile.GFile(paths[-1], "wb") as out:
-      out.write(content)
+    write_whole(paths[-1], content)
   return paths
 
 
+def json_text(value):
+  """value as the JSON every tool reads: a NaN or infinity (which json.dumps would write
+  as NaN, a token no JSON parser accepts) is a ValueError, never written."""
+  return json.dumps(value, indent=2, sort_keys=True, allow_nan=False, default=str)
+
+
 def write_eval_results(output_dir, results):
-  """eval_results.txt (key = value lines) and eval_results.json; each result logged."""
-  with tf.io.gfile.GFile(os.path.join(output_dir, "eval_results.txt"), "w") as out:
-    for key in sorted(results):
-      out.write("%s = %s\n" % (key, results[key]))
-  with tf.io.gfile.GFile(os.path.join(output_dir, "eval_results.json"), "w") as out:
-    json.dump(results, out, indent=2, sort_keys=True)
+  """eval_results.txt (key = value lines) and eval_results.json, each whole; each result
+  logged."""
+  write_whole(os.path.join(output_dir, "eval_results.json"), json_text(results))
+  write_whole(os.path.join(output_dir, "eval_results.txt"),
+              "".join("%s = %s\n" % (key, results[key]) for key in sorted(results)))
   for key in sorted(results):
     log.info("  eval %s = %s", key, results[key])
 
@@ -89,10 +98,9 @@ def write_test_results(output_dir, processor, predictions, model):
   path = os.path.join(output_dir, "test_results.tsv")
   rows = write_predictions(path, predictions, processor.label_spec,
                            processor.carried_columns("test"))
-  with tf.io.gfile.GFile(os.path.join(output_dir, "test_results.json"), "w") as out:
-    json.dump(dict(model, predict_file=processor.file_for("test"), rows=rows,
-                   labels=processor.label_spec.classes,
-                   label_spec=processor.label_spec.to_card()), out, indent=2, sort_keys=True)
+  write_whole(os.path.join(output_dir, "test_results.json"), json_text(dict(
+      model, predict_file=processor.file_for("test"), rows=rows,
+      labels=processor.label_spec.classes, label_spec=processor.label_spec.to_card())))
   log.info("wrote %d predictions to %s", rows, path)
   return path
 
@@ -201,8 +209,7 @@ def write_run_summary(c, started, seconds, progress, bert_config, result, best=N
       "flags": c.as_dict(), "given_flags": sorted(c.given),
   }
   path = os.path.join(output_dir, RUN_SUMMARY)
-  with tf.io.gfile.GFile(path, "w") as out:
-    json.dump(summary, out, indent=2, sort_keys=True, default=str)
+  write_whole(path, json_text(summary))
   log.info("run summary in %s: %s", path, ", ".join(
       "%s %s" % (phase, format_seconds(s)) for phase, s in sorted(seconds.items())))
   return path

@@ -9,6 +9,7 @@ import time
 
 import tensorflow.compat.v1 as tf
 
+from data.files import write_whole
 from modeling.checkpoint import checkpoint_global_step
 from modeling.model_fn import TRAIN_LOSS_NAME
 from modeling.summaries import scalar_events
@@ -211,8 +212,7 @@ def draw_learning_curve(output_dir, history, goal):
   metric = goal.metric if goal else "loss"
   png = eval_history.learning_curve_png(history.rows, metric)
   path = os.path.join(output_dir, eval_history.CURVE_PNG)
-  with tf.io.gfile.GFile(path, "wb") as out:
-    out.write(png)
+  write_whole(path, png)
   log.info("%d evaluations in %s; learning curve in %s", len(history.rows), history.path, path)
 
 
@@ -221,6 +221,15 @@ def resumed_step(output_dir):
   Estimator.train continues."""
   latest = tf.train.latest_checkpoint(output_dir)
   return (checkpoint_global_step(latest) or 0) if latest else 0
+
+
+def newest_step(output_dir):
+  """The step of the newest checkpoint in output_dir, or None (none, no folder, or one
+  that cannot be read: for a stopped run's last line, which must not fail)."""
+  try:
+    return resumed_step(output_dir) or None if output_dir else None
+  except Exception:  # pylint: disable=broad-except
+    return None
 
 
 def evaluate_checkpoints(estimator, dev_split, output_dir, num_train_steps):

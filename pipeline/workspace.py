@@ -20,7 +20,7 @@ import uuid
 
 import tensorflow.compat.v1 as tf
 
-from spec.errors import PLACE_FAULTS, FileFault, FlagError
+from spec.errors import PLACE_FAULTS, ArtefactFault, FileFault, FlagError
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +130,12 @@ def file_fault(error):
       if reason in line:
         where = line.split(";")[0].strip() if ";" in line else line.strip()
         return FileFault("%s: %s. Fix: %s" % (where, reason, fix))
+  if isinstance(error, tf.errors.DataLossError):  # (a checksum that TensorFlow checks)
+    return ArtefactFault(
+        "a file this run reads was damaged after it was written (%s). Fix: copy the "
+        "checkpoint or records again from where they came from, or delete the cached "
+        "records (--cache_dir, or <output_dir>/features) to build them again"
+        % str(error.message).strip().splitlines()[0])
   return None
 
 

@@ -2,6 +2,7 @@
 
 import logging
 import re
+import unicodedata
 
 from data.errors import DataError
 from data.examples import Columns, DataProcessor, flag_for_split
@@ -107,6 +108,8 @@ class CsvProcessor(DataProcessor):
             cells += 1
     found = class_order(set(canonical_label(cell) for cell in spellings))
     _check_one_spelling_per_class(path, found, self.label_column)
+    if self.head is None:  # (auto: a column of fractions is no set of classes)
+      _refuse_fractions_as_classes(path, found, self.label_column)
     if len(found) > MANY_CLASSES and len(found) * 2 > cells:
       raise DataError(path, "column %s has %d distinct values in %d rows: most rows have a "
                       "label of their own, as an id or a text column does, not a label"
@@ -215,6 +218,21 @@ def _header_flag(split):
   return "%s_has_header" % flag_for_split(split)
 
 
+def _refuse_fractions_as_classes(path, classes, column):
+  """A label column of numbers, some of them fractions (0.1667, the share of raters, say),
+  read as classes would make every distinct value a class: refused, naming the heads that
+  read numbers. (--head=classification, or --labels, says they are classes after all.)"""
+  fractions = [c for c in classes if _is_number(c) and "." in c]
+  if fractions and all(_is_number(c) for c in classes):
+    raise DataError(path, "column %s holds numbers such as %s, not class names: each of its "
+                    "%d distinct values would be a class of its own" % (
+                        column, ", ".join(fractions[:3]), len(classes)),
+                    "pass --head=soft_target for fractions in [0, 1] (a toxicity score, the "
+                    "share of raters who agreed), or --head=regression for other numbers; or "
+                    "--head=classification (or --labels) if each value really is a class",
+                    column=column)
+
+
 # What a column name looks like: a short identifier ('comment_text', 'label', '#1 ID' aside).
 _COLUMN_NAME = re.compile(r"^[A-Za-z_#][A-Za-z0-9_#.-]{0,39}$")
 
@@ -233,13 +251,29 @@ def _check_one_spelling_per_class(path, classes, column):
                     "quotes as part of the classes", column=column)
   by_form = {}
   for name in classes:
-    by_form.setdefault(name.strip("\"'").strip().lower(), []).append(name)
+    by_form.setdefault(label_form(name), []).append(name)
   for spellings in by_form.values():
     if len(spellings) > 1:
-      raise DataError(path, "the labels %s differ only in case or quotes: one class written "
-                      "in %d ways would be %d classes" % (
-                          ", ".join(repr(n) for n in spellings), len(spellings),
-                          len(spellings)),
+      raise DataError(path, "the labels %s differ only in case, quotes, Unicode form (NFC or "
+                      "NFD: %s) or invisible characters: one class written in %d ways would "
+                      "be %d classes" % (
+                          ", ".join(_shown(n) for n in spellings), " / ".join(
+                              unicodedata.normalize("NFC", n) == n and "NFC" or "not NFC"
+                              for n in spellings), len(spellings), len(spellings)),
                       "write each class one way (for a TSV whose fields are quoted, pass "
                       "--quoting=csv), or pass --labels to keep them apart", column=column)
+
+
+def label_form(name):
+  """What two spellings of one class share: the text without quotes around it, its case,
+  its Unicode form (NFKC: composed accents, full-width letters) and invisible format
+  characters (zero-width spaces and joiners, marks of direction)."""
+  text = unicodedata.normalize("NFKC", name.strip("\"'").strip()).casefold()
+  return "".join(c for c in text if unicodedata.category(c) != "Cf")
+
+
+def _shown(name):
+  """A label as the error shows it: its characters beyond ASCII as escapes, so spellings
+  that look alike on screen are told apart."""
+  return "'%s'" % name.encode("ascii", "backslashreplace").decode("ascii")
 

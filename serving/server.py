@@ -17,12 +17,16 @@ run again request by request, so that only the request at fault fails.
 import argparse
 import asyncio
 import concurrent.futures
+import functools
 import json
 import logging
+import math
 import os
+import re
+import socket
 import sys
 
-from aiohttp import web
+from aiohttp import ClientPayloadError, web
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +57,8 @@ class Batcher(object):
         await self._answer(waiting)
       except asyncio.CancelledError:  # (an Exception on Python 3.7: let it end the task)
         raise
-      except Exception as error:  # (the batcher lives on; this batch is answered with it)
-        log.exception("a batch failed")
-        _fail(waiting, error)
+      except Exception as error:  # (the batcher lives on; this batch is answered with it:
+        _fail(waiting, error)      # each request's log line says why it failed)
 
   async def _gather(self, waiting):
     loop = asyncio.get_event_loop()
@@ -77,12 +80,10 @@ class Batcher(object):
       self._give(waiting, await self._outputs(waiting))
     except asyncio.CancelledError:
       raise
-    except Exception as error:
+    except Exception:
       if len(waiting) == 1:
         raise
-      log.warning("a batch of %d requests failed (%s): running them one by one",
-                  len(waiting), first_line(error))
-      for request in waiting:
+      for request in waiting:  # (each request's own log line says how it ended)
         try:
           self._give([request], await self._outputs([request]))
         except asyncio.CancelledError:
@@ -121,7 +122,7 @@ def make_app(predictor, model_name="model", max_batch=32, wait_seconds=0.002,
   version = os.path.basename(predictor.export_dir.rstrip("/"))
 
   def error(status, text):
-    return web.json_response({"error": text}, status=status)
+    return web.json_response({"error": text}, status=status, dumps=strict_json)
 
   @web.middleware
   async def errors_as_json(request, handler):
@@ -138,7 +139,30 @@ def make_app(predictor, model_name="model", max_batch=32, wait_seconds=0.002,
         answer.headers["Allow"] = e.headers["Allow"]
       return answer
 
-  app = web.Application(client_max_size=max_body_bytes, middlewares=[errors_as_json])
+  @web.middleware
+  async def one_log_line(request, handler):
+    """Every request, however it ends, leaves one log line: its method, path, status, time
+    and, for an error, its reason; a client that hangs up leaves one saying so."""
+    started = asyncio.get_event_loop().time()
+    def line(outcome):
+      log.info("%s %s %s %.1f ms", request.method, request.path[:200], outcome,
+               1000 * (asyncio.get_event_loop().time() - started))
+    try:
+      response = await handler(request)
+    except (asyncio.CancelledError, ConnectionError):
+      line("- the client hung up")
+      raise
+    reason = ""
+    if response.status >= 400 and isinstance(getattr(response, "body", None), bytes):
+      try:
+        reason = ": " + json.loads(response.body.decode("utf-8"))["error"][:300]
+      except (ValueError, KeyError, TypeError):
+        pass
+    line("%d%s" % (response.status, reason))
+    return response
+
+  app = web.Application(client_max_size=max_body_bytes,
+                        middlewares=[one_log_line, errors_as_json])
   def known(request):
     name = request.match_info["name"]
     if name != model_name:
@@ -150,7 +174,7 @@ def make_app(predictor, model_name="model", max_batch=32, wait_seconds=0.002,
     refused = known(request)
     if refused is not None:  # (a response is a mapping: an empty one is false)
       return refused
-    return web.json_response({"model_version_status": [{
+    return web.json_response(dumps=strict_json, data={"model_version_status": [{
         "version": version, "state": "AVAILABLE",
         "status": {"error_code": "OK", "error_message": ""}}]})
 
@@ -160,6 +184,8 @@ def make_app(predictor, model_name="model", max_batch=32, wait_seconds=0.002,
       return refused
     try:
       body = await request.read()
+    except (ConnectionError, ClientPayloadError):  # (the client went while it sent: 499,
+      return error(499, "the client hung up while it sent its request")  # as nginx logs it)
     except web.HTTPRequestEntityTooLarge:
       return error(413, "the body is larger than %d bytes: send fewer instances per request "
                    "(or start the server with a larger --max_body_mb)" % max_body_bytes)
@@ -174,9 +200,12 @@ def make_app(predictor, model_name="model", max_batch=32, wait_seconds=0.002,
     except asyncio.CancelledError:
       raise
     except Exception as e:  # (the model failed: the server's fault, said as one line)
-      log.exception("prediction failed")
       return error(500, "prediction failed: %s" % first_line(e))
-    return web.json_response({"predictions": results})
+    try:
+      return web.json_response({"predictions": results}, dumps=strict_json)
+    except ValueError as e:  # (a number that is not one: no JSON can hold it)
+      return error(500, "prediction failed: the model's outputs are not numbers (%s)"
+                   % first_line(e))
 
   async def start_batcher(app):
     app["batcher"] = Batcher(predictor, max_batch, wait_seconds)
@@ -191,6 +220,11 @@ def make_app(predictor, model_name="model", max_batch=32, wait_seconds=0.002,
   app.router.add_get("/v1/models/{name:[^/:]+}", status)
   app.router.add_post("/v1/models/{name:[^/:]+}:predict", predict)
   return app
+
+
+# JSON as every client parses it: NaN and infinity (which json.dumps would write as
+# tokens no JSON parser takes) are a ValueError.
+strict_json = functools.partial(json.dumps, allow_nan=False)
 
 
 class TooMany(ValueError):
@@ -244,6 +278,50 @@ def _wanted(predictor, plural=False):
   return "texts" if plural else "\"a text\""
 
 
+# A model's name as the URLs carry it: letters, digits and . _ - (not a lone dot or two).
+MODEL_NAME = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9._-]{1,64}$")
+
+
+def options_problem(args):
+  """What is wrong with the server's options (one sentence naming the option and what it
+  takes), or None."""
+  if not MODEL_NAME.match(args.model_name):
+    return ("--model_name=%r cannot be part of the URL /v1/models/<name>:predict: use 1 to 64 "
+            "letters, digits, '.', '_' or '-' (not '.' or '..' alone), e.g. "
+            "--model_name=toxicity" % args.model_name)
+  if not 0 < args.port < 65536:
+    return "--port=%d is not a TCP port: give one from 1 to 65535 (TF Serving's REST port " \
+           "is %d)" % (args.port, DEFAULT_PORT)
+  for name, value, least in (("max_batch", args.max_batch, 1),
+                             ("max_instances", args.max_instances, 1)):
+    if value < least:
+      return "--%s=%d must be 1 or more" % (name, value)
+  if not (math.isfinite(args.batch_wait_ms) and args.batch_wait_ms >= 0):
+    return "--batch_wait_ms=%r must be a number of milliseconds, 0 or more" % args.batch_wait_ms
+  if not (math.isfinite(args.max_body_mb) and args.max_body_mb > 0):
+    return "--max_body_mb=%r must be a number of megabytes above 0" % args.max_body_mb
+  try:
+    socket.getaddrinfo(args.host, args.port, type=socket.SOCK_STREAM)
+  except (socket.gaierror, UnicodeError) as e:
+    return "--host=%s is not an address of this machine (%s): give one such as 127.0.0.1 or " \
+           "0.0.0.0" % (args.host, e)
+  return None
+
+
+def port_problem(host, port):
+  """Why host:port cannot be listened on (in use, or not this machine's), or None: asked
+  before the model loads (seconds), by binding and closing a socket."""
+  try:
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+      probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+      probe.bind((host, port))
+  except OSError as e:
+    return "cannot listen on %s:%d: %s (another server there? pass another --port)" % (
+        host, port, e.strerror or e)
+  return None
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(prog="./run.sh serve", description=(
       "Serve a fine-tuned model over HTTP in TF Serving's REST shape."))
@@ -261,17 +339,21 @@ def main(argv=None):
   parser.add_argument("--max_instances", type=int, default=4096,
                       help="the most instances one request may hold")
   args = parser.parse_args(argv)
-  if (args.max_batch < 1 or args.max_instances < 1 or args.batch_wait_ms < 0 or
-      args.max_body_mb <= 0):
-    parser.error("--max_batch and --max_instances must be 1 or more, --batch_wait_ms 0 or "
-                 "more and --max_body_mb above 0")
+  problem = options_problem(args)
+  if problem:  # (every option checked before the model loads and the port is bound)
+    sys.stderr.write("serve: %s\n" % problem)
+    return 2
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+  busy = port_problem(args.host, args.port)
+  if busy:
+    sys.stderr.write("serve: %s\n" % busy)
+    return 2
   from data.errors import DataError
   from serving.predictor import Predictor  # (TensorFlow's import: after the arguments)
-  from spec.errors import FlagError
+  from spec.errors import FileFault, FlagError
   try:
     predictor = Predictor(args.path, batch_size=args.max_batch)
-  except (FlagError, DataError) as e:  # (no export there; tensorflow_text not installed)
+  except (FlagError, DataError, FileFault) as e:  # (no export there; a damaged one)
     sys.stderr.write("serve: %s\n" % e)
     return 2
   app = make_app(predictor, args.model_name, args.max_batch, args.batch_wait_ms / 1000.0,
@@ -280,7 +362,7 @@ def main(argv=None):
       os.path.abspath(predictor.export_dir), args.model_name, args.host, args.port,
       args.model_name)
   try:  # (the line is printed once the port is bound)
-    web.run_app(app, host=args.host, port=args.port,
+    web.run_app(app, host=args.host, port=args.port, access_log=None,  # (one_log_line's)
                 print=lambda _: print(listening, flush=True))
   except OSError as e:
     sys.stderr.write("serve: cannot listen on %s:%d: %s\n" % (args.host, args.port,

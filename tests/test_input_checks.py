@@ -6,8 +6,11 @@ import csv
 import io
 import json
 import os
+import unicodedata
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import JIGSAW, TINY_VOCAB, sample_path
 from data import tokenization
@@ -403,7 +406,8 @@ def test_a_file_whose_every_record_is_skipped_is_an_error(tmp_path):
 
 
 @pytest.mark.parametrize("labels, message", [
-    (["Pos", "pos", "Neg"], "the labels 'Pos', 'pos' differ only in case or quotes: one class "
+    (["Pos", "pos", "Neg"], "the labels 'Pos', 'pos' differ only in case, quotes, Unicode "
+                            "form (NFC or NFD: NFC / NFC) or invisible characters: one class "
                             "written in 2 ways would be 2 classes"),
     (['"0"', "0", "1"], "the labels '\"0\"' hold their quotes"),
     (['"0"', '"1"'], "the labels '\"0\"', '\"1\"' hold their quotes (the file was read "
@@ -459,3 +463,53 @@ def test_evaluating_the_file_it_predicts_is_said(caplog):
   check_files_of_splits(processor, RunConfig(do_eval=True, do_predict=True).modes)
   assert ("the dev split is the predict file, %s: the evaluation's figures" %
           processor.file_for("test")) in caplog.text
+
+
+# The ways one class can be written twice that a reader would not see: its case, quotes,
+# Unicode forms (composed and decomposed accents, full-width letters), invisible format
+# characters (a zero-width space or joiner, a mark of direction).
+VARIANTS = {
+    "NFD": lambda t: unicodedata.normalize("NFD", t),
+    "upper": lambda t: t.upper(),
+    "zero-width space": lambda t: t[:1] + u"\u200b" + t[1:],
+    "right-to-left mark": lambda t: u"\u200f" + t,
+    "full-width": lambda t: "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c
+                                    for c in t),
+}
+
+
+@settings(max_examples=40, deadline=None)
+@given(word=st.sampled_from([u"caf\u00e9", u"na\u00efve", u"toxic", u"\u00c5ngstr\u00f6m",
+                             u"se\u00f1or", u"ok"]),
+       variant=st.sampled_from(sorted(VARIANTS)))
+def test_a_class_written_two_ways_of_any_kind_is_named(tmp_path_factory, word, variant):
+  other = VARIANTS[variant](word)
+  if other == word:
+    return
+  folder = tmp_path_factory.mktemp("labels")
+  path = write_lines(folder / "train.tsv", ["text\tlabel"] + [
+      "text %d\t%s" % (i, (word, other, "neutral")[i % 3]) for i in range(12)] + [""])
+  processor = get_processor("csv", files={"train": path}, text_column="text",
+                            label_columns=["label"])
+  message = str(error_of(processor))
+  assert "one class written in 2 ways would be 2 classes" in message, message
+  assert "Fix: write each class one way" in message
+
+
+@pytest.mark.parametrize("values", [["0", "0.1667", "0.2", "0.5", "1"], ["1.5", "2", "3.25"]])
+def test_a_column_of_fractions_is_not_taken_for_classes(tmp_path, values):
+  """Rater fractions made a 12-class classifier without a hint that other heads exist."""
+  path = write_lines(tmp_path / "train.tsv", ["text\tscore"] + [
+      "text %d\t%s" % (i, values[i % len(values)]) for i in range(20)] + [""])
+  processor = get_processor("csv", files={"train": path}, text_column="text",
+                            label_columns=["score"])
+  message = str(error_of(processor))
+  assert "column score holds numbers such as" in message
+  assert "pass --head=soft_target for fractions in [0, 1]" in message
+  assert "or --head=regression for other numbers" in message
+  assert len(get_processor("csv", files={"train": path}, text_column="text",
+                           label_columns=["score"], head="classification")
+             .get_examples("train")) == 20  # (a choice the user makes)
+  assert len(get_processor("csv", files={"train": path}, text_column="text",
+                           label_columns=["score"], head="regression")
+             .get_examples("train")) == 20

@@ -140,6 +140,10 @@ def run_model(c, fold=None, cluster=None):
   log.info("fused CPU kernels: %s", "on" if fused else "off (%s)" % why_not)
   model_fn = build.model_fn_of(c.model, c.training, c.device, output_dir, encoder_config,
                                label_spec, num_train_steps, fused_kernels=fused)
+  # (every peer up before the estimator starts this task's server, which would wait for
+  # one that never comes for ever)
+  with stopping.phase(stopping.AWAITING_PEERS):
+    distribution.await_peers(cluster, c.device.cluster_wait_seconds)
   estimator = build.make_estimator(model_fn, output_dir, c.device, c.training, cluster)
   evaluator = evaluation.Evaluator(estimator, task, output_dir, c.training.eval_batch_size,
                                    c.model.init_checkpoint)
@@ -197,6 +201,9 @@ def main(argv):
     raise app.UsageError("unexpected arguments: %s" % " ".join(argv[1:]))
   logging.getLogger().setLevel(logging.INFO)
   tf.get_logger().setLevel(getattr(logging, flags.FLAGS.tf_log_level))
+  if "TF_CONFIG" in os.environ and not os.environ["TF_CONFIG"].strip():
+    log.info("TF_CONFIG is set but empty: this run is one process, as with no TF_CONFIG")
+    del os.environ["TF_CONFIG"]  # (TensorFlow's own readers fail on an empty value)
   try:
     cluster = parse_tf_config(os.environ.get("TF_CONFIG"))
   except ClusterError as e:

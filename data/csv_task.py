@@ -222,6 +222,13 @@ def _refuse_fractions_as_classes(path, classes, column):
   """A label column of numbers, some of them fractions (0.1667, the share of raters, say),
   read as classes would make every distinct value a class: refused, naming the heads that
   read numbers. (--head=classification, or --labels, says they are classes after all.)"""
+  percents = [c for c in classes if re.match(r"^[0-9.]+ ?%$", c)]
+  if percents and len(percents) == len(classes):
+    raise DataError(path, "column %s holds percentages such as %s, not class names: each of "
+                    "its %d distinct values would be a class of its own (ordered as text)" % (
+                        column, ", ".join(percents[:3]), len(classes)),
+                    "write them as fractions (0.5 for 50%) and pass --head=soft_target, or "
+                    "pass --labels to make each value a class", column=column)
   fractions = [c for c in classes if _is_number(c) and "." in c]
   if fractions and all(_is_number(c) for c in classes):
     raise DataError(path, "column %s holds numbers such as %s, not class names: each of its "
@@ -255,8 +262,8 @@ def _check_one_spelling_per_class(path, classes, column):
   for spellings in by_form.values():
     if len(spellings) > 1:
       raise DataError(path, "the labels %s differ only in case, quotes, Unicode form (NFC or "
-                      "NFD: %s) or invisible characters: one class written in %d ways would "
-                      "be %d classes" % (
+                      "NFD: %s), spacing or invisible characters: one class written in %d ways "
+                      "would be %d classes" % (
                           ", ".join(_shown(n) for n in spellings), " / ".join(
                               unicodedata.normalize("NFC", n) == n and "NFC" or "not NFC"
                               for n in spellings), len(spellings), len(spellings)),
@@ -266,10 +273,11 @@ def _check_one_spelling_per_class(path, classes, column):
 
 def label_form(name):
   """What two spellings of one class share: the text without quotes around it, its case,
-  its Unicode form (NFKC: composed accents, full-width letters) and invisible format
-  characters (zero-width spaces and joiners, marks of direction)."""
+  its Unicode form (NFKC: composed accents, full-width letters), invisible format
+  characters (zero-width spaces and joiners, marks of direction) and runs of spaces
+  inside it."""
   text = unicodedata.normalize("NFKC", name.strip("\"'").strip()).casefold()
-  return "".join(c for c in text if unicodedata.category(c) != "Cf")
+  return " ".join("".join(c for c in text if unicodedata.category(c) != "Cf").split())
 
 
 def _shown(name):

@@ -24,7 +24,7 @@ import tensorflow.compat.v1 as tf
 
 from modeling import hf_folder
 from modeling.hf_folder import ConversionError
-from modeling.bert import BertConfig
+from modeling.bert import BertConfig, BertConfigError
 from modeling.checkpoint import encoder_variable_shapes
 
 # Buffers that some exports carry; they hold no learnt weights.
@@ -105,8 +105,10 @@ def bert_config_from_hf(values, source="config.json"):
   if values.get("position_embedding_type", "absolute") != "absolute":
     raise ConversionError("%s: position_embedding_type %r is not supported (only absolute)" %
                           (source, values["position_embedding_type"]))
-  if abs(values.get("layer_norm_eps", 1e-12) - 1e-12) > 1e-15:
-    raise ConversionError("%s: layer_norm_eps %g differs from BERT's 1e-12" %
+  eps = values.get("layer_norm_eps", 1e-12)
+  if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (
+      abs(eps - 1e-12) <= 1e-15):  # (NaN compares false with everything: refused too)
+    raise ConversionError("%s: layer_norm_eps %r differs from BERT's 1e-12" %
                           (source, values["layer_norm_eps"]))
   act = values.get("hidden_act", "gelu")
   if act not in ACTIVATION_NAMES:
@@ -114,7 +116,10 @@ def bert_config_from_hf(values, source="config.json"):
                           (source, act, ", ".join(sorted(ACTIVATION_NAMES))))
   fields = {k: values[k] for k in BertConfig.FIELDS if k in values}
   fields["hidden_act"] = ACTIVATION_NAMES[act]
-  return BertConfig.from_dict(fields)
+  try:
+    return BertConfig.from_dict(fields)
+  except BertConfigError as e:  # (a field of the wrong kind, or a value out of range)
+    raise ConversionError("%s: %s" % (source, e))
 
 
 def convert_tensors(tensors, config, num_labels=None):

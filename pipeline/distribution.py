@@ -5,11 +5,13 @@ of a cluster does."""
 import glob
 import logging
 import os
+import socket
+import time
 
 import tensorflow.compat.v1 as tf
 
 from data.tfrecord import shard_sizes
-from spec.errors import FlagError
+from spec.errors import FlagError, ProcessFault
 
 log = logging.getLogger(__name__)
 
@@ -256,3 +258,47 @@ def remove_worker_scratch(output_dir, cluster):
   scratch = os.path.join(output_dir, "tmp_%s_%d" % (cluster.task_type, cluster.task_index))
   if tf.io.gfile.exists(scratch):
     tf.io.gfile.rmtree(scratch)
+
+
+def await_peers(cluster, seconds, clock=time.time, sleep=time.sleep):
+  """Before TensorFlow starts this task's server: ProcessFault when this task's port is
+  taken on this machine, or when another training task of the cluster has not answered
+  on its TF_CONFIG address after seconds (TensorFlow would wait for it for ever, inside
+  C++, deaf to signals). Each task listens on its own port meanwhile, so tasks that start
+  in any order find each other (a connection is all a probe asks: the system's backlog
+  answers it). Says whom it waits for every 30 s; a signal stops it at once."""
+  if cluster is None or cluster.is_evaluator or cluster.own_address is None:
+    return
+  port = int(cluster.own_address.rpartition(":")[2])
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as beacon:
+    beacon.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (as gRPC's server does)
+    try:
+      beacon.bind(("", port))
+      beacon.listen(64)
+    except OSError as e:
+      raise ProcessFault(
+          "TF_CONFIG's %s %d listens on %s, and port %d is taken on this machine (%s): stop "
+          "what uses it, or give this task another port in TF_CONFIG (on every machine)"
+          % (cluster.task_type, cluster.task_index, cluster.own_address, port,
+             e.strerror or e))
+    started = said = clock()
+    for kind, index, address in cluster.peers():
+      host, _, peer_port = address.rpartition(":")
+      while True:
+        try:
+          socket.create_connection((host, int(peer_port)), timeout=2).close()
+          break
+        except OSError as e:
+          reason = e.strerror or str(e)
+        if clock() - started >= seconds:
+          raise ProcessFault(
+              "TF_CONFIG's %s %d at %s did not answer within %d s (%s): start it (the same "
+              "command, with TF_CONFIG's task {\"type\": \"%s\", \"index\": %d}), check "
+              "its address and that its port is open to this machine, or wait longer with "
+              "--cluster_wait_seconds" % (kind, index, address, seconds, reason, kind, index))
+        if clock() - said >= 30:
+          log.info("waiting for %s %d at %s (%d s so far, for up to %d s)", kind, index,
+                   address, clock() - started, seconds)
+          said = clock()
+        sleep(1)
+  log.info("every training task of the cluster answers (%d)", cluster.num_workers)

@@ -13,7 +13,7 @@ from modeling.checkpoint import (EARLIER_CHECKPOINT_FIX, checkpoint_global_step,
                                  newest_checkpoint, values_problem)
 from modeling.checkpoint import files_problem as checkpoint_files_problem
 from modeling.metrics import metric_names
-from pipeline import eval_history
+from pipeline import eval_history, stopping
 from pipeline.outputs import paired, write_eval_results, write_test_results
 from pipeline.progress import RateReport
 from spec.errors import ArtefactFault, FlagError, NumericFault
@@ -57,7 +57,9 @@ class Evaluator(object):
              if self.label_spec.kind == "classification" and
              len(self.label_spec.classes) == 2 else "")
     raw = self.estimator.evaluate(input_fn=split.input_fn(), steps=steps, name=name,
-                                  checkpoint_path=self.restore_path(checkpoint))
+                                  checkpoint_path=self.restore_path(checkpoint),
+                                  hooks=[stopping.session_hook()])
+    stopping.check()  # (a signal ended the evaluation early: its figures are not written)
     results = {k: _plain(v) for k, v in raw.items()}
     # Estimator's own "loss" averages per-batch means, so a part-padded last batch would
     # weigh too much; eval_loss is the exact mean over real examples.
@@ -114,6 +116,7 @@ class Evaluator(object):
     for batch in self.estimator.predict(input_fn=split.input_fn(),
                                         yield_single_examples=False,
                                         checkpoint_path=self.restore_path(checkpoint)):
+      stopping.check()
       real = numpy.asarray(batch["is_real_example"]).reshape(-1).astype(bool)
       ids = numpy.asarray(batch["example_id"]).reshape(-1)[real].astype(numpy.int64)
       values = numpy.asarray(batch["outputs"], dtype=numpy.float32)[real]

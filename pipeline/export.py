@@ -14,7 +14,7 @@ from data.graph_tokenizer import GraphTokenizer
 from data.reread import read_checked
 from data.tokenization import load_vocab
 from modeling import export
-from pipeline import build, card, evaluation, hf_export, onnx_export
+from pipeline import build, card, evaluation, hf_export, onnx_export, stopping
 from pipeline.outputs import ModelRun, write_test_results
 from pipeline.progress import format_seconds
 from serving.predictor import Predictor
@@ -99,10 +99,11 @@ def predict_with_export(c):
     log.info("predicting the rows of %s with the export %s, %d rows at a time",
              processor.file_for("test"), predictor.export_dir, EXPORT_CHUNK_ROWS)
     start = time.time()
-    run = ModelRun(predictions=write_test_results(
-        c.outputs.output_dir, processor,
-        predicted_in_chunks(predictor, read_checked(processor, "test")),
-        {"saved_model": predictor.export_dir}))
+    with stopping.phase("predict"):
+      run = ModelRun(predictions=write_test_results(
+          c.outputs.output_dir, processor,
+          predicted_in_chunks(predictor, read_checked(processor, "test")),
+          {"saved_model": predictor.export_dir}))
     log.info("predicted in %s", format_seconds(time.time() - start))
     return run
 
@@ -115,5 +116,6 @@ def predicted_in_chunks(predictor, examples):
     chunk = list(itertools.islice(examples, EXPORT_CHUNK_ROWS))
     if not chunk:
       return
+    stopping.check()
     yield from zip(chunk, predictor.predict_outputs(chunk))
 

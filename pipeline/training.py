@@ -13,7 +13,7 @@ from data.files import write_whole
 from modeling.checkpoint import checkpoint_global_step
 from modeling.model_fn import TRAIN_LOSS_NAME
 from modeling.summaries import scalar_events
-from pipeline import eval_history
+from pipeline import eval_history, stopping
 from pipeline.evaluation import NOT_METRICS, format_metric, metric_names_of
 from pipeline.outputs import timed
 from pipeline.progress import ProgressHook, format_seconds
@@ -72,13 +72,15 @@ class Trainer(object):
     self.progress.train_started = time.time()
     if start_step < until_step:
       try:
-        self.estimator.train(input_fn=input_fn, max_steps=until_step, hooks=[self.progress])
+        self.estimator.train(input_fn=input_fn, max_steps=until_step,
+                             hooks=[self.progress, stopping.session_hook()])
       except tf.train.NanLossDuringTrainingError:
         raise FlagError(
             "training diverged: the loss became NaN before step %d (the checkpoints kept in "
             "%s are from before it). Lower --learning_rate (or raise --warmup_proportion), "
             "and check that the train file's targets and weights are of a sensible size"
             % (until_step, self.output_dir))
+      stopping.check()  # (a signal ended the loop after its step's checkpoint)
       log.info("trained to step %d in %s", until_step,
                format_seconds(time.time() - self.progress.train_started))
 

@@ -20,6 +20,7 @@ import uuid
 
 import tensorflow.compat.v1 as tf
 
+from pipeline import stopping
 from spec.errors import PLACE_FAULTS, ArtefactFault, FileFault, FlagError
 
 log = logging.getLogger(__name__)
@@ -170,9 +171,11 @@ def training_lock(output_dir, holds=True):
   made = not tf.io.gfile.exists(output_dir)
   tf.io.gfile.makedirs(output_dir)
   token = _acquire(path)
+  forget = stopping.at_forced_exit(lambda: _release(path, token))
   try:
     yield
   finally:
+    forget()
     _release(path, token)
     if made and not tf.io.gfile.listdir(output_dir):
       tf.io.gfile.rmtree(output_dir)

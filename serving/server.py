@@ -26,7 +26,7 @@ import re
 import socket
 import sys
 
-from aiohttp import ClientPayloadError, web
+from aiohttp import web
 
 log = logging.getLogger(__name__)
 
@@ -182,13 +182,22 @@ def make_app(predictor, model_name="model", max_batch=32, wait_seconds=0.002,
     refused = known(request)
     if refused is not None:
       return refused
+    too_large = error(413, "the body is larger than %d bytes: send fewer instances per "
+                      "request (or start the server with a larger --max_body_mb)"
+                      % max_body_bytes)
+    if (request.content_length or 0) > max_body_bytes:  # (said before it is sent)
+      return too_large
     try:
       body = await request.read()
-    except (ConnectionError, ClientPayloadError):  # (the client went while it sent: 499,
-      return error(499, "the client hung up while it sent its request")  # as nginx logs it)
     except web.HTTPRequestEntityTooLarge:
-      return error(413, "the body is larger than %d bytes: send fewer instances per request "
-                   "(or start the server with a larger --max_body_mb)" % max_body_bytes)
+      return too_large
+    except (ConnectionError, asyncio.TimeoutError):  # (the client went while it sent:
+      return error(499, "the client hung up while it sent its request")  # 499, as nginx)
+    except Exception as e:  # (a body its headers misdescribe: gzip that is not, say)
+      if request.transport is None or request.transport.is_closing():
+        return error(499, "the client hung up while it sent its request")
+      return error(400, "the body cannot be read as its headers say (%s): send plain JSON, "
+                   "or gzip it as Content-Encoding says" % first_line(e))
     try:
       examples = examples_of(predictor, body, max_instances)
     except TooMany as e:
@@ -234,7 +243,7 @@ class TooMany(ValueError):
 def examples_of(predictor, body, max_instances=4096):
   """The InputExamples of a predict request's body, or ValueError saying what is wrong."""
   try:
-    request = json.loads(body.decode("utf-8"))
+    request = json.loads(body.decode("utf-8"), parse_constant=_no_constant)
   except RecursionError:
     raise ValueError("the body nests too deeply to be read: send {\"instances\": [%s, ...]}"
                      % _wanted(predictor))
@@ -266,6 +275,11 @@ def examples_of(predictor, body, max_instances=4096):
         raise ValueError("instances: input %d holds %s, which is no Unicode character: "
                          "send text" % (example.guid, _escaped(text[e.start:e.end])))
   return examples
+
+
+def _no_constant(name):
+  """NaN, Infinity and -Infinity, which Python's json reads but JSON does not have."""
+  raise ValueError("it holds %s, which is not JSON" % name)
 
 
 def _escaped(text):
@@ -322,6 +336,18 @@ def port_problem(host, port):
   return None
 
 
+def _client_faults_said_once(record):
+  """Leaves out aiohttp's own report (a traceback) of a request whose client sent a body
+  its headers misdescribe or hung up: one_log_line has said it in one line."""
+  error = record.exc_info[1] if record.exc_info else None
+  while error is not None:
+    if type(error).__name__ in ("RequestPayloadError", "ContentEncodingError",
+                                "ConnectionResetError", "ClientConnectionResetError"):
+      return False
+    error = error.__cause__ or error.__context__
+  return True
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(prog="./run.sh serve", description=(
       "Serve a fine-tuned model over HTTP in TF Serving's REST shape."))
@@ -344,6 +370,7 @@ def main(argv=None):
     sys.stderr.write("serve: %s\n" % problem)
     return 2
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+  logging.getLogger("aiohttp.server").addFilter(_client_faults_said_once)
   busy = port_problem(args.host, args.port)
   if busy:
     sys.stderr.write("serve: %s\n" % busy)

@@ -35,7 +35,8 @@ BOOLEANS = {"true": 1.0, "false": 0.0}
 
 
 # A number as data files write one (no Python-only spellings: 1_000 is no number).
-_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+_NUMBER = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$")  # (ASCII digits:
+# a full-width １ is text, never the number 1)
 
 
 def canonical_label(cell):
@@ -224,6 +225,10 @@ class SingleLabel(LabelSpec):
     return "labels %s" % ",".join(self._classes)
 
 
+def _is_ascii(text):
+  return all(ord(c) < 128 for c in text)
+
+
 def parse_number(cell, index, what):
   """A finite float from a cell; LabelError (missing for empty/NaN cells) otherwise."""
   text = cell.strip()
@@ -232,8 +237,8 @@ def parse_number(cell, index, what):
                      "fill in %s, remove the row" % what, index=index, missing=True)
   try:
     value = float(text)
-    if "_" in text:  # (Python reads 1_000 as 1000; a data file means no number by it)
-      raise ValueError(text)
+    if "_" in text or not _is_ascii(text):  # (Python reads 1_000 and a full-width １ as
+      raise ValueError(text)                # numbers; a data file means none by them)
   except ValueError:
     raise LabelError("%r is not a number" % cell, "give %s" % what, index=index)
   if math.isnan(value):

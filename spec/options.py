@@ -289,6 +289,10 @@ class DeviceOptions(object):
   master: Optional[str] = option(None, "TensorFlow master URL (alternative to --tpu_name).")
   num_tpu_cores: int = option(8, "TPU cores to use, with --use_tpu.")
   iterations_per_loop: int = option(1000, "Steps per TPU loop (host round trip).")
+  cluster_wait_seconds: int = option(
+      300, "TF_CONFIG's cluster: how long a task waits for the other training tasks to "
+      "answer on their addresses before it stops, naming the first that did not.",
+      check=lambda value: None if value >= 1 else "must be 1 or more (seconds)")
   num_gpus: int = option(
       0, "Train data-parallel on this many GPUs of this machine with TensorFlow's "
       "MirroredStrategy; --train_batch_size stays the global batch, split evenly over the "

@@ -407,8 +407,8 @@ def test_a_file_whose_every_record_is_skipped_is_an_error(tmp_path):
 
 @pytest.mark.parametrize("labels, message", [
     (["Pos", "pos", "Neg"], "the labels 'Pos', 'pos' differ only in case, quotes, Unicode "
-                            "form (NFC or NFD: NFC / NFC) or invisible characters: one class "
-                            "written in 2 ways would be 2 classes"),
+                            "form (NFC or NFD: NFC / NFC), spacing or invisible characters: "
+                            "one class written in 2 ways would be 2 classes"),
     (['"0"', "0", "1"], "the labels '\"0\"' hold their quotes"),
     (['"0"', '"1"'], "the labels '\"0\"', '\"1\"' hold their quotes (the file was read "
                      "without quote processing)")])
@@ -475,12 +475,13 @@ VARIANTS = {
     "right-to-left mark": lambda t: u"\u200f" + t,
     "full-width": lambda t: "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c
                                     for c in t),
+    "inner spaces": lambda t: t.replace(" ", "   "),
 }
 
 
 @settings(max_examples=40, deadline=None)
 @given(word=st.sampled_from([u"caf\u00e9", u"na\u00efve", u"toxic", u"\u00c5ngstr\u00f6m",
-                             u"se\u00f1or", u"ok"]),
+                             u"se\u00f1or", u"ok", u"very good"]),
        variant=st.sampled_from(sorted(VARIANTS)))
 def test_a_class_written_two_ways_of_any_kind_is_named(tmp_path_factory, word, variant):
   other = VARIANTS[variant](word)
@@ -496,7 +497,8 @@ def test_a_class_written_two_ways_of_any_kind_is_named(tmp_path_factory, word, v
   assert "Fix: write each class one way" in message
 
 
-@pytest.mark.parametrize("values", [["0", "0.1667", "0.2", "0.5", "1"], ["1.5", "2", "3.25"]])
+@pytest.mark.parametrize("values", [["0", "0.1667", "0.2", "0.5", "1"], ["1.5", "2", "3.25"],
+                                    ["0%", "50%", "100%"]])
 def test_a_column_of_fractions_is_not_taken_for_classes(tmp_path, values):
   """Rater fractions made a 12-class classifier without a hint that other heads exist."""
   path = write_lines(tmp_path / "train.tsv", ["text\tscore"] + [
@@ -504,6 +506,10 @@ def test_a_column_of_fractions_is_not_taken_for_classes(tmp_path, values):
   processor = get_processor("csv", files={"train": path}, text_column="text",
                             label_columns=["score"])
   message = str(error_of(processor))
+  if "%" in values[0]:
+    assert "column score holds percentages such as 0%, 100%, 50%" in message
+    assert "write them as fractions (0.5 for 50%) and pass --head=soft_target" in message
+    return
   assert "column score holds numbers such as" in message
   assert "pass --head=soft_target for fractions in [0, 1]" in message
   assert "or --head=regression for other numbers" in message

@@ -243,6 +243,7 @@ def test_the_evaluator_and_an_empty_tf_config():
   assert parse_tf_config('{"task": {"type": "chief"}}') is None  # no cluster: one process
   # A chief alone (as services set on one machine) is one process too.
   assert parse_tf_config(_tf_config({"chief": ["host0:2222"]}, "chief")) is None
+  assert parse_tf_config(_tf_config({"chief": ["host0:2222"], "worker": []}, "chief")) is None
 
 
 @pytest.mark.parametrize("tf_config,message", [
@@ -264,6 +265,27 @@ def test_the_evaluator_and_an_empty_tf_config():
     (_tf_config({"chief": ["a:1"], "trainer": ["b:1"]}, "chief"),
      "TF_CONFIG's cluster has task types trainer; it takes \"chief\" (one) and \"worker\" "
      "(any number)"),
+    (_tf_config({"chief": ["host0"], "worker": ["host1:2222"]}, "chief"),
+     "TF_CONFIG's chief 0 is 'host0': it has no port. Write it as \"host:port\", e.g. "
+     "\"host0:2222\""),
+    (_tf_config({"chief": ["host0:2222"], "worker": ["host1:http"]}, "chief"),
+     "TF_CONFIG's worker 0 is 'host1:http': its port 'http' is not a TCP port. Give one from "
+     "1 to 65535, e.g. \"host1:2222\""),
+    (_tf_config({"chief": ["host0:2222"], "worker": ["host1:99999"]}, "chief"),
+     "TF_CONFIG's worker 0 is 'host1:99999': its port '99999' is not a TCP port"),
+    (_tf_config({"chief": ["host0:2222"], "worker": [2222]}, "chief"),
+     "TF_CONFIG's worker 0 is 2222: not a \"host:port\" text"),
+    (_tf_config({"chief": ["host0:2222"], "worker": "host1:2222"}, "chief"),
+     "TF_CONFIG's cluster lists its worker tasks as 'host1:2222': give a list"),
+    (_tf_config({"chief": ["host0:2222"], "worker": ["host0:2222"]}, "chief"),
+     "TF_CONFIG gives chief 0 and worker 0 the same address host0:2222: each task listens "
+     "on a port of its own"),
+    ('{"cluster": {"chief": "host0:2222", "worker": ["host1:2222"]}, "task": {"type": '
+     '"chief", "index": 0}}', "TF_CONFIG's cluster lists its chief tasks as 'host0:2222': "
+     "give a list"),
+    ('{"cluster": {"chief": ["host0:2222"], "worker": ["host1:2222"]}, "task": {"type": '
+     '"worker"}}', "TF_CONFIG's task has no \"index\": give its place in the cluster's worker "
+     "list"),
 ])
 def test_a_tf_config_that_cannot_train_is_refused(tf_config, message):
   with pytest.raises(ClusterError) as error:

@@ -69,13 +69,18 @@ def test_every_request_leaves_one_log_line_whoever_hangs_up(jigsaw_model, tmp_pa
   def send(data, wait=None):
     connection = socket.create_connection(("127.0.0.1", port))
     connection.sendall(data)
+    answer = b""
     if wait is not None:
       time.sleep(wait)
     else:
       connection.settimeout(30)
-      while connection.recv(65536):
-        pass
+      while True:
+        chunk = connection.recv(65536)
+        if not chunk:
+          break
+        answer += chunk
     connection.close()
+    return answer
 
   try:
     for _ in range(5):  # a client that hangs up while it sends its body
@@ -85,6 +90,14 @@ def test_every_request_leaves_one_log_line_whoever_hangs_up(jigsaw_model, tmp_pa
     send(b"POST /v1/models/model:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
          b"Connection: close\r\n\r\n{x}")  # a body that is not JSON
     send(b"GET /v1/models/model HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    # A body its headers misdescribe, one declared too large, one with a NaN literal.
+    answers = [
+        send(head.replace(b"\r\n\r\n", b"\r\nContent-Encoding: gzip\r\nConnection: "
+                                        b"close\r\n\r\n") % len(body) + body),
+        send(head.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n") % 10 ** 11 +
+             body[:4]),
+        send(head.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n") % 25 +
+             b'{"instances":["a"],"x":NaN}'[:25])]
     time.sleep(2)
   finally:
     process.terminate()
@@ -94,8 +107,13 @@ def test_every_request_leaves_one_log_line_whoever_hangs_up(jigsaw_model, tmp_pa
   hung_up = [l for l in lines if "499: the client hung up while it sent its request" in l]
   assert len(hung_up) == 5, lines
   assert sum(" 200 " in l and ":predict" in l for l in lines) == 5, lines
-  assert sum("400: the body is not JSON" in l for l in lines) == 1, lines
-  assert len(lines) == 1 + 5 + 5 + 1 + 1  # (the readiness probe's GET, then ours)
+  assert sum("400: the body is not JSON" in l for l in lines) == 2, lines
+  assert sum("400: the body cannot be read as its headers say" in l for l in lines) == 1
+  assert sum("413: the body is larger than" in l for l in lines) == 1
+  assert len(lines) == 1 + 5 + 5 + 1 + 1 + 3  # (the readiness probe's GET, then ours)
+  for answer, status in zip(answers, (b"400", b"413", b"400")):
+    assert answer.split(b" ")[1] == status
+    json.loads(answer.split(b"\r\n\r\n", 1)[1].decode())  # (a JSON body)
   with open(log_path) as f:
     assert "Traceback" not in f.read()
 

@@ -226,6 +226,12 @@ def main(argv):
   except FileFault as e:
     sys.stderr.write("run_classifier: file error: %s\n" % e)
     sys.exit(1)
+  except tf.errors.OpError as e:  # (outside the run's own report: a bucket out of reach)
+    fault = workspace.file_fault(e)
+    if fault is None:
+      raise
+    sys.stderr.write("run_classifier: file error: %s\n" % fault)
+    sys.exit(1)
   except ProcessFault as e:
     sys.stderr.write("run_classifier: process error: %s\n" % e)
     sys.exit(1)

@@ -150,6 +150,23 @@ class CsvProcessor(DataProcessor):
                       "line, or pass --no%s to confirm the file has no header"
                       % (_header_flag(split), text, label, _header_flag(split)), line=line)
 
+  def _check_no_header_as_ids(self, table, split):
+    """A predict file's header read as data (a headered file with --nohas_header) would
+    be predicted as a row. Its sign, where the rows have ids: the first row's id looks
+    like a column name while the next rows' ids are numbers."""
+    if table.header is not None or self.split_headers.get(split) is False:
+      return
+    index = table.column_index(self.id_column, "--id_column")
+    ahead = table.first_records(USUAL_WIDTH_RECORDS)
+    ids = [fields[index].strip() for _, fields in ahead if len(fields) > index]
+    if len(ids) > 1 and _COLUMN_NAME.match(ids[0]) and not _is_number(ids[0]) and all(
+        _is_number(i) for i in ids[1:]):
+      raise DataError(table.path, "the first line looks like a header read as data: its id "
+                      "%r is a name, and the other lines' ids are numbers" % ids[0],
+                      "drop --nohas_header or pass --%s (the file has a header; then name "
+                      "the columns), remove the line, or pass --no%s to confirm the file has "
+                      "no header" % (_header_flag(split), _header_flag(split)), line=1)
+
   def _check_header_is_not_data(self, table, label_index, split):
     """With columns given by position, a headerless file read with a header (the default)
     would lose its first row. Its sign: the 'header' has a label cell that is a label of the
@@ -173,6 +190,8 @@ class CsvProcessor(DataProcessor):
       labels = tuple(table.column_index(c, "--label_column") for c in self._label_columns)
       self._check_no_header_as_data(table, labels[0], split)
       self._check_header_is_not_data(table, labels[0], split)
+    elif split == "test" and self.id_column is not None:  # (no labels: the ids tell)
+      self._check_no_header_as_ids(table, split)
     if table.header is not None and is_position(self.text_column):
       # Columns by position and a header: say which line was taken as the header, so a
       # headerless file (e.g. a predict file without labels) cannot lose a row unseen.

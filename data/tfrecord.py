@@ -70,7 +70,7 @@ def read_metadata(record_path):
   except ValueError as e:
     log.warning("%s cannot be read (%s): rebuilding its records", path, e)
     return None
-  problem = metadata_problem(metadata)
+  problem = metadata_problem(metadata) or checksum_problem(metadata)
   if problem:
     log.warning("%s is not the metadata this program writes (%s): rebuilding its records",
                 path, problem)
@@ -79,6 +79,24 @@ def read_metadata(record_path):
   metadata["files"] = ["%s/%s" % (folder, name.rsplit("/", 1)[-1])
                        for name in metadata["files"]]
   return metadata
+
+
+def with_checksum(metadata):
+  """metadata with its own sha256 (of its other entries), so that an edit is seen."""
+  body = dict(metadata)
+  body.pop("checksum", None)
+  return dict(body, checksum=hashlib.sha256(json.dumps(
+      body, sort_keys=True).encode("utf-8")).hexdigest())
+
+
+def checksum_problem(metadata):
+  """None when metadata holds the checksum of its entries as written, else what differs
+  (an entry edited by hand: counts that no longer match the records, say)."""
+  if metadata.get("checksum") is None:
+    return "it has no checksum of its entries (an earlier version wrote it)"
+  if with_checksum(metadata)["checksum"] != metadata["checksum"]:
+    return "its entries are not those written (their checksum differs: edited?)"
+  return None
 
 
 # The metadata's entries that reuse reads, and what each holds.
@@ -264,7 +282,8 @@ def _write_records(examples, record_path, settings, key, tokenizer, pad_to_multi
                   num_records=num_examples + num_padding, read=read,
                   weights_sha256=_weights_sha256(weights), empty_texts=empty_texts,
                   **truncation.as_dict())
-  write_whole(metadata_path(record_path), json.dumps(metadata, indent=2, sort_keys=True))
+  write_whole(metadata_path(record_path), json.dumps(with_checksum(metadata), indent=2,
+                                                     sort_keys=True))
   log.info("wrote %s: %d examples + %d padding rows in %d file(s)", record_path, num_examples,
            num_padding, len(here))
   report_changes(record_path, metadata)

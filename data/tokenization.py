@@ -47,10 +47,17 @@ def load_vocab(vocab_file, text=None):
   every example needs ([CLS], [SEP], [UNK])."""
   if text is None:
     text = read_vocab_text(vocab_file)
-  vocab, first_line = {}, {}
+  vocab, first_line, blank_lines = {}, {}, []
   line = 0
   for line, token in enumerate((l.strip() for l in io.StringIO(text, newline=None)), 1):
-    if token in vocab:
+    if token in vocab and token in SPECIAL_TOKENS + ("[PAD]", "[MASK]"):
+      raise DataError(vocab_file, "the token %s is listed twice, on lines %d and %d: every "
+                      "example's %s would read as another id than the model was trained "
+                      "with" % (token, first_line[token], line, token),
+                      "pass the vocab.txt that belongs to the checkpoint", line=line)
+    if not token and line not in blank_lines:
+      blank_lines.append(line)
+    if token in vocab and token:
       log.warning("%s lists the token %r twice, on lines %d and %d: ids are line numbers "
                   "(rows of the model's embeddings), and the token reads as line %d's, as "
                   "Hugging Face's tokenizer reads it", vocab_file, token, first_line[token],
@@ -60,6 +67,11 @@ def load_vocab(vocab_file, text=None):
   if not vocab:
     raise DataError(vocab_file, "the vocabulary file is empty",
                     "pass the vocab.txt that belongs to the checkpoint")
+  if blank_lines:
+    log.warning("%s: line%s %s %s blank, each read as a token no text gives (its id is its "
+                "line's, so the ids after it stay the model's)", vocab_file,
+                "s" if len(blank_lines) > 1 else "", ", ".join(map(str, blank_lines[:5])),
+                "are" if len(blank_lines) > 1 else "is")
   missing = [token for token in SPECIAL_TOKENS if token not in vocab]
   if missing:
     raise DataError(vocab_file, "the vocabulary has no %s token, which every example needs "
@@ -84,7 +96,8 @@ def read_vocab_text(vocab_file):
     line = e.object.count(b"\n", 0, e.start) + 1
     problem = "the vocabulary is not UTF-8 text (byte 0x%02x)" % e.object[e.start]
   except FILE_ERRORS as e:
-    problem = "it cannot be read (%s)" % (getattr(e, "message", None) or e)
+    problem = "it cannot be read (%s)" % str(getattr(e, "message", None) or e).strip(
+        ).splitlines()[0]
   raise DataError(vocab_file, problem, "pass the vocab.txt that belongs to the checkpoint",
                   line=line)
 

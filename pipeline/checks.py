@@ -230,7 +230,8 @@ def check_task(data, given, needs_labels):
     if getattr(data, name) is None:
       raise FlagError("--task_name=%s needs --%s (a column name, or a 0-based position "
                       "with --nohas_header)" % (processor.name, name))
-  check_texts_are_not_labels(data)
+  if needs_labels or "label_column" in given:  # (a predict-only run reads no label: the
+    check_texts_are_not_labels(data)           # card's column only names its outputs)
 
 
 def check_texts_are_not_labels(data):

@@ -85,15 +85,20 @@ class EvalHistory(object):
     self.rows = list(rows or [])
 
   @classmethod
-  def load(cls, path, up_to_step):
+  def load(cls, path, up_to_step, needs=None):
     """The history at path, without rows past up_to_step (the checkpoint training
     resumes from: later rows belong to checkpoints that are gone). Verified first (its
     columns, every row's cells and steps): ArtefactFault names the line and the way
-    forward. A byte-order mark and Windows line ends (a spreadsheet's re-save) are read."""
+    forward. A byte-order mark and Windows line ends (a spreadsheet's re-save) are read.
+    needs: a metric whose column the history must have (--best_metric's)."""
     text = read_written(path, HISTORY_FIX)
     if text is None:
       return cls(path)
     rows = parse_history(path, text.lstrip("\ufeff"))
+    if needs and rows and not any(needs in row for row in rows):
+      raise ArtefactFault("%s has no column %s, the metric the best checkpoint is chosen by: "
+                          "its evaluations so far could not be compared. Fix: %s"
+                          % (path, needs, HISTORY_FIX))
     return cls(path, [r for r in rows if r["step"] <= up_to_step])
 
   def steps(self):
@@ -235,6 +240,8 @@ def _best_record_problem(record):
     return "it is not a JSON object"
   for name, kind in sorted(BEST_FIELDS.items()):
     value = record.get(name)
+    if name not in record:
+      return "it has no entry %s" % name
     if value is None or isinstance(value, bool) != (kind is bool) or not isinstance(
         value, kind):
       return "its entry %s is %r, not %s" % (name, value, {

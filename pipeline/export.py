@@ -37,6 +37,7 @@ def export_model(outputs, model_fn, label_spec, checkpoint, export_card, vocab_f
       os.path.join(outputs.output_dir, "export"))
   if "hf" in outputs.export_format:
     hf_export.check_hf_export_of_card(export_card, outputs.output_dir)
+  log.info("exporting %s into %s", checkpoint, export_dir)
   with tf.io.gfile.GFile(vocab_file, "r") as f:  # a hub module's may be in a bucket
     vocab_text = f.read()
   vocab = load_vocab(vocab_file, text=vocab_text)

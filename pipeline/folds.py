@@ -107,6 +107,10 @@ def run_folds(c, run_model):
   write_whole(os.path.join(output_dir, "folds_summary.json"), json_text(result.summary))
   for name, figures in sorted(result.summary["metrics"].items()):
     missing = figures["undefined_on_folds"]
+    if figures["mean"] is None:
+      log.warning("  %d-fold %s is undefined on every fold (an AUC, say, of held-out rows "
+                  "that are all of one class)", num_folds, name)
+      continue
     log.info("  %d-fold %s = %.4f +- %.4f%s", num_folds, name, figures["mean"], figures["std"],
              " (over the %d folds where it is defined; undefined on fold%s %s)" % (
                  num_folds - len(missing), "s" if len(missing) > 1 else "",
@@ -170,7 +174,9 @@ def fold_summary(evals, num_folds, seed, sizes):
   for name in names:
     values = {i: e.get(name) for i, e in evals.items()}
     defined = [v for v in values.values() if v is not None]
-    if not defined:
+    if not defined:  # (undefined on every fold: said, never left out unsaid)
+      metrics[name] = {"mean": None, "std": None, "per_fold": {str(i): None for i in evals},
+                       "undefined_on_folds": sorted(evals)}
       continue
     mean, std = folds_lib.mean_and_std(defined)
     metrics[name] = {"mean": mean, "std": std, "per_fold": {str(i): v for i, v in

@@ -350,6 +350,9 @@ def in_training_order(examples, weights, seed):
           [weights[i] for i in order] if weights is not None else None)
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def training_weights(training, task, inputs):
   """Each train row's loss weight from its WeightInputs: the product of the class, column
   and identity weights asked for (None when none is). FlagError for weights that leave
@@ -376,6 +379,12 @@ def training_weights(training, task, inputs):
   combined = [1.0] * len(parts[0])
   for part in parts:
     combined = [a * b for a, b in zip(combined, part)]
+  largest = max(combined) if combined else 0.0
+  if not largest <= FLOAT32_MAX:  # (a record holds a float32: inf would train NaN)
+    raise FlagError("the training weights multiply to %.3g for some rows (the class, column "
+                    "and identity weights asked for), more than a float32 holds (3.4e38): the "
+                    "loss would be infinite. Rescale --class_weights or the weight column"
+                    % largest)
   log.info("training weights: min %.4g, mean %.4g, max %.4g over %d rows", min(combined),
            sum(combined) / len(combined), max(combined), len(combined))
   if labels is not None:

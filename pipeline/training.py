@@ -94,7 +94,8 @@ class Trainer(object):
     training, output_dir = self.training, self.output_dir
     goal = eval_history.Goal(training.best_metric) if training.best_metric else None
     history = eval_history.EvalHistory.load(
-        os.path.join(output_dir, eval_history.HISTORY_CSV), resumed_step(output_dir))
+        os.path.join(output_dir, eval_history.HISTORY_CSV), resumed_step(output_dir),
+        needs=goal and goal.metric)
     if history.rows:
       log.info("%d evaluations in %s so far (up to step %d)", len(history.rows), history.path,
                history.steps()[-1])

@@ -131,6 +131,13 @@ def file_fault(error):
       if reason in line:
         where = line.split(";")[0].strip() if ";" in line else line.strip()
         return FileFault("%s: %s. Fix: %s" % (where, reason, fix))
+  text = str(error.message)
+  if any(sign in text for sign in REMOTE_SIGNS):  # (a bucket out of reach)
+    where = next((w.rstrip(";,:") for w in text.split() if "://" in w), "Cloud Storage")
+    return FileFault(
+        "%s cannot be reached (%s). Fix: check this machine's network and credentials "
+        "(gcloud auth application-default login, or GOOGLE_APPLICATION_CREDENTIALS), or use "
+        "local paths" % (where, _first_line_of(text, REMOTE_SIGNS)))
   if isinstance(error, tf.errors.DataLossError):  # (a checksum that TensorFlow checks)
     return ArtefactFault(
         "a file this run reads was damaged after it was written (%s). Fix: copy the "
@@ -138,6 +145,19 @@ def file_fault(error):
         "records (--cache_dir, or <output_dir>/features) to build them again"
         % str(error.message).strip().splitlines()[0])
   return None
+
+
+# What TensorFlow's errors say when a bucket cannot be reached (no network, no credentials).
+REMOTE_SIGNS = ("Could not resolve host", "Couldn't resolve host", "Error executing an HTTP",
+                "UNAUTHENTICATED", "Anonymous caller", "storage.objects", "metadata server",
+                "Could not connect to")
+
+
+def _first_line_of(text, signs):
+  """The line of text that holds one of signs (its first line otherwise), shortened."""
+  lines = [l.strip() for l in text.splitlines() if l.strip()]
+  line = next((l for l in lines if any(s in l for s in signs)), lines[0] if lines else "")
+  return line[:200]
 
 
 def remove_partial_checkpoints(output_dir):

@@ -233,3 +233,33 @@ def test_eval_metric_names_of_a_run():
     label_spec = SingleLabel(["toxic"], ["0", "1"])
   assert metric_names_of(task_of(Processor()), []) == [
       "accuracy", "auc", "f1", "loss", "mcc", "precision", "recall"]
+
+
+def test_a_history_without_the_best_metrics_column_is_refused(tmp_path):
+  """The column deleted by hand reset the best and the patience without a word."""
+  path = str(tmp_path / "eval_history.csv")
+  history = EvalHistory(path)
+  for step in (3, 6):
+    history.append({"step": step, "auc": 0.5 + step / 100.0, "best": 0, "checkpoint": "c"})
+  with open(path) as f:
+    rows = list(csv.reader(f))
+  column = rows[0].index("auc")
+  with open(path, "w", newline="") as f:
+    csv.writer(f, lineterminator="\n").writerows([r[:column] + r[column + 1:] for r in rows])
+  assert EvalHistory.load(path, 10).steps() == [3, 6]  # (no metric is asked of it)
+  with pytest.raises(eval_history.ArtefactFault) as error:
+    EvalHistory.load(path, 10, needs="auc")
+  assert str(error.value).startswith(
+      "%s has no column auc, the metric the best checkpoint is chosen by" % path)
+
+
+def test_a_best_record_missing_an_entry_says_which(tmp_path):
+  output_dir = tmp_path / "out"
+  (output_dir / "best").mkdir(parents=True)
+  write_checkpoint(str(output_dir / "best" / "model.ckpt-3"), 3)
+  record = {"metric": "auc", "value": 0.7, "step": 3, "lower_is_better": False}
+  (output_dir / "best" / "best_checkpoint.json").write_text(json.dumps(record))
+  with pytest.raises(eval_history.ArtefactFault) as error:
+    eval_history.read_best(str(output_dir))
+  assert "best_checkpoint.json: it has no entry checkpoint_name. Fix: restore the best/ " \
+      "folder" in str(error.value)

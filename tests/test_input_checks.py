@@ -519,3 +519,19 @@ def test_a_column_of_fractions_is_not_taken_for_classes(tmp_path, values):
   assert len(get_processor("csv", files={"train": path}, text_column="text",
                            label_columns=["score"], head="regression")
              .get_examples("train")) == 20
+
+
+def test_a_headered_predict_file_read_without_its_header_is_named(tmp_path):
+  """Its header became a predicted row, exit 0."""
+  path = write_lines(tmp_path / "test.csv", ["rev_id,comment"] + [
+      "%d,text number %d" % (100 + i, i) for i in range(6)] + [""])
+  processor = get_processor("csv", files={"test": path}, text_column="1", id_column="0",
+                            has_header=False, label_columns=None)
+  message = str(error_of(processor, "test"))
+  assert message.startswith("%s, line 1: the first line looks like a header read as data: "
+                            "its id 'rev_id' is a name, and the other lines' ids are numbers"
+                            % path)
+  confirmed = get_processor("csv", files={"test": path}, text_column="1", id_column="0",
+                            has_header=False, split_headers={"test": False},
+                            label_columns=None)
+  assert len(confirmed.get_examples("test")) == 7  # (--nopredict_has_header: said so)

@@ -89,3 +89,20 @@ def test_a_run_whose_casing_contradicts_its_vocabulary_stops_before_any_work(
                 ["--do_train", "--num_train_steps=1", "--do_lower_case=false"]))
   assert str(error.value).startswith("%s is an uncased vocabulary" % TINY_VOCAB)
   assert not os.path.exists(str(tmp_path / "out" / "features"))
+
+
+def test_a_special_token_listed_twice_is_refused_and_blank_lines_are_named(tmp_path, caplog):
+  caplog.set_level(logging.WARNING)
+  path = write_small_vocab(str(tmp_path / "vocab.txt"), ["the", "[CLS]"])
+  with pytest.raises(DataError) as error:
+    load_vocab(path)
+  assert str(error.value) == (
+      "%s, line 7: the token [CLS] is listed twice, on lines 3 and 7: every example's [CLS] "
+      "would read as another id than the model was trained with. Fix: pass the vocab.txt "
+      "that belongs to the checkpoint" % path)
+  blank = write_small_vocab(str(tmp_path / "blank.txt"), ["the", "", "cat", ""])
+  vocab = load_vocab(blank)
+  assert vocab["cat"] == 7 and vocab_size(vocab) == 9
+  assert ("%s: lines 7, 9 are blank, each read as a token no text gives (its id is its "
+          "line's, so the ids after it stay the model's)" % blank) in caplog.text
+  assert "twice" not in caplog.text

@@ -27,7 +27,7 @@ from data.errors import DataError
 from pipeline import (build, card, checks, distribution, eval_history, evaluation, export,
                       folds, machine, outputs, splits, state, stopping, tasks, training,
                       workspace)
-from spec import config, options
+from spec import config, option_docs, options
 from spec.cluster import ClusterError, parse_tf_config
 from spec.errors import FileFault, FlagError, NumericFault, ProcessFault
 
@@ -246,15 +246,18 @@ HELP_ARGUMENTS = {"--help": True, "-help": True, "-?": True, "--helpshort": True
 
 
 def exit_after_help_if_asked(argv):
-  """absl ends --help with exit code 1, as it ends a flag error; help asked for is no
-  error (a script with `set -e` would stop), so the same usage is printed here, exit 0."""
+  """--help prints this program's options by group (spec/option_docs.py: the words and
+  order of docs/reference/flags.md), exit 0 (absl ends --help with exit 1, as it ends a
+  flag error, which would stop a script with `set -e`); --helpfull adds absl's own."""
   for arg in argv[1:]:
     if arg == "--":
       return
     if arg in HELP_ARGUMENTS:
-      app.usage(shorthelp=HELP_ARGUMENTS[arg], writeto_stdout=True)
-      if HELP_ARGUMENTS[arg]:
-        print("\nTry --helpfull to get a list of all flags.")
+      if HELP_ARGUMENTS[arg]:  # (this program's options by group, as the reference has them)
+        print(option_docs.help_text())
+        print("Try --helpfull for absl's own flags too.")
+      else:
+        app.usage(shorthelp=False, writeto_stdout=True)
       sys.exit(0)
 
 

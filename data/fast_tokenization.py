@@ -7,8 +7,8 @@ with the same 200-character word limit. tests/test_fast_tokenization.py checks
 the ids against FullTokenizer on every text in ../shared/datasets.
 """
 
-from data.tokenization import (CLS_TOKEN, MAX_CHARS_PER_WORD, SEP_TOKEN, UNK_TOKEN,
-                               ShortcutEncoder, load_vocab)
+from data.tokenization import MAX_CHARS_PER_WORD, ShortcutEncoder
+from data.vocabulary import CLS_TOKEN, SEP_TOKEN, UNK_TOKEN, load_vocab
 from spec.options import TOKENIZERS
 
 

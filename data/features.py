@@ -4,7 +4,7 @@ import logging
 import numbers
 import time
 
-from data.tokenization import CLS_TOKEN, SEP_TOKEN
+from data.vocabulary import CLS_TOKEN, SEP_TOKEN
 from spec.errors import FlagError
 from spec.model_card import TRUNCATION_MODES
 

@@ -28,7 +28,8 @@ import unicodedata
 import tensorflow.compat.v1 as tf
 
 from data.errors import DataError
-from data.tokenization import CLS_TOKEN, MAX_CHARS_PER_WORD, SEP_TOKEN, UNK_TOKEN, load_vocab
+from data.tokenization import MAX_CHARS_PER_WORD
+from data.vocabulary import CLS_TOKEN, SEP_TOKEN, UNK_TOKEN, load_vocab
 
 _WHITESPACE = r"[\t\n\r\p{Zs}]"
 _DROPPED = r"[\x{FFFD}\p{Cc}\p{Cf}]"

@@ -282,8 +282,8 @@ def _write_records(examples, record_path, settings, key, tokenizer, pad_to_multi
                   num_records=num_examples + num_padding, read=read,
                   weights_sha256=_weights_sha256(weights), empty_texts=empty_texts,
                   **truncation.as_dict())
-  write_whole(metadata_path(record_path), json.dumps(with_checksum(metadata), indent=2,
-                                                     sort_keys=True))
+  metadata = with_checksum(metadata)  # (returned as a later run reads it back)
+  write_whole(metadata_path(record_path), json.dumps(metadata, indent=2, sort_keys=True))
   log.info("wrote %s: %d examples + %d padding rows in %d file(s)", record_path, num_examples,
            num_padding, len(here))
   report_changes(record_path, metadata)

@@ -100,3 +100,35 @@ def identity_weights(is_toxic, mentions_identity):
          for t, m in zip(is_toxic, mentions_identity)]
   mean = sum(raw) / len(raw)
   return [w / mean for w in raw]
+
+
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def combined(parts, spec, labels=None):
+  """The product of the weight lists parts, row by row. FlagError for a product a float32
+  record cannot hold (an infinite loss), or one that leaves a class of a classification
+  head (labels: each row's class) with no weight at all (a weight column that is the label
+  column gave class 0 weight 0): nothing of it would be learnt."""
+  weights = [1.0] * len(parts[0])
+  for part in parts:
+    weights = [a * b for a, b in zip(weights, part)]
+  largest = max(weights) if weights else 0.0
+  if not largest <= FLOAT32_MAX:
+    raise FlagError("the training weights multiply to %.3g for some rows (the class, column "
+                    "and identity weights asked for), more than a float32 holds (3.4e38): the "
+                    "loss would be infinite. Rescale --class_weights or the weight column"
+                    % largest)
+  if labels is not None:
+    totals, rows = collections.Counter(), collections.Counter()
+    for label, weight in zip(labels, weights):
+      totals[label] += weight
+      rows[label] += 1
+    unweighed = [name for name in spec.classes if rows[name] and not totals[name]]
+    if unweighed:
+      raise FlagError("the training weights give the rows of class %s a total weight of 0: "
+                      "nothing of %s would be learnt. Check --sample_weight_column (and "
+                      "--class_weights)."
+                      % (", ".join(repr(n) for n in unweighed),
+                         "it" if len(unweighed) == 1 else "them"))
+  return weights

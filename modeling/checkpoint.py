@@ -184,7 +184,8 @@ def newest_checkpoint(folder):
   from tensorflow.python.training.checkpoint_state_pb2 import CheckpointState
   path = os.path.join(folder, STATE_FILE)
   if not exists(path, tf.io.gfile.exists):
-    present = tf.io.gfile.glob(os.path.join(folder, "model.ckpt-*.index"))
+    present = tf.io.gfile.glob(os.path.join(folder, "model.ckpt-*.index")) if (
+        tf.io.gfile.isdir(folder)) else []  # (TF 1.15's glob fails on a missing folder)
     if present:
       raise ArtefactFault("%s: the file is missing, and the folder holds %d checkpoints "
                           "(%s, ...), which a run would otherwise start over beside. Fix: "

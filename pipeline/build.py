@@ -7,7 +7,7 @@ import math
 
 import tensorflow.compat.v1 as tf
 
-from data import fast_tokenization, tokenization
+from data import fast_tokenization, vocabulary
 from data.files import exists, not_a_file_problem
 from data.features import Truncation
 from data.processors import processor_for
@@ -49,11 +49,11 @@ def make_tokenizer(model):
     from modeling.hub_module import tokenization_info
     vocab_file, do_lower_case = tokenization_info(model.bert_hub_module_handle)
     log.info("vocabulary from the hub module: %s (do_lower_case=%s)", vocab_file, do_lower_case)
-  warning = tokenization.casing_mismatch_warning(do_lower_case, model.init_checkpoint)
+  warning = vocabulary.casing_mismatch_warning(do_lower_case, model.init_checkpoint)
   if warning:
     log.warning(warning)
   tokenizer = fast_tokenization.tokenizer_for(vocab_file, do_lower_case, model.tokenizer)
-  problem = tokenization.casing_problem(tokenizer.vocab, vocab_file, do_lower_case)
+  problem = vocabulary.casing_problem(tokenizer.vocab, vocab_file, do_lower_case)
   if problem:
     raise FlagError(problem)
   return tokenizer, vocab_file
@@ -84,7 +84,7 @@ def bert_config_of(model, card=None, card_path=None):
                         model.max_seq_length, config.max_position_embeddings, source,
                         config.max_position_embeddings))
   if model.vocab_file and config is not None:
-    tokenization.check_vocab_matches_config(model.vocab_file, config.vocab_size, source)
+    vocabulary.check_vocab_matches_config(model.vocab_file, config.vocab_size, source)
   problem = (config and model.init_checkpoint and not model.bert_hub_module_handle and
              encoder_problem(model.init_checkpoint, config, model.pooling))
   if problem:  # (only the new head may start from random values)
@@ -112,7 +112,7 @@ def read_bert_config(path):
 def encoder_config(bert_config, tokenizer):
   """The encoder's config; a hub module brings its own encoder, and the head needs only
   the config's initializer range."""
-  return bert_config or BertConfig(vocab_size=tokenization.vocab_size(tokenizer.vocab))
+  return bert_config or BertConfig(vocab_size=vocabulary.vocab_size(tokenizer.vocab))
 
 
 def num_train_steps_for(num_examples, training):

@@ -6,7 +6,7 @@ import os
 
 import tensorflow.compat.v1 as tf
 
-from data import tokenization
+from data import vocabulary
 from data.files import read_written, write_whole
 from data.processors import processor_class
 from modeling.bert import BertConfig, BertConfigError
@@ -15,7 +15,7 @@ from pipeline import build, distribution, eval_history
 from spec import labels as label_specs
 from spec import model_card
 from spec.errors import FlagError
-from spec.options import LAYOUT_OPTIONS
+from spec.model_card import LAYOUT_OPTIONS
 from spec.tasks import canonical_task_name
 
 log = logging.getLogger(__name__)
@@ -154,7 +154,7 @@ def _with_card_vocabulary(c, card, where):
   vocab_file = c.model.vocab_file
   if vocab_file and not tf.io.gfile.exists(vocab_file):
     raise FlagError("--vocab_file=%s does not exist" % vocab_file)
-  if vocab_file and tokenization.vocab_fingerprint(vocab_file) != card["vocab_sha256"]:
+  if vocab_file and vocabulary.vocab_fingerprint(vocab_file) != card["vocab_sha256"]:
     raise FlagError("--vocab_file=%s is not the vocabulary the model was trained with (%s names "
                     "%s, sha256 %s): token ids would not mean what the model learnt. Pass the "
                     "model's own vocab.txt, or drop --vocab_file"
@@ -226,7 +226,7 @@ def card_of_run(model, flags, processor, vocab_file, tokenizer, bert_config, tra
       truncation=build.truncation_of(model).as_dict(),
       max_seq_length=model.max_seq_length, do_lower_case=tokenizer.do_lower_case,
       vocab_file=os.path.abspath(vocab_file) if "://" not in vocab_file else vocab_file,
-      vocab_sha256=tokenization.vocab_fingerprint(vocab_file),
+      vocab_sha256=vocabulary.vocab_fingerprint(vocab_file),
       bert_config=bert_config.to_dict() if bert_config else None,
       init_checkpoint=model.init_checkpoint, hub_module=model.bert_hub_module_handle,
       flags={name: value for name, value in flags.items() if name not in LAYOUT_OPTIONS},

@@ -12,7 +12,7 @@ from data.features import Truncation
 from data.files import write_manifest
 from data.graph_tokenizer import GraphTokenizer
 from data.reread import read_checked
-from data.tokenization import load_vocab
+from data.vocabulary import load_vocab
 from modeling import export
 from pipeline import build, card, evaluation, hf_export, onnx_export, stopping
 from pipeline.outputs import ModelRun, write_test_results

@@ -20,7 +20,7 @@ import os
 import tensorflow.compat.v1 as tf
 
 from data.fast_tokenization import tokenizer_json
-from data.tokenization import CLS_TOKEN, SEP_TOKEN, UNK_TOKEN
+from data.vocabulary import CLS_TOKEN, SEP_TOKEN, UNK_TOKEN
 from modeling.bert import BertConfig
 from modeling.convert_hf import HF_ACTIVATIONS, hf_config, hf_tensors
 from spec import labels as label_specs

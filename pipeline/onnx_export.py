@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from data.fast_tokenization import tokenizer_json
-from data.tokenization import vocab_size
+from data.vocabulary import vocab_size
 from data.files import write_manifest
 from modeling import export
 from pipeline.hf_export import tokenizer_truncation

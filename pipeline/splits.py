@@ -3,7 +3,6 @@ processor -> InputExamples -> InputFeatures -> TFRecords, and the input_fn that 
 back. A bad eval or predict file stops the run in seconds, not after training."""
 
 import array
-import collections
 import dataclasses
 import logging
 import math
@@ -11,7 +10,7 @@ import os
 import random
 from typing import Optional
 
-from data import tokenization
+from data import vocabulary
 from data import weights as weights_lib
 from data.input_fn import input_fn_builder
 from data.files import files_sha256
@@ -146,7 +145,7 @@ class Featuriser(object):
     self.own_shards = own_shards  # (of the train split)
     self.data, self.model, self.training, self.device = c.data, c.model, c.training, c.device
     self.cache_dir = c.outputs.features_dir()
-    self.vocab_sha256 = tokenization.vocab_fingerprint(vocab_file)
+    self.vocab_sha256 = vocabulary.vocab_fingerprint(vocab_file)
     self.reading = dict(max_seq_length=c.model.max_seq_length,
                         label_spec=processor.label_spec, seed=c.training.seed,
                         dynamic_padding=c.device.dynamic_padding)
@@ -350,9 +349,6 @@ def in_training_order(examples, weights, seed):
           [weights[i] for i in order] if weights is not None else None)
 
 
-FLOAT32_MAX = 3.4028234663852886e38
-
-
 def training_weights(training, task, inputs):
   """Each train row's loss weight from its WeightInputs: the product of the class, column
   and identity weights asked for (None when none is). FlagError for weights that leave
@@ -376,37 +372,10 @@ def training_weights(training, task, inputs):
     parts.append(task.identity_weights(inputs.toxic, inputs.mentions, present))
   if not parts:
     return None
-  combined = [1.0] * len(parts[0])
-  for part in parts:
-    combined = [a * b for a, b in zip(combined, part)]
-  largest = max(combined) if combined else 0.0
-  if not largest <= FLOAT32_MAX:  # (a record holds a float32: inf would train NaN)
-    raise FlagError("the training weights multiply to %.3g for some rows (the class, column "
-                    "and identity weights asked for), more than a float32 holds (3.4e38): the "
-                    "loss would be infinite. Rescale --class_weights or the weight column"
-                    % largest)
+  combined = weights_lib.combined(parts, spec, labels)
   log.info("training weights: min %.4g, mean %.4g, max %.4g over %d rows", min(combined),
            sum(combined) / len(combined), max(combined), len(combined))
-  if labels is not None:
-    _check_every_class_weighs(spec, labels, combined)
   return combined
-
-
-def _check_every_class_weighs(spec, labels, weights):
-  """FlagError when the weights leave a class of a classification head with none at all
-  (a weight column that is the label column gave class 0 weight 0): nothing of it would
-  be learnt, and the head would never predict it."""
-  totals, rows = collections.Counter(), collections.Counter()
-  for label, weight in zip(labels, weights):
-    totals[label] += weight
-    rows[label] += 1
-  unweighed = [name for name in spec.classes if rows[name] and not totals[name]]
-  if unweighed:
-    raise FlagError("the training weights give the rows of class %s a total weight of 0: "
-                    "nothing of %s would be learnt. Check --sample_weight_column (and "
-                    "--class_weights)."
-                    % (", ".join(repr(n) for n in unweighed),
-                       "it" if len(unweighed) == 1 else "them"))
 
 
 def _lcm(a, b):

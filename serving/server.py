@@ -14,24 +14,19 @@ run again request by request, so that only the request at fault fails.
   python -m serving.server OUTPUT_OR_EXPORT_DIR [--port 8501] [--host 127.0.0.1]
 """
 
-import argparse
 import asyncio
 import concurrent.futures
 import functools
 import json
 import logging
-import math
 import os
-import re
-import socket
 import sys
 
 from aiohttp import web
 
+from serving import server_options
+
 log = logging.getLogger(__name__)
-
-DEFAULT_PORT = 8501  # (TF Serving's REST port)
-
 
 class Batcher(object):
   """Gathers the examples of concurrent requests into batches of at most max_batch
@@ -292,50 +287,6 @@ def _wanted(predictor, plural=False):
   return "texts" if plural else "\"a text\""
 
 
-# A model's name as the URLs carry it: letters, digits and . _ - (not a lone dot or two).
-MODEL_NAME = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9._-]{1,64}$")
-
-
-def options_problem(args):
-  """What is wrong with the server's options (one sentence naming the option and what it
-  takes), or None."""
-  if not MODEL_NAME.match(args.model_name):
-    return ("--model_name=%r cannot be part of the URL /v1/models/<name>:predict: use 1 to 64 "
-            "letters, digits, '.', '_' or '-' (not '.' or '..' alone), e.g. "
-            "--model_name=toxicity" % args.model_name)
-  if not 0 < args.port < 65536:
-    return "--port=%d is not a TCP port: give one from 1 to 65535 (TF Serving's REST port " \
-           "is %d)" % (args.port, DEFAULT_PORT)
-  for name, value, least in (("max_batch", args.max_batch, 1),
-                             ("max_instances", args.max_instances, 1)):
-    if value < least:
-      return "--%s=%d must be 1 or more" % (name, value)
-  if not (math.isfinite(args.batch_wait_ms) and args.batch_wait_ms >= 0):
-    return "--batch_wait_ms=%r must be a number of milliseconds, 0 or more" % args.batch_wait_ms
-  if not (math.isfinite(args.max_body_mb) and args.max_body_mb > 0):
-    return "--max_body_mb=%r must be a number of megabytes above 0" % args.max_body_mb
-  try:
-    socket.getaddrinfo(args.host, args.port, type=socket.SOCK_STREAM)
-  except (socket.gaierror, UnicodeError) as e:
-    return "--host=%s is not an address of this machine (%s): give one such as 127.0.0.1 or " \
-           "0.0.0.0" % (args.host, e)
-  return None
-
-
-def port_problem(host, port):
-  """Why host:port cannot be listened on (in use, or not this machine's), or None: asked
-  before the model loads (seconds), by binding and closing a socket."""
-  try:
-    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-      probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-      probe.bind((host, port))
-  except OSError as e:
-    return "cannot listen on %s:%d: %s (another server there? pass another --port)" % (
-        host, port, e.strerror or e)
-  return None
-
-
 def _client_faults_said_once(record):
   """Leaves out aiohttp's own report (a traceback) of a request whose client sent a body
   its headers misdescribe or hung up: one_log_line has said it in one line."""
@@ -349,29 +300,14 @@ def _client_faults_said_once(record):
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(prog="./run.sh serve", description=(
-      "Serve a fine-tuned model over HTTP in TF Serving's REST shape."))
-  parser.add_argument("path", help="an export, or a run's --output_dir (its newest export)")
-  parser.add_argument("--port", type=int, default=DEFAULT_PORT)
-  parser.add_argument("--host", default="127.0.0.1",
-                      help="the address to listen on (0.0.0.0: every interface)")
-  parser.add_argument("--model_name", default="model", help="the <name> of the URLs")
-  parser.add_argument("--max_batch", type=int, default=32,
-                      help="the most texts predicted at once from waiting requests")
-  parser.add_argument("--batch_wait_ms", type=float, default=2.0,
-                      help="how long a batch waits for more requests after its first")
-  parser.add_argument("--max_body_mb", type=float, default=8.0,
-                      help="the largest request body taken")
-  parser.add_argument("--max_instances", type=int, default=4096,
-                      help="the most instances one request may hold")
-  args = parser.parse_args(argv)
-  problem = options_problem(args)
+  args = server_options.parse_args(argv)
+  problem = server_options.problem(args)
   if problem:  # (every option checked before the model loads and the port is bound)
     sys.stderr.write("serve: %s\n" % problem)
     return 2
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
   logging.getLogger("aiohttp.server").addFilter(_client_faults_said_once)
-  busy = port_problem(args.host, args.port)
+  busy = server_options.port_problem(args.host, args.port)
   if busy:
     sys.stderr.write("serve: %s\n" % busy)
     return 2

@@ -122,7 +122,7 @@ INPUTS = (
              "data.examples.DataProcessor.iter_examples", "refuse",
              ("missing", "empty", "truncated", "folder", "fifo", "unreadable")),
     Artefact("vocabulary", "input", "--vocab_file", "input",
-             "data.tokenization.load_vocab", "refuse", CONTENT_FAULTS + ("missing",)),
+             "data.vocabulary.load_vocab", "refuse", CONTENT_FAULTS + ("missing",)),
     Artefact("BERT config", "input", "--bert_config_file", "input",
              "pipeline.build.read_bert_config", "refuse", CONTENT_FAULTS + ("missing",)),
     Artefact("pre-trained checkpoint", "input", "--init_checkpoint", "input",
@@ -192,3 +192,29 @@ def matrix(artefacts=ARTEFACTS + INPUTS):
   back, each with the faults its entry lists)."""
   return [(artefact, fault) for artefact in artefacts if artefact.verified_by
           for fault in artefact.faults]
+
+
+def markdown_table():
+  """The fault matrix as the README shows it: one row per artefact or input read back, its
+  role, the faults its cells apply, and what a fault leads to (tests/test_inventory.py
+  checks that the README holds this table as it is)."""
+  outcome = {"refuse": "the same result, or one line naming it, the reason and the fix "
+                       "(non-zero exit)",
+             "rebuild": "the same result, or rebuilt with a warning naming the file and why"}
+  lines = ["| artefact or input | where | role | faults (cells) | a fault leads to |",
+           "|---|---|---|---|---|"]
+  for artefact in ARTEFACTS + INPUTS:
+    if not (artefact.verified_by and artefact.faults):
+      continue
+    where = artefact.pattern if artefact.root == "input" else "%s/%s" % (
+        {"output_dir": "<output_dir>", "cache_dir": "<cache_dir>", "export": "<export>",
+         "project_cache": ".cache"}[artefact.root], artefact.pattern)
+    lines.append("| %s | `%s` | %s | %s | %s |" % (
+        artefact.name, where, artefact.role,
+        ", ".join(f.replace("_", " ") for f in artefact.faults), outcome[artefact.on_fault]))
+  lines.append("")
+  lines.append("Cells: %d (`tests/test_fault_matrix.py`, generated from `spec/inventory.py`). "
+               "Outputs checked before they leave: %s. Peers: %s. Signals: %s in %s."
+               % (len(matrix()), "; ".join(o.name for o in OUTPUTS),
+                  "; ".join(p.name for p in PEERS), " and ".join(SIGNALS), ", ".join(PHASES)))
+  return "\n".join(lines)

@@ -25,6 +25,11 @@ CARD_FORMAT = "bert-text-classifier-model-card"
 #      pipelines, dynamic padding, the TensorFlow version), which a resumed input must
 #      read the same way; and each train file's rows as read (training.data[].rows)
 CARD_VERSION = 4
+# How a file is laid out: always the run's own (its flags, else the task's defaults). A model
+# reads files of any layout, so its card never records these, nor gives them to a run.
+LAYOUT_OPTIONS = ("text_column", "text_b_column", "id_column", "has_header",
+                  "train_has_header", "eval_has_header", "predict_has_header", "delimiter",
+                  "quoting", "skip_malformed_rows")
 # What the head may read, and which tokens of a long text are kept: settings a card records.
 POOLINGS = ("cls", "mean")
 TRUNCATION_MODES = ("head", "tail", "head_tail")

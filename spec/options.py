@@ -72,9 +72,9 @@ class Modes(object):
   do_eval: bool = option(False, "Evaluate on the dev split.")
   do_predict: bool = option(False, "Predict the test split into test_results.tsv.")
   do_export: bool = option(
-      False, "Export the fine-tuned model as a SavedModel (a serving signature on "
-      "input_ids/input_mask/segment_ids; the model card and vocabulary as assets) into "
-      "--export_dir.")
+      False, "Export the fine-tuned model into --export_dir: a SavedModel that takes text "
+      "(its default signature tokenises in the graph) or token ids (signature 'ids'), with "
+      "the model card and vocabulary as assets; --export_format adds other formats.")
   allow_untrained_head: bool = option(
       False, "Evaluate or predict even when the classifier head comes from no checkpoint "
       "(random predictions; refused without this flag).")
@@ -157,13 +157,6 @@ class DataOptions(object):
   def files(self):
     """{split: the file named by its flag, or None}."""
     return {"train": self.train_file, "dev": self.eval_file, "test": self.predict_file}
-
-
-# How a file is laid out: always the run's own (its flags, else the task's defaults). A model
-# reads files of any layout, so its card never records these, nor gives them to a run.
-LAYOUT_OPTIONS = ("text_column", "text_b_column", "id_column", "has_header",
-                  "train_has_header", "eval_has_header", "predict_has_header", "delimiter",
-                  "quoting", "skip_malformed_rows")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -374,6 +367,10 @@ _FIELD = {field.name: field for _, field in option_fields()}
 def group_of(name):
   """The group an option belongs to; None for a name that is no option."""
   return _GROUP_OF.get(name)
+
+
+def option_field(name):
+  return _FIELD[name]
 
 
 def default(name):

@@ -416,12 +416,12 @@ BINARY = SingleLabel(["label"], ["0", "1"])
 def tiny_vocab_records(examples, record_path, max_seq_length, **build_args):
   """The TFRecord files of BINARY-labelled examples, featurised with BERT-Tiny's uncased
   vocabulary (build_args: data.tfrecord.build_records' pad_to_multiple, num_shards...)."""
-  from data import tokenization
+  from data import tokenization, vocabulary
   from data.tfrecord import build_records
   tokenizer = tokenization.FullTokenizer(TINY_VOCAB, do_lower_case=True)
   settings = {"label_spec": BINARY.to_card(), "max_seq_length": max_seq_length,
               "source_sha256": record_path,
-              "vocab_sha256": tokenization.vocab_fingerprint(TINY_VOCAB)}
+              "vocab_sha256": vocabulary.vocab_fingerprint(TINY_VOCAB)}
   return build_records(examples, record_path, settings, tokenizer, **build_args)["files"]
 
 

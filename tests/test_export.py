@@ -16,7 +16,8 @@ from conftest import IN_CI, IS_TF1, JIGSAW, ROOT, TINY, TINY_VOCAB, common_flags
 from data.features import InputExample, Truncation
 from data.files import NO_MANIFEST, manifest_problem, write_manifest
 from data.graph_tokenizer import text_ops
-from data.tokenization import FullTokenizer, load_vocab, vocab_fingerprint
+from data.tokenization import FullTokenizer
+from data.vocabulary import load_vocab, vocab_fingerprint
 from modeling.bert import BertConfig
 from modeling.export import export_saved_model, versioned_export_dir
 from modeling.model_fn import model_fn_builder

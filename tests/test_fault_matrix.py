@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import IS_TF1, JIGSAW, TINY, TINY_VOCAB
+from conftest import JIGSAW, TINY, TINY_VOCAB
 from data.errors import DataError
 from modeling.hf_folder import ConversionError
 from spec import inventory
@@ -266,7 +266,7 @@ def test_state(artefact, fault, jigsaw_model, best_run, tmp_path):
 
 def _vocab(path):
   """A run's vocabulary: read, and its size checked against the BERT config."""
-  from data.tokenization import check_vocab_matches_config, load_vocab
+  from data.vocabulary import check_vocab_matches_config, load_vocab
   check_vocab_matches_config(path, 30522, "bert_config.json")
   return load_vocab(path)
 

@@ -12,7 +12,7 @@ import tensorflow.compat.v1 as tf
 from conftest import CORPUS_SIZES, TINY_VOCAB, corpus_cases, corpus_texts, google_ids
 from data.features import InputExample, Truncation, convert_examples
 from data.graph_tokenizer import GraphTokenizer, pair_lengths
-from data.tokenization import FullTokenizer, load_vocab
+from data.tokenization import FullTokenizer
 from serving.predicting import padded_batch
 from spec.labels import SingleLabel
 from test_tokenization import _code_point_texts
@@ -193,7 +193,7 @@ def test_pair_lengths_is_googles_rule():
 
 
 def test_a_vocabulary_without_the_special_tokens_is_refused(tmp_path):
-  vocab = tmp_path / "vocab.txt"
-  vocab.write_text(u"[CLS]\n[SEP]\nhello\n")
+  # (load_vocab refuses such a file first: tests/test_vocabulary.py; a vocabulary given
+  # as a mapping is checked here too)
   with tf.Graph().as_default(), pytest.raises(ValueError, match=r"it has no \[UNK\] token"):
-    GraphTokenizer(load_vocab(str(vocab)), True, 16)
+    GraphTokenizer({u"[CLS]": 0, u"[SEP]": 1, u"hello": 2}, True, 16)

@@ -17,7 +17,8 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from conftest import IN_CI, JIGSAW, ROOT, TINY, TINY_VOCAB, run_flags
-from data.tokenization import FullTokenizer, load_vocab
+from data.tokenization import FullTokenizer
+from data.vocabulary import load_vocab
 from modeling.convert_hf import ConversionError, convert, hf_head
 from pipeline.hf_export import write_hf_folder
 from serving.predictor import Predictor

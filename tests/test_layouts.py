@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import JIGSAW, TINY, TINY_VOCAB, run_flags
-from spec.options import LAYOUT_OPTIONS
+from spec.model_card import LAYOUT_OPTIONS
 
 # (the Jigsaw sample's columns) -> how each layout writes them, and the flags that read it.
 LAYOUTS = {

@@ -52,7 +52,7 @@ def test_training_writes_the_model_card(trained, tiny_checkpoint):
       "csv", ["1", "0"], "classification", 2)
   assert (card["max_seq_length"], card["do_lower_case"]) == (32, True)
   assert card["vocab_file"] == TINY_VOCAB
-  from data.tokenization import vocab_fingerprint
+  from data.vocabulary import vocab_fingerprint
   assert card["vocab_sha256"] == vocab_fingerprint(TINY_VOCAB)
   with open(os.path.join(TINY, "bert_config.json")) as f:
     official = json.load(f)

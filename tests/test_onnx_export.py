@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import IN_CI, IS_TF1, JIGSAW, ROOT, TINY_VOCAB, run_flags
-from data.tokenization import load_vocab
+from data.vocabulary import load_vocab
 from pipeline import onnx_export
 from serving.predicting import ExportNotFound
 from serving.predictor import Predictor

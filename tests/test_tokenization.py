@@ -5,7 +5,7 @@ import pytest
 
 from conftest import (CORPUS_SIZES, corpus_cases, corpus_texts, forked_map, google_ids,
                       google_ids_function, google_tokenizer)
-from data import fast_tokenization, tokenization
+from data import fast_tokenization, tokenization, vocabulary
 from data.errors import DataError
 
 # The full sets take about 20 s per casing. The tokenizer is the same Python on both
@@ -130,20 +130,20 @@ def test_overlong_word_is_unknown(tiny_vocab):
 
 
 def test_casing_warning_names_the_checkpoint_and_the_fix():
-  message = tokenization.casing_mismatch_warning(
+  message = vocabulary.casing_mismatch_warning(
       False, "/models/uncased_L-12_H-768_A-12/bert_model.ckpt")
   assert "uncased_L-12_H-768_A-12" in message and "--do_lower_case=True" in message
-  message = tokenization.casing_mismatch_warning(True, "gs://b/cased_L-12_H-768_A-12/bert_model.ckpt")
+  message = vocabulary.casing_mismatch_warning(True, "gs://b/cased_L-12_H-768_A-12/bert_model.ckpt")
   assert "--do_lower_case=False" in message
-  assert tokenization.casing_mismatch_warning(True, "/m/uncased_L-12_H-768_A-12/bert_model.ckpt") is None
-  assert tokenization.casing_mismatch_warning(False, "/m/my_model/bert_model.ckpt") is None
+  assert vocabulary.casing_mismatch_warning(True, "/m/uncased_L-12_H-768_A-12/bert_model.ckpt") is None
+  assert vocabulary.casing_mismatch_warning(False, "/m/my_model/bert_model.ckpt") is None
 
 
 def test_vocab_size_mismatch_with_config(tmp_path, tiny_vocab):
   with pytest.raises(DataError) as error:
-    tokenization.check_vocab_matches_config(tiny_vocab, 28996, "cfg/bert_config.json")
+    vocabulary.check_vocab_matches_config(tiny_vocab, 28996, "cfg/bert_config.json")
   message = str(error.value)
   assert tiny_vocab in message
   assert "30522 tokens" in message and "vocab_size=28996" in message
   assert "Fix: use the vocab.txt shipped with the same checkpoint" in message
-  assert tokenization.check_vocab_matches_config(tiny_vocab, 30522, "c") == 30522
+  assert vocabulary.check_vocab_matches_config(tiny_vocab, 30522, "c") == 30522

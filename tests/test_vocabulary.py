@@ -9,8 +9,8 @@ import pytest
 
 from conftest import TINY_VOCAB, google_tokenizer, write_small_vocab
 from data.errors import DataError
-from data.tokenization import (FullTokenizer, casing_problem, load_vocab, vocab_casing,
-                               vocab_size)
+from data.tokenization import FullTokenizer
+from data.vocabulary import casing_problem, load_vocab, vocab_casing, vocab_size
 from spec.errors import FlagError
 
 

@@ -3,6 +3,8 @@
 #   ./run.sh demo    set up, then fine-tune a real pre-trained BERT on real data, evaluate, predict
 #   ./run.sh test [--fast] [PYTEST ARGS]   the test suite on TF 1.15 (Python 3.7) and TF 2.15
 #                    (Python 3.9-3.11); --fast runs the quick tier only
+#   ./run.sh test hf   the optional tier: Hugging Face's transformers on PyTorch (downloads it)
+#   ./run.sh pythons   the interpreter of each environment (fetched with uv where none is found)
 #   ./run.sh benchmark [ARGS]   fine-tuning speed against Google's run_classifier (tools/benchmark.py);
 #                    --variants ...,hf adds Hugging Face's Trainer (creates .venvs/hf once)
 #   ./run.sh benchmark quality [ARGS]   time to quality: the real MiniLM, one epoch, each code
@@ -68,6 +70,43 @@ find_python() {
   return 1
 }
 
+# The Python version to fetch for a runtime when none is found.
+fetch_version() {
+  case $1 in tf1) echo 3.7 ;; onnx) echo 3.12 ;; *) echo 3.11 ;; esac
+}
+
+# The runtime's interpreter: found (find_python), or else fetched with uv, which manages
+# interpreters of its own (a machine whose only Python is 3.12 or newer has neither 3.7 nor
+# 3.11). uv itself comes from the package index, into .venvs/.uv. Says what it does on
+# stderr; fails when neither works (RUN_SH_NO_UV=1: never fetch).
+python_for() {
+  local runtime=$1 found version uv
+  found=$(find_python "$runtime") && { echo "$found"; return 0; }
+  [ "${RUN_SH_NO_UV:-}" = 1 ] && return 1
+  version=$(fetch_version "$runtime")
+  uv=$(uv_command) || return 1
+  found=$("$uv" python find "$version" 2>/dev/null) && [ -n "$found" ] && {
+    echo "$found"; return 0; }
+  echo "run.sh: no Python $version here for $runtime: fetching one with uv ($uv python install $version)" >&2
+  "$uv" python install "$version" >&2 || return 1
+  "$uv" python find "$version"
+}
+
+# uv: on PATH, or installed earlier into .venvs/.uv, or now with pip from the package index.
+uv_command() {
+  command -v uv 2>/dev/null && return 0
+  [ -x "$VENVS/.uv/bin/uv" ] && { echo "$VENVS/.uv/bin/uv"; return 0; }
+  local py
+  py=$(command -v python3 2>/dev/null) || return 1
+  echo "run.sh: installing uv from the package index into $VENVS/.uv, to fetch a Python" >&2
+  "$py" -m pip install --quiet --disable-pip-version-check --target "$VENVS/.uv" uv >&2 ||
+    return 1
+  [ -x "$VENVS/.uv/bin/uv" ] && echo "$VENVS/.uv/bin/uv"
+}
+
+# What to do when a runtime's Python can be neither found nor fetched.
+NO_PYTHON_FIX="install uv (python3 -m pip install uv) and run again, or pyenv, or your distribution's python3.11 (and python3.7 for TF 1.15); or name them with PYTHON311=/path/to/python3.11 and PYTHON37=/path/to/python3.7"
+
 # Creates (or reuses, when its requirements are unchanged) .venvs/<runtime>: tf1 and tf2
 # from requirements.txt; hf, the optional Hugging Face environment of the benchmark, from
 # tools/requirements-hf.txt with TF 2.15's interpreter; onnx, the optional TensorFlow-free
@@ -76,12 +115,12 @@ setup_env() {
   local runtime=$1 python venv="$VENVS/$1" stamp requirements=requirements.txt
   if [ "$runtime" = hf ]; then
     requirements=tools/requirements-hf.txt
-    python=$(find_python hf) || die "the Hugging Face path needs Python 3.11 (set PYTHON311=...)"
+    python=$(python_for hf) || die "the Hugging Face path needs Python 3.11: $NO_PYTHON_FIX"
   elif [ "$runtime" = onnx ]; then
     requirements=tools/requirements-onnx.txt
-    python=$(find_python onnx) || die "the ONNX environment needs Python 3.12 (set PYTHON312=...)"
+    python=$(python_for onnx) || die "the ONNX environment needs Python 3.12: $NO_PYTHON_FIX"
   else
-    python=$(find_python "$runtime") || return 1
+    python=$(python_for "$runtime") || return 1
   fi
   local extra=()
   if [ "$runtime" = tf2 ] && [ -f "$CUDA_MARK" ]; then extra=(tools/requirements-cuda.txt); fi
@@ -132,12 +171,12 @@ setup_envs_at_once() {
 available_runtimes() {
   local r
   for r in tf1 tf2; do
-    if find_python "$r" >/dev/null; then echo "$r"
-    elif [ "${CI:-}" = true ]; then die "CI needs both runtimes, but no Python for $r was found"
+    if python_for "$r" >/dev/null; then echo "$r"
+    elif [ "${CI:-}" = true ]; then die "CI needs both runtimes, but no Python for $r could be found or fetched: $NO_PYTHON_FIX"
     else
       case $r in
-        tf1) echo "run.sh: no Python 3.7 found: the TF 1.15 runtime is skipped (set PYTHON37=/path/to/python3.7)" >&2 ;;
-        tf2) echo "run.sh: no Python 3.9-3.11 found: the TF 2.15 runtime is skipped (set PYTHON311=...)" >&2 ;;
+        tf1) echo "run.sh: no Python 3.7 found or fetched: the TF 1.15 runtime is skipped ($NO_PYTHON_FIX)" >&2 ;;
+        tf2) echo "run.sh: no Python 3.9-3.11 found or fetched: the TF 2.15 runtime is skipped ($NO_PYTHON_FIX)" >&2 ;;
       esac
     fi
   done
@@ -148,7 +187,7 @@ cmd_setup() {
   case "${1:-}" in
     hf|onnx) setup_env "$1"; return ;;
     --cuda|--no-cuda)
-      find_python tf2 >/dev/null || die "$1 is about TF 2.15's environment, and no Python 3.9-3.11 was found (set PYTHON311=...)"
+      python_for tf2 >/dev/null || die "$1 is about TF 2.15's environment, and no Python 3.9-3.11 could be found or fetched: $NO_PYTHON_FIX"
       mkdir -p "$VENVS"
       if [ "$1" = --no-cuda ]; then rm -f "$CUDA_MARK"; setup_env tf2; return; fi
       [ "$(uname -s)" = Linux ] || die "--cuda: TF 2.15's CUDA libraries are for Linux only"
@@ -168,7 +207,7 @@ cmd_setup() {
     *) die "setup takes hf, onnx, --cuda or --no-cuda, not $1" ;;
   esac
   runtimes=$(available_runtimes)
-  [ -n "$runtimes" ] || die "neither Python 3.7 nor Python 3.9-3.11 was found"
+  [ -n "$runtimes" ] || die "neither Python 3.7 nor Python 3.9-3.11 could be found or fetched: $NO_PYTHON_FIX"
   for r in $runtimes; do setup_env "$r"; done
 }
 
@@ -207,20 +246,23 @@ suite_progress() {
 
 cmd_test() {
   local r runtimes failed=() status args=() start logdir pids=()
+  if [ "${1:-}" = hf ]; then  # the optional tier: its tests alone, its environment built
+    shift
+    export TEST_HF_TIER=1
+    set -- -m hf "$@"
+  fi
   # --fast: the quick tier only (no end-to-end runs, no full data sets), for day-to-day work.
   for a in "$@"; do
     if [ "$a" = "--fast" ]; then args+=(-m "not slow and not extended"); else args+=("$a"); fi
   done
   runtimes=$(available_runtimes)
-  [ -n "$runtimes" ] || die "neither Python 3.7 nor Python 3.9-3.11 was found"
+  [ -n "$runtimes" ] || die "neither Python 3.7 nor Python 3.9-3.11 could be found or fetched: $NO_PYTHON_FIX"
   check_test_space
-  # The optional Hugging Face and ONNX environments, whose tests (transformers loading an
-  # export, a transformers classifier brought here; onnxruntime without TensorFlow) are
-  # left out without them: CI builds them, and a machine that has one keeps it up to date.
-  local environments="$runtimes"
-  for r in hf onnx; do
-    if [ "${CI:-}" = true ] || [ -d "$VENVS/$r" ]; then environments="$environments $r"; fi
-  done
+  # The ONNX environment (onnxruntime without TensorFlow: small) is built with the
+  # runtimes; the Hugging Face one (transformers on PyTorch, several GB) only for the
+  # optional tier, ./run.sh test hf, whose tests are left out otherwise (one line says so).
+  local environments="$runtimes onnx"
+  if [ "${TEST_HF_TIER:-}" = 1 ]; then environments="$environments hf"; fi
   setup_envs_at_once $environments
   start=$SECONDS  # the suite's time, without building environments
   export TESTED_RUNTIMES="$(echo $runtimes)"  # a one_runtime test runs on the runtime it names
@@ -281,9 +323,9 @@ cmd_shell() {
 one_runtime() {
   local r
   for r in tf2 tf1; do
-    if find_python "$r" >/dev/null; then echo "$r"; return 0; fi
+    if python_for "$r" >/dev/null; then echo "$r"; return 0; fi
   done
-  die "$1 needs Python 3.9-3.11 (TF 2.15) or Python 3.7 (TF 1.15)"
+  die "$1 needs Python 3.9-3.11 (TF 2.15) or Python 3.7 (TF 1.15): $NO_PYTHON_FIX"
 }
 
 cmd_demo() {
@@ -358,7 +400,18 @@ cmd_predict_onnx() {
   PYTHONPATH="$ROOT" exec "$VENVS/onnx/bin/python" -m serving.onnx_predictor "$@"
 }
 
+# Which interpreter each environment is built with (fetched with uv where none is found).
+cmd_pythons() {
+  local r path status=0
+  for r in tf1 tf2 onnx hf; do
+    if path=$(python_for "$r"); then echo "$r: $path ($("$path" --version 2>&1))"
+    else echo "$r: none ($NO_PYTHON_FIX)"; status=1; fi
+  done
+  return $status
+}
+
 case "${1:-}" in
+  pythons) shift; cmd_pythons ;;
   predict-onnx) shift; cmd_predict_onnx "$@" ;;
   benchmark) shift; cmd_benchmark "$@" ;;
   serve) shift; cmd_serve "$@" ;;

@@ -29,7 +29,7 @@ from pipeline import (build, card, checks, distribution, eval_history, evaluatio
                       workspace)
 from spec import config, option_docs, options
 from spec.cluster import ClusterError, parse_tf_config
-from spec.errors import FileFault, FlagError, NumericFault, ProcessFault
+from spec.errors import FileFault, FlagError, MemoryFault, NumericFault, ProcessFault
 
 log = logging.getLogger("run_classifier")
 
@@ -100,7 +100,8 @@ def run_model(c, fold=None, cluster=None):
   # --init_checkpoint's).
   c, found_card, card_path = card.settle(c, cluster)
   modes, output_dir = c.modes, c.outputs.output_dir
-  checks.check_task(c.data, c.given, needs_labels=modes.do_train or modes.do_eval)
+  checks.check_task(c.data, c.given, needs_labels=modes.do_train or modes.do_eval,
+                    reads_files=modes.do_train or modes.do_eval or modes.do_predict)
   bert_config = build.bert_config_of(c.model, found_card, card_path)
 
   # The processor reads the task's files into InputExamples; the tokenizer makes their ids.
@@ -196,6 +197,14 @@ def run_model(c, fold=None, cluster=None):
 
 # --- main ---------------------------------------------------------------------------------
 
+# Each kind of error a run can end in: its class, the word the one line starts with, and
+# the exit code (settings 2, everything else 1; a signal 128 + its number).
+ERRORS = ((ClusterError, "TF_CONFIG error", 2), (FlagError, "flag error", 2),
+          (DataError, "data error", 1), (FileFault, "file error", 1),
+          (ProcessFault, "process error", 1), (NumericFault, "model error", 1),
+          (MemoryFault, "memory error", 1))
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError("unexpected arguments: %s" % " ".join(argv[1:]))
@@ -204,40 +213,25 @@ def main(argv):
   if "TF_CONFIG" in os.environ and not os.environ["TF_CONFIG"].strip():
     log.info("TF_CONFIG is set but empty: this run is one process, as with no TF_CONFIG")
     del os.environ["TF_CONFIG"]  # (TensorFlow's own readers fail on an empty value)
-  try:
-    cluster = parse_tf_config(os.environ.get("TF_CONFIG"))
-  except ClusterError as e:
-    sys.stderr.write("run_classifier: TF_CONFIG error: %s\n" % e)
-    sys.exit(2)
   c = config_from_flags(flags.FLAGS)
   stopping.stop_on_signals()
   try:
-    run(distribution.with_tpu_found(c, os.environ, distribution.on_tpu_vm()), cluster)
+    run(distribution.with_tpu_found(c, os.environ, distribution.on_tpu_vm()),
+        parse_tf_config(os.environ.get("TF_CONFIG")))
   except stopping.RunStopped as e:
     sys.stderr.write("run_classifier: %s\n" % stopping.how_to_go_on(
         e, training.newest_step(c.outputs.output_dir)))
     sys.exit(e.exit_code)
-  except FlagError as e:
-    sys.stderr.write("run_classifier: flag error: %s\n" % e)
-    sys.exit(2)
-  except DataError as e:
-    sys.stderr.write("run_classifier: data error: %s\n" % e)
-    sys.exit(1)
-  except FileFault as e:
-    sys.stderr.write("run_classifier: file error: %s\n" % e)
-    sys.exit(1)
   except tf.errors.OpError as e:  # (outside the run's own report: a bucket out of reach)
     fault = workspace.file_fault(e)
     if fault is None:
       raise
     sys.stderr.write("run_classifier: file error: %s\n" % fault)
     sys.exit(1)
-  except ProcessFault as e:
-    sys.stderr.write("run_classifier: process error: %s\n" % e)
-    sys.exit(1)
-  except NumericFault as e:
-    sys.stderr.write("run_classifier: model error: %s\n" % e)
-    sys.exit(1)
+  except tuple(kind for kind, _, _ in ERRORS) as e:
+    word, code = next((w, c) for kind, w, c in ERRORS if isinstance(e, kind))
+    sys.stderr.write("run_classifier: %s: %s\n" % (word, e))
+    sys.exit(code)
 
 
 # absl's help flags (and whether each shows only this module's flags).

@@ -12,7 +12,7 @@ Each of Google's steps has its counterpart in the graph:
 
 Character classes come from the regular-expression engine's Unicode tables, not from
 Python's unicodedata, so a character added to Unicode after either side's tables was
-made may be classed differently (README, "Text in"). TensorFlow's lower() and NFD get a
+made may be classed differently (docs/guide/export_and_serving.md, "Text in"). TensorFlow's lower() and NFD get a
 few characters wrong on one runtime or the other: those are replaced first by Python's
 forms of them. tests/test_graph_tokenizer.py checks the words and ids against Google's
 FullTokenizer on every shipped sample text, on hand-made texts for each step and on

@@ -24,7 +24,7 @@ def check_file(path):
   """DataError for a path that is missing or a folder."""
   if not tf.io.gfile.exists(path):
     raise DataError(path, "the file does not exist",
-                    "check --data_dir and the file name (see the README for each task's files)")
+                    "check --data_dir and the file name (docs/guide/data.md names each task's files)")
   if tf.io.gfile.isdir(path):
     raise DataError(path, "this is a folder, not a file",
                     "name the file itself (or pass the folder as --data_dir)")

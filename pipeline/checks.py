@@ -214,9 +214,10 @@ def check_train_split(training, device, featurised, task, output_dir, cluster=No
       distribution.input_pipelines(device, cluster))
 
 
-def check_task(data, given, needs_labels):
+def check_task(data, given, needs_labels, reads_files=True):
   """The task's name, and the label and column options it reads (DataOptions; given: the
-  options set explicitly)."""
+  options set explicitly; reads_files: whether the run reads any data file, which an
+  export alone does not)."""
   if not data.task_name:
     raise FlagError("--task_name is required (or a model card in --output_dir)")
   processor = processor_class(data.task_name)
@@ -226,7 +227,7 @@ def check_task(data, given, needs_labels):
   if "label_column" in given and not processor.takes_label_column:
     raise FlagError("--label_column picks label columns of the csv and Jigsaw tasks; task %s "
                     "reads its own. Drop --label_column" % processor.name)
-  for name in processor.required_options(needs_labels):
+  for name in processor.required_options(needs_labels) if reads_files else ():
     if getattr(data, name) is None:
       raise FlagError("--task_name=%s needs --%s (a column name, or a 0-based position "
                       "with --nohas_header)" % (processor.name, name))

@@ -6,7 +6,7 @@ onnx/, which onnxruntime runs with no TensorFlow (serving/onnx_predictor.py):
                     probabilities or values), fp32, converted by tf2onnx
   model.int8.onnx   the same with its weights quantised to int8 by onnxruntime's dynamic
                     quantisation: smaller and faster on a CPU, with outputs that differ
-                    a little (README: when to use it)
+                    a little (docs/guide/export_and_serving.md: when to use it)
   model_card.json, vocab.txt
                     the export's card and vocabulary (labels, casing, max_seq_length,
                     truncation)

@@ -21,7 +21,7 @@ import uuid
 import tensorflow.compat.v1 as tf
 
 from pipeline import stopping
-from spec.errors import PLACE_FAULTS, ArtefactFault, FileFault, FlagError
+from spec.errors import PLACE_FAULTS, ArtefactFault, FileFault, FlagError, MemoryFault
 
 log = logging.getLogger(__name__)
 
@@ -109,11 +109,28 @@ def faults_reported(output_dir):
   try:
     yield
   except (OSError, tf.errors.OpError) as error:
-    fault = file_fault(error)
+    fault = file_fault(error)  # (a full disk is a ResourceExhaustedError too: a place's)
+    if fault is None and isinstance(error, tf.errors.ResourceExhaustedError):
+      raise memory_fault(error) from error
     if fault is None:
       raise
     remove_partial_checkpoints(output_dir)
     raise fault from error
+
+
+MEMORY_FIX = ("lower --train_batch_size (and keep the batch with "
+              "--gradient_accumulation_steps), --eval_batch_size and --predict_batch_size, or "
+              "--max_seq_length; add --dynamic_padding; on a GPU, add --use_fp16")
+
+
+def memory_fault(error):
+  """The MemoryFault of TensorFlow's out-of-memory error: the device, the tensor, the fix."""
+  text = " ".join(str(error.message).split())
+  device = re.search(r"device:([A-Z]+:\d+)", text)
+  shape = re.search(r"shape\[([0-9,]+)\]", text)
+  return MemoryFault("%s ran out of memory%s. Fix: %s" % (
+      device.group(1) if device else "the device",
+      " allocating a tensor of shape [%s]" % shape.group(1) if shape else "", MEMORY_FIX))
 
 
 def file_fault(error):

@@ -64,7 +64,7 @@ class OnnxPredictor(ExportPredictor):
 
   path: the ONNX folder, the export holding it, or a training --output_dir (its newest
   export). int8: run model.int8.onnx, the dynamically quantised model: faster, with
-  outputs that differ a little (the README gives its metric on real data). threads:
+  outputs that differ a little (docs/predictor/results.md gives its metric on real data). threads:
   onnxruntime's threads within an operator (default: every core). tokenizer and
   batch_size: as Predictor's.
   """
@@ -141,7 +141,7 @@ def main(argv=None):
   parser.add_argument("path", help="the ONNX folder, the export holding it, or a training "
                       "--output_dir (its newest export)")
   parser.add_argument("--int8", action="store_true", help="run the int8 model (faster; see "
-                      "the README for its metric against fp32)")
+                      "docs/predictor/results.md for its metric against fp32)")
   parser.add_argument("--batch_size", type=int, default=32, help="texts per run")
   parser.add_argument("--input", help="a file of texts instead of standard input")
   args = parser.parse_args(argv)

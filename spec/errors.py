@@ -36,6 +36,12 @@ class NumericFault(Exception):
   from such outputs; run_classifier prints it as a model error and exits 1."""
 
 
+class MemoryFault(Exception):
+  """The device ran out of memory (a GPU's, most often): the message names the device and
+  the options that lower what a step needs; run_classifier prints it as a memory error
+  and exits 1."""
+
+
 class ProcessFault(Exception):
   """A worker process of the run that was killed (by the system's out-of-memory killer,
   say) or failed: the message says which and how; run_classifier prints it as a process

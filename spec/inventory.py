@@ -195,9 +195,9 @@ def matrix(artefacts=ARTEFACTS + INPUTS):
 
 
 def markdown_table():
-  """The fault matrix as the README shows it: one row per artefact or input read back, its
+  """The fault matrix as docs/reference/checks.md shows it: one row per artefact or input read back, its
   role, the faults its cells apply, and what a fault leads to (tests/test_inventory.py
-  checks that the README holds this table as it is)."""
+  checks that the page holds this table as it is)."""
   outcome = {"refuse": "the same result, or one line naming it, the reason and the fix "
                        "(non-zero exit)",
              "rebuild": "the same result, or rebuilt with a warning naming the file and why"}

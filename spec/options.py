@@ -90,7 +90,7 @@ class DataOptions(object):
       "are counted and left aside). Default: %s, as Google's run_classifier, or the model "
       "card's." % XNLI_DEFAULT_LANGUAGE, XNLI_LANGUAGES)
   data_dir: Optional[str] = option(
-      None, "Folder with the task's files (see the README per task).")
+      None, "Folder with the task's files (docs/guide/data.md names each task's files).")
   train_file: Optional[str] = option(
       None, "Train file; overrides the one found in --data_dir. Several files read as one "
       "split: a comma-separated list, or glob patterns (e.g. 'train-*.csv').")
@@ -246,7 +246,7 @@ class TrainingOptions(object):
   identity_weights: bool = option(
       False, "jigsaw_bias training: weight rows as the top public solutions did (more "
       "weight for non-toxic rows that mention an identity and toxic rows that mention none; "
-      "see the README), normalised to mean 1.")
+      "docs/guide/heads.md), normalised to mean 1.")
   num_folds: int = option(
       0, "k > 1: k-fold cross-validation on the train file (stratified by label, seeded by "
       "--seed): each fold trains on the other folds' rows and is evaluated and predicted on "

@@ -157,8 +157,11 @@ def pytest_collection_modifyitems(config, items):
     raise pytest.UsageError(
         "CI=true but %s is absent: the extended tier needs the full data sets there"
         % FULL_DATASETS)
+  hf_tier = os.environ.get("TEST_HF_TIER") == "1"
   for item in items:
-    if extended_absent and "extended" in item.keywords:
+    if (item.get_closest_marker("hf") is not None) != hf_tier:
+      leave_out.append(("hf" if not hf_tier else "not_hf", item))
+    elif extended_absent and "extended" in item.keywords:
       leave_out.append(("extended", item))
     elif not IS_TF1 and "tf1_only" in item.keywords:
       leave_out.append(("tf1_only", item))
@@ -172,6 +175,9 @@ def pytest_collection_modifyitems(config, items):
   counts = {}
   for tier, _ in leave_out:
     counts[tier] = counts.get(tier, 0) + 1
+  if "hf" in counts:
+    notes.append("hf tier: %d tests with Hugging Face's transformers on PyTorch were left out "
+                 "(./run.sh test hf runs them: it downloads PyTorch, several GB)" % counts["hf"])
   if "extended" in counts:
     notes.append("extended tier: %d tests on the full data sets were not run, because %s is "
                  "absent (CI runs them)" % (counts["extended"], FULL_DATASETS))

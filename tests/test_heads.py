@@ -259,12 +259,12 @@ def test_regression_on_any_numeric_column_of_a_csv(tmp_path, tiny_checkpoint):
       "regression", ["offensive_language"], "mean")
   os.rename(os.path.join(output_dir, "test_results.tsv"), str(tmp_path / "first.tsv"))
   run_flags("--output_dir=" + output_dir, "--do_predict", "--predict_file=" + data,
-            "--text_column=tweet")  # (the file's layout is the run's, never the card's)
+            "--text_column=tweet", "--id_column=0")  # (the layout is the run's, not the card's)
   assert _predictions(os.path.join(output_dir, "test_results.tsv")) == rows
   from spec.errors import FlagError
   with pytest.raises(FlagError, match="says pooling=mean, but this run has cls"):
     run_flags("--output_dir=" + output_dir, "--do_predict", "--predict_file=" + data,
-              "--text_column=tweet", "--pooling=cls")
+              "--text_column=tweet", "--id_column=0", "--pooling=cls")
 
 
 def test_mean_pooling_averages_the_last_layer_over_real_tokens():

@@ -34,8 +34,9 @@ PAIRS = [(a, b) for a, b in zip(HF_TEXTS, HF_TEXTS[::-1])]
 
 
 def hf_environment():
-  """The Hugging Face environment's Python; the test is left out (with its reason) when it
-  has not been built, except in CI, which builds it."""
+  """The Hugging Face environment's Python, which ./run.sh test hf builds (the tests that
+  need it are that optional tier's: conftest leaves them out of the others); the test is
+  left out, with its reason, when it has not been built, except in CI."""
   if not os.path.exists(HF_PYTHON) and not IN_CI:
     pytest.skip("no Hugging Face environment .venvs/hf: ./run.sh setup hf builds it (Python "
                 "3.11, tools/requirements-hf.txt)")
@@ -228,6 +229,7 @@ def test_export_format_flags_are_checked_before_any_work(tmp_path, tiny_checkpoi
 
 
 @pytest.mark.slow
+@pytest.mark.hf
 def test_transformers_loads_each_head_with_the_predictors_outputs(tmp_path):
   """Every head kind, and a model of pairs: AutoModelForSequenceClassification and
   AutoTokenizer from the folder alone give the export's outputs within 1e-4, from the
@@ -273,6 +275,7 @@ print(json.dumps(torch.softmax(logits, -1).tolist()))
 
 
 @pytest.mark.slow
+@pytest.mark.hf
 def test_the_clis_export_gives_its_predictions_in_transformers(jigsaw_model):
   """--export_format=hf beside the SavedModel: transformers alone, in a process that
   imports nothing of the project, gives test_results.tsv's probabilities within 1e-4."""
@@ -316,6 +319,7 @@ with torch.no_grad():
 
 
 @pytest.mark.slow
+@pytest.mark.hf
 def test_a_transformers_classifier_predicts_and_trains_here(tmp_path):
   """tools.convert_hf_checkpoint brings the head; its flags.txt is all a run needs; the
   CLI's test_results.tsv has transformers' probabilities within 1e-4; fine-tuning goes

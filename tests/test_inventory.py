@@ -92,9 +92,9 @@ def test_patterns_sort_files_into_their_kinds():
   assert inventory.artefact_of("notes.txt", "output_dir") is None
 
 
-def test_the_readme_shows_the_matrix_as_the_inventory_has_it():
+def test_the_checks_page_shows_the_matrix_as_the_inventory_has_it():
   from conftest import ROOT
-  with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+  with open(os.path.join(ROOT, "docs", "reference", "checks.md"), encoding="utf-8") as f:
     assert inventory.markdown_table() in f.read(), (
-        "README.md's fault matrix is not spec/inventory.py's: paste "
-        "spec.inventory.markdown_table() into 'What is checked, and when'")
+        "docs/reference/checks.md's fault matrix is not spec/inventory.py's: paste "
+        "spec.inventory.markdown_table() there")

@@ -1,6 +1,7 @@
 """./run.sh's own checks, made before any environment is built or any test runs."""
 
 import json
+import shutil
 import os
 import re
 import subprocess
@@ -92,3 +93,94 @@ def test_the_cuda_option_installs_tf2s_cuda_extra():
   assert done.returncode == 1
   assert done.stderr.strip().splitlines()[-1] == (
       "run.sh: setup takes hf, onnx, --cuda or --no-cuda, not --gpu")
+
+
+UV_STAND_IN = r"""#!/bin/bash
+root="FETCHED"
+case "$1 $2" in
+  "python find") [ -x "$root/$3/python" ] && echo "$root/$3/python" || exit 2 ;;
+  "python install") mkdir -p "$root/$3"; v=$3
+    printf '#!/bin/bash\nif [ "$1" = --version ]; then echo "Python %s.0"; else echo "(%s, %s)"; fi\n' "$v" "${v%%.*}" "${v#*.}" > "$root/$3/python"
+    chmod +x "$root/$3/python" ;;
+esac
+"""
+PYTHON_3_12_STAND_IN = r"""#!/bin/bash
+if [ "$1 $2 $3" = "-m pip install" ]; then
+  PIP_FAILS
+  for ((i = 1; i <= $#; i++)); do
+    if [ "${!i}" = --target ]; then j=$((i + 1)); target=${!j}; fi
+  done
+  mkdir -p "$target/bin"; cp "UV_STAND_IN" "$target/bin/uv"; chmod +x "$target/bin/uv"
+  exit 0
+fi
+if [ "$1" = --version ]; then echo "Python 3.12.1"; exit 0; fi
+echo "(3, 12)"
+"""
+
+
+def _write(path, text):
+  with open(path, "w") as f:
+    f.write(text)
+  os.chmod(path, 0o755)
+
+
+def _machine_with_python_3_12_only(tmp_path, pip_works):
+  """A PATH whose only Python is a stand-in 3.12 (the version it reports) whose pip can
+  install uv, or not; uv's stand-in fetches an interpreter (a stand-in reporting the
+  version asked for). Nothing is downloaded: the logic of ./run.sh alone is under test."""
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  uv = tmp_path / "uv_stand_in"
+  _write(str(uv), UV_STAND_IN.replace("FETCHED", str(tmp_path / "uv_pythons")))
+  _write(str(bin_dir / "python3"), PYTHON_3_12_STAND_IN.replace("UV_STAND_IN", str(uv)).replace(
+      "PIP_FAILS", "" if pip_works else "echo 'no pip here' >&2; exit 1"))
+  tools = tmp_path / "tools"  # (this machine's commands, its Pythons and uv left out)
+  tools.mkdir()
+  for folder in ("/usr/local/bin", "/usr/bin", "/bin"):
+    for name in os.listdir(folder):
+      if not name.startswith(("python", "pip", "uv", "pyenv")) and not (
+          tools / name).exists():
+        os.symlink(os.path.join(folder, name), str(tools / name))
+  env = dict(os.environ, HOME=str(tmp_path / "home"), PATH="%s:%s" % (bin_dir, tools))
+  for name in ("PYTHON37", "PYTHON311", "PYTHON312", "CI"):
+    env.pop(name, None)
+  return env
+
+
+@pytest.mark.one_runtime("tf2")  # (bash alone)
+def test_on_a_machine_with_python_3_12_only_uv_fetches_the_pythons(tmp_path):
+  root = tmp_path / "project"
+  shutil.copytree(ROOT, str(root), ignore=shutil.ignore_patterns(
+      ".venvs", ".cache", ".git", "output", "tests", "docs"))
+  env = _machine_with_python_3_12_only(tmp_path, pip_works=True)
+  done = subprocess.run(["bash", str(root / "run.sh"), "pythons"], cwd=str(root), env=env,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                        universal_newlines=True, timeout=120)
+  assert done.returncode == 0, done.stderr
+  fetched = tmp_path / "uv_pythons"
+  assert done.stdout.splitlines() == [
+      "tf1: %s/3.7/python (Python 3.7.0)" % fetched,
+      "tf2: %s/3.11/python (Python 3.11.0)" % fetched,
+      "onnx: %s/3.12/python (Python 3.12.0)" % fetched,
+      "hf: %s/3.11/python (Python 3.11.0)" % fetched]
+  assert ("run.sh: installing uv from the package index into %s/.venvs/.uv, to fetch a "
+          "Python" % root) in done.stderr
+  assert ("run.sh: no Python 3.7 here for tf1: fetching one with uv (%s/.venvs/.uv/bin/uv "
+          "python install 3.7)" % root) in done.stderr
+
+
+@pytest.mark.one_runtime("tf2")
+def test_without_a_way_to_fetch_python_it_ends_in_one_line_with_the_ways(tmp_path):
+  root = tmp_path / "project"
+  shutil.copytree(ROOT, str(root), ignore=shutil.ignore_patterns(
+      ".venvs", ".cache", ".git", "output", "tests", "docs"))
+  env = _machine_with_python_3_12_only(tmp_path, pip_works=False)
+  done = subprocess.run(["bash", str(root / "run.sh"), "setup"], cwd=str(root), env=env,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                        universal_newlines=True, timeout=120)
+  assert done.returncode == 1
+  assert done.stderr.strip().splitlines()[-1] == (
+      "run.sh: neither Python 3.7 nor Python 3.9-3.11 could be found or fetched: install uv "
+      "(python3 -m pip install uv) and run again, or pyenv, or your distribution's "
+      "python3.11 (and python3.7 for TF 1.15); or name them with "
+      "PYTHON311=/path/to/python3.11 and PYTHON37=/path/to/python3.7")

@@ -316,11 +316,17 @@ class TrainedModel(object):
   def copy_to(self, folder):
     """A copy of the model (its checkpoints, checkpoint state and card) in folder, for a
     test whose run writes into the model's folder. Returns folder."""
-    os.makedirs(folder)
-    for name in os.listdir(self.output_dir):
-      if name.startswith(("model.ckpt", "checkpoint", "model_card")):
-        shutil.copy(os.path.join(self.output_dir, name), folder)
-    return folder
+    return copy_model(self.output_dir, folder)
+
+
+def copy_model(output_dir, folder):
+  """A copy of the model in output_dir (its checkpoints, checkpoint state and card) in a
+  new folder. Returns folder."""
+  os.makedirs(folder)
+  for name in os.listdir(output_dir):
+    if name.startswith(("model.ckpt", "checkpoint", "model_card")):
+      shutil.copy(os.path.join(output_dir, name), folder)
+  return folder
 
 
 def run_with_log(config):

@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import JIGSAW, TINY, TINY_VOCAB, run_flags
+from conftest import JIGSAW, TINY, TINY_VOCAB, copy_model, run_flags
 from spec.model_card import LAYOUT_OPTIONS
 
 # (reading a layout is the project's Python, the same on both runtimes: one runs it)
@@ -83,12 +83,7 @@ def trained_on(tmp_path_factory, tiny_checkpoint):
 def eval_and_predict(folder, data, layout, out):
   """Evaluates and predicts the Jigsaw sample in a layout with the model in folder, from its
   card alone (a copy of its checkpoints into out): (eval results, {id: probabilities})."""
-  os.makedirs(out)
-  for name in os.listdir(folder):
-    if name.startswith(("model.ckpt", "checkpoint", "model_card")):
-      with open(os.path.join(folder, name), "rb") as src, \
-          open(os.path.join(out, name), "wb") as dst:
-        dst.write(src.read())
+  copy_model(folder, out)
   result = run_flags(*(["--output_dir=" + out, "--do_eval", "--do_predict",
                         "--eval_file=" + write_layout(data, "dev", layout),
                         "--predict_file=" + write_layout(data, "test", layout),

@@ -9,7 +9,8 @@ import os
 
 import pytest
 
-from conftest import JIGSAW, TINY, TINY_VOCAB, common_flags, run_flags, sample_path
+from conftest import (JIGSAW, TINY, TINY_VOCAB, common_flags, copy_model, run_flags,
+                      sample_path)
 from data.errors import DataError
 from modeling.bert import BertConfig
 from spec.errors import FlagError
@@ -70,13 +71,7 @@ def test_predict_from_the_card_alone_needs_no_model_flags(trained, tmp_path, cap
   caplog.set_level("INFO")
   output_dir, expected = trained
   # A copy of the model folder (its checkpoint file lists relative paths).
-  copy = str(tmp_path / "copy")
-  os.makedirs(copy)
-  for name in os.listdir(output_dir):
-    if name.startswith(("model.ckpt", "checkpoint", "model_card")):
-      with open(os.path.join(output_dir, name), "rb") as src, \
-          open(os.path.join(copy, name), "wb") as dst:
-        dst.write(src.read())
+  copy = copy_model(output_dir, str(tmp_path / "copy"))
   run_flags("--output_dir=" + copy, "--do_predict", "--predict_file=" +
             os.path.join(SST2, "test.tsv"), "--text_column=sentence",
             "--predict_batch_size=16")

@@ -147,11 +147,17 @@ def _machine_with_python_3_12_only(tmp_path, pip_works):
   return env
 
 
-@pytest.mark.one_runtime("tf2")  # (bash alone)
-def test_on_a_machine_with_python_3_12_only_uv_fetches_the_pythons(tmp_path):
+def _project_copy(tmp_path):
+  """The project's files without its environments, caches, tests and docs."""
   root = tmp_path / "project"
   shutil.copytree(ROOT, str(root), ignore=shutil.ignore_patterns(
       ".venvs", ".cache", ".git", "output", "tests", "docs"))
+  return root
+
+
+@pytest.mark.one_runtime("tf2")  # (bash alone)
+def test_on_a_machine_with_python_3_12_only_uv_fetches_the_pythons(tmp_path):
+  root = _project_copy(tmp_path)
   env = _machine_with_python_3_12_only(tmp_path, pip_works=True)
   done = subprocess.run(["bash", str(root / "run.sh"), "pythons"], cwd=str(root), env=env,
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -171,9 +177,7 @@ def test_on_a_machine_with_python_3_12_only_uv_fetches_the_pythons(tmp_path):
 
 @pytest.mark.one_runtime("tf2")
 def test_without_a_way_to_fetch_python_it_ends_in_one_line_with_the_ways(tmp_path):
-  root = tmp_path / "project"
-  shutil.copytree(ROOT, str(root), ignore=shutil.ignore_patterns(
-      ".venvs", ".cache", ".git", "output", "tests", "docs"))
+  root = _project_copy(tmp_path)
   env = _machine_with_python_3_12_only(tmp_path, pip_works=False)
   done = subprocess.run(["bash", str(root / "run.sh"), "setup"], cwd=str(root), env=env,
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import ROOT, TINY
 
-pytestmark = [pytest.mark.slow, pytest.mark.one_runtime("tf1")]
+pytestmark = [pytest.mark.slow, pytest.mark.one_runtime("tf2")]
 
 TRAIN = "comment_text,toxic\ngood movie,0\nyou are an idiot,1\nfine film,0\nawful person,1\n"
 

@@ -1,13 +1,17 @@
 """The HTTP server: real requests on 127.0.0.1 to `python -m serving.server` serving the
 shared fine-tuned model's export, answered as the in-process predictor answers; concurrent
-requests batched together, each answer its own; bad requests refused with a 4xx."""
+requests batched together, each answer its own; bad requests refused with a 4xx; every
+request, however it ends (a client that hangs up while it sends, or before it reads the
+answer), leaves one log line."""
 
 import asyncio
 import csv
 import json
 import os
+import socket
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -33,17 +37,24 @@ def reference(jigsaw_model):
 
 
 @pytest.fixture(scope="module")
-def server(jigsaw_model, tmp_path_factory):
+def running(jigsaw_model, tmp_path_factory):
+  """(its status URL, its port, its log's path) of a server running for this module."""
   port = free_port()
+  log_path = str(tmp_path_factory.mktemp("server") / "server.log")
   process, url = serving(
       [sys.executable, "-m", "serving.server", jigsaw_model.output_dir, "--port", str(port),
        "--max_body_mb", "0.01", "--batch_wait_ms", "20", "--max_instances", "40"], ROOT,
-      port, str(tmp_path_factory.mktemp("server") / "server.log"))
+      port, log_path)
   try:
-    yield url
+    yield url, port, log_path
   finally:
     process.terminate()
     process.wait(30)
+
+
+@pytest.fixture(scope="module")
+def server(running):
+  return running[0]
 
 
 def _call(url, body=None):
@@ -134,6 +145,69 @@ def test_a_bad_request_is_refused_with_a_4xx_and_what_is_wrong(server):
   status, answer = _call(predict, {"instances": ["still served"]})
   assert status == 200 and len(answer["predictions"]) == 1
 
+
+def test_every_request_leaves_one_log_line_whoever_hangs_up(running):
+  _, port, log_path = running
+  with open(log_path) as f:
+    before = len(f.read())  # (this test reads the lines its requests add)
+  body = b'{"instances": ["a comment"]}'
+  head = (b"POST /v1/models/model:predict HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n")
+
+  def send(data, wait=None):
+    connection = socket.create_connection(("127.0.0.1", port))
+    connection.sendall(data)
+    answer = b""
+    if wait is not None:
+      time.sleep(wait)
+    else:
+      connection.settimeout(30)
+      while True:
+        chunk = connection.recv(65536)
+        if not chunk:
+          break
+        answer += chunk
+    connection.close()
+    return answer
+
+  for _ in range(5):  # a client that hangs up while it sends its body
+    send(head % 1000 + body[:10], wait=0.2)
+  for _ in range(5):  # one that sends it all and goes before the answer
+    send(head % len(body) + body, wait=0.0)
+  send(b"POST /v1/models/model:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+       b"Connection: close\r\n\r\n{x}")  # a body that is not JSON
+  send(b"GET /v1/models/model HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+  # A body its headers misdescribe, one declared too large, one with a NaN literal.
+  answers = [
+      send(head.replace(b"\r\n\r\n", b"\r\nContent-Encoding: gzip\r\nConnection: "
+                                      b"close\r\n\r\n") % len(body) + body),
+      send(head.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n") % 10 ** 11 +
+           body[:4]),
+      send(head.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n") % 25 +
+           b'{"instances":["a"],"x":NaN}'[:25])]
+  expected = 5 + 5 + 1 + 1 + 3
+  deadline = time.time() + 30  # (the answers the clients left are logged when they end)
+  while True:
+    with open(log_path) as f:
+      added = f.read()[before:]
+    lines = [l for l in added.splitlines() if "/v1/models/" in l]
+    if len(lines) >= expected or time.time() > deadline:
+      break
+    time.sleep(0.2)
+  time.sleep(0.5)  # (and no more lines than that come)
+  with open(log_path) as f:
+    added = f.read()[before:]
+  lines = [l for l in added.splitlines() if "/v1/models/" in l]
+  hung_up = [l for l in lines if "499: the client hung up while it sent its request" in l]
+  assert len(hung_up) == 5, lines
+  assert sum(" 200 " in l and ":predict" in l for l in lines) == 5, lines
+  assert sum("400: the body is not JSON" in l for l in lines) == 2, lines
+  assert sum("400: the body cannot be read as its headers say" in l for l in lines) == 1
+  assert sum("413: the body is larger than" in l for l in lines) == 1
+  assert len(lines) == expected, lines
+  for answer, status in zip(answers, (b"400", b"413", b"400")):
+    assert answer.split(b" ")[1] == status
+    json.loads(answer.split(b"\r\n\r\n", 1)[1].decode())  # (a JSON body)
+  assert "Traceback" not in added
 
 def test_the_batcher_predicts_waiting_requests_together(jigsaw_model, reference):
   """Ten requests at once: fewer runs of the model than requests, every text once, and

@@ -18,6 +18,10 @@
 #   ./run.sh benchmark profile [ARGS]   where a training step's time goes (tools/profile_step.py)
 #   ./run.sh benchmark scale [ARGS]   Jigsaw at Kaggle's size: featurisation time, peak memory,
 #                    warm-cache start, prediction rows/s (tools/bench_scale.py)
+#   ./run.sh reproduce jigsaw2019 --device=cpu|gpu|tpu --data_dir=DIR --output_dir=DIR
+#                    (--model_dir=DIR | --hub=HANDLE) [ARGS] [-- RUN_CLASSIFIER FLAGS]   the 2019
+#                    Jigsaw GPU-against-TPU run on this device, and the table with 2019's rows
+#                    (tools/reproduce.py; docs/reproduce/jigsaw2019.md)
 #   ./run.sh serve OUTPUT_OR_EXPORT_DIR [--port 8501] [ARGS]   serve a fine-tuned model over
 #                    HTTP in TF Serving's REST shape (serving/server.py; --help lists ARGS)
 #   ./run.sh setup   create both Python environments from requirements.txt
@@ -384,6 +388,15 @@ cmd_benchmark() {
   fi
 }
 
+cmd_reproduce() {
+  local runtime
+  runtime=$(one_runtime "reproducing a comparison")
+  setup_env "$runtime" >&2
+  cd "$CALLER_DIR"
+  PYTHONPATH="$ROOT" TF_CPP_MIN_LOG_LEVEL=2 exec "$VENVS/$runtime/bin/python" \
+    -m tools.reproduce "$@"
+}
+
 cmd_serve() {
   local runtime
   runtime=$(one_runtime "serving")
@@ -415,9 +428,10 @@ case "${1:-}" in
   predict-onnx) shift; cmd_predict_onnx "$@" ;;
   benchmark) shift; cmd_benchmark "$@" ;;
   serve) shift; cmd_serve "$@" ;;
+  reproduce) shift; cmd_reproduce "$@" ;;
   demo) shift; cmd_demo "$@" ;;
   setup) shift; cmd_setup "$@" ;;
   test) shift; cmd_test "$@" ;;
   shell) shift; cmd_shell "$@" ;;
-  *) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

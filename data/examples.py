@@ -20,6 +20,7 @@ from data.table import USUAL_WIDTH_RECORDS, Table, quoting_for, refuse_bom_cell,
 from data.weights import read_weight
 from spec.errors import FlagError
 from spec.labels import LabelError, build_spec
+from spec.rows import format_rows
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ class DataProcessor(object):
   split_files = {}
 
   def __init__(self, data_dir=None, files=None, skip_malformed_rows=False, quoting="auto",
-               head=None):
+               head=None, row_ranges=None):
     if head is not None and head not in self.heads:
       raise FlagError("--head=%s cannot be used with task %s; its labels train: %s"
                       % (head, self.name, ", ".join(self.heads)))
@@ -63,6 +64,7 @@ class DataProcessor(object):
     self.data_dir = data_dir
     self.files = dict(files or {})
     self.skip_malformed_rows = skip_malformed_rows
+    self.row_ranges = dict(row_ranges or {})  # split -> the RowRange of its rows read
     self.quoting_choice = quoting
     self.skipped = {}  # split -> {cause: rows skipped at the user's request}
     self.rows_left_aside = {}  # split -> {what: rows the options leave out (left_aside)}
@@ -105,7 +107,8 @@ class DataProcessor(object):
       raise FlagError("--xnli_language=%s is for task xnli: drop it" % options.xnli_language)
     return dict(data_dir=options.data_dir, files=options.files(),
                 skip_malformed_rows=options.skip_malformed_rows, quoting=options.quoting,
-                head=None if options.head == "auto" else options.head)
+                head=None if options.head == "auto" else options.head,
+                row_ranges=options.row_ranges())
 
   # -- files ---------------------------------------------------------------
   def file_for(self, split):
@@ -162,6 +165,7 @@ class DataProcessor(object):
         for cause, n in file_counts.items():
           counts[cause] = counts.get(cause, 0) + n
       accounts.append(table.account(split, count, file_skips, file_aside))
+    self._check_range_read(split, first_row)
     total = total_account(accounts)
     if total["records"] and not total["examples"]:  # (a run on no rows would train, score
       causes = ", ".join(["%d skipped (%s)" % (n, cause)  # or predict nothing)
@@ -180,6 +184,22 @@ class DataProcessor(object):
                len(accounts), total["records"], total["examples"], split)
       total["files"] = accounts
     self.accounts[split] = total
+
+  def rows_option(self, split):
+    """The --*_rows option of a split's range, as given back to the user."""
+    return "--%s_rows=%s" % (flag_for_split(split), format_rows(self.row_ranges[split]))
+
+  def _check_range_read(self, split, records):
+    """A range that ends past the split's last row is refused once it is read: the run
+    would train (or score) on fewer rows than asked for."""
+    rows = self.row_ranges.get(split)
+    if rows is None or max(rows.start + 1, rows.end or 0) <= records:
+      return
+    raise DataError(self.file_for(split), "%s reaches past its last row: it has %d data rows "
+                    "(counted from 0, after the header)" % (self.rows_option(split), records),
+                    "give a range within them, e.g. --%s_rows=%s" % (
+                        flag_for_split(split), "%d:%d" % (rows.start, records)
+                        if 0 < rows.start < records else records))
 
   def open_table(self, path, split):
     """The Table of a split's file, its records read as they are asked for."""
@@ -283,8 +303,13 @@ class DataProcessor(object):
                  tuple(label_columns or ()) if i is not None)
     width = len(table.header) if table.header else table.usual_width()
     widths = collections.Counter()
+    rows = self.row_ranges.get(split)
+    outside = rows and "rows outside %s" % self.rows_option(split)
     for row_number, (line, fields) in enumerate(table, first_row):
       widths[len(fields)] += 1
+      if rows and not rows.start <= row_number < (rows.end or float("inf")):
+        left_aside[outside] = left_aside.get(outside, 0) + 1  # (counted, and reported)
+        continue
       try:
         _check_row_width(table, line, fields, needed, width)
         aside = self.left_aside(fields, columns)

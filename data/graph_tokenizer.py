@@ -23,6 +23,7 @@ rule of Google's BERT and the card's truncation (head, tail or head_tail), padde
 longest row of the batch.
 """
 
+import copy
 import unicodedata
 
 import tensorflow.compat.v1 as tf
@@ -131,12 +132,24 @@ class GraphTokenizer(object):
   def features(self, texts, texts_b=None):
     """{input_ids, input_mask, segment_ids}: int32 [batch, longest row] of texts (string
     [batch]) or of the pairs (texts, texts_b), laid out as training laid them out."""
-    ids_a, lengths_a = self.token_ids(texts)
-    if texts_b is None:
+    return self.features_of_ids(self.token_ids(texts),
+                                None if texts_b is None else self.token_ids(texts_b))
+
+  def with_layout(self, max_seq_length, truncation=None):
+    """This tokenizer (its table and ops shared) laying out max_seq_length tokens, long
+    texts truncated as truncation says."""
+    other = copy.copy(self)
+    other.max_seq_length, other.truncation = max_seq_length, truncation
+    return other
+
+  def features_of_ids(self, token_ids, token_ids_b=None):
+    """features() of texts already made into token_ids ((ids, lengths) of token_ids())."""
+    ids_a, lengths_a = token_ids
+    if token_ids_b is None:
       keep_a = tf.minimum(lengths_a, self.max_seq_length - 2)
       ids_a = self._kept(ids_a, lengths_a, keep_a)
       return self._laid_out([(ids_a, keep_a)])
-    ids_b, lengths_b = self.token_ids(texts_b)
+    ids_b, lengths_b = token_ids_b
     keep_a, keep_b = pair_lengths(lengths_a, lengths_b, self.max_seq_length - 3)
     return self._laid_out([(self._kept(ids_a, lengths_a, keep_a), keep_a),
                            (self._kept(ids_b, lengths_b, keep_b), keep_b)])

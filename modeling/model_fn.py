@@ -23,7 +23,7 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
                      hub_module_handle=None, gradient_accumulation_steps=1,
                      precision="float32", xla_global_step_fix=False, pooling="cls",
                      summary_dir=None, save_summary_steps=100, cross_shard=None,
-                     freeze_encoder=False, fused_kernels=False):
+                     freeze_encoder=False, fused_kernels=False, classifier_dropout=None):
   """Returns a model_fn(features, labels, mode, params) for TPUEstimator.
 
   label_spec (spec/labels.py) gives the head's outputs, its loss, its metrics and the
@@ -44,6 +44,8 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
   fused_kernels: BertModel runs modeling.fused's CPU kernels (float32, one CPU device; the
   caller decides, pipeline.build.fused_kernels_for), in every mode. Not for a graph that
   is exported: a SavedModel must load without this project's library.
+  classifier_dropout: the training dropout rate on what the head reads; None: the
+  config's hidden_dropout_prob, as Google's classifier.
   """
   if use_one_hot_embeddings is None:
     use_one_hot_embeddings = use_tpu
@@ -65,7 +67,7 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
                     trainable=not freeze_encoder, fused_kernels=kernels)
     logits = head.head_logits(
         pooled, num_outputs, is_training, bert_config.initializer_range,
-        bert_config.hidden_dropout_prob,
+        bert_config.hidden_dropout_prob if classifier_dropout is None else classifier_dropout,
         dropout=kernels and (lambda x, rate: kernels.dropout(x, rate, kernels.HEAD_SITE)))
     # Only the new head may start from random values (and, when it goes unused, the
     # pooler; a hub module's variables come from the module).

@@ -145,7 +145,7 @@ def model_fn_of(model, training, device, summary_dir, bert_config, label_spec,
       precision="float32" if serving else device.precision(),
       xla_global_step_fix=device.use_xla and not serving,
       summary_dir=summary_dir, save_summary_steps=training.save_summary_steps,
-      fused_kernels=fused_kernels and not serving)
+      fused_kernels=fused_kernels and not serving, classifier_dropout=model.classifier_dropout)
 
 
 def fused_kernel_obstacles(model, training, device, cluster=None):

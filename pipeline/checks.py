@@ -34,6 +34,7 @@ def check_run(c, cluster=None):
     raise FlagError("--featurise_workers=%d must be 0 (one per core) or a positive integer"
                     % c.device.featurise_workers)
   check_training(c.training, c.modes, c.given)
+  check_row_ranges(c.data, c.training, c.modes)
   check_device(c.device, c.training, c.modes, c.outputs.output_dir, c.given)
   from pipeline.build import check_fused_kernels  # (build imports what imports this module)
   check_fused_kernels(c.model, c.training, c.device, cluster)
@@ -112,6 +113,19 @@ def check_training(training, modes, given):
     if training.continue_on_new_data:
       raise FlagError("--continue_on_new_data goes on training a folder's model on a new train "
                       "file; it does nothing without --do_train")
+
+
+def check_row_ranges(data, training, modes):
+  """--train_rows and --eval_rows choose rows of a file that the run reads."""
+  for name, split_read, mode in (("train_rows", modes.do_train or training.num_folds, "--do_train"),
+                                 ("eval_rows", modes.do_eval, "--do_eval")):
+    if getattr(data, name) is not None and not split_read:
+      raise FlagError("--%s=%s chooses rows to read for %s; this run does not: add %s or "
+                      "drop --%s" % (name, getattr(data, name), mode, mode, name))
+  if data.eval_rows is not None and training.num_folds:
+    raise FlagError("--eval_rows=%s cannot be combined with --num_folds: each fold's dev "
+                    "split is its own rows of the train file (choose them with --train_rows)"
+                    % data.eval_rows)
 
 
 def check_periodic_eval(training, modes):

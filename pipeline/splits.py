@@ -19,6 +19,7 @@ from data.reread import check_rereadable, read_twice, refuse_changed
 from data.tfrecord import build_records
 from pipeline.build import truncation_of
 from spec.errors import FlagError
+from spec.rows import format_rows, overlap
 from spec.tasks import SCORED_IDENTITY_COLUMNS
 
 log = logging.getLogger(__name__)
@@ -126,7 +127,13 @@ def check_files_of_splits(processor, modes):
                       "evaluation would score rows the model trained on. Name the train "
                       "files so that the eval file is not among them"
                       % (dev[shared[0]], processor.file_for("train")))
-    if shared:  # (one file named for both: a choice, said)
+    ranges = processor.row_ranges
+    if shared and "train" in ranges and "dev" in ranges and not overlap(ranges["train"],
+                                                                       ranges["dev"]):
+      log.info("the eval file is the train file, %s: its rows %s are held out from "
+               "training's %s", processor.file_for("dev"), format_rows(ranges["dev"]),
+               format_rows(ranges["train"]))
+    elif shared:  # (one file named for both: a choice, said)
       log.warning("the eval file is the train file, %s: the evaluation scores rows the "
                   "model trained on", processor.file_for("dev"))
   if modes.do_eval and modes.do_predict and set(keys("dev")) & set(keys("test")):
@@ -192,6 +199,8 @@ class Featuriser(object):
     }
     if processor.row_selection():  # (which rows of the file the options keep)
       settings.update(rows=processor.row_selection())
+    if source_split in processor.row_ranges:  # (--train_rows, --eval_rows)
+      settings.update(row_range=format_rows(processor.row_ranges[source_split]))
     if order is not None:
       settings.update(order.settings())
     if split == "train" and self.own_shards is not None:

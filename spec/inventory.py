@@ -73,6 +73,8 @@ ARTEFACTS = (
     Artefact("predictions' provenance", "output_dir", "test_results.json", "output", None,
              None, ()),
     Artefact("run summary", "output_dir", "run_summary.json", "output", None, None, ()),
+    # (./run.sh reproduce's table, written beside the run's summary)
+    Artefact("comparison table", "output_dir", "comparison.*", "output", None, None, ()),
     Artefact("bias report", "output_dir", "bias_metrics.*", "output", None, None, ()),
     Artefact("TensorBoard events", "output_dir", "events.out.tfevents.*", "output",
              "modeling.summaries.scalar_events", None, ()),

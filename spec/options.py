@@ -20,6 +20,7 @@ from typing import Optional, Tuple
 from spec.errors import FlagError
 from spec.labels import HEAD_KINDS
 from spec.model_card import POOLINGS, TRUNCATION_MODES
+from spec.rows import parse_rows, rows_problem
 from spec.tasks import (JIGSAW_BIAS_AUXILIARY_COLUMNS, JIGSAW_BIAS_TARGET,
                         JIGSAW_TOXIC_LABEL_COLUMNS, TASK_NAMES, XNLI_DEFAULT_LANGUAGE,
                         XNLI_LANGUAGES)
@@ -124,6 +125,15 @@ class DataOptions(object):
   labels: Optional[Tuple[str, ...]] = option(
       None, "csv task: the label values in order (default: sorted distinct values of the "
       "train file).")
+  train_rows: Optional[str] = option(
+      None, "Train on these data rows of the train file(s) alone, in file order: N (the "
+      "first N rows), START:END (0-based, END exclusive) or START: (to the last row). The "
+      "other rows are counted and left aside; a range past the last row is refused. "
+      "--train_fraction samples at random instead.", check=rows_problem)
+  eval_rows: Optional[str] = option(
+      None, "Evaluate on these data rows of the eval file(s) alone, as --train_rows: with "
+      "--eval_file naming the train file, a held-out slice of it (e.g. --train_rows=100000 "
+      "--eval_rows=100000:110000).", check=rows_problem)
   skip_malformed_rows: bool = option(
       False, "Skip rows with too few or too many fields or a missing label, count them by "
       "cause and report the counts, instead of stopping with an error.")
@@ -148,6 +158,11 @@ class DataOptions(object):
                       "with single commas, e.g. --label_column=toxic,insult"
                       % self.label_column)
     return columns
+
+  def row_ranges(self):
+    """{split: the RowRange its --*_rows option chooses} for the splits that have one."""
+    return {split: parse_rows(value) for split, value in (
+        ("train", self.train_rows), ("dev", self.eval_rows)) if value is not None}
 
   def split_headers(self):
     """{split: whether its file has a header} where a --<split>_has_header flag says."""
@@ -195,6 +210,10 @@ class ModelOptions(object):
   pooling: str = option(
       "cls", "What the head reads: 'cls' (BERT's pooled [CLS] output, as Google's "
       "classifier) or 'mean' (the last layer averaged over the real tokens).", POOLINGS)
+  classifier_dropout: Optional[float] = option(
+      None, "Dropout rate in training on what the head reads (default: the config's "
+      "hidden_dropout_prob, 0.1 for Google's BERTs, as Google's classifier).",
+      check=lambda value: None if 0.0 <= value < 1.0 else "must be in [0, 1), e.g. 0.4")
   freeze_encoder: bool = option(
       False, "Train the head alone: the encoder (a checkpoint's, or a hub model's) keeps "
       "its pre-trained weights and runs without dropout.")

@@ -300,6 +300,19 @@ def tiny_checkpoint(tmp_path_factory):
 JIGSAW = os.path.join(SAMPLES, "jigsaw_toxic_sample")
 
 
+def tiny_google_dir(tmp_path, checkpoint):
+  """BERT-Tiny in Google's layout, as commands that take a model folder read it:
+  bert_config.json, vocab.txt and bert_model.ckpt (checkpoint's files) in one folder."""
+  folder = tmp_path / "tiny_model"
+  folder.mkdir()
+  shutil.copy(os.path.join(TINY, "bert_config.json"), str(folder / "bert_config.json"))
+  shutil.copy(TINY_VOCAB, str(folder / "vocab.txt"))
+  for name in os.listdir(os.path.dirname(checkpoint)):
+    if name.startswith("bert_model.ckpt"):
+      shutil.copy(os.path.join(os.path.dirname(checkpoint), name), str(folder / name))
+  return str(folder)
+
+
 def run_flags(*args):
   """run_classifier's run() on a command line, in this process."""
   from run_classifier import parse_flags, run

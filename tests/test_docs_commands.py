@@ -69,6 +69,17 @@ def test_the_pages_have_commands():
   assert "README.md" in pages and len(every_command()) > 20
 
 
+def read_by_reproduce(words):
+  """The command's arguments as ./run.sh reproduce reads them, and its run_classifier
+  flags (after --) as run_classifier does."""
+  from run_classifier import parse_flags
+  from tools import reproduce
+  args, extra = reproduce.parse_args(words)
+  assert parse_flags(["run_classifier.py"] + [
+      "--flagfile=" + path for path in reproduce.recipe_flag_files(args.recipe, args.device)] +
+      ["--output_dir=" + args.output_dir] + extra) is not None
+
+
 @pytest.mark.parametrize("page, line, files", every_command(),
                          ids=["%s:%s" % (p, l[:60]) for p, l, _ in every_command()])
 def test_each_command_is_read_by_what_it_names(page, line, files, tmp_path, monkeypatch):
@@ -93,9 +104,13 @@ def test_each_command_is_read_by_what_it_names(page, line, files, tmp_path, monk
       from serving import server_options
       args = server_options.parse_args(words[2:])
       assert server_options.problem(args) is None
-  elif words[:2] == ["python", "-m"]:
+    if words[1] == "reproduce":
+      read_by_reproduce(words[2:])
+  elif words[0] in ("python", "python3") and words[1] == "-m":
     module = words[2]
     assert os.path.exists(os.path.join(ROOT, *module.split(".")) + ".py"), module
+    if module == "tools.reproduce":
+      read_by_reproduce(words[3:])
   # (other lines: source, curl, pip, gsutil, cat, python -c: the user's shell's own)
 
 

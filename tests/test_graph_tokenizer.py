@@ -49,17 +49,27 @@ def graph_ids(vocab_file, do_lower_case, texts, batch=512):
 
 
 def graph_features(vocab_file, max_seq_length, texts, texts_b=None, truncation=None):
+  return graph_features_of(vocab_file, texts, texts_b, [(max_seq_length, truncation)])[0]
+
+
+def graph_features_of(vocab_file, texts, texts_b, layouts):
+  """The graph's features of texts (and texts_b) in each (max_seq_length, truncation)
+  layout: one tokenizer's token ids laid out each way (building the tokenizer's ops is
+  most of the time)."""
   with tf.Graph().as_default():
-    tokenizer = GraphTokenizer.from_vocab_file(vocab_file, True, max_seq_length, truncation)
+    tokenizer = GraphTokenizer.from_vocab_file(vocab_file, True, 128)
     strings = tf.placeholder(tf.string, [None])
     strings_b = None if texts_b is None else tf.placeholder(tf.string, [None])
-    features = tokenizer.features(strings, strings_b)
+    ids = tokenizer.token_ids(strings)
+    ids_b = None if texts_b is None else tokenizer.token_ids(strings_b)
+    fetches = [tokenizer.with_layout(length, truncation).features_of_ids(ids, ids_b)
+               for length, truncation in layouts]
     feed = {strings: texts}
     if texts_b is not None:
       feed[strings_b] = texts_b
     with tf.Session() as session:
       session.run(tf.tables_initializer())
-      return session.run(features, feed)
+      return session.run(fetches, feed)
 
 
 # The full sets take about 15 s per casing, on one runtime each (as test_tokenization's,
@@ -150,16 +160,20 @@ def test_layout_equals_training(tiny_vocab, truncation):
   training makes, padded to the longest row, for single texts and pairs."""
   tokenizer = FullTokenizer(tiny_vocab, True)
   spec = SingleLabel(["label"], ["0", "1"])
-  for max_seq_length in (6, 9, 64):
-    pairs = list(zip(LAYOUT_TEXTS, LAYOUT_TEXTS[::-1]))
-    for examples, texts_b in (
-        ([InputExample(i, text) for i, text in enumerate(LAYOUT_TEXTS)], None),
-        ([InputExample(i, a, b) for i, (a, b) in enumerate(pairs)], [b for _, b in pairs])):
+  pairs = list(zip(LAYOUT_TEXTS, LAYOUT_TEXTS[::-1]))
+  lengths = (6, 9, 64)
+  for examples, texts_b in (
+      ([InputExample(i, text) for i, text in enumerate(LAYOUT_TEXTS)], None),
+      ([InputExample(i, a, b) for i, (a, b) in enumerate(pairs)], [b for _, b in pairs])):
+    got = graph_features_of(tiny_vocab, LAYOUT_TEXTS, texts_b,
+                            [(length, truncation) for length in lengths])
+    for max_seq_length, features in zip(lengths, got):
       expected = padded_batch(list(convert_examples(examples, spec, max_seq_length, tokenizer,
                                                     strategy=truncation)))
-      got = graph_features(tiny_vocab, max_seq_length, LAYOUT_TEXTS, texts_b, truncation)
+      assert sorted(features) == sorted(expected)
       for name in expected:
-        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+        np.testing.assert_array_equal(features[name], expected[name],
+                                      err_msg="%s at %d" % (name, max_seq_length))
 
 
 def test_a_head_longer_than_any_room_keeps_the_head(tiny_vocab):
@@ -167,14 +181,14 @@ def test_a_head_longer_than_any_room_keeps_the_head(tiny_vocab):
   tokenizer = FullTokenizer(tiny_vocab, True)
   spec = SingleLabel(["label"], ["0", "1"])
   text = u"one two three four five six seven eight nine ten"
-  for head_tokens in (6, 2**31, 2**40):
-    truncation = Truncation("head_tail", head_tokens=head_tokens)
-    for examples, texts_b in (([InputExample(0, text)], None),
-                              ([InputExample(0, text, text)], [text])):
+  truncations = [Truncation("head_tail", head_tokens=n) for n in (6, 2**31, 2**40)]
+  for examples, texts_b in (([InputExample(0, text)], None),
+                            ([InputExample(0, text, text)], [text])):
+    got = graph_features_of(tiny_vocab, [text], texts_b, [(5, t) for t in truncations])
+    for truncation, features in zip(truncations, got):
       expected = padded_batch(list(convert_examples(examples, spec, 5, tokenizer,
                                                     strategy=truncation)))
-      got = graph_features(tiny_vocab, 5, [text], texts_b, truncation)
-      np.testing.assert_array_equal(got["input_ids"], expected["input_ids"])
+      np.testing.assert_array_equal(features["input_ids"], expected["input_ids"])
 
 
 def test_an_empty_batch_has_no_rows(tiny_vocab):

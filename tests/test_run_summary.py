@@ -14,7 +14,8 @@ from tools import run_table
 def summary_of(name, kind, description, startup, wall, rate, total, steps=100):
   return {"name": name, "device": {"kind": kind, "description": description, "count": 1},
           "versions": {"tensorflow": "1.15.5", "python": "3.7.16"}, "model": "BERT L=12 H=768 A=12",
-          "flags": {"max_seq_length": 220}, "total_seconds": total,
+          "flags": {"max_seq_length": 220, "use_tpu": kind == "TPU",
+                    "iterations_per_loop": 1000}, "total_seconds": total,
           "training": {"batch_size": 32, "steps": steps, "startup_seconds": startup,
                        "wall_seconds": wall, "examples_per_second": rate}}
 
@@ -32,12 +33,21 @@ def test_run_table_markdown_and_plot(tmp_path):
     paths.append(str(folder))
   run_table.main(paths + ["--out_dir", str(tmp_path / "table")])
   lines = (tmp_path / "table" / "wall_time.md").read_text().splitlines()
-  assert lines[0] == ("| run | device | runtime | model | seq | batch | steps | start-up s | "
-                      "training s | examples/s | run total s |")
-  assert lines[2] == ("| gpu | 1 x Tesla P100-PCIE-16GB | TF 1.15.5, Python 3.7.16 | "
-                      "BERT L=12 H=768 A=12 | 220 | 32 | 100 | 61.0 | 1800.2 | 1.8 | 1900.0 |")
-  assert lines[3].startswith("| tpu | Cloud TPU t1, 8 cores |") and len(lines) == 5
-  assert lines[4].endswith("| 90.0 | 200.0 | n/a | 250.0 |")
+  assert lines[0] == ("| run | device | runtime | model | seq | steps | batch | examples seen | "
+                      "start-up s | training s | examples/s | 1.8M-row epoch | cost |")
+  assert lines[2].startswith("| 2019 GPU | Tesla K80 (Colab) | TF 1.14 |")
+  assert lines[3].startswith("| 2019 TPU | TPU v2-8 (Colab TPU node) | TF 1.14 |")
+  # 1,804,874 rows at 1.78 a second after 61 s: 282 h.
+  assert lines[4] == ("| gpu | 1 x Tesla P100-PCIE-16GB | TF 1.15.5, Python 3.7.16 | "
+                      "BERT L=12 H=768 A=12 | 220 | 100 | 32 | 3,200 | 61.0 | 1800.2 | 1.8 | "
+                      "281.7 h |  |")
+  assert lines[5].startswith("| tpu | Cloud TPU t1, 8 cores |")
+  assert lines[6].endswith("| 100 | 32 | 3,200 | 90.0 | 200.0 | n/a | n/a |  |")
+  assert lines[7] == ""
+  assert lines[9] == ("one_loop: no examples/s: its 100 steps ran in one TPU loop "
+                      "(--iterations_per_loop=1000), whose time holds the graph's "
+                      "compilation: train more steps than a loop, or lower "
+                      "--iterations_per_loop, for a steady rate.") and len(lines) == 10
   assert (tmp_path / "table" / "wall_time.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -74,5 +84,5 @@ def test_a_training_run_writes_its_summary(jigsaw_model):
   assert "do_train" in summary["given_flags"] and "use_tpu" not in summary["given_flags"]
   assert summary["results"]["eval"]["global_step"] == 6
   # The table tool reads it as it is.
-  assert run_table.markdown(run_table.load([output_dir])).splitlines()[2].startswith(
-      "| out | %s |" % summary["device"]["description"])
+  assert run_table.markdown(run_table.table_rows(run_table.load([output_dir]))).splitlines()[
+      4].startswith("| out | %s |" % summary["device"]["description"])

@@ -7,13 +7,12 @@ import io
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 
 import pytest
 
-from conftest import IS_TF1, ROOT, TINY, TINY_VOCAB, pairwise_auc, sample_path
+from conftest import IS_TF1, ROOT, pairwise_auc, sample_path, tiny_google_dir
 from tools import time_to_quality as ttq
 
 SAMPLE = sample_path("jigsaw_toxic_balanced", "comments.csv")  # 400 rows, sorted by label
@@ -100,19 +99,8 @@ def test_the_report_compares_every_path_with_googles(tmp_path):
   assert "| G | TF 1 | 300 | 1.00x | 0.9000 | +0.0000 |" in text
 
 
-def tiny_google_dir(tmp_path, checkpoint):
-  """BERT-Tiny in the layout the command takes: bert_config.json, vocab.txt, bert_model.ckpt."""
-  folder = tmp_path / "tiny_model"
-  folder.mkdir()
-  shutil.copy(os.path.join(TINY, "bert_config.json"), str(folder / "bert_config.json"))
-  shutil.copy(TINY_VOCAB, str(folder / "vocab.txt"))
-  for name in os.listdir(os.path.dirname(checkpoint)):
-    if name.startswith("bert_model.ckpt"):
-      shutil.copy(os.path.join(os.path.dirname(checkpoint), name), str(folder / name))
-  return str(folder)
-
-
 @pytest.mark.slow
+@pytest.mark.one_runtime("tf1")  # (where Google's path runs too: the comparison's reference)
 def test_each_path_is_timed_and_scored_on_the_same_held_out_rows(tmp_path, tiny_checkpoint):
   paths = ["google", "ours_tf1"] if IS_TF1 else ["ours_tf2"]
   out_dir, work = str(tmp_path / "out"), str(tmp_path / "work")

@@ -6,6 +6,7 @@ import unicodedata
 
 from data.errors import DataError
 from data.examples import Columns, DataProcessor, flag_for_split
+from data.row_ranges import in_range
 from data.table import (USUAL_WIDTH_RECORDS, Table, delimiter_for, is_position, quoting_for,
                         refuse_bom_cell)
 from spec.errors import FlagError
@@ -89,18 +90,23 @@ class CsvProcessor(DataProcessor):
     return self._labels
 
   def _labels_from_train_file(self):
-    """The distinct labels of the train file, each in its canonical spelling (1.0 is 1,
-    TRUE is true: spec.labels.canonical_label), in class_order (numbers by value). A
-    column where most rows have a label of their own is refused: it is an id or a text."""
+    """The distinct labels of the train file's rows (those of --train_rows), each in its
+    canonical spelling (1.0 is 1, TRUE is true: spec.labels.canonical_label), in
+    class_order (numbers by value). A column where most rows have a label of their own is
+    refused: it is an id or a text."""
     path = self.file_for("train")
     # Missing values are no class: their rows are errors (or counted skips) when read.
     spellings, cells = set(), 0
+    rows, position = self.row_ranges.get("train"), -1
     for each in self.files_of("train"):
       table = self.open_table(each, "train")
       index = table.column_index(self.label_column, "--label_column")
       self._check_no_header_as_data(table, index, "train")
       self._check_header_is_not_data(table, index, "train")
       for line, fields in table:
+        position += 1  # (the row's place in the split's files, as --train_rows counts)
+        if rows and not in_range(rows, position):
+          continue
         if len(fields) > index:
           refuse_bom_cell(each, line, fields[index], self.label_column)  # (a class of its own)
           if fields[index].strip() not in MISSING_VALUES:

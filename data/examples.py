@@ -15,12 +15,15 @@ import os
 from data.errors import DataError
 from data.features import InputExample
 from data.record_format import check_float32
+from data.row_checks import MalformedRow, MissingLabel, check_row_width, check_usual_width
+from data.row_ranges import check_range_read, in_range, range_option
 from data.file_lists import expand_files
-from data.table import USUAL_WIDTH_RECORDS, Table, quoting_for, refuse_bom_cell, total_account
+from data.table import Table, quoting_for, refuse_bom_cell, total_account
 from data.weights import read_weight
 from spec.errors import FlagError
 from spec.labels import LabelError, build_spec
-from spec.rows import format_rows
+from spec.rows import row_ranges_of
+
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +111,7 @@ class DataProcessor(object):
     return dict(data_dir=options.data_dir, files=options.files(),
                 skip_malformed_rows=options.skip_malformed_rows, quoting=options.quoting,
                 head=None if options.head == "auto" else options.head,
-                row_ranges=options.row_ranges())
+                row_ranges=row_ranges_of(options))
 
   # -- files ---------------------------------------------------------------
   def file_for(self, split):
@@ -165,7 +168,9 @@ class DataProcessor(object):
         for cause, n in file_counts.items():
           counts[cause] = counts.get(cause, 0) + n
       accounts.append(table.account(split, count, file_skips, file_aside))
-    self._check_range_read(split, first_row)
+    if split in self.row_ranges:
+      check_range_read(self.file_for(split), flag_for_split(split), self.row_ranges[split],
+                       first_row)
     total = total_account(accounts)
     if total["records"] and not total["examples"]:  # (a run on no rows would train, score
       causes = ", ".join(["%d skipped (%s)" % (n, cause)  # or predict nothing)
@@ -187,19 +192,7 @@ class DataProcessor(object):
 
   def rows_option(self, split):
     """The --*_rows option of a split's range, as given back to the user."""
-    return "--%s_rows=%s" % (flag_for_split(split), format_rows(self.row_ranges[split]))
-
-  def _check_range_read(self, split, records):
-    """A range that ends past the split's last row is refused once it is read: the run
-    would train (or score) on fewer rows than asked for."""
-    rows = self.row_ranges.get(split)
-    if rows is None or max(rows.start + 1, rows.end or 0) <= records:
-      return
-    raise DataError(self.file_for(split), "%s reaches past its last row: it has %d data rows "
-                    "(counted from 0, after the header)" % (self.rows_option(split), records),
-                    "give a range within them, e.g. --%s_rows=%s" % (
-                        flag_for_split(split), "%d:%d" % (rows.start, records)
-                        if 0 < rows.start < records else records))
+    return range_option(flag_for_split(split), self.row_ranges[split])
 
   def open_table(self, path, split):
     """The Table of a split's file, its records read as they are asked for."""
@@ -307,11 +300,11 @@ class DataProcessor(object):
     outside = rows and "rows outside %s" % self.rows_option(split)
     for row_number, (line, fields) in enumerate(table, first_row):
       widths[len(fields)] += 1
-      if rows and not rows.start <= row_number < (rows.end or float("inf")):
+      if rows and not in_range(rows, row_number):
         left_aside[outside] = left_aside.get(outside, 0) + 1  # (counted, and reported)
         continue
       try:
-        _check_row_width(table, line, fields, needed, width)
+        check_row_width(table, line, fields, needed, width)
         aside = self.left_aside(fields, columns)
         if aside:  # (a row the run's options leave out: counted, and reported)
           left_aside[aside] = left_aside.get(aside, 0) + 1
@@ -334,61 +327,12 @@ class DataProcessor(object):
       text_b = fields[columns.text_b] if columns.text_b is not None else None
       yield InputExample(guid, fields[columns.text_a], text_b, label, extras)
     if table.header is None:
-      _check_usual_width(table, widths, width)
+      check_usual_width(table, widths, width)
     if skipped:
       log.warning("%s: skipped %s (--skip_malformed_rows)", table.path, ", ".join(
           "%d rows with %s" % (n, cause) for cause, n in sorted(skipped.items())))
     for what, n in sorted(left_aside.items()):
       log.info("%s: left aside %d %s", table.path, n, what)
-
-
-class MalformedRow(DataError):
-  """A row that cannot make an example; --skip_malformed_rows skips and counts it by cause."""
-  cause = "malformed rows"
-
-
-class MissingLabel(MalformedRow):
-  cause = "a missing label"
-
-
-class ShortRow(MalformedRow):
-  cause = "too few fields"
-
-
-class LongRow(MalformedRow):
-  cause = "too many fields"
-
-
-def _check_row_width(table, line, fields, needed, width):
-  if len(fields) <= needed:
-    raise ShortRow(table.path, "the row has %d fields but column %d is needed"
-                   % (len(fields), needed),
-                   "fix the row (a stray delimiter or quote?), or pass "
-                   "--skip_malformed_rows to skip and count such rows", line=line)
-  if len(fields) > width:
-    raise LongRow(table.path, "the row has %d fields but %s %d: a delimiter (%r) inside a "
-                  "text that is not quoted would cut the text there"
-                  % (len(fields), "the header has" if table.header else
-                     "most of the file's first %d records have" % USUAL_WIDTH_RECORDS,
-                     width, _delimiter_name(table)),
-                  "quote the text (\"...\"; a .tsv/.txt file also needs --quoting=csv), remove "
-                  "the extra delimiter, or pass "
-                  "--skip_malformed_rows to skip and count such rows", line=line)
-
-
-def _check_usual_width(table, widths, width):
-  """A headerless file's rows were checked against the width of its first records; the
-  whole file must agree (else rows with a cut text could have passed as the usual ones)."""
-  usual = widths.most_common(1)[0][0] if widths else width
-  if usual != width:
-    raise DataError(table.path, "most rows have %d fields, but the first %d records mostly "
-                    "have %d: the file's rows change their layout" % (
-                        usual, USUAL_WIDTH_RECORDS, width),
-                    "give every row the same columns (files of two layouts joined?)")
-
-
-def _delimiter_name(table):
-  return "tab" if table.delimiter == "\t" else table.delimiter
 
 
 def flag_for_split(split):

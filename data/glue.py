@@ -6,6 +6,7 @@ import os
 
 from data.errors import DataError
 from data.examples import Columns, DataProcessor, HeaderProcessor
+from spec.errors import FlagError
 from spec.labels import LabelError
 from spec.tasks import XNLI_DEFAULT_LANGUAGE
 
@@ -168,6 +169,10 @@ class XnliProcessor(HeaderProcessor):
 
   def __init__(self, language=XNLI_DEFAULT_LANGUAGE, **kwargs):
     super(XnliProcessor, self).__init__(**kwargs)
+    if "dev" in self.row_ranges:
+      raise FlagError("--eval_rows cannot choose rows of xnli.dev.tsv, which holds every "
+                      "language's rows (--xnli_language=%s chooses those read): drop "
+                      "--eval_rows" % language)
     self.language = language
     self.split_files = {
         "train": (os.path.join("multinli", "multinli.train.%s.tsv" % language),),

@@ -28,8 +28,11 @@ class ProgressHook(tf.train.SessionRunHook):
   """
 
   def __init__(self, total_steps, batch_size, every_steps=10, loss_tensor_name=None,
-               fetch_loss=True, report=None):
+               fetch_loss=True, report=None, step_after_run=False):
     self.total_steps = total_steps
+    # On a TPU one run is a loop of many steps, and a step fetched with it may be read
+    # before the loop: the step is then read after each run.
+    self.step_after_run = step_after_run
     self.batch_size = batch_size
     self.every_steps = max(1, every_steps)
     self.loss_tensor_name = loss_tensor_name
@@ -68,7 +71,10 @@ class ProgressHook(tf.train.SessionRunHook):
     return tf.train.SessionRunArgs(fetches)
 
   def after_run(self, run_context, run_values):
-    step = int(run_values.results["step"]) + 1  # The value read before this step's increment.
+    if self.step_after_run:
+      step = int(run_context.session.run(self._global_step))
+    else:
+      step = int(run_values.results["step"]) + 1  # (read before this step's increment)
     now = time.time()
     if "loss" in run_values.results:
       loss = float(run_values.results["loss"])

@@ -128,8 +128,8 @@ def check_files_of_splits(processor, modes):
                       "files so that the eval file is not among them"
                       % (dev[shared[0]], processor.file_for("train")))
     ranges = processor.row_ranges
-    if shared and "train" in ranges and "dev" in ranges and not overlap(ranges["train"],
-                                                                       ranges["dev"]):
+    if shared and len(train) == len(dev) == 1 and "train" in ranges and "dev" in ranges and (
+        not overlap(ranges["train"], ranges["dev"])):  # (rows counted in the one file)
       log.info("the eval file is the train file, %s: its rows %s are held out from "
                "training's %s", processor.file_for("dev"), format_rows(ranges["dev"]),
                format_rows(ranges["train"]))

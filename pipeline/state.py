@@ -39,7 +39,10 @@ ROW_SETTINGS = ("task", "source_sha256", "columns", "label_spec", "weights_sha25
 
 
 def rows_fingerprint(metadata):
-  blob = json.dumps({k: metadata.get(k) for k in ROW_SETTINGS}, sort_keys=True)
+  settings = {k: metadata.get(k) for k in ROW_SETTINGS}
+  if metadata.get("row_range"):  # (--train_rows: other rows of the file are other data;
+    settings["row_range"] = metadata["row_range"]  # absent, the fingerprint is as before)
+  blob = json.dumps(settings, sort_keys=True)
   return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 

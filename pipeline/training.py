@@ -66,7 +66,7 @@ class Trainer(object):
       self.progress = ProgressHook(self.num_train_steps, per_update,
                                    self.training.log_every_steps,
                                    loss_tensor_name=TRAIN_LOSS_NAME, fetch_loss=self.fetch_loss,
-                                   report=log.info)
+                                   report=log.info, step_after_run=not self.fetch_loss)
     input_fn = self.split.input_fn(
         is_training=True, skip_examples=max(0, start_step - self.data_from_step) * per_update)
     self.progress.train_started = time.time()

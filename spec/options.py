@@ -20,7 +20,8 @@ from typing import Optional, Tuple
 from spec.errors import FlagError
 from spec.labels import HEAD_KINDS
 from spec.model_card import POOLINGS, TRUNCATION_MODES
-from spec.rows import parse_rows, rows_problem
+from spec.option_checks import delimiter_problem, export_format_problem
+from spec.rows import rows_problem
 from spec.tasks import (JIGSAW_BIAS_AUXILIARY_COLUMNS, JIGSAW_BIAS_TARGET,
                         JIGSAW_TOXIC_LABEL_COLUMNS, TASK_NAMES, XNLI_DEFAULT_LANGUAGE,
                         XNLI_LANGUAGES)
@@ -36,29 +37,6 @@ def option(default, help, choices=None, check=None):
   a function of a value that says what is wrong with it (None when nothing is)."""
   return dataclasses.field(default=default, metadata={"help": help, "choices": choices,
                                                       "check": check})
-
-
-def _delimiter_problem(value):
-  """What makes a --delimiter value unusable as a field delimiter, or None."""
-  if value in ("\\t", "tab"):
-    return None
-  if len(value) != 1:
-    return ("is not one character: give the single character between fields (`\\t` or "
-            "`tab` for a tab)")
-  if value in "\r\n\"":
-    return "cannot separate fields: it ends lines or quotes text. Give another character"
-  return None
-
-
-EXPORT_FORMATS = ("saved_model", "hf", "onnx")
-
-
-def _export_format_problem(value):
-  """What is wrong with an --export_format list, or None."""
-  unknown = [name for name in value if name not in EXPORT_FORMATS]
-  if unknown:
-    return "names %s: the formats are %s" % (", ".join(unknown), ", ".join(EXPORT_FORMATS))
-  return None
 
 
 def _has_header_help(split):
@@ -121,19 +99,17 @@ class DataOptions(object):
       "_read_tsv), or 'auto': csv for .csv files, none for .tsv/.txt files.", QUOTINGS)
   delimiter: Optional[str] = option(
       None, "csv task: field delimiter (default: tab for .tsv/.txt, else comma).",
-      check=_delimiter_problem)
+      check=delimiter_problem)
   labels: Optional[Tuple[str, ...]] = option(
       None, "csv task: the label values in order (default: sorted distinct values of the "
       "train file).")
   train_rows: Optional[str] = option(
-      None, "Train on these data rows of the train file(s) alone, in file order: N (the "
-      "first N rows), START:END (0-based, END exclusive) or START: (to the last row). The "
-      "other rows are counted and left aside; a range past the last row is refused. "
-      "--train_fraction samples at random instead.", check=rows_problem)
+      None, "Train on these data rows of the train file(s), by place: N (the first N), "
+      "START:END (0-based, END excluded) or START:. The others are counted and left aside.",
+      check=rows_problem)
   eval_rows: Optional[str] = option(
-      None, "Evaluate on these data rows of the eval file(s) alone, as --train_rows: with "
-      "--eval_file naming the train file, a held-out slice of it (e.g. --train_rows=100000 "
-      "--eval_rows=100000:110000).", check=rows_problem)
+      None, "Evaluate on these data rows of the eval file(s), as --train_rows (of the train "
+      "file: a held-out slice).", check=rows_problem)
   skip_malformed_rows: bool = option(
       False, "Skip rows with too few or too many fields or a missing label, count them by "
       "cause and report the counts, instead of stopping with an error.")
@@ -158,11 +134,6 @@ class DataOptions(object):
                       "with single commas, e.g. --label_column=toxic,insult"
                       % self.label_column)
     return columns
-
-  def row_ranges(self):
-    """{split: the RowRange its --*_rows option chooses} for the splits that have one."""
-    return {split: parse_rows(value) for split, value in (
-        ("train", self.train_rows), ("dev", self.eval_rows)) if value is not None}
 
   def split_headers(self):
     """{split: whether its file has a header} where a --<split>_has_header flag says."""
@@ -356,7 +327,7 @@ class OutputOptions(object):
       "transformers folder, hf/ inside the export: config.json, model.safetensors and "
       "tokenizer files) and onnx (onnx/ inside the export: model.onnx, model.int8.onnx and "
       "the tokenizer, for onnxruntime without TensorFlow; converted on TF 2.15).",
-      check=_export_format_problem)
+      check=export_format_problem)
   tf_log_level: str = option(
       "ERROR", "How much of TensorFlow's own logging to show. This program's progress "
       "lines are always shown.", LOG_LEVELS)

@@ -47,3 +47,10 @@ def overlap(a, b):
   a_end = float("inf") if a.end is None else a.end
   b_end = float("inf") if b.end is None else b.end
   return max(a.start, b.start) < min(a_end, b_end)
+
+
+def row_ranges_of(data):
+  """{split: the RowRange its option chooses} of DataOptions' --train_rows and --eval_rows,
+  for the splits that have one."""
+  return {split: parse_rows(value) for split, value in (
+      ("train", data.train_rows), ("dev", data.eval_rows)) if value is not None}

@@ -10,7 +10,9 @@ import pytest
 
 from conftest import ROOT, fetched
 
-SHORT_RUN_STEPS = 40  # of 16 sentences: the full demo trains 528 steps of 32 (two epochs)
+# Of 16 sentences, at most 32 tokens: the full demo trains 528 steps of 32 sentences of at
+# most 64 tokens (two epochs).
+SHORT_RUN_STEPS = 40
 
 
 @pytest.mark.slow
@@ -21,7 +23,8 @@ def test_demo_short_run_beats_the_majority_baseline(tmp_path):
   fetched(assets.vader_movie_reviews)
   output_dir = str(tmp_path / "demo")
   command = [sys.executable, "-m", "tools.demo", "--output_dir", output_dir, "--",
-             "--num_train_steps=%d" % SHORT_RUN_STEPS, "--train_batch_size=16"]
+             "--num_train_steps=%d" % SHORT_RUN_STEPS, "--train_batch_size=16",
+             "--max_seq_length=32"]
   result = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           universal_newlines=True, timeout=1800)
   out = result.stdout
@@ -38,8 +41,8 @@ def test_demo_short_run_beats_the_majority_baseline(tmp_path):
   assert results["majority_baseline_accuracy"] == pytest.approx(0.5017, abs=1e-4)
   # 640 training sentences already lift the real model's ROC-AUC well above chance (0.5;
   # with 2,111 held-out sentences chance stays below about 0.53). A run this short varies
-  # with its seed: 0.77 to 0.82 over seeds 1, 2, 3 and 12345, so the bound says only that
-  # it learned; the full demo's figures are in the README.
-  assert results["auc"] >= 0.65, results
+  # with its seed: 0.64 to 0.84 over seeds 1, 2, 3 and 12345 (this run's), so the bound
+  # says only that it learned; the full demo's figures are in the README.
+  assert results["auc"] >= 0.6, results
   with open(os.path.join(output_dir, "test_results.tsv")) as f:
     assert len(f.read().splitlines()) == 1 + 12

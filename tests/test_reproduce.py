@@ -111,6 +111,18 @@ def write_csv(path, header, rows=("1,a comment,0.0",)):
             "--tpu_name=NAME (or --tpu_name=local on a TPU VM)"),
     ("cpu fp16", "input error: --mixed_precision is fp16 on a GPU and bf16 on a TPU: a CPU "
                  "trains in float32; drop it"),
+    ("a used folder", "input error: --output_dir={out} already holds a run: give a new "
+                      "folder for each run (./run.sh benchmark table makes the table of runs "
+                      "already done)"),
+    ("a folder after --", "input error: --output_dir=/elsewhere after -- would change what "
+                          "this command runs and tables: give it as this command's own "
+                          "option (see --help), or drop it"),
+    ("no rows after --", "input error: --nodo_eval after -- would change what this command "
+                         "runs and tables: give it as this command's own option (see "
+                         "--help), or drop it"),
+    ("a bad comparison", "{data}/none.json: cannot be read as a run summary"),
+    ("an unknown price", "--price gpu=1: the rows are 2019 GPU, 2019 TPU, out; give one of "
+                         "them and a price >= 0"),
 ])
 def test_each_input_is_checked_before_the_run(tmp_path, case, message, monkeypatch, capsys):
   import tensorflow as tf
@@ -132,10 +144,21 @@ def test_each_input_is_checked_before_the_run(tmp_path, case, message, monkeypat
     args += ["--model_dir", str(model)]
   if case == "cpu fp16":
     args.append("--mixed_precision")
+  if case == "a used folder":
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "run_summary.json").write_text(u"{}")
+  args += {"a bad comparison": ["--compare", str(data / "none.json")],
+           "an unknown price": ["--price", "gpu=1"],
+           "a folder after --": ["--", "--output_dir=/elsewhere"],
+           "no rows after --": ["--", "--nodo_eval"]}.get(case, [])
   with pytest.raises(SystemExit) as e:
     reproduce.main(args)
-  assert str(e.value) == message.format(data=data, model=model, tf=tf.__version__)
-  assert not (tmp_path / "out").exists()  # (nothing ran)
+  assert str(e.value).startswith(message.format(data=data, model=model, tf=tf.__version__,
+                                                out=tmp_path / "out"))
+  assert str(e.value) == message.format(data=data, model=model, tf=tf.__version__,
+                                        out=tmp_path / "out") or case == "a bad comparison"
+  if case != "a used folder":
+    assert not (tmp_path / "out").exists()  # (nothing ran)
 
 
 @pytest.mark.slow
@@ -146,8 +169,8 @@ def test_the_cpu_command_scaled_down_trains_evaluates_and_tables(tmp_path, tiny_
   output_dir = str(tmp_path / "cpu_scaled")
   result = reproduce_command(
       "jigsaw2019", "--device", "cpu", "--data_dir", BIAS, "--output_dir", output_dir,
-      "--model_dir", tiny_google_dir(tmp_path, tiny_checkpoint), "--train_rows", "256",
-      "--eval_rows", "64", "--price", "cpu_scaled=0.10", "--", "--max_seq_length=32")
+      "--model_dir", tiny_google_dir(tmp_path, tiny_checkpoint), "--rows", "256",
+      "--held_out", "64", "--price", "cpu_scaled=0.10", "--", "--max_seq_length=32")
   assert result.returncode == 0, result.stdout[-3000:]
   with open(os.path.join(output_dir, "run_summary.json")) as f:
     summary = json.load(f)

@@ -69,15 +69,18 @@ def test_the_examples_are_the_rows_of_the_range_in_file_order(rows):
 
 def test_a_range_past_the_last_row_is_refused_with_the_files_rows():
   count = len(file_ids(BIAS_TRAIN))
-  for rows, fix in ((RowRange(0, count + 1), "--train_rows=%d" % count),
-                    (RowRange(count - 5, count + 100), "--train_rows=%d:%d" % (count - 5, count)),
-                    (RowRange(count, None), "--train_rows=%d" % count)):
+  for rows, fix in ((RowRange(0, count + 1), "give a range within them, e.g. --train_rows=%d"
+                     % count),
+                    (RowRange(count - 5, count + 100), "give a range within them, e.g. "
+                     "--train_rows=%d:%d" % (count - 5, count)),
+                    (RowRange(count, None), "start --train_rows below %d (its rows are 0 to %d)"
+                     % (count, count - 1))):
     processor = get_processor("jigsaw_bias", data_dir=BIAS, row_ranges={"train": rows})
     with pytest.raises(DataError) as e:
       processor.get_examples("train")
     assert str(e.value) == (
-        "%s: --train_rows=%s reaches past its last row: it has %d data rows (counted from 0, "
-        "after the header). Fix: give a range within them, e.g. %s"
+        "%s: --train_rows=%s reaches past its last row: it has %d data rows (counted from 0). "
+        "Fix: %s"
         % (BIAS_TRAIN, format_rows(rows), count, fix))
   # The whole file is a range within it.
   processor = get_processor("jigsaw_bias", data_dir=BIAS, row_ranges={"train": RowRange(0, count)})
@@ -158,3 +161,36 @@ def test_options_that_choose_nothing_are_refused(tmp_path, extra, message):
   with pytest.raises(FlagError) as e:
     run_flags(*bias_flags(str(tmp_path / "out"), *extra))
   assert str(e.value) == message
+
+
+def test_a_csv_tasks_classes_are_those_of_the_rows_read(tmp_path):
+  path = tmp_path / "rows.csv"
+  path.write_text(u"text,label\none,a\ntwo,b\nthree,a\nfour,c\n", encoding="utf-8")
+  settings = dict(files={"train": str(path)}, text_column="text", label_columns=["label"])
+  assert get_processor("csv", **settings).labels == ["a", "b", "c"]
+  assert get_processor("csv", row_ranges={"train": RowRange(0, 3)}, **settings).labels == [
+      "a", "b"]
+  with pytest.raises(DataError, match="column label holds only the label 'c', but a "
+                                      "classifier needs at least two classes"):
+    get_processor("csv", row_ranges={"train": RowRange(3, None)}, **settings).labels
+
+
+def test_xnlis_eval_file_of_every_language_takes_no_range():
+  with pytest.raises(FlagError) as e:
+    get_processor("xnli", data_dir=sample_path("xnli"), row_ranges={"dev": RowRange(0, 10)})
+  assert str(e.value) == ("--eval_rows cannot choose rows of xnli.dev.tsv, which holds every "
+                          "language's rows (--xnli_language=zh chooses those read): drop "
+                          "--eval_rows")
+
+
+def test_other_rows_of_the_file_are_other_data_to_a_resumed_training():
+  """The card's fingerprint of the train rows: another range is another fingerprint (a
+  resume on it is refused as new data); without a range it is as before ranges existed."""
+  import hashlib
+  from pipeline.state import ROW_SETTINGS, rows_fingerprint
+  metadata = {name: "value of %s" % name for name in ROW_SETTINGS}
+  before = hashlib.sha256(json.dumps(metadata, sort_keys=True).encode("utf-8")).hexdigest()
+  assert rows_fingerprint(metadata) == before[:16]
+  first = rows_fingerprint(dict(metadata, row_range="0:1000"))
+  second = rows_fingerprint(dict(metadata, row_range="1000:2000"))
+  assert len({first, second, before[:16]}) == 3

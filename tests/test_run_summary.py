@@ -86,3 +86,21 @@ def test_a_training_run_writes_its_summary(jigsaw_model):
   # The table tool reads it as it is.
   assert run_table.markdown(run_table.table_rows(run_table.load([output_dir]))).splitlines()[
       4].startswith("| out | %s |" % summary["device"]["description"])
+
+
+def test_a_tpu_loop_of_steps_counts_the_steps_it_ran():
+  """On a TPU one session run is a loop of iterations_per_loop steps; the step is read after
+  each run, so the measured window holds the steps after the first loop, exactly."""
+  from pipeline.progress import ProgressHook
+  lines = []
+  with tf.Graph().as_default():
+    step = tf.train.get_or_create_global_step()
+    loop = tf.assign(step, tf.minimum(step + 5, 12))  # loops of 5 steps, 12 in all
+    hook = ProgressHook(12, 8, every_steps=5, fetch_loss=False, report=lines.append,
+                        step_after_run=True)
+    with tf.train.MonitoredSession(hooks=[hook]) as session:
+      for _ in range(3):
+        session.run(loop)
+  assert (hook.first_step, hook.last_step) == (5, 12)
+  assert hook.measured()[0] == 7  # the second loop's 5 steps and the last loop's 2
+  assert [line.split("  ")[0] for line in lines] == ["step 10/12", "step 12/12"]

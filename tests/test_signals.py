@@ -16,7 +16,7 @@ from conftest import JIGSAW, ROOT, TINY, TINY_VOCAB
 
 # (the stops are the project's Python around TensorFlow's loops; both runtimes' loops stop
 # at the same hooks: one runtime runs these)
-pytestmark = [pytest.mark.slow, pytest.mark.one_runtime("tf2")]
+pytestmark = [pytest.mark.slow, pytest.mark.one_runtime("tf1")]
 
 
 def big_predict_file(folder, copies=150):

@@ -8,8 +8,8 @@ jigsaw2019 is the 2019 Kaggle Jigsaw GPU-against-TPU comparison
 (docs/reproduce/jigsaw2019.md): BERT-Base uncased fine-tuned for one epoch on the first
 100,000 rows of the Unintended Bias train.csv, at max_seq_length 220; rows 100,000 to
 109,999 are held out and evaluated. --device picks the run: gpu (batches of 8), tpu (a
-global batch of 32 on 8 cores) or cpu (the GPU run's settings). --train_rows and
---eval_rows scale it down; run_classifier flags after -- are added last (they win).
+global batch of 32 on 8 cores) or cpu (the GPU run's settings). --rows and --held_out
+scale it down; run_classifier flags after -- are added last (they win).
 """
 
 import argparse
@@ -26,6 +26,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPES = os.path.join(ROOT, "tools", "recipes")
 DEVICES = ("cpu", "gpu", "tpu")
 NEEDED_COLUMNS = ("comment_text", "target")  # (jigsaw_bias reads these two)
+# What the command itself sets: run_classifier flags after -- may not change them, or the
+# table would be another run's.
+OWN_FLAGS = ("output_dir", "data_dir", "train_file", "eval_file", "train_rows", "eval_rows",
+             "do_train", "do_eval")
 
 
 class InputError(Exception):
@@ -109,19 +113,45 @@ def device_flags(args):
   return flags
 
 
+def check_output_dir(output_dir):
+  """A reproduction is one fresh run: a folder that holds a run already is refused (its
+  summary would be the earlier run's, or a rerun's that trained nothing)."""
+  if "://" in output_dir:
+    import tensorflow.compat.v1 as tf
+    held = tf.io.gfile.exists(output_dir) and tf.io.gfile.listdir(output_dir)
+  else:
+    held = os.path.isdir(output_dir) and os.listdir(output_dir)
+  if held:
+    raise InputError("--output_dir=%s already holds a run: give a new folder for each "
+                     "run (./run.sh benchmark table makes the table of runs already done)"
+                     % output_dir)
+
+
+def check_extra(extra):
+  for word in extra:
+    name = word.lstrip("-").split("=", 1)[0]
+    if name.startswith("no") and name[2:] in OWN_FLAGS:
+      name = name[2:]
+    if word.startswith("-") and name in OWN_FLAGS:
+      raise InputError("%s after -- would change what this command runs and tables: give "
+                       "it as this command's own option (see --help), or drop it" % word)
+
+
 def command_of(args, extra):
   """The run_classifier command of the recipe on args' device, data and model."""
+  check_extra(extra)
+  check_output_dir(args.output_dir)
   train_csv = check_train_csv(args.data_dir)
   command = [sys.executable, os.path.join(ROOT, "run_classifier.py")]
   command += ["--flagfile=" + path for path in recipe_flag_files(args.recipe, args.device)]
   command += ["--data_dir=" + args.data_dir, "--train_file=" + train_csv,
               "--eval_file=" + train_csv, "--output_dir=" + args.output_dir]
   command += model_flags(args) + device_flags(args)
-  if args.train_rows is not None:
-    command.append("--train_rows=%d" % args.train_rows)
-  if args.train_rows is not None or args.eval_rows is not None:
-    start = 100000 if args.train_rows is None else args.train_rows
-    command.append("--eval_rows=%d:%d" % (start, start + (args.eval_rows or 10000)))
+  if args.rows is not None:
+    command.append("--train_rows=%d" % args.rows)
+  if args.rows is not None or args.held_out is not None:
+    start = 100000 if args.rows is None else args.rows
+    command.append("--eval_rows=%d:%d" % (start, start + (args.held_out or 10000)))
   return command + list(extra)
 
 
@@ -145,17 +175,17 @@ def parse_args(argv):
   parser.add_argument("--tpu_name", help="the Cloud TPU (local on a TPU VM)")
   parser.add_argument("--mixed_precision", action="store_true",
                       help="fp16 on a GPU, bf16 on a TPU: today's rows of the table")
-  parser.add_argument("--train_rows", type=int,
+  parser.add_argument("--rows", type=int,
                       help="train on the first N rows instead of 100,000 (a scaled run)")
-  parser.add_argument("--eval_rows", type=int,
-                      help="evaluate on the N rows after the train rows instead of 10,000")
+  parser.add_argument("--held_out", type=int,
+                      help="evaluate on the N rows after those instead of 10,000")
   parser.add_argument("--price", action="append", metavar="NAME=USD",
                       help="a table row's price per hour, e.g. --price gpu=0.35 (this run's "
                            "row is named by its --output_dir's folder)")
   parser.add_argument("--compare", nargs="*", default=[],
                       help="other runs' run_summary.json (or folders) to add to the table")
   args = parser.parse_args(argv)
-  for name in ("train_rows", "eval_rows"):
+  for name in ("rows", "held_out"):
     if getattr(args, name) is not None and getattr(args, name) < 1:
       parser.error("--%s must be 1 or more" % name)
   return args, extra
@@ -167,18 +197,22 @@ def main(argv=None):
   table_dir = (args.output_dir if "://" not in args.output_dir else
                "comparison_" + run_table.run_name(args.output_dir))
   try:
+    compared = run_table.load(args.compare)  # (read now: a bad one stops before the run)
     command = command_of(args, extra)
     run_table.parse_prices(args.price, run_table.ROWS_2019 + [
-        {"name": run_table.run_name(path)} for path in [args.output_dir] + args.compare])
+        {"name": run_table.run_name(args.output_dir)}] + compared)
   except InputError as e:
     sys.exit("input error: %s" % e)
   print("reproducing %s on %s:\n  %s" % (args.recipe, args.device, " \\\n    ".join(command[1:])))
   sys.stdout.flush()
   start = time.time()
-  result = subprocess.run(command)
+  env = dict(os.environ)
+  if args.device == "cpu":  # (a GPU this machine has stays out of a CPU run)
+    env["CUDA_VISIBLE_DEVICES"] = ""
+  result = subprocess.run(command, env=env)
   if result.returncode != 0:
     sys.exit(result.returncode)
-  summaries = run_table.load([args.output_dir] + list(args.compare))
+  summaries = run_table.load([args.output_dir]) + compared
   table = run_table.write_table(summaries, table_dir, args.price, stem="comparison")
   sys.stdout.write("\n" + table)
   print("wrote %s and %s (%.0f s in all)" % (

@@ -52,9 +52,30 @@ def load(paths):
     if not isinstance(summary, dict) or not summary.get("training"):
       raise SystemExit("%s: that run did not train (no training figures): pass the summaries "
                        "of --do_train runs" % path)
+    missing = [".".join(keys) for keys in NEEDED if not _has(summary, keys)]
+    if missing:
+      raise SystemExit("%s: not a run summary this table reads: it lacks %s (a summary "
+                       "written by this project's run_classifier.py has them)"
+                       % (path, ", ".join(missing)))
     summary["name"] = run_name(os.path.dirname(path))
     summaries.append(summary)
   return summaries
+
+
+# The entries of a summary the table reads.
+NEEDED = [("device", "description"), ("versions", "tensorflow"), ("versions", "python"),
+          ("model",), ("flags", "max_seq_length")] + [
+              ("training", name) for name in ("steps", "batch_size", "startup_seconds",
+                                              "wall_seconds", "examples_per_second")]
+
+
+def _has(summary, keys):
+  value = summary
+  for key in keys:
+    if not isinstance(value, dict) or key not in value:
+      return False
+    value = value[key]
+  return True
 
 
 def run_name(folder):
@@ -93,11 +114,11 @@ def why_no_rate(summary):
   training, flags = summary["training"], summary["flags"]
   if training["examples_per_second"] is not None:
     return None
-  if flags.get("use_tpu"):
-    return ("its %d steps ran in one TPU loop (--iterations_per_loop=%d), whose time holds "
+  if summary["device"].get("kind") == "TPU" or flags.get("use_tpu"):
+    return ("its %d steps ran in one TPU loop (--iterations_per_loop=%s), whose time holds "
             "the graph's compilation: train more steps than a loop, or lower "
-            "--iterations_per_loop, for a steady rate" % (training["steps"],
-                                                          flags["iterations_per_loop"]))
+            "--iterations_per_loop, for a steady rate" % (
+                training["steps"], flags.get("iterations_per_loop", "1000")))
   return "it trained one step only: the first step's time is the start-up"
 
 

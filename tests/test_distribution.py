@@ -56,7 +56,9 @@ def _logged_losses(estimator, input_fn):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dynamic_padding", [False, True])
+# Dynamic padding's batches over replicas on TF 2.15 alone, the runtime of today's GPUs.
+@pytest.mark.parametrize("dynamic_padding", [
+    False, pytest.param(True, marks=pytest.mark.one_runtime("tf2"))])
 def test_two_replicas_update_as_one_device_with_the_global_batch(tmp_path, dynamic_padding):
   train_files = _records(tmp_path, "train", 24)
   eval_files = _records(tmp_path, "eval", 12)  # 4 padding rows: 2 whole global batches

@@ -174,7 +174,7 @@ def test_evaluation_during_training_keeps_the_best_checkpoint(tmp_path, tiny_che
 @pytest.mark.slow
 # The stopping rule is Python over the history file; what TensorFlow does in it (training
 # to a step, evaluating, keeping a checkpoint) the keeps-best test runs on both runtimes.
-@pytest.mark.one_runtime
+@pytest.mark.one_runtime("tf1")
 def test_early_stopping_and_its_rerun(tmp_path, tiny_checkpoint):
   """A learning rate too small to change any float32 output leaves every metric where it
   was: the first evaluation stays the best, and patience 2 stops training after the third

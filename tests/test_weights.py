@@ -103,31 +103,38 @@ def test_identity_weights_formula_on_jigsaw_layout():
   assert len(set(round(w, 9) for w in got)) == 3  # 1/4, 1/2 and 3/4 before scaling
 
 
-def _train_loss(sample_weight, seed=7):
-  """The train loss of one batch of model_features with these weights; dropout masks are
-  the same in every call (same graph, same seed)."""
+def _train_losses(weighted, sample_weights, seed=7):
+  """The train loss of one batch of model_features under each of sample_weights (with
+  weighted, else once without weights), each in a new session of one graph, so that every
+  one draws the same initial values and dropout masks (the same seeds)."""
   config = small_config()
   with tf.Graph().as_default():
     tf.set_random_seed(seed)
     features = model_features(config)
-    # Made in every call, so that each op gets the same seed (TF1 derives it from the
-    # graph's op count).
-    weight = tf.constant(sample_weight or [1.0] * 4, tf.float32)
-    if sample_weight is not None:
+    # Made in both graphs, so that each op gets the same seed in both (TF1 derives it from
+    # the graph's op count).
+    weight = tf.placeholder(tf.float32, [4])
+    if weighted:
       features["sample_weight"] = weight
     from modeling.model_fn import model_fn_builder
     spec = model_fn_builder(config, THREE_CLASSES, None, 1e-3, 10, 0, use_tpu=False)(
         features, None, tf.estimator.ModeKeys.TRAIN, {})
-    with tf.Session() as session:
-      session.run(tf.global_variables_initializer())
-      return float(session.run(spec.loss))
+    values = []
+    for sample_weight in sample_weights:
+      with tf.Session() as session:
+        session.run(tf.global_variables_initializer())
+        values.append(float(session.run(spec.loss, {weight: sample_weight})))
+    return values
 
 
 def test_the_training_loss_is_the_mean_of_weighted_row_losses():
-  per_row = [_train_loss([4.0 if j == i else 0.0 for j in range(4)]) for i in range(4)]
-  assert _train_loss(None) == pytest.approx(np.mean(per_row), rel=1e-5)
   w = [0.5, 2.0, 1.0, 0.0]
-  assert _train_loss(w) == pytest.approx(np.mean(np.multiply(w, per_row)), rel=1e-5)
+  one_hot = [[4.0 if j == i else 0.0 for j in range(4)] for i in range(4)]
+  [unweighted] = _train_losses(False, [[1.0] * 4])
+  per_row = _train_losses(True, one_hot + [w])
+  per_row, weighted = per_row[:4], per_row[4]
+  assert unweighted == pytest.approx(np.mean(per_row), rel=1e-5)
+  assert weighted == pytest.approx(np.mean(np.multiply(w, per_row)), rel=1e-5)
 
 
 @pytest.mark.slow

@@ -388,23 +388,20 @@ cmd_benchmark() {
   fi
 }
 
-cmd_reproduce() {
-  local runtime
-  runtime=$(one_runtime "reproducing a comparison")
+# A module of the project run where ./run.sh was called (its relative paths are the
+# caller's), on TF 2.15 where it can: in_caller_dir WHAT MODULE ARGS...
+in_caller_dir() {
+  local runtime what=$1 module=$2
+  shift 2
+  runtime=$(one_runtime "$what")
   setup_env "$runtime" >&2
   cd "$CALLER_DIR"
-  PYTHONPATH="$ROOT" TF_CPP_MIN_LOG_LEVEL=2 exec "$VENVS/$runtime/bin/python" \
-    -m tools.reproduce "$@"
+  PYTHONPATH="$ROOT" TF_CPP_MIN_LOG_LEVEL=2 exec "$VENVS/$runtime/bin/python" -m "$module" "$@"
 }
 
-cmd_serve() {
-  local runtime
-  runtime=$(one_runtime "serving")
-  setup_env "$runtime" >&2
-  cd "$CALLER_DIR"
-  PYTHONPATH="$ROOT" TF_CPP_MIN_LOG_LEVEL=2 exec "$VENVS/$runtime/bin/python" \
-    -m serving.server "$@"
-}
+cmd_reproduce() { in_caller_dir "reproducing a comparison" tools.reproduce "$@"; }
+
+cmd_serve() { in_caller_dir "serving" serving.server "$@"; }
 
 # Predicting with an export's ONNX model in the TensorFlow-free environment.
 cmd_predict_onnx() {

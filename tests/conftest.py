@@ -364,6 +364,14 @@ def run_with_log(config):
   return result, "\n".join(lines)
 
 
+# BERT-Tiny's shape, 6 steps of 8 on the Jigsaw Toxic sample: the shared fixtures' run.
+TINY_JIGSAW_RUN = dict(
+    task_name="jigsaw_toxic", data_dir=JIGSAW, bert_config_file=os.path.join(
+        TINY, "bert_config.json"), vocab_file=TINY_VOCAB, max_seq_length=32,
+    train_batch_size=8, eval_batch_size=8, predict_batch_size=8, learning_rate=1e-3,
+    num_train_steps=6)
+
+
 @pytest.fixture(scope="session")
 def jigsaw_model(tmp_path_factory, tiny_checkpoint):
   """BERT-Tiny's shape fine-tuned for 6 steps on the Jigsaw Toxic sample, built in Python
@@ -374,12 +382,10 @@ def jigsaw_model(tmp_path_factory, tiny_checkpoint):
   from spec.config import RunConfig
   output_dir = str(tmp_path_factory.mktemp("jigsaw_model") / "out")
   result, log = run_with_log(RunConfig(
-      task_name="jigsaw_toxic", data_dir=JIGSAW, bert_config_file=os.path.join(
-          TINY, "bert_config.json"), vocab_file=TINY_VOCAB, init_checkpoint=tiny_checkpoint,
-      output_dir=output_dir, max_seq_length=32, train_batch_size=8, eval_batch_size=8,
-      predict_batch_size=8, learning_rate=1e-3, num_train_steps=6, log_every_steps=1,
+      init_checkpoint=tiny_checkpoint, output_dir=output_dir, log_every_steps=1,
       save_summary_steps=2, do_train=True, do_eval=True, do_predict=True, do_export=True,
-      export_format=("saved_model", "hf") if IS_TF1 else ("saved_model", "hf", "onnx")))
+      export_format=("saved_model", "hf") if IS_TF1 else ("saved_model", "hf", "onnx"),
+      **TINY_JIGSAW_RUN))
   return TrainedModel(output_dir, result, log)
 
 
@@ -510,9 +516,7 @@ def best_run(tmp_path_factory, tiny_checkpoint):
   from spec.config import RunConfig
   output_dir = str(tmp_path_factory.mktemp("best_run") / "out")
   result, log = run_with_log(RunConfig(
-      task_name="jigsaw_toxic", data_dir=JIGSAW, bert_config_file=os.path.join(
-          TINY, "bert_config.json"), vocab_file=TINY_VOCAB, init_checkpoint=tiny_checkpoint,
-      output_dir=output_dir, max_seq_length=32, train_batch_size=8, eval_batch_size=8,
-      predict_batch_size=8, learning_rate=1e-3, num_train_steps=6, save_checkpoints_steps=3,
-      eval_every_steps=3, best_metric="loss", do_train=True, do_eval=True, do_predict=True))
+      init_checkpoint=tiny_checkpoint, output_dir=output_dir, save_checkpoints_steps=3,
+      eval_every_steps=3, best_metric="loss", do_train=True, do_eval=True, do_predict=True,
+      **TINY_JIGSAW_RUN))
   return TrainedModel(output_dir, result, log)

@@ -158,13 +158,18 @@ def _project_copy(tmp_path):
   return root
 
 
+def _run_on_python_3_12_only(tmp_path, command, pip_works):
+  """(the project's copy, ./run.sh COMMAND run there) on a machine with Python 3.12 alone."""
+  root = _project_copy(tmp_path)
+  env = _machine_with_python_3_12_only(tmp_path, pip_works=pip_works)
+  return root, subprocess.run(["bash", str(root / "run.sh"), command], cwd=str(root),
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=120)
+
+
 @pytest.mark.one_runtime("tf2")  # (bash alone)
 def test_on_a_machine_with_python_3_12_only_uv_fetches_the_pythons(tmp_path):
-  root = _project_copy(tmp_path)
-  env = _machine_with_python_3_12_only(tmp_path, pip_works=True)
-  done = subprocess.run(["bash", str(root / "run.sh"), "pythons"], cwd=str(root), env=env,
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                        universal_newlines=True, timeout=120)
+  root, done = _run_on_python_3_12_only(tmp_path, "pythons", pip_works=True)
   assert done.returncode == 0, done.stderr
   fetched = tmp_path / "uv_pythons"
   assert done.stdout.splitlines() == [
@@ -180,11 +185,7 @@ def test_on_a_machine_with_python_3_12_only_uv_fetches_the_pythons(tmp_path):
 
 @pytest.mark.one_runtime("tf2")
 def test_without_a_way_to_fetch_python_it_ends_in_one_line_with_the_ways(tmp_path):
-  root = _project_copy(tmp_path)
-  env = _machine_with_python_3_12_only(tmp_path, pip_works=False)
-  done = subprocess.run(["bash", str(root / "run.sh"), "setup"], cwd=str(root), env=env,
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                        universal_newlines=True, timeout=120)
+  _, done = _run_on_python_3_12_only(tmp_path, "setup", pip_works=False)
   assert done.returncode == 1
   assert done.stderr.strip().splitlines()[-1] == (
       "run.sh: neither Python 3.7 nor Python 3.9-3.11 could be found or fetched: install uv "

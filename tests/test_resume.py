@@ -2,6 +2,7 @@
 replaying its start, a killed training process resumes to the same global step and the
 same weights, and one --seed gives the same losses twice."""
 
+import json
 import os
 import re
 import signal
@@ -119,6 +120,8 @@ def test_killed_training_resumes_to_the_same_step_and_weights(tmp_path, tiny_che
           in resumed.stdout), resumed.stdout[-3000:]
   weights, step = _weights(output_dir)
   assert step == steps
+  with open(os.path.join(output_dir, "run_summary.json")) as f:  # (this run's steps alone)
+    assert json.load(f)["training"]["steps_trained"] == steps - killed_at
   # Every step after the resumed one trained on the batch the uninterrupted run had at that
   # step: the same loss (a replayed batch would give another).
   resumed_losses = {int(m.group(1)): float(m.group(2)) for m in re.finditer(

@@ -66,6 +66,7 @@ def test_a_training_run_writes_its_summary(jigsaw_model):
     summary = json.load(f)
   training = summary["training"]
   assert training["steps"] == 6 and training["global_step"] == 6
+  assert training["steps_trained"] == 6  # (from step 0)
   assert training["batch_size"] == 8 and training["measured_steps"] == 5  # after step 1
   assert training["restarts"] == 0 and training["restart_seconds"] == 0
   assert 0 < training["startup_seconds"] < training["wall_seconds"] <= summary["total_seconds"]
@@ -104,3 +105,17 @@ def test_a_tpu_loop_of_steps_counts_the_steps_it_ran():
   assert (hook.first_step, hook.last_step) == (5, 12)
   assert hook.measured()[0] == 7  # the second loop's 5 steps and the last loop's 2
   assert [line.split("  ")[0] for line in lines] == ["step 10/12", "step 12/12"]
+
+
+def test_the_table_counts_the_steps_a_run_trained():
+  """A resumed run's row counts its own steps; one that trained none says so."""
+  resumed = summary_of("resumed", "GPU", "1 x L4", 20.0, 100.0, 50.0, 130.0, steps=100)
+  resumed["training"]["steps_trained"] = 40
+  finished = summary_of("finished", "GPU", "1 x L4", 0.5, 0.5, None, 9.0, steps=100)
+  finished["training"]["steps_trained"] = 0
+  rows = run_table.table_rows([resumed, finished])
+  lines = run_table.markdown(rows).splitlines()
+  assert lines[4].startswith("| resumed |") and "| 40 | 32 | 1,280 |" in lines[4]
+  assert "| 0 | 32 | 0 |" in lines[5]
+  assert lines[-1] == ("finished: no examples/s: it trained no step: the model in its folder "
+                       "had its steps already.")

@@ -99,12 +99,14 @@ def read_text(path):
 def row_of(summary):
   """A table row of a run's summary."""
   training, flags = summary["training"], summary["flags"]
+  steps = training.get("steps_trained")  # (a resumed run's own; older summaries: the plan's)
+  steps = training["steps"] if steps is None else steps
   return {"name": summary["name"], "device": summary["device"]["description"],
           "runtime": "TF %s, Python %s" % (summary["versions"]["tensorflow"],
                                            summary["versions"]["python"]),
           "model": summary["model"], "seq": flags["max_seq_length"],
-          "steps": training["steps"], "batch": str(training["batch_size"]),
-          "examples": training["steps"] * training["batch_size"],
+          "steps": steps, "batch": str(training["batch_size"]),
+          "examples": steps * training["batch_size"],
           "startup": training["startup_seconds"], "training": training["wall_seconds"],
           "rate": training["examples_per_second"], "why_no_rate": why_no_rate(summary)}
 
@@ -114,6 +116,8 @@ def why_no_rate(summary):
   training, flags = summary["training"], summary["flags"]
   if training["examples_per_second"] is not None:
     return None
+  if training.get("steps_trained") == 0:
+    return "it trained no step: the model in its folder had its steps already"
   if summary["device"].get("kind") == "TPU" or flags.get("use_tpu"):
     return ("its %d steps ran in one TPU loop (--iterations_per_loop=%s), whose time holds "
             "the graph's compilation: train more steps than a loop, or lower "

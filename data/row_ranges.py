@@ -21,9 +21,11 @@ def check_range_read(path, flag, rows, records):
   if max(rows.start + 1, rows.end or 0) <= records:
     return
   option = "--%s_rows" % flag
+  if rows.start >= records:
+    fix = "start %s below %d (its rows are 0 to %d)" % (option, records, records - 1)
+  elif rows.start > 0:
+    fix = "give a range within them, e.g. %s=%d:%d" % (option, rows.start, records)
+  else:
+    fix = "give a range within them, e.g. %s=%d" % (option, records)
   raise DataError(path, "%s reaches past its last row: it has %d data rows (counted from 0)"
-                  % (range_option(flag, rows), records),
-                  "give a range within them, e.g. %s=%s" % (
-                      option, "%d:%d" % (rows.start, records) if 0 < rows.start < records
-                      else records) if rows.start < records else
-                  "start %s below %d (its rows are 0 to %d)" % (option, records, records - 1))
+                  % (range_option(flag, rows), records), fix)

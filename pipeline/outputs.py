@@ -226,8 +226,7 @@ def training_figures(progress, seconds, output_dir):
       "global_step": global_step,
       # The steps this run trained (a resumed run's steps before it were another's; none
       # when the folder's model had its steps already).
-      "steps_trained": 0 if progress.start_step is None or global_step is None else
-                       max(0, global_step - progress.start_step),
+      "steps_trained": max(0, (global_step or 0) - (progress.start_step or 0)),
       "wall_seconds": seconds["training"],
       # train() to the end of its first step; on a TPU its first loop.
       "startup_seconds": progress.startups[0] if progress.startups else seconds["training"],

@@ -45,7 +45,7 @@ class ProgressHook(tf.train.SessionRunHook):
     # (train() to the end of its first step) and the steady window after it.
     self.startups = []
     self.windows = []  # (first_step, first_time, last_step, last_time)
-    self.start_step = None  # the global step when this process's first train() began
+    self.start_step = None  # the global step this process's training began at (the caller's)
     self._reset_window()
 
   def _reset_window(self):
@@ -64,10 +64,6 @@ class ProgressHook(tf.train.SessionRunHook):
     self._window_losses = []
     self._window_start = None
     self._reset_window()
-
-  def after_create_session(self, session, coord):
-    if self.start_step is None:
-      self.start_step = int(session.run(self._global_step))
 
   def before_run(self, run_context):
     fetches = {"step": self._global_step}

@@ -67,6 +67,7 @@ class Trainer(object):
                                    self.training.log_every_steps,
                                    loss_tensor_name=TRAIN_LOSS_NAME, fetch_loss=self.fetch_loss,
                                    report=log.info, step_after_run=not self.fetch_loss)
+      self.progress.start_step = start_step
     input_fn = self.split.input_fn(
         is_training=True, skip_examples=max(0, start_step - self.data_from_step) * per_update)
     self.progress.train_started = time.time()

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 
+import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
@@ -436,6 +437,30 @@ def pairwise_auc(scores, positive):
     return None
   wins = sum(1.0 if a > b else 0.5 if a == b else 0.0 for a in pos for b in neg)
   return wins / (len(pos) * len(neg))
+
+
+def assert_auc_of_scores(auc, scores, positive, ulps=4, widest=0.05):
+  """Asserts that auc is the ROC-AUC of scores that another graph computed: the same rows
+  in another graph (another batch's shapes, another thread's sums) give float32 outputs a
+  few ulps apart, which reorders pairs of near-equal scores. So auc must lie between the
+  AUC with every pair closer than ulps float32 steps lost and with every such pair won, and
+  that range must be narrower than widest (else the scores are too close to tell). The
+  eval writes float32: auc is compared within 1e-6."""
+  pos = [float(s) for s, p in zip(scores, positive) if p]
+  neg = [float(s) for s, p in zip(scores, positive) if not p]
+  pairs = float(len(pos) * len(neg))
+  step = float(np.finfo(np.float32).eps) * ulps
+  surely_won = near = 0
+  for a in pos:
+    for b in neg:
+      if abs(a - b) <= step * max(abs(a), abs(b)):
+        near += 1
+      elif a > b:
+        surely_won += 1
+  low, high = surely_won / pairs, (surely_won + near) / pairs
+  assert high - low <= widest, "scores too close to check an AUC: %d of %d pairs tie" % (
+      near, pairs)
+  assert low - 1e-6 <= auc <= high + 1e-6, "AUC %r is outside [%r, %r]" % (auc, low, high)
 
 
 # The head of three classes that model_features' labels (0, 1, 2) belong to.

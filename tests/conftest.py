@@ -142,6 +142,18 @@ CORPUS_SIZES = {
 }
 
 
+def spread_over_runtimes(cases, on_both=1):
+  """pytest parameters of cases (values, or tuples of values): the first on_both on both
+  runtimes, each later one on one runtime, in turn (for variants of a subject that the
+  runtimes share once its first case has run on each)."""
+  params = []
+  for i, case in enumerate(cases):
+    values = case if isinstance(case, tuple) else (case,)
+    marks = [] if i < on_both else [pytest.mark.one_runtime(("tf1", "tf2")[i % 2])]
+    params.append(pytest.param(*values, marks=marks))
+  return params
+
+
 def one_runtime_of(item):
   """The runtime a one_runtime test runs on when both are tested: its marker's argument
   (the two suites run at once, so their lengths are balanced), TF 2.15 by default."""

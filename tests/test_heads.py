@@ -192,6 +192,7 @@ def test_multi_label_run_on_jigsaw_toxic_writes_six_probabilities_per_row(tmp_pa
 
 
 @pytest.mark.slow
+@pytest.mark.one_runtime("tf1")  # (the metric is numpy's on both; the multi-label run runs on both)
 def test_soft_target_run_on_jigsaw_bias_reports_the_competition_metric(tmp_path,
                                                                         tiny_checkpoint):
   """jigsaw_bias on tweets laid out as Kaggle's files: the fraction is learnt as a soft
@@ -230,6 +231,8 @@ def test_soft_target_run_on_jigsaw_bias_reports_the_competition_metric(tmp_path,
 
 
 @pytest.mark.slow
+# (the head's graph and files are the same code on both; the multi-label run runs on both)
+@pytest.mark.one_runtime("tf2")
 def test_regression_on_any_numeric_column_of_a_csv(tmp_path, tiny_checkpoint):
   """Davidson's tweets: how many raters found each tweet offensive, learnt by regression
   from a plain csv with mean pooling; predictions and Pearson agree with each other, and a
@@ -317,6 +320,7 @@ def test_flags_a_head_cannot_use_are_refused_before_any_work(tmp_path, tiny_chec
 
 
 @pytest.mark.slow
+@pytest.mark.one_runtime("tf2")  # (the task's reading and batching are the same code on both)
 def test_jigsaw_bias_classification_head_and_other_batch_sizes(tmp_path, tiny_checkpoint):
   """target >= 0.5 as two classes; the bias metric's own pass over the dev rows works with
   an eval batch size that does not divide the predict batch size."""

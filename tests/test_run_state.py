@@ -60,6 +60,7 @@ def test_the_card_records_what_the_model_was_trained_on(jigsaw_model):
   assert data["sha256"] == file_sha256(TRAIN)
 
 
+@pytest.mark.one_runtime("tf1")  # (the run's state is plain Python)
 def test_training_on_a_new_file_into_a_trained_folder_is_refused_or_continued(
     jigsaw_model, tiny_checkpoint, tmp_path, caplog):
   """The old behaviour: 0 steps trained, exit 0, and a card saying the model was trained on
@@ -151,6 +152,7 @@ def test_a_resume_on_the_other_runtime_or_an_unknown_stream_is_told():
   assert recorded["input"] is None  # (those steps' stream stays unknown)
 
 
+@pytest.mark.one_runtime("tf2")  # (the run's state is plain Python)
 def test_the_same_file_read_with_another_label_column_is_other_data(jigsaw_model, tmp_path):
   """The resume was accepted, and the card then said every step trained on the new column."""
   from conftest import common_flags
@@ -218,6 +220,7 @@ def test_a_fine_tuned_init_checkpoint_brings_its_card(jigsaw_model, tmp_path):
     assert f.read() == g.read()
 
 
+@pytest.mark.one_runtime("tf2")  # (the run's state is plain Python)
 def test_a_csv_models_label_column_is_the_files_layout(jigsaw_model, tmp_path):
   """A model that read its labels from one CSV layout evaluates a file that keeps them in
   a column named otherwise; its classes are what must agree."""

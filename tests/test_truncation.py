@@ -264,6 +264,8 @@ def test_strategies_compare_and_describe_themselves():
 # --- through run_classifier -------------------------------------------------------------
 
 @pytest.mark.slow
+# (truncation is plain Python; the graph tokenizer's is tested on each runtime)
+@pytest.mark.one_runtime("tf1")
 def test_head_tail_runs_records_and_the_card_carry_the_strategy(tmp_path, tiny_checkpoint):
   """A head_tail model on the Jigsaw comments: the records hold head+tail ids, the card
   records the strategy, and a predict run from the card alone featurises the same way."""

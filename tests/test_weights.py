@@ -127,6 +127,7 @@ def _train_losses(weighted, sample_weights, seed=7):
     return values
 
 
+@pytest.mark.one_runtime("tf2")  # (the loss's ops are the same on both)
 def test_the_training_loss_is_the_mean_of_weighted_row_losses():
   w = [0.5, 2.0, 1.0, 0.0]
   one_hot = [[4.0 if j == i else 0.0 for j in range(4)] for i in range(4)]
@@ -138,6 +139,7 @@ def test_the_training_loss_is_the_mean_of_weighted_row_losses():
 
 
 @pytest.mark.slow
+@pytest.mark.one_runtime("tf2")  # (the records are written by plain Python)
 def test_identity_weights_reach_the_training_records(tmp_path, tiny_checkpoint):
   output_dir = str(tmp_path / "out")
   run_flags("--task_name=jigsaw_bias", "--data_dir=" + BIAS, "--identity_weights",

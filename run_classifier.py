@@ -23,13 +23,13 @@ from absl import flags
 
 import tensorflow.compat.v1 as tf
 
-from data.errors import DataError
-from pipeline import (build, card, checks, distribution, eval_history, evaluation, export,
-                      folds, machine, outputs, splits, state, stopping, tasks, training,
-                      workspace)
+from data.data_error import DataError
+from pipeline import (build, card, checks, cross_validation, eval_history, evaluation,
+                      export_run, machine, multi_device, outputs, splits, state, stopping,
+                      task_extras, training, workspace)
 from spec import config, option_docs, options
 from spec.cluster import ClusterError, parse_tf_config
-from spec.errors import FileFault, FlagError, MemoryFault, NumericFault, ProcessFault
+from spec.run_errors import FileFault, FlagError, MemoryFault, NumericFault, ProcessFault
 
 log = logging.getLogger("run_classifier")
 
@@ -78,21 +78,21 @@ def run(c, cluster=None):
   ModelRun, or FoldsRun)."""
   checks.check_run(c, cluster)
   workspace.check_writable(c.outputs, c.modes, c.model.saved_model)
-  c = distribution.with_record_shards(c, cluster)  # a shard for each machine or TPU host
+  c = multi_device.with_record_shards(c, cluster)  # a shard for each machine or TPU host
   machine.prepare()  # graph mode on either runtime; the C allocator
   trains_here = c.modes.do_train and (cluster is None or cluster.is_chief)
   with workspace.faults_reported(c.outputs.output_dir), \
-      workspace.training_lock(folds.folder_trained(c.training, c.outputs.output_dir),
+      workspace.training_lock(cross_validation.folder_trained(c.training, c.outputs.output_dir),
                               holds=trains_here):
     if c.model.saved_model:
-      return export.predict_with_export(c)
+      return export_run.predict_with_export(c)
     if c.training.num_folds:
-      return folds.run_folds(c, run_model)
+      return cross_validation.run_folds(c, run_model)
     return run_model(c, cluster=cluster)
 
 
 def run_model(c, fold=None, cluster=None):
-  """One model through Google's steps. With fold (pipeline.folds.FoldPlan), the train
+  """One model through Google's steps. With fold (pipeline.cross_validation.FoldPlan), the train
   file's rows of the other folds train it and its own fold's rows are its dev split; with
   cluster, this task's part of a multi-worker run."""
   started, seconds, result = time.time(), {}, outputs.ModelRun()
@@ -107,7 +107,7 @@ def run_model(c, fold=None, cluster=None):
   # The processor reads the task's files into InputExamples; the tokenizer makes their ids.
   processor = build.make_processor(c.data, c.training.sample_weight_column,
                                    card.classes_source(found_card, card_path, c.given))
-  label_spec, task = processor.label_spec, tasks.task_of(processor)
+  label_spec, task = processor.label_spec, task_extras.task_of(processor)
   if found_card:
     card.check_matches_task(found_card, processor, card_path)
   tokenizer, vocab_file = build.make_tokenizer(c.model)
@@ -121,13 +121,13 @@ def run_model(c, fold=None, cluster=None):
   with outputs.timed(seconds, "featurisation"):
     featurised = splits.prepare_splits(
         c, task, tokenizer, vocab_file, fold,
-        distribution.own_record_shards(cluster, c.device.num_record_shards))
+        multi_device.own_record_shards(cluster, c.device.num_record_shards))
   num_train_steps = 0
   if modes.do_train:  # what the folder holds must be what this run would continue
     num_train_steps = build.num_train_steps_for(featurised.train.num_examples, c.training)
     checks.check_train_split(c.training, c.device, featurised, task, output_dir, cluster)
     stream = state.input_stream(c.device, c.training,
-                                distribution.input_pipelines(c.device, cluster))
+                                multi_device.input_pipelines(c.device, cluster))
     trained_on, data_from_step = state.continued_state(
         state.training_state(c.training, stream, featurised.train, processor.file_for("train"),
                              num_train_steps),
@@ -144,7 +144,7 @@ def run_model(c, fold=None, cluster=None):
   # (every peer up before the estimator starts this task's server, which would wait for
   # one that never comes for ever)
   with stopping.phase(stopping.AWAITING_PEERS):
-    distribution.await_peers(cluster, c.device.cluster_wait_seconds)
+    multi_device.await_peers(cluster, c.device.cluster_wait_seconds)
   estimator = build.make_estimator(model_fn, output_dir, c.device, c.training, cluster)
   evaluator = evaluation.Evaluator(estimator, task, output_dir, c.training.eval_batch_size,
                                    c.model.init_checkpoint)
@@ -166,13 +166,13 @@ def run_model(c, fold=None, cluster=None):
       result.train_progress, result.train_losses = (trainer.progress.history,
                                                     trainer.progress.losses)
     if cluster is not None and not cluster.is_chief:  # the chief writes the results
-      distribution.remove_worker_scratch(output_dir, cluster)
+      multi_device.remove_worker_scratch(output_dir, cluster)
       return result
   result.checkpoint = checkpoint  # (the best one with --best_metric, else the newest)
   if modes.do_train and checkpoint and (modes.do_eval or modes.do_predict or modes.do_export):
     evaluation.check_values(checkpoint, "use")  # (whole, and its numbers finite)
   if fold is not None:  # the held-out rows' outputs, for the folds' out-of-fold predictions
-    result.oof = folds.predict_held_out(evaluator, featurised.dev, checkpoint, fold)
+    result.oof = cross_validation.predict_held_out(evaluator, featurised.dev, checkpoint, fold)
   if modes.do_eval and result.eval is None:  # estimator.evaluate on the dev split's input_fn
     with outputs.timed(seconds, "final eval" if c.training.eval_every_steps else "eval"):
       result.eval = evaluator.evaluate(featurised.dev, checkpoint, result.oof,
@@ -187,7 +187,7 @@ def run_model(c, fold=None, cluster=None):
     serving_fn = build.model_fn_of(c.model, c.training, c.device, output_dir, encoder_config,
                                    label_spec, serving=True)
     with outputs.timed(seconds, "export"):
-      result.export = export.export_model(c.outputs, serving_fn, label_spec, checkpoint,
+      result.export = export_run.export_model(c.outputs, serving_fn, label_spec, checkpoint,
                                           export_card, vocab_file)
   result.summary = outputs.write_run_summary(
       c, started, seconds, trainer and trainer.progress, bert_config, result,
@@ -216,7 +216,7 @@ def main(argv):
   c = config_from_flags(flags.FLAGS)
   stopping.stop_on_signals()
   try:
-    run(distribution.with_tpu_found(c, os.environ, distribution.on_tpu_vm()),
+    run(multi_device.with_tpu_found(c, os.environ, multi_device.on_tpu_vm()),
         parse_tf_config(os.environ.get("TF_CONFIG")))
   except stopping.RunStopped as e:
     sys.stderr.write("run_classifier: %s\n" % stopping.how_to_go_on(

@@ -4,12 +4,12 @@ import logging
 import re
 import unicodedata
 
-from data.errors import DataError
+from data.data_error import DataError
 from data.examples import Columns, DataProcessor, flag_for_split
 from data.row_ranges import in_range
 from data.table import (USUAL_WIDTH_RECORDS, Table, delimiter_for, is_position, quoting_for,
                         refuse_bom_cell)
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 from spec.labels import MISSING_VALUES, canonical_label, class_order
 
 log = logging.getLogger(__name__)

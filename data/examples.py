@@ -12,7 +12,7 @@ import csv
 import logging
 import os
 
-from data.errors import DataError
+from data.data_error import DataError
 from data.features import InputExample
 from data.record_format import check_float32
 from data.row_checks import MalformedRow, MissingLabel, check_row_width, check_usual_width
@@ -20,7 +20,7 @@ from data.row_ranges import check_range_read, in_range, range_option
 from data.file_lists import expand_files
 from data.table import Table, quoting_for, refuse_bom_cell, total_account
 from data.weights import read_weight
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 from spec.labels import LabelError, build_spec
 from spec.rows import row_ranges_of
 

@@ -5,7 +5,7 @@ import numbers
 import time
 
 from data.vocabulary import CLS_TOKEN, SEP_TOKEN
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 from spec.model_card import TRUNCATION_MODES
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ import re
 
 import tensorflow.compat.v1 as tf
 
-from data.errors import DataError
+from data.data_error import DataError
 
 
 def expand_files(value):

@@ -20,7 +20,7 @@ except ImportError:  # (Windows: no POSIX locks; files are then not held)
 
 from data.gfile import FILE_ERRORS, gfile
 from spec import paths
-from spec.errors import ArtefactFault, FlagError
+from spec.run_errors import ArtefactFault, FlagError
 
 
 def staging_path(path):

@@ -10,7 +10,7 @@ import struct
 import sys
 import traceback
 
-from spec.errors import PLACE_FAULTS, ProcessFault
+from spec.run_errors import PLACE_FAULTS, ProcessFault
 
 _LENGTH = struct.Struct("<Q")
 

@@ -4,11 +4,11 @@ QNLI, WNLI and the diagnostic set AX; and XNLI."""
 import dataclasses
 import os
 
-from data.errors import DataError
+from data.data_error import DataError
 from data.examples import Columns, DataProcessor, HeaderProcessor
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 from spec.labels import LabelError
-from spec.tasks import XNLI_DEFAULT_LANGUAGE
+from spec.task_names import XNLI_DEFAULT_LANGUAGE
 
 GLUE_FILES = {"train": ("train.tsv",), "dev": ("dev.tsv",), "test": ("test.tsv",)}
 

@@ -28,7 +28,7 @@ import unicodedata
 
 import tensorflow.compat.v1 as tf
 
-from data.errors import DataError
+from data.data_error import DataError
 from data.tokenization import MAX_CHARS_PER_WORD
 from data.vocabulary import CLS_TOKEN, SEP_TOKEN, UNK_TOKEN, load_vocab
 

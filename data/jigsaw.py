@@ -4,13 +4,13 @@ import csv
 import dataclasses
 import logging
 
-from data.errors import DataError
+from data.data_error import DataError
 from data.examples import HeaderProcessor
 from data.reread import check_rereadable
 from data.table import Table
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 from spec.labels import MISSING_VALUES, SoftTarget
-from spec.tasks import (JIGSAW_BIAS_AUXILIARY_COLUMNS, JIGSAW_BIAS_TARGET,
+from spec.task_names import (JIGSAW_BIAS_AUXILIARY_COLUMNS, JIGSAW_BIAS_TARGET,
                         JIGSAW_IDENTITY_COLUMNS, JIGSAW_TOXIC_LABEL_COLUMNS)
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""The processor of each task name (spec/tasks.py): what turns its files into InputExamples.
+"""The processor of each task name (spec/task_names.py): what turns its files into InputExamples.
 
 The tasks live in data/glue.py, data/jigsaw.py and data/csv_task.py; each processor
 class reads the options of its own task (settings_of).
@@ -7,8 +7,8 @@ class reads the options of its own task (settings_of).
 from data.csv_task import CsvProcessor
 from data.glue import GLUE_PROCESSORS
 from data.jigsaw import JigsawBiasProcessor, JigsawToxicProcessor
-from spec.errors import FlagError
-from spec.tasks import TASK_NAMES, canonical_task_name
+from spec.run_errors import FlagError
+from spec.task_names import TASK_NAMES, canonical_task_name
 
 PROCESSORS = dict(GLUE_PROCESSORS, jigsaw_toxic=JigsawToxicProcessor,
                   jigsaw_bias=JigsawBiasProcessor, csv=CsvProcessor)

@@ -6,7 +6,7 @@ import struct
 
 import tensorflow.compat.v1 as tf
 
-from data.errors import DataError
+from data.data_error import DataError
 
 # 2: reading and truncation counts in the metadata; 3: label specs; 4: each file's size,
 # sha256 and record count, checked before the files are used again.

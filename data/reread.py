@@ -7,7 +7,7 @@ import logging
 import os
 import stat
 
-from data.errors import DataError
+from data.data_error import DataError
 from data.files import combined_sha256, files_sha256
 from data.text_lines import check_file
 

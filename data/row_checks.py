@@ -2,7 +2,7 @@
 its columns, a file whose rows change their layout, and the errors they raise
 (MalformedRow: --skip_malformed_rows skips and counts it by cause)."""
 
-from data.errors import DataError
+from data.data_error import DataError
 from data.table import USUAL_WIDTH_RECORDS
 
 

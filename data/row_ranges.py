@@ -1,7 +1,7 @@
 """--train_rows and --eval_rows as a split's files are read: which rows are in, and a range
 that reaches past the last row refused (spec/rows.py parses them)."""
 
-from data.errors import DataError
+from data.data_error import DataError
 from spec.rows import format_rows
 
 

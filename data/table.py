@@ -9,7 +9,7 @@ import logging
 import re
 import sys
 
-from data.errors import DataError
+from data.data_error import DataError
 from data.text_lines import decoded_lines, open_binary
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ import re
 
 import tensorflow.compat.v1 as tf
 
-from data.errors import DataError
+from data.data_error import DataError
 
 BLOCK_BYTES = 1 << 20  # read at a time: the only part of a file held at once
 

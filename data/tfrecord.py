@@ -24,7 +24,7 @@ from data.files import (file_check, file_sha256, hold, not_a_file_problem, read_
 from data.featurise import (Featurisation, existing_objects_frozen, scratch_folder, stage,
                             truncation_of, write_shards)
 from data.record_format import SCHEMA_VERSION
-from spec.errors import ArtefactFault, FlagError
+from spec.run_errors import ArtefactFault, FlagError
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import io
 import logging
 import re
 
-from data.errors import DataError
+from data.data_error import DataError
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ function returns one float per example, in order, and says nothing about flags.
 import collections
 import math
 
-from data.errors import DataError
+from data.data_error import DataError
 from data.record_format import check_float32
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 
 
 def balanced_class_weights(labels, classes):

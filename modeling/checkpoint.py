@@ -9,7 +9,7 @@ import re
 import tensorflow.compat.v1 as tf
 
 from modeling.optimization import variable_name
-from spec.errors import ArtefactFault, FlagError
+from spec.run_errors import ArtefactFault, FlagError
 from spec.paths import exists, not_a_file_problem
 
 log = logging.getLogger(__name__)

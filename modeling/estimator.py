@@ -129,7 +129,7 @@ class ReplicatedEstimator(object):
   TPUEstimator itself cannot: on TF 1.15 it does not hand input_fn the strategy's
   input context. In training each replica takes train_batch_size / num_replicas
   examples per step, so the batch size stays global; the train op sums the replicas'
-  gradients of their 1/num_replicas-scaled losses (modeling.distribution), the global
+  gradients of their 1/num_replicas-scaled losses (modeling.replicas), the global
   batch's mean gradient. On several machines each one's input_fn reads its own
   shards (params 'input_pipeline_id' and 'num_input_pipelines'), and training goes
   through tf.estimator.train_and_evaluate, the only way Estimator trains multi-worker.

@@ -15,7 +15,7 @@ import tensorflow.compat.v1 as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
 from modeling.bert import BertModel
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 
 TAGS_TRAIN = {"train"}
 # The name scope of a TF2 encoder's variables: apart from any checkpoint's names, so that

@@ -5,7 +5,7 @@ import tensorflow.compat.v1 as tf
 from modeling import head
 from modeling.bert import BertModel
 from modeling.checkpoint import init_from_checkpoint, variables_allowed_random
-from modeling.distribution import mean_over_replicas
+from modeling.replicas import mean_over_replicas
 from modeling.estimator import plain_global_step_read
 from modeling.loss_scale import DynamicLossScale
 from modeling.metrics import metric_fn_for

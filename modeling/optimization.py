@@ -4,7 +4,7 @@ import re
 
 import tensorflow.compat.v1 as tf
 
-from modeling.distribution import sum_over_replicas
+from modeling.replicas import sum_over_replicas
 
 WEIGHT_DECAY_RATE = 0.01
 NO_DECAY_PATTERNS = ("LayerNorm", "layer_norm", "bias")

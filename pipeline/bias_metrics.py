@@ -53,7 +53,7 @@ import numpy as np
 import pandas as pd
 
 from modeling.statistics import roc_auc
-from spec.tasks import SCORED_IDENTITY_COLUMNS as IDENTITY_COLUMNS
+from spec.task_names import SCORED_IDENTITY_COLUMNS as IDENTITY_COLUMNS
 METRICS = ("subgroup_auc", "bpsn_auc", "bnsp_auc")
 TABLE_COLUMNS = ("identity", "subgroup_size") + METRICS
 THRESHOLD = 0.5  # toxic when target >= 0.5; in a subgroup when its identity value >= 0.5

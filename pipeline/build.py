@@ -15,7 +15,7 @@ from modeling.bert import BertConfig, BertConfigError
 from modeling.checkpoint import encoder_problem
 from modeling.estimator import BatchSplitError, build_estimator
 from modeling.model_fn import model_fn_builder
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 from spec.model_card import CardError
 
 log = logging.getLogger(__name__)

@@ -11,12 +11,12 @@ from data.files import read_written, write_whole
 from data.processors import processor_class
 from modeling.bert import BertConfig, BertConfigError
 from modeling.checkpoint import head_shape
-from pipeline import build, distribution, eval_history
+from pipeline import build, multi_device, eval_history
 from spec import labels as label_specs
 from spec import model_card
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 from spec.model_card import LAYOUT_OPTIONS
-from spec.tasks import canonical_task_name
+from spec.task_names import canonical_task_name
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def settle(c, cluster=None):
   run). The model's card is the one in --output_dir, else, for a fine-tuned
   --init_checkpoint, the one beside it: wherever a fine-tuned checkpoint is named, its
   card comes with it."""
-  c = distribution.for_this_task(c, cluster)
+  c = multi_device.for_this_task(c, cluster)
   card, where = read_model_card(c.outputs.output_dir), model_card.card_path(
       c.outputs.output_dir)
   if card is None and c.model.init_checkpoint and head_shape(c.model.init_checkpoint):

@@ -10,9 +10,9 @@ from data.processors import processor_class
 from modeling.checkpoint import files_problem as checkpoint_files_problem
 from modeling.checkpoint import values_problem as checkpoint_values_problem
 from modeling.checkpoint import EARLIER_CHECKPOINT_FIX, newest_checkpoint
-from pipeline import distribution, hf_export, onnx_export
+from pipeline import multi_device, hf_export, onnx_export
 from pipeline.training import check_best_metric
-from spec.errors import ArtefactFault, FlagError
+from spec.run_errors import ArtefactFault, FlagError
 
 # Options that must be positive integers, in the order they are checked.
 POSITIVE = ("train_batch_size", "eval_batch_size", "predict_batch_size",
@@ -24,7 +24,7 @@ def check_run(c, cluster=None):
   """Every check that needs no file: the modes, sizes, rates, devices and their
   combinations; with cluster (TF_CONFIG), what a task of a cluster can do."""
   if cluster is not None:
-    distribution.check_cluster(c.modes, c.device, c.training, cluster, c.given)
+    multi_device.check_cluster(c.modes, c.device, c.training, cluster, c.given)
   check_modes(c.modes, c.model, c.outputs, c.given, c.device.use_tpu)
   for name in POSITIVE:
     value = c.value(name)
@@ -157,9 +157,9 @@ def check_device(device, training, modes, output_dir, given=frozenset()):
     raise FlagError("--use_fp16 cannot be combined with --gradient_accumulation_steps yet: "
                     "drop one of them")
   if device.num_gpus > 1 or device.num_gpus < 0:
-    distribution.check_gpu_replicas(device, training, modes.do_train)
+    multi_device.check_gpu_replicas(device, training, modes.do_train)
   if device.use_tpu:
-    distribution.check_tpu(device, training, modes, output_dir, given)
+    multi_device.check_tpu(device, training, modes, output_dir, given)
     if device.use_fp16:
       raise FlagError("--use_fp16 is for GPUs; on a TPU pass --use_bf16")
     if device.use_xla:
@@ -223,9 +223,9 @@ def check_train_split(training, device, featurised, task, output_dir, cluster=No
                     "which cannot be read: %s. Restore its files, or %s, or train into a new "
                     "--output_dir" % (output_dir, os.path.basename(newest), problem,
                                       EARLIER_CHECKPOINT_FIX))
-  distribution.check_every_pipeline_has_rows(
+  multi_device.check_every_pipeline_has_rows(
       featurised.train.num_examples, device.num_record_shards,
-      distribution.input_pipelines(device, cluster))
+      multi_device.input_pipelines(device, cluster))
 
 
 def check_task(data, given, needs_labels, reads_files=True):

@@ -17,7 +17,7 @@ import tensorflow.compat.v1 as tf
 
 from data.files import read_written, write_whole
 from modeling.checkpoint import files_problem as checkpoint_files_problem
-from spec.errors import ArtefactFault
+from spec.run_errors import ArtefactFault
 
 HISTORY_CSV = "eval_history.csv"
 CURVE_PNG = "learning_curve.png"

@@ -16,7 +16,7 @@ from modeling.metrics import metric_names
 from pipeline import eval_history, stopping
 from pipeline.outputs import paired, write_eval_results, write_test_results
 from pipeline.progress import RateReport
-from spec.errors import ArtefactFault, FlagError, NumericFault
+from spec.run_errors import ArtefactFault, FlagError, NumericFault
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ NOT_METRICS = ("checkpoint", "global_step", "num_examples", "majority_baseline_a
 
 class Evaluator(object):
   """Evaluates and predicts splits (pipeline.splits.Split) of one model with its
-  estimator, writing into output_dir. task (pipeline.tasks) adds its own report to an
+  estimator, writing into output_dir. task (pipeline.task_extras) adds its own report to an
   evaluation; init_checkpoint is what the model_fn initialises from (a checkpoint named
   so is not restored again)."""
 

@@ -24,7 +24,7 @@ from data.vocabulary import CLS_TOKEN, SEP_TOKEN, UNK_TOKEN
 from modeling.bert import BertConfig
 from modeling.convert_hf import HF_ACTIVATIONS, hf_config, hf_tensors
 from spec import labels as label_specs
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 
 log = logging.getLogger(__name__)
 

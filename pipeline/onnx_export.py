@@ -32,11 +32,11 @@ import tensorflow.compat.v1 as tf
 from data.fast_tokenization import tokenizer_json
 from data.vocabulary import vocab_size
 from data.files import write_manifest
-from modeling import export
+from modeling import export_graph
 from pipeline.hf_export import tokenizer_truncation
 from spec import labels as label_specs
 from spec import model_card, signature
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def write_onnx_folder(folder, model_fn, checkpoint, card, vocab_text, vocab):
   text, vocab that text read ({token: id}). Returns folder."""
   output_name = signature.output_name(label_specs.from_card(card["label_spec"]))
   samples = check_batches(vocab_size(vocab), card["max_seq_length"])
-  graph_def, expected = export.frozen_ids_graph(model_fn, checkpoint, output_name, samples)
+  graph_def, expected = export_graph.frozen_ids_graph(model_fn, checkpoint, output_name, samples)
   # Staged beside the export when it is local (a full disk is then the export's, and
   # reported so), else in the temp folder before its copy into the bucket.
   local = "://" not in folder
@@ -138,7 +138,7 @@ def check_batches(vocab_size, max_seq_length, seed=0):
 
 
 def convert(graph_def, output_name, path):
-  """Writes the ONNX model of graph_def (export.frozen_ids_graph's) to path, with inputs
+  """Writes the ONNX model of graph_def (export_graph.frozen_ids_graph's) to path, with inputs
   and output named as the ids signature's."""
   import tf2onnx
   logging.getLogger("tf2onnx").setLevel(logging.WARNING)

@@ -18,9 +18,9 @@ from data.file_lists import same_file_key
 from data.reread import check_rereadable, read_twice, refuse_changed
 from data.tfrecord import build_records
 from pipeline.build import truncation_of
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 from spec.rows import format_rows, overlap
-from spec.tasks import SCORED_IDENTITY_COLUMNS
+from spec.task_names import SCORED_IDENTITY_COLUMNS
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class Splits(object):
 
 
 def prepare_splits(c, task, tokenizer, vocab_file, fold=None, own_shards=None):
-  """The Splits the modes need. With fold (a pipeline.folds.FoldPlan) the train file's
+  """The Splits the modes need. With fold (a pipeline.cross_validation.FoldPlan) the train file's
   rows of the other folds are the train split and its own fold's rows the dev split. The
   train file is read as its records are written, and not at all when they are cached.
   own_shards (a task of a cluster) writes only those train record shards: the file is

@@ -13,7 +13,7 @@ import logging
 
 import tensorflow.compat.v1 as tf
 
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 
 log = logging.getLogger(__name__)
 

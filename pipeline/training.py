@@ -17,7 +17,7 @@ from pipeline import eval_history, stopping
 from pipeline.evaluation import NOT_METRICS, format_metric, metric_names_of
 from pipeline.outputs import timed
 from pipeline.progress import ProgressHook, format_seconds
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ import uuid
 import tensorflow.compat.v1 as tf
 
 from pipeline import stopping
-from spec.errors import PLACE_FAULTS, ArtefactFault, FileFault, FlagError, MemoryFault
+from spec.run_errors import PLACE_FAULTS, ArtefactFault, FileFault, FlagError, MemoryFault
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from data.gfile import gfile
 from spec import labels as label_specs
 from spec import model_card
 from spec import signature
-from spec.errors import FlagError, NumericFault
+from spec.run_errors import FlagError, NumericFault
 
 log = logging.getLogger(__name__)
 

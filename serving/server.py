@@ -311,9 +311,9 @@ def main(argv=None):
   if busy:
     sys.stderr.write("serve: %s\n" % busy)
     return 2
-  from data.errors import DataError
+  from data.data_error import DataError
   from serving.predictor import Predictor  # (TensorFlow's import: after the arguments)
-  from spec.errors import FileFault, FlagError
+  from spec.run_errors import FileFault, FlagError
   try:
     predictor = Predictor(args.path, batch_size=args.max_batch)
   except (FlagError, DataError, FileFault) as e:  # (no export there; a damaged one)

@@ -13,7 +13,7 @@ type and choices; pipeline/checks.py checks what they mean together.
 
 import dataclasses
 
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 from spec.options import GROUPS, base_type, default, group_of, is_optional, option_names
 
 

@@ -160,7 +160,7 @@ OUTPUTS = (
            ("non_finite", "unicode_cells")),
     Output("eval metrics", "pipeline.evaluation.Evaluator.evaluate",
            ("non_finite", "undefined")),
-    Output("k-fold means", "pipeline.folds.fold_summary", ("undefined",)),
+    Output("k-fold means", "pipeline.cross_validation.fold_summary", ("undefined",)),
     Output("best checkpoint choice", "pipeline.training.refuse_undefined_goal",
            ("undefined",)),
     Output("HTTP bodies", "serving.server.make_app", ("non_finite", "unicode_cells")),

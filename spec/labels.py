@@ -24,7 +24,7 @@ import decimal
 import math
 import re
 
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 
 # Cells that mean "no value" (as pandas reads them), unless a class is named so.
 MISSING_VALUES = frozenset(["", "nan", "NaN", "NAN", "NA", "N/A", "n/a", "null", "NULL",

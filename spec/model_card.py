@@ -11,7 +11,7 @@ settings come from the model itself rather than from flags that may disagree.
 import json
 import os
 
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 
 CARD_NAME = "model_card.json"
 CARD_FORMAT = "bert-text-classifier-model-card"

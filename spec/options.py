@@ -17,12 +17,12 @@ import dataclasses
 import os
 from typing import Optional, Tuple
 
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 from spec.labels import HEAD_KINDS
 from spec.model_card import POOLINGS, TRUNCATION_MODES
 from spec.option_checks import delimiter_problem, export_format_problem
 from spec.rows import rows_problem
-from spec.tasks import (JIGSAW_BIAS_AUXILIARY_COLUMNS, JIGSAW_BIAS_TARGET,
+from spec.task_names import (JIGSAW_BIAS_AUXILIARY_COLUMNS, JIGSAW_BIAS_TARGET,
                         JIGSAW_TOXIC_LABEL_COLUMNS, TASK_NAMES, XNLI_DEFAULT_LANGUAGE,
                         XNLI_LANGUAGES)
 

@@ -1,7 +1,7 @@
 """What an exported SavedModel and its readers agree on: the signature, its tensors and
 the assets that make the export enough to predict from text.
 
-modeling/export.py writes it; serving/predictor.py and TF Serving read it.
+modeling/export_graph.py writes it; serving/predictor.py and TF Serving read it.
 """
 
 SERVE_TAG = "serve"

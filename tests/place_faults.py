@@ -34,7 +34,7 @@ def command_line(flags):
 def in_process(flags):
   """run() on flags: the FileFault's message, or the step trained to."""
   from run_classifier import parse_flags, run
-  from spec.errors import FileFault
+  from spec.run_errors import FileFault
   try:
     result = run(parse_flags(["run_classifier.py"] + flags))
   except FileFault as e:

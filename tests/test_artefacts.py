@@ -12,7 +12,7 @@ import tensorflow.compat.v1 as tf
 from conftest import TEST_DATA, TINY, common_flags, run_flags, small_config
 from modeling.checkpoint import CheckpointError, encoder_problem, files_problem
 from spec import model_card
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 
 
 def _copy_checkpoint(prefix, folder):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from data.errors import DataError
+from data.data_error import DataError
 from data.processors import get_processor
 
 

@@ -287,7 +287,8 @@ def test_bad_input_is_named(kwargs, message):
 # --- the report files --------------------------------------------------------------------
 
 def _write_report(folder, table, summary):
-  """The report's files as a run writes them (pipeline.tasks: pipeline.outputs.write_files)."""
+  """The report's files as a run writes them (pipeline.task_extras, with
+  pipeline.outputs.write_files)."""
   folder.mkdir(exist_ok=True)
   return tuple(write_files(str(folder), bias_report_files(table, summary)))
 

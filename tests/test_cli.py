@@ -14,7 +14,7 @@ import tensorflow.compat.v1 as tf
 
 from conftest import JIGSAW, ROOT, TINY, common_flags, run_flags
 from run_classifier import parse_flags
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 
 
 def run_cli(*args):
@@ -116,7 +116,7 @@ def test_train_fraction_and_epochs_set_the_rows_and_steps(tmp_path, tiny_checkpo
   """Half of 267 rows, one epoch of batch 8: 134 rows, 17 steps (featurised, not trained)."""
   from pipeline.build import make_processor, make_tokenizer, num_train_steps_for
   from pipeline.splits import prepare_splits
-  from pipeline.tasks import task_of
+  from pipeline.task_extras import task_of
   caplog.set_level("INFO")
   c = parse_flags(["run_classifier.py"] + common_flags(tiny_checkpoint, str(tmp_path)) + [
       "--do_train", "--train_fraction=0.5", "--num_train_epochs=1"])
@@ -164,7 +164,7 @@ def test_task_aliases_are_one_list(alias, task):
   from data.processors import get_processor
   from pipeline.build import bert_config_of
   from pipeline.checks import check_run, check_task
-  from spec.tasks import canonical_task_name
+  from spec.task_names import canonical_task_name
   assert canonical_task_name(alias) == task and get_processor(alias).name == task
   values = parse_flags(["run_classifier.py", "--task_name=" + alias, "--output_dir=/tmp/x",
                         "--do_eval", "--bert_config_file=" + os.path.join(TINY, "bert_config.json"),
@@ -175,7 +175,7 @@ def test_task_aliases_are_one_list(alias, task):
 
 
 def test_vocab_that_disagrees_with_config(tmp_path, tiny_checkpoint):
-  from data.errors import DataError
+  from data.data_error import DataError
   vocab = tmp_path / "vocab.txt"
   vocab.write_text(u"[PAD]\n[UNK]\n[CLS]\n[SEP]\n")
   with pytest.raises(DataError) as error:

@@ -11,7 +11,7 @@ from data.files import file_sha256
 from run_classifier import define_flags, parse_flags, run
 from spec import options
 from spec.config import ConfigError, RunConfig
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 
 
 def test_every_option_is_one_flag_with_its_definition():

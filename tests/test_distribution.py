@@ -17,7 +17,7 @@ from pipeline.checks import check_run
 from pipeline.progress import ProgressHook
 from run_classifier import parse_flags
 from spec.options import DeviceOptions, TrainingOptions
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 
 MAX_SEQ = 20
 GLOBAL_BATCH = 8

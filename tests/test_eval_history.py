@@ -14,9 +14,9 @@ from pipeline import eval_history
 from pipeline.checks import check_run
 from pipeline.eval_history import EvalHistory, Goal, keep_best, lower_is_better
 from pipeline.evaluation import metric_names_of
-from pipeline.tasks import task_of
+from pipeline.task_extras import task_of
 from run_classifier import parse_flags
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 from spec.labels import MultiLabel, Regression, SingleLabel
 from test_summaries import scalars_in
 

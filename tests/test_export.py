@@ -1,4 +1,4 @@
-"""SavedModel export (modeling/export.py) and the predictor that loads it
+"""SavedModel export (modeling/export_graph.py) and the predictor that loads it
 (serving/predictor.py): the signature, the assets, the outputs against the model_fn's own
 graph, batching, every head, the other runtime, and the command line end to end."""
 
@@ -20,10 +20,10 @@ from data.graph_tokenizer import text_ops
 from data.tokenization import FullTokenizer
 from data.vocabulary import load_vocab, vocab_fingerprint
 from modeling.bert import BertConfig
-from modeling.export import export_saved_model, versioned_export_dir
+from modeling.export_graph import export_saved_model, versioned_export_dir
 from modeling.model_fn import model_fn_builder
-from pipeline import export as pipeline_export
-from spec.errors import FlagError
+from pipeline import export_run as pipeline_export
+from spec.run_errors import FlagError
 from serving.predicting import ExportNotFound, find_export
 from serving.predictor import Predictor
 from spec import labels as label_specs

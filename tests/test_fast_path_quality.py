@@ -12,7 +12,7 @@ import pytest
 
 from conftest import ROOT, pairwise_auc
 from spec import options
-from spec.tasks import SCORED_IDENTITY_COLUMNS
+from spec.task_names import SCORED_IDENTITY_COLUMNS
 from tools import fast_path_quality as quality
 from tools.bias_templates import IDENTITY_TERMS, NEUTRAL_TERMS, template_rows
 

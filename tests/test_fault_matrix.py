@@ -19,10 +19,10 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from conftest import JIGSAW, TINY, TINY_VOCAB
-from data.errors import DataError
+from data.data_error import DataError
 from modeling.hf_folder import ConversionError
 from spec import inventory
-from spec.errors import FileFault, FlagError, NumericFault, ProcessFault
+from spec.run_errors import FileFault, FlagError, NumericFault, ProcessFault
 
 PROJECT_ERRORS = (FlagError, DataError, FileFault, NumericFault, ProcessFault,
                   ConversionError)

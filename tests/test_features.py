@@ -443,7 +443,7 @@ class _FailingTokenizer(tokenization.FullTokenizer):
 def test_a_failing_featurisation_worker_fails_the_build_and_writes_nothing(tmp_path, tiny_vocab,
                                                                           capfd):
   tokenizer = _FailingTokenizer(tiny_vocab, do_lower_case=True)
-  from spec.errors import ProcessFault
+  from spec.run_errors import ProcessFault
   with pytest.raises(ProcessFault, match="1 of 2 featurisation processes failed; their "
                      "errors are printed above"):
     build_records(_examples(23), str(tmp_path / "r.tf_record"), _settings(tiny_vocab),
@@ -470,7 +470,7 @@ def _labels_and_ids(record_file):
 def _train_records(tmp_path, csv_path, name, seed):
   from pipeline.build import make_processor, make_tokenizer
   from pipeline.splits import prepare_splits
-  from pipeline.tasks import task_of
+  from pipeline.task_extras import task_of
   from run_classifier import parse_flags
   c = parse_flags(["run_classifier.py", "--task_name=csv", "--train_file=%s" % csv_path,
                    "--has_header=false", "--text_column=0", "--label_column=1", "--do_train",
@@ -578,7 +578,7 @@ def test_records_another_run_reads_are_not_rewritten_under_it(tmp_path, tiny_voc
   import subprocess
   import sys
   from conftest import ROOT
-  from spec.errors import FlagError
+  from spec.run_errors import FlagError
   path, built = str(tmp_path / "train.tf_record"), str(tmp_path / "built")
   reader = subprocess.Popen([sys.executable, "-c", READER, ROOT, path, built],
                             stderr=subprocess.PIPE, universal_newlines=True)

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 from conftest import JIGSAW, assert_auc_of_scores, common_flags, run_flags, sample_path
-from data import folds
+from data import fold_assignment
 from data.processors import get_processor
 
 
 def test_folds_are_stratified_balanced_and_seeded():
   examples = get_processor("sst-2", data_dir=sample_path("glue", "SST-2")).get_examples("train")
   labels = [e.label for e in examples]
-  assignment = folds.assign_folds(labels, 5, seed=3)
+  assignment = fold_assignment.assign_folds(labels, 5, seed=3)
   assert sorted(set(assignment)) == [0, 1, 2, 3, 4]
   sizes = [assignment.count(i) for i in range(5)]
   assert sizes == [60] * 5  # 300 rows
@@ -25,19 +25,19 @@ def test_folds_are_stratified_balanced_and_seeded():
     per_fold = [sum(1 for l, a in zip(labels, assignment) if l == label and a == i)
                 for i in range(5)]
     assert max(per_fold) - min(per_fold) <= 1, (label, per_fold)  # stratified
-  assert folds.assign_folds(labels, 5, seed=3) == assignment  # seeded
-  assert folds.assign_folds(labels, 5, seed=4) != assignment
+  assert fold_assignment.assign_folds(labels, 5, seed=3) == assignment  # seeded
+  assert fold_assignment.assign_folds(labels, 5, seed=4) != assignment
   with pytest.raises(ValueError, match="needs at least 2 folds"):
-    folds.assign_folds(labels, 1, 0)
+    fold_assignment.assign_folds(labels, 1, 0)
   with pytest.raises(ValueError, match="--num_folds=400 is more than the 300 train rows"):
-    folds.assign_folds(labels, 400, 0)
+    fold_assignment.assign_folds(labels, 400, 0)
 
 
 def test_quantile_bins_and_fold_statistics():
-  assert folds.quantile_bins([5.0, 1.0, 3.0, 2.0, 4.0], 5) == [4, 0, 2, 1, 3]
-  mean, std = folds.mean_and_std([0.8, 0.9, 1.0])
+  assert fold_assignment.quantile_bins([5.0, 1.0, 3.0, 2.0, 4.0], 5) == [4, 0, 2, 1, 3]
+  mean, std = fold_assignment.mean_and_std([0.8, 0.9, 1.0])
   assert mean == pytest.approx(0.9) and std == pytest.approx(0.1)
-  assert folds.mean_and_std([0.7]) == (0.7, 0.0)
+  assert fold_assignment.mean_and_std([0.7]) == (0.7, 0.0)
 
 
 def _tsv(path):

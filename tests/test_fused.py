@@ -180,7 +180,7 @@ def test_without_a_compiler_the_reason_names_it(tmp_path, monkeypatch):
 
 def test_a_run_uses_them_only_alone_on_the_cpu_in_float32(kernels):
   from pipeline.build import fused_kernels_for
-  from spec.errors import FlagError
+  from spec.run_errors import FlagError
   from spec.options import DeviceOptions, ModelOptions, TrainingOptions
   model, training, device = ModelOptions(), TrainingOptions(), DeviceOptions()
   assert fused_kernels_for(model, training, device, gpus=[]) == (True, None)

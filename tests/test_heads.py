@@ -263,7 +263,7 @@ def test_regression_on_any_numeric_column_of_a_csv(tmp_path, tiny_checkpoint):
   run_flags("--output_dir=" + output_dir, "--do_predict", "--predict_file=" + data,
             "--text_column=tweet", "--id_column=0")  # (the layout is the run's, not the card's)
   assert _predictions(os.path.join(output_dir, "test_results.tsv")) == rows
-  from spec.errors import FlagError
+  from spec.run_errors import FlagError
   with pytest.raises(FlagError, match="says pooling=mean, but this run has cls"):
     run_flags("--output_dir=" + output_dir, "--do_predict", "--predict_file=" + data,
               "--text_column=tweet", "--id_column=0", "--pooling=cls")
@@ -291,7 +291,7 @@ def test_mean_pooling_averages_the_last_layer_over_real_tokens():
 
 
 def test_flags_a_head_cannot_use_are_refused_before_any_work(tmp_path, tiny_checkpoint):
-  from spec.errors import FlagError
+  from spec.run_errors import FlagError
   output_dir = str(tmp_path / "never")
   flags = common_flags(tiny_checkpoint, output_dir)
   cases = [

@@ -187,7 +187,7 @@ def test_tf1_refuses_a_tf2_saved_model_and_names_the_way(tf2_encoder, tmp_path):
   graph is built; TF 2.15 takes it. A folder that is neither format is refused on both."""
   from conftest import IS_TF1
   from modeling.hub_module import tf2_saved_model
-  from spec.errors import FlagError
+  from spec.run_errors import FlagError
   saved = tf2_encoder[3]
   if IS_TF1:
     with pytest.raises(FlagError) as error:
@@ -257,7 +257,7 @@ def test_a_frozen_encoder_keeps_its_weights_and_the_head_learns(encoder, tf2_enc
             "--do_train", "--freeze_encoder", "--output_dir=" + output_dir]
   kernel = "bert/encoder/layer_0/attention/self/query/kernel"
   if encoder == "checkpoint":
-    from spec.errors import FlagError
+    from spec.run_errors import FlagError
     with pytest.raises(FlagError, match="--freeze_encoder trains the head on the encoder as "
                        "it starts, and this run has no pre-trained one: give --init_checkpoint"):
       run_flags(*common + ["--bert_config_file=" + os.path.join(TINY, "bert_config.json"),

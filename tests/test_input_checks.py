@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from conftest import JIGSAW, TINY_VOCAB, sample_path
 from data import tokenization
-from data.errors import DataError
+from data.data_error import DataError
 from data.features import InputExample
 from data.processors import get_processor
 from data.tfrecord import build_records

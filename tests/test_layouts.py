@@ -152,7 +152,7 @@ def test_an_export_of_a_headerless_model_predicts_a_named_file(trained_on, tmp_p
 def test_a_run_that_reads_labels_names_its_own_files_label_column(trained_on):
   """A csv model's label column says where its training file kept the labels: an eval of
   another file must name its own (no card can know it)."""
-  from spec.errors import FlagError
+  from spec.run_errors import FlagError
   data, models = trained_on
   with pytest.raises(FlagError) as error:
     run_flags("--output_dir=" + models["named"], "--do_eval", "--text_column=comment",

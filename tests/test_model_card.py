@@ -11,9 +11,9 @@ import pytest
 
 from conftest import (JIGSAW, TINY, TINY_VOCAB, common_flags, copy_model, run_flags,
                       sample_path)
-from data.errors import DataError
+from data.data_error import DataError
 from modeling.bert import BertConfig
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 
 SST2 = sample_path("glue", "SST-2")
 

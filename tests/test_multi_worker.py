@@ -22,11 +22,11 @@ from modeling.estimator import build_estimator
 from modeling.model_fn import model_fn_builder
 from modeling.summaries import scalar_events
 from pipeline.build import make_processor
-from pipeline.distribution import check_cluster
+from pipeline.multi_device import check_cluster
 from run_classifier import parse_flags
 from spec.cluster import ClusterError, parse_tf_config
 from spec.options import DeviceOptions, TrainingOptions
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 
 STEPS = 3
 GLOBAL_BATCH = 8
@@ -181,7 +181,7 @@ def test_each_task_featurises_the_rows_of_its_own_shards_alone(tmp_path, monkeyp
   only counts the rows. The file is read twice (logged once), and a task's records are
   found again by a restarted task."""
   from data import featurise, tfrecord
-  from pipeline.distribution import own_record_shards
+  from pipeline.multi_device import own_record_shards
   from test_streaming import BIAS, _config, _train_split
   flags = ("--task_name=jigsaw_bias", "--data_dir=" + BIAS, "--identity_weights",
            "--train_fraction=0.7", "--num_record_shards=6",
@@ -343,7 +343,7 @@ def test_a_cluster_gets_a_record_shard_for_each_training_task(tmp_path, tiny_che
                                                               caplog):
   """The command that trains on one machine runs on a cluster as it is: the shards are
   chosen (and logged); a number given that does not split over the tasks is refused."""
-  from pipeline.distribution import with_record_shards
+  from pipeline.multi_device import with_record_shards
   caplog.set_level("INFO")
   cluster = parse_tf_config(_tf_config(CHIEF_AND_TWO_WORKERS, "worker", 1))
   config = parse_flags(["run_classifier.py"] + common_flags(tiny_checkpoint, str(tmp_path)) +

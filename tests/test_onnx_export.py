@@ -21,7 +21,7 @@ from pipeline import onnx_export
 from serving.predicting import ExportNotFound
 from serving.predictor import Predictor
 from spec import labels as label_specs
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 from test_export import SPECS as EXPORT_SPECS
 from test_export import TEXTS, export_tiny, tiny_card, tiny_model_fn
 from test_hf_export import PROJECT_MODULES

@@ -250,7 +250,7 @@ def test_xnli_reads_one_language_as_googles_processor_does(tmp_path, caplog):
   import shutil
   from pipeline.build import make_processor
   from run_classifier import parse_flags
-  from spec.errors import FlagError
+  from spec.run_errors import FlagError
   folder = sample_path("xnli")
   zh = get_processor("xnli", data_dir=folder)  # (Google's language)
   train = zh.get_examples("train")
@@ -290,7 +290,7 @@ def test_xnli_reads_one_language_as_googles_processor_does(tmp_path, caplog):
   from data.tokenization import FullTokenizer
   from conftest import TINY_VOCAB
   from pipeline.splits import prepare_splits
-  from pipeline.tasks import task_of
+  from pipeline.task_extras import task_of
   for language, rows in (("zh", 6), ("de", 1), ("zh", 6)):
     c = parse_flags(["run_classifier.py", "--task_name=xnli", "--data_dir=" + folder,
                      "--xnli_language=" + language, "--output_dir=" + str(tmp_path / "run"),

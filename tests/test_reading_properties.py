@@ -12,7 +12,7 @@ import tempfile
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from data.errors import DataError
+from data.data_error import DataError
 from data.processors import get_processor
 from spec.labels import canonical_label
 

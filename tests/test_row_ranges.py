@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import TINY, TINY_VOCAB, run_flags, sample_path
-from data.errors import DataError
+from data.data_error import DataError
 from data.processors import get_processor
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 from spec.rows import RowRange, format_rows, overlap, parse_rows
 
 BIAS = sample_path("jigsaw_bias_davidson")

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from conftest import JIGSAW, run_flags, sample_path
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 
 pytestmark = pytest.mark.slow
 
@@ -249,7 +249,7 @@ def test_a_csv_models_label_column_is_the_files_layout(jigsaw_model, tmp_path):
   rows[5][rows[0].index("is_toxic")] = "2"
   with io.open(renamed, "w", encoding="utf-8", newline="") as f:
     csv.writer(f).writerows(rows)
-  from data.errors import DataError
+  from data.data_error import DataError
   line = 1 + sum(1 + "".join(row).count("\n") for row in rows[:5])  # (quoted newlines)
   with pytest.raises(DataError) as error:
     run_flags("--output_dir=" + folder, "--do_eval", "--eval_file=" + renamed,

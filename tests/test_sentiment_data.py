@@ -6,7 +6,7 @@ import io
 import pytest
 
 from conftest import fetched
-from data.errors import DataError
+from data.data_error import DataError
 from data.processors import get_processor
 from tools import sentiment_data
 

@@ -31,7 +31,7 @@ def _config(tmp_path, *flags):
 def _train_split(c, own_shards=None):
   from pipeline.build import make_processor, make_tokenizer
   from pipeline.splits import prepare_splits
-  from pipeline.tasks import task_of
+  from pipeline.task_extras import task_of
   tokenizer, vocab_file = make_tokenizer(c.model)
   task = task_of(make_processor(c.data))
   return (prepare_splits(c, task, tokenizer, vocab_file, own_shards=own_shards).train, task,
@@ -232,7 +232,7 @@ def test_several_files_are_one_split(tmp_path, caplog, spelling):
 
 
 def test_an_error_in_one_of_several_files_names_it(tmp_path):
-  from data.errors import DataError
+  from data.data_error import DataError
   from data.processors import get_processor
   paths, _ = _split_sst2(tmp_path, 2)
   with io.open(paths[1], "a", encoding="utf-8") as f:
@@ -254,7 +254,7 @@ def test_identity_columns_are_those_of_any_row(tmp_path):
   """A row cut short before its last identity columns (its cells count as empty) does not
   hide those columns from the identity weights of the rows after it."""
   from data.processors import get_processor
-  from pipeline import splits, tasks
+  from pipeline import splits, task_extras
   from spec.config import RunConfig
   with io.open(os.path.join(BIAS, "train.csv"), encoding="utf-8", newline="") as f:
     rows = list(csv.reader(f))
@@ -265,7 +265,7 @@ def test_identity_columns_are_those_of_any_row(tmp_path):
     csv.writer(f).writerows([header, rows[1][:short]] + rows[2:])
   processor = get_processor("jigsaw_bias", files={"train": path})
   training = RunConfig(identity_weights=True).training
-  task = tasks.task_of(processor)
+  task = task_extras.task_of(processor)
   inputs = splits.weight_inputs(training, task, processor.get_examples("train"))
   assert {"black", "white", "psychiatric_or_mental_illness"} <= inputs.present
   assert len(inputs.mentions) == len(rows) - 1
@@ -289,7 +289,7 @@ def test_a_killed_featurisation_leaves_no_scratch_behind(tmp_path):
 
 
 def test_a_train_file_that_is_also_the_eval_file_is_refused(tmp_path):
-  from spec.errors import FlagError
+  from spec.run_errors import FlagError
   paths, _ = _split_sst2(tmp_path, 2)
   with pytest.raises(FlagError) as error:
     _train_split(_config(tmp_path, "--task_name=sst-2", "--do_eval",
@@ -312,7 +312,7 @@ def test_one_file_named_as_train_and_eval_file_is_said(tmp_path, caplog):
 
 
 def test_one_file_named_twice_by_two_spellings_is_refused(tmp_path):
-  from data.errors import DataError
+  from data.data_error import DataError
   from data.processors import get_processor
   paths, _ = _split_sst2(tmp_path, 2)
   value = "%s,%s/../%s/train-*.tsv" % (paths[0], tmp_path, tmp_path.name)
@@ -322,7 +322,7 @@ def test_one_file_named_twice_by_two_spellings_is_refused(tmp_path):
 
 def test_a_file_that_changes_while_it_is_read_is_refused(tmp_path):
   """Its records would be cached under the name (sha256) of bytes they were not made of."""
-  from data.errors import DataError
+  from data.data_error import DataError
   from pipeline.build import make_processor, make_tokenizer
   from pipeline.splits import Featuriser
   dev = tmp_path / "dev.tsv"
@@ -343,7 +343,7 @@ def test_a_file_that_changes_while_it_is_read_is_refused(tmp_path):
 
 def test_bad_bytes_in_a_file_of_carriage_returns_name_their_line(tmp_path):
   """A file whose lines end only at \r (old Mac files), past its first block."""
-  from data.errors import DataError
+  from data.data_error import DataError
   path = tmp_path / "mac.csv"
   lines = [b"text,label"] + [b"row number %d,%d" % (i, i % 2) for i in range(100000)]
   lines[70001] = b"caf\xe9,1"
@@ -357,7 +357,7 @@ def test_bad_bytes_in_a_file_of_carriage_returns_name_their_line(tmp_path):
 def test_a_headerless_file_whose_layout_changes_after_its_first_records_is_refused(tmp_path):
   """Its width is taken from the first 1,000 records; with most rows of another width,
   the rows checked against it were not the usual ones."""
-  from data.errors import DataError
+  from data.data_error import DataError
   from data.processors import get_processor
   path = tmp_path / "layout.csv"
   path.write_text(u"".join(u"text %d,%d\n" % (i, i % 2) for i in range(1000)) +
@@ -377,7 +377,7 @@ def test_predictions_are_written_as_the_predict_file_is_read_again(tmp_path, cap
   more, quietly, each line from its row and the outputs' row; a file that changed since
   its records were made is refused, and the earlier results stay whole."""
   import numpy as np
-  from data.errors import DataError
+  from data.data_error import DataError
   from data.files import file_sha256
   from pipeline.build import make_processor
   from data.reread import read_again
@@ -431,10 +431,10 @@ def test_a_file_read_twice_must_be_a_regular_file_and_one_read_once_is_checked(t
   a regular file: a file that changed while it was read is refused. The k-fold mean
   refuses folds that predicted other bytes."""
   import numpy as np
-  from data.errors import DataError
+  from data.data_error import DataError
   from data.reread import read_checked
   from pipeline.build import make_processor, make_tokenizer
-  from pipeline.folds import write_fold_mean_predictions
+  from pipeline.cross_validation import write_fold_mean_predictions
   from pipeline.outputs import ModelRun
   from pipeline.splits import Featuriser
   fifo = str(tmp_path / "rows.tsv")
@@ -455,9 +455,9 @@ def test_a_file_read_twice_must_be_a_regular_file_and_one_read_once_is_checked(t
 
   # Checked before any file is read: an eval file or a folds run's train file that is a
   # FIFO no one writes to is refused, not read for ever.
-  from pipeline.folds import run_folds
+  from pipeline.cross_validation import run_folds
   from pipeline.splits import prepare_splits
-  from pipeline.tasks import task_of
+  from pipeline.task_extras import task_of
   eval_fifo = _config(tmp_path, "--task_name=sst-2", "--data_dir=" + SST2, "--do_eval",
                       "--eval_file=" + fifo)
   with pytest.raises(DataError, match="this is a pipe or another stream"):

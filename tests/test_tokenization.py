@@ -6,7 +6,7 @@ import pytest
 from conftest import (CORPUS_SIZES, corpus_cases, corpus_texts, forked_map, google_ids,
                       google_ids_function, google_tokenizer)
 from data import fast_tokenization, tokenization, vocabulary
-from data.errors import DataError
+from data.data_error import DataError
 
 # The full sets take about 20 s per casing. The tokenizer is the same Python on both
 # runtimes, and what their Pythons differ in (the Unicode tables) is checked for every code

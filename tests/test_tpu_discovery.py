@@ -1,4 +1,4 @@
-"""Where --use_tpu finds its TPU (pipeline/distribution.py with_tpu_found): the flags, then
+"""Where --use_tpu finds its TPU (pipeline/multi_device.py with_tpu_found): the flags, then
 TPU_NAME, then COLAB_TPU_ADDR, then a TPU VM's own; what each platform's environment gives
 the estimator's resolver (a recorder stands in for TPUClusterResolver: there is no TPU
 here); the output folder each allows; and the command line's error when there is none."""
@@ -13,11 +13,11 @@ import pytest
 from conftest import IS_TF1, JIGSAW, ROOT, TINY, TINY_VOCAB, small_config
 from modeling.estimator import build_estimator
 from modeling.model_fn import model_fn_builder
-from pipeline import distribution
+from pipeline import multi_device
 from pipeline.checks import check_run
 from run_classifier import parse_flags
 from spec import labels as label_specs
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 
 TPU_FLAGS = ["--task_name=jigsaw_toxic", "--data_dir=" + JIGSAW, "--do_train",
              "--bert_config_file=" + os.path.join(TINY, "bert_config.json"),
@@ -68,7 +68,7 @@ def test_each_platform_gives_the_resolver_its_tpu(platform, tmp_path, caplog):
     flags.append("--tpu_name=my-tpu")
   c = parse_flags(["run_classifier.py"] + flags)
   with caplog.at_level(logging.INFO):
-    found = distribution.with_tpu_found(c, environ, tpu_vm)
+    found = multi_device.with_tpu_found(c, environ, tpu_vm)
   assert found.device.tpu_name == expected
   assert "TPU: %s (%s)" % (expected, source) in caplog.text
   if expected == "local" and IS_TF1:
@@ -90,13 +90,13 @@ def test_a_tpu_vm_may_write_to_its_own_disk_and_a_tpu_node_may_not(tmp_path):
   local = ["--output_dir=" + str(tmp_path / "out")]
   c = parse_flags(["run_classifier.py"] + TPU_FLAGS + local)
   if not IS_TF1:  # (TF 1.15 refuses a TPU VM's own TPU: the test above)
-    check_run(distribution.with_tpu_found(c, {}, on_tpu_vm=True))  # (no error)
+    check_run(multi_device.with_tpu_found(c, {}, on_tpu_vm=True))  # (no error)
     pod = parse_flags(["run_classifier.py"] + TPU_FLAGS + local + [
         "--num_tpu_cores=32", "--train_batch_size=64", "--eval_batch_size=64",
         "--predict_batch_size=64"])
     with pytest.raises(FlagError, match="--num_tpu_cores=32 is a pod slice of several TPU "
                        "VMs, each with a disk of its own: --output_dir must be on Cloud"):
-      check_run(distribution.with_tpu_found(pod, {}, on_tpu_vm=True))
+      check_run(multi_device.with_tpu_found(pod, {}, on_tpu_vm=True))
   both = parse_flags(["run_classifier.py"] + TPU_FLAGS + [
       "--output_dir=gs://b/r", "--tpu_name=t1", "--master=grpc://10.0.0.1:8470"])
   with pytest.raises(FlagError) as error:
@@ -104,40 +104,40 @@ def test_a_tpu_vm_may_write_to_its_own_disk_and_a_tpu_node_may_not(tmp_path):
   assert str(error.value) == ("--tpu_name=t1 and --master=grpc://10.0.0.1:8470 both name the "
                               "TPU: pass one of them")
   with pytest.raises(FlagError) as error:
-    check_run(distribution.with_tpu_found(c, {"TPU_NAME": "node-1"}, on_tpu_vm=True))
+    check_run(multi_device.with_tpu_found(c, {"TPU_NAME": "node-1"}, on_tpu_vm=True))
   assert str(error.value) == (
       "--use_tpu needs --output_dir on Cloud Storage (gs://bucket/path): the TPU cannot write "
       "to this machine's disk (a TPU VM's own TPU, --tpu_name=local, can)")
   with pytest.raises(FlagError, match="needs --output_dir on Cloud Storage"):
-    check_run(distribution.with_tpu_found(c, {"COLAB_TPU_ADDR": "10.0.0.2:8470"}, False))
+    check_run(multi_device.with_tpu_found(c, {"COLAB_TPU_ADDR": "10.0.0.2:8470"}, False))
 
 
 def test_without_use_tpu_nothing_is_looked_for():
   c = parse_flags(["run_classifier.py"] + [f for f in TPU_FLAGS if f != "--use_tpu"] + [
       "--output_dir=/tmp/x"])
-  assert distribution.with_tpu_found(c, {"TPU_NAME": "node-1"}, True) is c
+  assert multi_device.with_tpu_found(c, {"TPU_NAME": "node-1"}, True) is c
 
 
 def test_a_tpu_vm_is_told_by_its_devices(tmp_path):
   dev = tmp_path / "dev"
   dev.mkdir()
-  assert not distribution.on_tpu_vm(str(dev))
+  assert not multi_device.on_tpu_vm(str(dev))
   (dev / "accelerometer").write_text("")  # (not a TPU chip)
-  assert not distribution.on_tpu_vm(str(dev))
+  assert not multi_device.on_tpu_vm(str(dev))
   (dev / "accel0").write_text("")  # v2 to v4
-  assert distribution.on_tpu_vm(str(dev))
+  assert multi_device.on_tpu_vm(str(dev))
   (dev / "accel0").unlink()
   (dev / "vfio").mkdir()
   (dev / "vfio" / "vfio").write_text("")  # (the control device alone: no chip)
-  assert not distribution.on_tpu_vm(str(dev))
+  assert not multi_device.on_tpu_vm(str(dev))
   (dev / "vfio" / "0").write_text("")  # a vfio group: a TPU chip from v5, or another device
   pci = tmp_path / "pci"
   (pci / "0000:00:04.0").mkdir(parents=True)
   (pci / "0000:00:04.0" / "vendor").write_text("0x10de\n")  # (a GPU passed through)
-  assert not distribution.on_tpu_vm(str(dev), str(pci))
+  assert not multi_device.on_tpu_vm(str(dev), str(pci))
   (pci / "0000:00:05.0").mkdir()
   (pci / "0000:00:05.0" / "vendor").write_text("0x1ae0\n")  # Google's: a TPU chip
-  assert distribution.on_tpu_vm(str(dev), str(pci))
+  assert multi_device.on_tpu_vm(str(dev), str(pci))
 
 
 @pytest.mark.slow

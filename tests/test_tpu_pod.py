@@ -11,10 +11,10 @@ from data.input_fn import files_of_pipeline, input_fn_builder, pipeline_of
 from modeling.estimator import build_estimator
 from modeling.model_fn import model_fn_builder
 from pipeline.checks import check_run
-from pipeline.distribution import check_every_pipeline_has_rows
+from pipeline.multi_device import check_every_pipeline_has_rows
 from run_classifier import parse_flags
 from spec.options import DeviceOptions, TrainingOptions
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 
 HOSTS = 2
 CORES_PER_HOST = 2  # a real host has 8; the arithmetic is the same
@@ -130,7 +130,7 @@ def test_a_pod_training_command_passes_the_checks(tmp_path, tiny_checkpoint):
 
 
 def test_a_pod_slice_gets_a_record_shard_for_each_host(tmp_path, tiny_checkpoint):
-  from pipeline.distribution import with_record_shards
+  from pipeline.multi_device import with_record_shards
   config = parse_flags(["run_classifier.py"] + common_flags(tiny_checkpoint, str(tmp_path)) +
                        POD + ["--do_train"])
   check_run(config)  # (not given: chosen, not refused)

@@ -114,9 +114,9 @@ def case_tpu(folder):
 
 
 def case_peer(folder):
-  from pipeline.distribution import await_peers
+  from pipeline.multi_device import await_peers
   from spec.cluster import Cluster
-  from spec.errors import ProcessFault
+  from spec.run_errors import ProcessFault
   with socket.socket() as own:
     own.bind(("127.0.0.1", 0))
     port = own.getsockname()[1]

@@ -273,7 +273,7 @@ def test_head_tail_runs_records_and_the_card_carry_the_strategy(tmp_path, tiny_c
   import os
   import tensorflow.compat.v1 as tf
   from conftest import JIGSAW, common_flags, run_flags
-  from spec.errors import FlagError
+  from spec.run_errors import FlagError
   output_dir = str(tmp_path / "out")
   run_flags(*common_flags(tiny_checkpoint, output_dir) + [
       "--truncation=head_tail", "--truncation_head_tokens=5", "--do_train",

@@ -8,10 +8,10 @@ import os
 import pytest
 
 from conftest import TINY_VOCAB, google_tokenizer, write_small_vocab
-from data.errors import DataError
+from data.data_error import DataError
 from data.tokenization import FullTokenizer
 from data.vocabulary import casing_problem, load_vocab, vocab_casing, vocab_size
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 
 
 def test_ids_are_line_numbers_and_a_repeated_token_is_named(tmp_path, caplog):

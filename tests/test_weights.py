@@ -12,7 +12,7 @@ import tensorflow.compat.v1 as tf
 from conftest import (SAMPLES, THREE_CLASSES, TINY, TINY_VOCAB, model_features, run_flags,
                       sample_path, small_config)
 from data import weights
-from data.errors import DataError
+from data.data_error import DataError
 from data.processors import get_processor
 
 BIAS = os.path.join(SAMPLES, "jigsaw_bias_davidson")
@@ -51,11 +51,11 @@ def test_column_weights_read_from_a_real_column(tmp_path):
   examples = processor.get_examples("train")
   with io.open(data, encoding="utf-8", newline="") as f:
     counts = [float(r["count"]) for r in csv.DictReader(f)]
-  from pipeline import splits, tasks
+  from pipeline import splits, task_extras
   from spec.config import RunConfig
   training = RunConfig(sample_weight_column="count").training
-  inputs = splits.weight_inputs(training, tasks.task_of(processor), examples)
-  assert splits.training_weights(training, tasks.task_of(processor), inputs) == counts
+  inputs = splits.weight_inputs(training, task_extras.task_of(processor), examples)
+  assert splits.training_weights(training, task_extras.task_of(processor), inputs) == counts
   with pytest.raises(DataError, match="every weight in column count is 0"):
     weights.column_weights([0.0] * len(counts), "count", data)
   # A bad cell is refused as its row is read, naming the line.
@@ -166,9 +166,9 @@ def test_identity_weights_reach_the_training_records(tmp_path, tiny_checkpoint):
 def test_weights_that_leave_a_class_with_none_are_refused(tmp_path):
   """--sample_weight_column=label on 0/1 labels gave every class-0 row weight 0, and the
   only trace was 'training weights: min 0'."""
-  from pipeline import splits, tasks
+  from pipeline import splits, task_extras
   from spec.config import RunConfig
-  from spec.errors import FlagError
+  from spec.run_errors import FlagError
   path = str(tmp_path / "train.csv")
   with io.open(path, "w", encoding="utf-8", newline="") as f:
     csv.writer(f).writerows([["text", "label"]] + [["text %d" % i, str(i % 2)]
@@ -178,7 +178,7 @@ def test_weights_that_leave_a_class_with_none_are_refused(tmp_path):
   examples = processor.get_examples("train")
   training = RunConfig(sample_weight_column="label").training
   with pytest.raises(FlagError) as error:
-    task = tasks.task_of(processor)
+    task = task_extras.task_of(processor)
     splits.training_weights(training, task, splits.weight_inputs(training, task, examples))
   assert str(error.value) == (
       "the training weights give the rows of class '0' a total weight of 0: nothing of it "

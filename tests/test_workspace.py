@@ -14,7 +14,7 @@ import pytest
 
 from conftest import ROOT, common_flags, run_flags
 from pipeline import workspace
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 
 FULL_DISK_FIX = ("No space left on device. Fix: free space on that disk, or pass a folder on "
                  "another (--output_dir, --cache_dir, where featurisation also keeps its "

@@ -237,7 +237,7 @@ def megabytes(folder, name):
 def onnx_unavailable():
   """Why this runtime cannot export and run ONNX models, or None when it can."""
   from pipeline.onnx_export import check_onnx_export
-  from spec.errors import FlagError
+  from spec.run_errors import FlagError
   try:
     check_onnx_export()
   except FlagError as e:

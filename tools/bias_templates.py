@@ -15,7 +15,7 @@ are the background every subgroup is compared with.
 
 import itertools
 
-from spec.tasks import SCORED_IDENTITY_COLUMNS
+from spec.task_names import SCORED_IDENTITY_COLUMNS
 
 # Each scored identity column's terms: (as an adjective, as a plural noun).
 IDENTITY_TERMS = {

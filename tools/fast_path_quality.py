@@ -198,7 +198,7 @@ def scores_of(probabilities, held_out_labels, templates):
   templates."""
   from modeling.statistics import roc_auc
   from pipeline.bias_metrics import bias_report
-  from spec.tasks import SCORED_IDENTITY_COLUMNS
+  from spec.task_names import SCORED_IDENTITY_COLUMNS
   n = len(held_out_labels)
   on_templates = probabilities[n:]
   _, summary = bias_report(on_templates, [target for _, target, _ in templates],

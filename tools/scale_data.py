@@ -22,7 +22,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from spec.tasks import JIGSAW_IDENTITY_COLUMNS  # noqa: E402
+from spec.task_names import JIGSAW_IDENTITY_COLUMNS  # noqa: E402
 
 KAGGLE_TRAIN_ROWS = 1804874
 KAGGLE_TEST_ROWS = 97320

@@ -11,7 +11,7 @@ import json
 import os
 import random
 
-from data.errors import DataError
+from data.data_error import DataError
 
 SPLIT_SEED = 13
 

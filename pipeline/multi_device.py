@@ -11,7 +11,7 @@ import time
 import tensorflow.compat.v1 as tf
 
 from data.tfrecord import shard_sizes
-from spec.errors import FlagError, ProcessFault
+from spec.run_errors import FlagError, ProcessFault
 
 log = logging.getLogger(__name__)
 

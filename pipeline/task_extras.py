@@ -6,11 +6,11 @@ import logging
 import math
 
 from data import weights as weights_lib
-from data.errors import DataError
+from data.data_error import DataError
 from pipeline import bias_metrics
 from pipeline.outputs import write_files
-from spec.errors import FlagError
-from spec.tasks import SCORED_IDENTITY_COLUMNS
+from spec.run_errors import FlagError
+from spec.task_names import SCORED_IDENTITY_COLUMNS
 
 log = logging.getLogger(__name__)
 

@@ -7,15 +7,15 @@ import os
 
 import numpy
 
-from data import folds as folds_lib
-from data.errors import DataError
+from data import fold_assignment as folds_lib
+from data.data_error import DataError
 from data.files import write_whole
 from data.reread import read_again
 from pipeline.build import make_processor
 from pipeline.outputs import (FoldsRun, json_text, paired, write_fold_predictions,
                               write_test_results)
 from pipeline.splits import check_hashed_then_read
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 
 log = logging.getLogger(__name__)
 

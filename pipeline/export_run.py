@@ -13,13 +13,13 @@ from data.files import write_manifest
 from data.graph_tokenizer import GraphTokenizer
 from data.reread import read_checked
 from data.vocabulary import load_vocab
-from modeling import export
+from modeling import export_graph
 from pipeline import build, card, evaluation, hf_export, onnx_export, stopping
 from pipeline.outputs import ModelRun, write_test_results
 from pipeline.progress import format_seconds
 from serving.predictor import Predictor
 from spec import model_card, signature
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ def export_model(outputs, model_fn, label_spec, checkpoint, export_card, vocab_f
   built on this machine's CPU, also after a TPU run), into --export_dir or a new version
   folder under <output_dir>/export, with the card and the vocabulary as assets, taking text
   or token ids; with the other --export_format formats inside it. Returns its path."""
-  export_dir = outputs.export_dir or export.versioned_export_dir(
+  export_dir = outputs.export_dir or export_graph.versioned_export_dir(
       os.path.join(outputs.output_dir, "export"))
   if "hf" in outputs.export_format:
     hf_export.check_hf_export_of_card(export_card, outputs.output_dir)
@@ -51,7 +51,7 @@ def export_model(outputs, model_fn, label_spec, checkpoint, export_card, vocab_f
                                     checkpoint, export_card, vocab_text, vocab)
     write_manifest(folder)
 
-  export.export_saved_model(
+  export_graph.export_saved_model(
       model_fn, checkpoint, export_dir, signature.output_name(label_spec),
       {signature.CARD_ASSET: model_card.to_json(export_card),
        signature.VOCAB_ASSET: vocab_text},
@@ -70,7 +70,7 @@ def export_model(outputs, model_fn, label_spec, checkpoint, export_card, vocab_f
 
 def text_features_of(card, vocab):
   """The export's text inputs and their ids, as the card says training made them (casing,
-  max_seq_length, truncation, single texts or pairs): modeling.export's text_features."""
+  max_seq_length, truncation, single texts or pairs): modeling.export_graph's text_features."""
   def text_features():
     tokenizer = GraphTokenizer(vocab, card["do_lower_case"], card["max_seq_length"],
                                Truncation.from_dict(card["truncation"]))

@@ -9,7 +9,7 @@ proportion and the folds' sizes differ by at most one.
 import collections
 import random
 
-from spec.errors import FlagError
+from spec.run_errors import FlagError
 
 
 def assign_folds(strata, num_folds, seed):

@@ -207,9 +207,6 @@ class XnliProcessor(HeaderProcessor):
     return "contradiction" if cell.strip() == "contradictory" else cell
 
 
-GLUE_PROCESSORS = {
-    "sst-2": Sst2Processor, "cola": ColaProcessor, "mrpc": MrpcProcessor,
-    "rte": RteProcessor, "mnli": MnliProcessor, "mnli-mm": MnliMismatchedProcessor,
-    "qqp": QqpProcessor, "sts-b": StsbProcessor, "qnli": QnliProcessor,
-    "wnli": WnliProcessor, "ax": AxProcessor, "xnli": XnliProcessor,
-}
+GLUE_PROCESSORS = (Sst2Processor, ColaProcessor, MrpcProcessor, RteProcessor, MnliProcessor,
+                   MnliMismatchedProcessor, QqpProcessor, StsbProcessor, QnliProcessor,
+                   WnliProcessor, AxProcessor, XnliProcessor)

@@ -1,4 +1,5 @@
-"""The processor of each task name (spec/task_names.py): what turns its files into InputExamples.
+"""The processor of each task name (spec/task_names.py): what turns its files into
+InputExamples.
 
 The tasks live in data/glue.py, data/jigsaw.py and data/csv_task.py; each processor
 class reads the options of its own task (settings_of).
@@ -10,8 +11,27 @@ from data.jigsaw import JigsawBiasProcessor, JigsawToxicProcessor
 from spec.run_errors import FlagError
 from spec.task_names import TASK_NAMES, canonical_task_name
 
-PROCESSORS = dict(GLUE_PROCESSORS, jigsaw_toxic=JigsawToxicProcessor,
-                  jigsaw_bias=JigsawBiasProcessor, csv=CsvProcessor)
+
+
+def _registry(classes):
+  """{name: class} of the processor classes, each under the name it carries; the names must
+  be spec/task_names.py's, which the options and the model card know, each once."""
+  registry = {}
+  for cls in classes:
+    if cls.name in registry:
+      raise TypeError("two processors are named %r: %s and %s" % (
+          cls.name, registry[cls.name].__name__, cls.__name__))
+    registry[cls.name] = cls
+  if sorted(registry) != sorted(TASK_NAMES):
+    raise TypeError("the processors' names and spec/task_names.py's TASK_NAMES differ: "
+                    "processors only: %s; TASK_NAMES only: %s" % (
+                        sorted(set(registry) - set(TASK_NAMES)),
+                        sorted(set(TASK_NAMES) - set(registry))))
+  return registry
+
+
+PROCESSORS = _registry(GLUE_PROCESSORS + (JigsawToxicProcessor, JigsawBiasProcessor,
+                                          CsvProcessor))
 
 
 def processor_class(task_name):

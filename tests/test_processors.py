@@ -242,6 +242,24 @@ def test_unknown_task_lists_the_known_ones():
   assert "sst-2" in str(error.value) and "jigsaw_toxic" in str(error.value)
 
 
+def test_the_task_registry_is_the_processors_names_each_once():
+  """Each processor is registered under the name it carries; a name twice, or a name that
+  spec/task_names.py does not list (or one it lists without a processor), stops the import
+  with both names."""
+  from data import processors
+  from data.csv_task import CsvProcessor
+  from spec.task_names import TASK_NAMES
+  assert sorted(processors.PROCESSORS) == sorted(TASK_NAMES)
+  assert all(cls.name == name for name, cls in processors.PROCESSORS.items())
+  classes = list(processors.PROCESSORS.values())
+  with pytest.raises(TypeError, match=r"two processors are named 'csv': CsvProcessor and Tsv"):
+    processors._registry(classes + [type("TsvProcessor", (CsvProcessor,), {})])
+  with pytest.raises(TypeError, match=r"processors only: \['tsv'\]; TASK_NAMES only: \[\]"):
+    processors._registry(classes + [type("TsvProcessor", (CsvProcessor,), {"name": "tsv"})])
+  with pytest.raises(TypeError, match=r"processors only: \[\]; TASK_NAMES only: \['csv'\]"):
+    processors._registry([c for c in classes if c is not CsvProcessor])
+
+
 def test_xnli_reads_one_language_as_googles_processor_does(tmp_path, caplog):
   """XNLI: the translated training file of --xnli_language (premise, hypo, label), and that
   language's rows of the dev and test files, the others counted and reported; its

@@ -1,5 +1,8 @@
 """model_fn for TPUEstimator: encoder + head + loss + optimizer + metrics, in all three modes."""
 
+import dataclasses
+from typing import Optional
+
 import tensorflow.compat.v1 as tf
 
 from modeling import head
@@ -16,29 +19,34 @@ from spec.model_card import POOLINGS
 TRAIN_LOSS_NAME = "train_loss"
 ENCODER_SCOPE = "bert"  # (BertModel's variables, as Google's checkpoints name them)
 SEQ_LENGTH_NAME = "batch_seq_length"
+PRECISIONS = ("float32", "float16", "bfloat16")
 
 
-def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, num_train_steps,
-                     num_warmup_steps, use_tpu, use_one_hot_embeddings=None,
-                     hub_module_handle=None, gradient_accumulation_steps=1,
-                     precision="float32", xla_global_step_fix=False, pooling="cls",
-                     summary_dir=None, save_summary_steps=100, cross_shard=None,
-                     freeze_encoder=False, fused_kernels=False, classifier_dropout=None):
-  """Returns a model_fn(features, labels, mode, params) for TPUEstimator.
+@dataclasses.dataclass(frozen=True)
+class ModelSettings(object):
+  """Everything model_fn_builder builds besides the encoder's config and the head; a run's
+  come from pipeline.build.model_fn_of alone.
 
-  label_spec (spec/labels.py) gives the head's outputs, its loss, its metrics and the
-  label's shape in `features`. pooling "cls" feeds the head BERT's pooled output
-  (tanh(dense([CLS])), Google's classifier); "mean" feeds it the mean of the last layer
-  over the real tokens (the pooler is then unused). With hub_module_handle the encoder
-  comes from a TF1 hub module or a TF2 SavedModel instead of BertModel; init_checkpoint
-  still initialises any variable it names (e.g. the head), a TF2 encoder's excepted.
-  gradient_accumulation_steps > 1 applies the mean gradient of that many batches
-  (num_train_steps then counts updates, not batches). precision "float16" (GPU,
-  with dynamic loss scaling) or "bfloat16" (TPU) runs the encoder in that precision.
-  Training records the learning rate (and the loss scale) for TensorBoard; on TPU they
-  are written into summary_dir every save_summary_steps steps.
-  cross_shard: see optimization.create_train_op (False only to compile the TPU step
-  on a CPU).
+  init_checkpoint: what the variables start from (None: random, a test's graph).
+  learning_rate, num_train_steps, num_warmup_steps: AdamW's schedule (linear warm-up,
+  then linear decay to 0 at num_train_steps).
+  use_tpu: a TPUEstimator step on TPU cores (one-hot embeddings unless
+  use_one_hot_embeddings says otherwise).
+  hub_module_handle: the encoder comes from a TF1 hub module or a TF2 SavedModel instead
+  of BertModel; init_checkpoint still initialises any variable it names (e.g. the head),
+  a TF2 encoder's excepted.
+  gradient_accumulation_steps > 1: the mean gradient of that many batches is applied
+  (num_train_steps then counts updates, not batches).
+  precision "float16" (GPU, with dynamic loss scaling) or "bfloat16" (TPU) runs the
+  encoder in that precision.
+  xla_global_step_fix: read the global step outside XLA's clusters (modeling.estimator).
+  pooling "cls" feeds the head BERT's pooled output (tanh(dense([CLS])), Google's
+  classifier); "mean" feeds it the mean of the last layer over the real tokens (the
+  pooler is then unused).
+  summary_dir, save_summary_steps: on TPU, where the learning rate (and the loss scale)
+  are written for TensorBoard, and how often.
+  cross_shard: see optimization.create_train_op (False only to compile the TPU step on a
+  CPU).
   freeze_encoder: train the head alone; the encoder keeps its initial weights (restored
   as usual) and runs without dropout.
   fused_kernels: BertModel runs modeling.fused's CPU kernels (float32, one CPU device; the
@@ -47,38 +55,75 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
   classifier_dropout: the training dropout rate on what the head reads; None: the
   config's hidden_dropout_prob, as Google's classifier.
   """
-  if use_one_hot_embeddings is None:
-    use_one_hot_embeddings = use_tpu
+  init_checkpoint: Optional[str] = None
+  learning_rate: float = 5e-5
+  num_train_steps: int = 0
+  num_warmup_steps: int = 0
+  use_tpu: bool = False
+  use_one_hot_embeddings: Optional[bool] = None
+  hub_module_handle: Optional[str] = None
+  gradient_accumulation_steps: int = 1
+  precision: str = "float32"
+  xla_global_step_fix: bool = False
+  pooling: str = "cls"
+  summary_dir: Optional[str] = None
+  save_summary_steps: int = 100
+  cross_shard: Optional[bool] = None
+  freeze_encoder: bool = False
+  fused_kernels: bool = False
+  classifier_dropout: Optional[float] = None
+
+  def __post_init__(self):
+    if self.pooling not in POOLINGS:
+      raise ValueError("pooling %r is not one of %s" % (self.pooling, ", ".join(POOLINGS)))
+    if self.precision not in PRECISIONS:
+      raise ValueError("precision %r is not one of %s" % (self.precision,
+                                                          ", ".join(PRECISIONS)))
+    if self.gradient_accumulation_steps < 1:
+      raise ValueError("gradient_accumulation_steps is %r, not at least 1"
+                       % self.gradient_accumulation_steps)
+
+  @property
+  def one_hot_embeddings(self):
+    return self.use_tpu if self.use_one_hot_embeddings is None else self.use_one_hot_embeddings
+
+
+def model_fn_builder(bert_config, label_spec, settings=ModelSettings()):
+  """Returns a model_fn(features, labels, mode, params) for TPUEstimator: BERT (or a hub
+  encoder), the head of label_spec (spec/labels.py: its outputs, loss, metrics and the
+  label's shape in `features`), and the optimizer and the rest as settings
+  (ModelSettings) say. Training records the learning rate (and the loss scale) for
+  TensorBoard."""
+  s = settings
   num_outputs = label_spec.num_outputs
-  if pooling not in POOLINGS:
-    raise ValueError("pooling %r is not one of %s" % (pooling, ", ".join(POOLINGS)))
 
   def model_fn(features, labels, mode, params):
     del labels, params  # Labels travel inside `features`; batch size is the input_fn's business.
     is_training = mode == tf.estimator.ModeKeys.TRAIN
-    if xla_global_step_fix and is_training:
+    if s.xla_global_step_fix and is_training:
       plain_global_step_read()
     # Named so that hooks and benchmarks can see how long (dynamically padded) batches are.
     tf.identity(tf.shape(features["input_ids"])[1], name=SEQ_LENGTH_NAME)
-    kernels = fused_kernels_of_step() if fused_kernels else None
-    pooled = encode(bert_config, features, is_training and not freeze_encoder,
-                    use_one_hot_embeddings, hub_module_handle,
-                    compute_dtype=tf.as_dtype(precision), pooling=pooling,
-                    trainable=not freeze_encoder, fused_kernels=kernels)
+    kernels = fused_kernels_of_step() if s.fused_kernels else None
+    pooled = encode(bert_config, features, is_training and not s.freeze_encoder,
+                    s.one_hot_embeddings, s.hub_module_handle,
+                    compute_dtype=tf.as_dtype(s.precision), pooling=s.pooling,
+                    trainable=not s.freeze_encoder, fused_kernels=kernels)
     logits = head.head_logits(
         pooled, num_outputs, is_training, bert_config.initializer_range,
-        bert_config.hidden_dropout_prob if classifier_dropout is None else classifier_dropout,
+        (bert_config.hidden_dropout_prob if s.classifier_dropout is None
+         else s.classifier_dropout),
         dropout=kernels and (lambda x, rate: kernels.dropout(x, rate, kernels.HEAD_SITE)))
     # Only the new head may start from random values (and, when it goes unused, the
     # pooler; a hub module's variables come from the module).
     variables = tf.trainable_variables()
-    if hub_module_handle:  # (a TF2 encoder's come from the hub model, or a run's checkpoint)
+    if s.hub_module_handle:  # (a TF2 encoder's come from the hub model, or a run's checkpoint)
       from modeling.hub_module import initialised_from
-      variables = initialised_from(init_checkpoint, variables)
+      variables = initialised_from(s.init_checkpoint, variables)
     scaffold_fn = init_from_checkpoint(
-        init_checkpoint, variables, use_tpu, report=is_training,
-        may_start_random=None if hub_module_handle else variables_allowed_random(pooling))
-    if freeze_encoder:  # (initialised above; the optimizer trains what stays in the list)
+        s.init_checkpoint, variables, s.use_tpu, report=is_training,
+        may_start_random=None if s.hub_module_handle else variables_allowed_random(s.pooling))
+    if s.freeze_encoder:  # (initialised above; the optimizer trains what stays in the list)
       # BertModel's variables, by name (a replica reuses the first one's); a frozen hub
       # model's never joined the trainable ones.
       trainable = tf.get_collection_ref(tf.GraphKeys.TRAINABLE_VARIABLES)
@@ -100,15 +145,15 @@ def model_fn_builder(bert_config, label_spec, init_checkpoint, learning_rate, nu
       loss = tf.reduce_mean(per_example_loss)
       # Under a MirroredStrategy each replica's loss covers its share of the batch.
       tf.identity(mean_over_replicas(loss), name=TRAIN_LOSS_NAME)
-      loss_scale = DynamicLossScale() if precision == "float16" else None
-      train_op = create_train_op(loss, learning_rate, num_train_steps, num_warmup_steps, use_tpu,
-                                 accumulation_steps=gradient_accumulation_steps,
-                                 loss_scale=loss_scale, cross_shard=cross_shard)
+      loss_scale = DynamicLossScale() if s.precision == "float16" else None
+      train_op = create_train_op(loss, s.learning_rate, s.num_train_steps, s.num_warmup_steps,
+                                 s.use_tpu, accumulation_steps=s.gradient_accumulation_steps,
+                                 loss_scale=loss_scale, cross_shard=s.cross_shard)
       scalars = {"learning_rate": learning_rate_schedule(
-          learning_rate, num_train_steps, num_warmup_steps, tf.train.get_global_step())}
+          s.learning_rate, s.num_train_steps, s.num_warmup_steps, tf.train.get_global_step())}
       if loss_scale is not None:
         scalars["fp16_loss_scale"] = loss_scale.scale
-      host_call = training_scalars(scalars, use_tpu, summary_dir, save_summary_steps)
+      host_call = training_scalars(scalars, s.use_tpu, s.summary_dir, s.save_summary_steps)
       return spec(mode=mode, loss=loss, train_op=train_op, scaffold_fn=scaffold_fn,
                   host_call=host_call)
 

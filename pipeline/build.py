@@ -14,7 +14,7 @@ from data.processors import processor_for
 from modeling.bert import BertConfig, BertConfigError
 from modeling.checkpoint import encoder_problem
 from modeling.estimator import BatchSplitError, build_estimator
-from modeling.model_fn import model_fn_builder
+from modeling.model_fn import ModelSettings, model_fn_builder
 from spec.run_errors import FlagError
 from spec.model_card import CardError
 
@@ -132,8 +132,7 @@ def model_fn_of(model, training, device, summary_dir, bert_config, label_spec,
   machine's CPU (also after a TPU run), the weights all from the checkpoint.
   fused_kernels: the encoder runs its fused CPU kernels (fused_kernels_for); never in a
   serving graph, which must load without them."""
-  return model_fn_builder(
-      bert_config=bert_config, label_spec=label_spec,
+  return model_fn_builder(bert_config, label_spec, ModelSettings(
       init_checkpoint=None if serving else model.init_checkpoint,
       learning_rate=0.0 if serving else training.learning_rate,
       num_train_steps=num_train_steps,
@@ -145,7 +144,7 @@ def model_fn_of(model, training, device, summary_dir, bert_config, label_spec,
       precision="float32" if serving else device.precision(),
       xla_global_step_fix=device.use_xla and not serving,
       summary_dir=summary_dir, save_summary_steps=training.save_summary_steps,
-      fused_kernels=fused_kernels and not serving, classifier_dropout=model.classifier_dropout)
+      fused_kernels=fused_kernels and not serving, classifier_dropout=model.classifier_dropout))
 
 
 def fused_kernel_obstacles(model, training, device, cluster=None):

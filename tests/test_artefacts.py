@@ -79,15 +79,16 @@ def test_only_the_new_head_may_start_from_random_values_in_the_graph(tiny_checkp
   """The model_fn's own check, for callers that build it without the pipeline."""
   from conftest import THREE_CLASSES, model_features
   from modeling.bert import BertConfig
-  from modeling.model_fn import model_fn_builder
+  from modeling.model_fn import ModelSettings, model_fn_builder
   tiny = BertConfig.from_json_file(os.path.join(TINY, "bert_config.json"))
   assert encoder_problem(tiny_checkpoint, tiny) is None
   for config, pooling, refused in ((tiny, "cls", False), (small_config(vocab_size=30522,
                                    hidden_size=128, num_attention_heads=2,
                                    intermediate_size=512, num_hidden_layers=3,
                                    max_position_embeddings=512), "cls", True)):
-    model_fn = model_fn_builder(config, THREE_CLASSES, tiny_checkpoint, 1e-3, 10, 1,
-                                use_tpu=False, pooling=pooling)
+    model_fn = model_fn_builder(config, THREE_CLASSES, ModelSettings(
+        init_checkpoint=tiny_checkpoint, learning_rate=1e-3, num_train_steps=10,
+        num_warmup_steps=1, pooling=pooling))
     with tf.Graph().as_default():
       tf.train.get_or_create_global_step()
       features = model_features(config)

@@ -11,7 +11,7 @@ from conftest import (BINARY, checkpoint_variables, common_flags, small_config,
 from data.features import InputExample
 from data.input_fn import input_fn_builder
 from modeling.estimator import BatchSplitError, build_estimator
-from modeling.model_fn import TRAIN_LOSS_NAME, model_fn_builder
+from modeling.model_fn import TRAIN_LOSS_NAME, ModelSettings, model_fn_builder
 from pipeline import machine
 from pipeline.checks import check_run
 from pipeline.progress import ProgressHook
@@ -36,8 +36,8 @@ def _records(tmp_path, name, n):
 
 
 def _estimator(output_dir, replicas, init_checkpoint=None):
-  model_fn = model_fn_builder(CONFIG, BINARY, init_checkpoint, 1e-3, num_train_steps=10,
-                              num_warmup_steps=0, use_tpu=False)
+  model_fn = model_fn_builder(CONFIG, BINARY, ModelSettings(
+      init_checkpoint=init_checkpoint, learning_rate=1e-3, num_train_steps=10))
   session_config = tf.ConfigProto(device_count={"CPU": replicas})
   return build_estimator(model_fn, output_dir, DeviceOptions(num_gpus=replicas),
                          TrainingOptions(train_batch_size=GLOBAL_BATCH,
@@ -133,8 +133,8 @@ def test_num_gpus_flags_that_cannot_work_are_refused(tmp_path, tiny_checkpoint, 
 def test_a_batch_that_does_not_split_over_the_replicas_is_refused(tmp_path):
   """(run_classifier turns this into a flag error; on a cluster the replica count is
   known only once the strategy exists.)"""
-  model_fn = model_fn_builder(CONFIG, BINARY, None, 1e-3, num_train_steps=10,
-                              num_warmup_steps=0, use_tpu=False)
+  model_fn = model_fn_builder(CONFIG, BINARY, ModelSettings(
+      learning_rate=1e-3, num_train_steps=10))
   with pytest.raises(BatchSplitError) as error:
     build_estimator(model_fn, str(tmp_path), DeviceOptions(num_gpus=3),
                     TrainingOptions(train_batch_size=8), replica_device_type="CPU")

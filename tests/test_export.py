@@ -21,7 +21,7 @@ from data.tokenization import FullTokenizer
 from data.vocabulary import load_vocab, vocab_fingerprint
 from modeling.bert import BertConfig
 from modeling.export_graph import export_saved_model, versioned_export_dir
-from modeling.model_fn import model_fn_builder
+from modeling.model_fn import ModelSettings, model_fn_builder
 from pipeline import export_run as pipeline_export
 from spec.run_errors import FlagError
 from serving.predicting import ExportNotFound, find_export
@@ -42,7 +42,8 @@ MAX_LEN = 24
 
 def tiny_model_fn(spec, pooling="cls"):
   config = BertConfig.from_json_file(os.path.join(TINY, "bert_config.json"))
-  return model_fn_builder(config, spec, None, 1e-3, 1, 0, use_tpu=False, pooling=pooling)
+  return model_fn_builder(config, spec, ModelSettings(
+      learning_rate=1e-3, num_train_steps=1, pooling=pooling))
 
 
 def random_classifier_checkpoint(folder, spec, seed=7):

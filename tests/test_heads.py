@@ -351,7 +351,7 @@ def test_a_checkpoint_fine_tuned_by_googles_run_classifier_loads_and_predicts_th
   from conftest import google_bert, model_features
   from modeling.bert import BertConfig
   from modeling.checkpoint import head_shape
-  from modeling.model_fn import model_fn_builder
+  from modeling.model_fn import ModelSettings, model_fn_builder
   google = google_bert("run_classifier")
   google_modeling = google_bert("modeling")
   config_path = os.path.join(TINY, "bert_config.json")
@@ -375,9 +375,9 @@ def test_a_checkpoint_fine_tuned_by_googles_run_classifier_loads_and_predicts_th
   assert head_shape(checkpoint) == [3, 128]
   with tf.Graph().as_default():
     features = model_features(config, batch=5, seq=16)
-    spec = model_fn_builder(config, SingleLabel(["label"], ["0", "1", "2"]), checkpoint, 1e-3,
-                            0, 0, use_tpu=False)(features, None, tf.estimator.ModeKeys.PREDICT,
-                                                 {})
+    model_fn = model_fn_builder(config, SingleLabel(["label"], ["0", "1", "2"]),
+                                ModelSettings(init_checkpoint=checkpoint, learning_rate=1e-3))
+    spec = model_fn(features, None, tf.estimator.ModeKeys.PREDICT, {})
     with tf.Session() as session:
       session.run(tf.global_variables_initializer())  # init_from_checkpoint sets the values
       ours = session.run(spec.predictions["outputs"])

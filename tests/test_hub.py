@@ -11,7 +11,7 @@ import tensorflow.compat.v1 as tf
 from conftest import THREE_CLASSES, small_config, write_small_vocab
 from modeling.bert import BertModel
 from modeling.head import head_logits
-from modeling.model_fn import model_fn_builder
+from modeling.model_fn import ModelSettings, model_fn_builder
 
 
 
@@ -38,8 +38,9 @@ def _features(vocab_size):
 
 def _predict(config, checkpoint, hub_handle, features, pooling="cls"):
   with tf.Graph().as_default():
-    model_fn = model_fn_builder(config, THREE_CLASSES, checkpoint, 1e-4, 0, 0, use_tpu=False,
-                                hub_module_handle=hub_handle, pooling=pooling)
+    model_fn = model_fn_builder(config, THREE_CLASSES, ModelSettings(
+        init_checkpoint=checkpoint, learning_rate=1e-4, hub_module_handle=hub_handle,
+        pooling=pooling))
     spec = model_fn({k: tf.constant(v) for k, v in features.items()}, None,
                     tf.estimator.ModeKeys.PREDICT, {})
     with tf.Session() as session:
@@ -170,8 +171,9 @@ def test_a_tf2_saved_model_encoder_gives_the_checkpoints_outputs(tf2_encoder, po
   np.testing.assert_allclose(from_saved_model, from_checkpoint, atol=1e-5)
   assert np.abs(from_checkpoint - 1.0 / 3).max() > 1e-4  # not a degenerate uniform output
   with tf.Graph().as_default():
-    model_fn = model_fn_builder(config, THREE_CLASSES, checkpoint, 1e-4, 10, 0, use_tpu=False,
-                                hub_module_handle=saved, pooling=pooling)
+    model_fn = model_fn_builder(config, THREE_CLASSES, ModelSettings(
+        init_checkpoint=checkpoint, learning_rate=1e-4, num_train_steps=10,
+        hub_module_handle=saved, pooling=pooling))
     model_fn({k: tf.constant(v) for k, v in features.items()}, None,
              tf.estimator.ModeKeys.TRAIN, {})
     trained = [v.op.name for v in tf.trainable_variables()]

@@ -7,7 +7,7 @@ import tensorflow.compat.v1 as tf
 from conftest import THREE_CLASSES, model_features, small_config
 from modeling.bert import BertModel
 from modeling.loss_scale import DynamicLossScale
-from modeling.model_fn import model_fn_builder
+from modeling.model_fn import ModelSettings, model_fn_builder
 
 
 def test_loss_scale_halves_on_overflow_and_grows_after_good_steps():
@@ -41,8 +41,9 @@ def _train_steps(precision, feed_inf=False):
   config = small_config()
   with tf.Graph().as_default():
     features = model_features(config)
-    spec = model_fn_builder(config, THREE_CLASSES, None, 1e-3, 10, 0, use_tpu=False,
-                            precision=precision)(features, None, tf.estimator.ModeKeys.TRAIN, {})
+    model_fn = model_fn_builder(config, THREE_CLASSES, ModelSettings(
+        learning_rate=1e-3, num_train_steps=10, precision=precision))
+    spec = model_fn(features, None, tf.estimator.ModeKeys.TRAIN, {})
     names = sorted((v.name, v.dtype.base_dtype.name) for v in tf.trainable_variables())
     with tf.Session() as session:
       session.run(tf.global_variables_initializer())

@@ -19,7 +19,7 @@ from conftest import ROOT, checkpoint_variables, common_flags, tiny_config_witho
 from data.input_fn import input_fn_builder
 from modeling.bert import BertConfig
 from modeling.estimator import build_estimator
-from modeling.model_fn import model_fn_builder
+from modeling.model_fn import ModelSettings, model_fn_builder
 from modeling.summaries import scalar_events
 from pipeline.build import make_processor
 from pipeline.multi_device import check_cluster
@@ -82,10 +82,10 @@ def _train_on_one_process(config, bert_config_file, record_files, init_checkpoin
   followed by the worker's (the input pipelines of the two machines, zipped)."""
   label_spec = make_processor(config.data).label_spec
   training = config.training
-  model_fn = model_fn_builder(BertConfig.from_json_file(bert_config_file), label_spec,
-                              init_checkpoint, training.learning_rate, num_train_steps=STEPS,
-                              num_warmup_steps=int(STEPS * training.warmup_proportion),
-                              use_tpu=False)
+  settings = ModelSettings(init_checkpoint=init_checkpoint, learning_rate=training.learning_rate,
+                           num_train_steps=STEPS,
+                           num_warmup_steps=int(STEPS * training.warmup_proportion))
+  model_fn = model_fn_builder(BertConfig.from_json_file(bert_config_file), label_spec, settings)
   pipeline = input_fn_builder(record_files, config.model.max_seq_length, is_training=True,
                               label_spec=label_spec, seed=training.seed)
 

@@ -5,7 +5,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from conftest import THREE_CLASSES, model_features, small_config
-from modeling.model_fn import model_fn_builder
+from modeling.model_fn import ModelSettings, model_fn_builder
 from modeling.optimization import (AdamWeightDecayOptimizer, NO_DECAY_PATTERNS,
                                    create_train_op, learning_rate_schedule)
 
@@ -104,8 +104,8 @@ def _one_training_step(config, **options):
   """The trainable variables' names, and their values before and after one step."""
   with tf.Graph().as_default():
     features = model_features(config)
-    model_fn = model_fn_builder(config, THREE_CLASSES, None, 1e-3, num_train_steps=10,
-                                num_warmup_steps=5, use_tpu=False, **options)
+    model_fn = model_fn_builder(config, THREE_CLASSES, ModelSettings(
+        learning_rate=1e-3, num_train_steps=10, num_warmup_steps=5, **options))
     spec = model_fn(features, None, tf.estimator.ModeKeys.TRAIN, {})
     trainable = tf.trainable_variables()
     with tf.Session() as session:

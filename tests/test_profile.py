@@ -11,7 +11,7 @@ import tensorflow.compat.v1 as tf
 from conftest import THREE_CLASSES, model_features, small_config
 from tools.flops import (backward_matmuls, forward_flops_per_example, forward_matmuls,
                             matmul_flops)
-from modeling.model_fn import model_fn_builder
+from modeling.model_fn import ModelSettings, model_fn_builder
 from tools.profile_step import (CATEGORIES, OTHER, category_of, encoder_without,
                                 fusion_lines, fusion_of, parse_args, parse_without,
                                 without_lines)
@@ -50,8 +50,8 @@ def test_every_training_op_of_the_model_finds_its_category():
   for fused in (False, True):  # (TensorFlow's ops, and the encoder's fused kernels)
     with tf.Graph().as_default():
       features = model_features(config)
-      model_fn = model_fn_builder(config, THREE_CLASSES, None, 1e-3, 10, 0, use_tpu=False,
-                                  fused_kernels=fused)
+      model_fn = model_fn_builder(config, THREE_CLASSES, ModelSettings(
+          learning_rate=1e-3, num_train_steps=10, fused_kernels=fused))
       model_fn(features, None, tf.estimator.ModeKeys.TRAIN, {})
       graph_ops = tf.get_default_graph().get_operations()
     found.update(category_of(op.name, op.type) for op in graph_ops)
@@ -74,7 +74,8 @@ def training_graph_ops():
   """{op name: op type} and {trainable variable: shape} of a small model's training step."""
   config = small_config()
   with tf.Graph().as_default():
-    model_fn = model_fn_builder(config, THREE_CLASSES, None, 1e-3, 10, 0, use_tpu=False)
+    model_fn = model_fn_builder(config, THREE_CLASSES, ModelSettings(
+        learning_rate=1e-3, num_train_steps=10))
     model_fn(model_features(config), None, tf.estimator.ModeKeys.TRAIN, {})
     ops = {op.name: op.type for op in tf.get_default_graph().get_operations()}
     # (Not the optimizer's slots: a part left out has variables without gradients.)

@@ -48,11 +48,11 @@ def test_float16_training_records_its_loss_scale(tmp_path):
   """--use_fp16's model_fn adds the loss scale to the training scalars, which the
   Estimator's summary hook writes with the others."""
   from conftest import THREE_CLASSES, model_features, small_config
-  from modeling.model_fn import model_fn_builder
+  from modeling.model_fn import ModelSettings, model_fn_builder
   for precision, expected in (("float16", {"fp16_loss_scale", "learning_rate"}),
                               ("float32", {"learning_rate"})):
-    model_fn = model_fn_builder(small_config(), THREE_CLASSES, None, 1e-3, 10, 0,
-                                use_tpu=False, precision=precision)
+    model_fn = model_fn_builder(small_config(), THREE_CLASSES, ModelSettings(
+        learning_rate=1e-3, num_train_steps=10, precision=precision))
     with tf.Graph().as_default():
       tf.train.get_or_create_global_step()
       model_fn(model_features(small_config()), None, tf.estimator.ModeKeys.TRAIN, {})

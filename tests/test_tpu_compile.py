@@ -18,7 +18,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from conftest import THREE_CLASSES, model_features, small_config
-from modeling.model_fn import model_fn_builder
+from modeling.model_fn import ModelSettings, model_fn_builder
 
 # Dropout off: the op-by-op and the compiled step draw different random numbers.
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -27,9 +27,9 @@ NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 def tpu_train_step(config, features, precision="float32", extra=None):
   """(loss, train_op) of model_fn's TPU graph for one step; extra(features) may add an op
   to the step (for the negative tests)."""
-  model_fn = model_fn_builder(config, THREE_CLASSES, None, 1e-3, num_train_steps=10,
-                              num_warmup_steps=0, use_tpu=True, precision=precision,
-                              cross_shard=False)
+  model_fn = model_fn_builder(config, THREE_CLASSES, ModelSettings(
+      learning_rate=1e-3, num_train_steps=10, use_tpu=True, precision=precision,
+      cross_shard=False))
   with tf.variable_scope(tf.get_variable_scope(), reuse=tf.AUTO_REUSE):
     spec = model_fn(features, None, tf.estimator.ModeKeys.TRAIN, {"batch_size": 4})
   dependencies = [spec.train_op] + ([extra(features)] if extra else [])

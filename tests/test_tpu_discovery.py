@@ -12,7 +12,7 @@ import pytest
 
 from conftest import IS_TF1, JIGSAW, ROOT, TINY, TINY_VOCAB, small_config
 from modeling.estimator import build_estimator
-from modeling.model_fn import model_fn_builder
+from modeling.model_fn import ModelSettings, model_fn_builder
 from pipeline import multi_device
 from pipeline.checks import check_run
 from run_classifier import parse_flags
@@ -79,7 +79,8 @@ def test_each_platform_gives_the_resolver_its_tpu(platform, tmp_path, caplog):
   check_run(found)
   RecordingResolver.calls = []
   spec = label_specs.SingleLabel(["label"], ["0", "1"])
-  model_fn = model_fn_builder(small_config(), spec, None, 1e-3, 10, 0, use_tpu=True)
+  model_fn = model_fn_builder(small_config(), spec, ModelSettings(
+      learning_rate=1e-3, num_train_steps=10, use_tpu=True))
   estimator = build_estimator(model_fn, str(tmp_path), found.device, found.training,
                               tpu_resolver=RecordingResolver)
   assert RecordingResolver.calls == [(expected, "us-central1-b", "my-project")]

@@ -9,7 +9,7 @@ from conftest import BINARY, common_flags, first_batches, small_config, tiny_voc
 from data.features import InputExample
 from data.input_fn import files_of_pipeline, input_fn_builder, pipeline_of
 from modeling.estimator import build_estimator
-from modeling.model_fn import model_fn_builder
+from modeling.model_fn import ModelSettings, model_fn_builder
 from pipeline.checks import check_run
 from pipeline.multi_device import check_every_pipeline_has_rows
 from run_classifier import parse_flags
@@ -84,7 +84,8 @@ def test_records_need_a_shard_per_host(tmp_path):
 
 
 def test_the_pod_run_config_feeds_each_host(tmp_path):
-  model_fn = model_fn_builder(small_config(), BINARY, None, 1e-3, 10, 0, use_tpu=True)
+  model_fn = model_fn_builder(small_config(), BINARY, ModelSettings(
+      learning_rate=1e-3, num_train_steps=10, use_tpu=True))
   estimator = build_estimator(
       model_fn, str(tmp_path), DeviceOptions(num_tpu_cores=32, iterations_per_loop=100),
       TrainingOptions(train_batch_size=256, eval_batch_size=256, predict_batch_size=256))

@@ -116,8 +116,9 @@ def _train_losses(weighted, sample_weights, seed=7):
     weight = tf.placeholder(tf.float32, [4])
     if weighted:
       features["sample_weight"] = weight
-    from modeling.model_fn import model_fn_builder
-    spec = model_fn_builder(config, THREE_CLASSES, None, 1e-3, 10, 0, use_tpu=False)(
+    from modeling.model_fn import ModelSettings, model_fn_builder
+    spec = model_fn_builder(config, THREE_CLASSES, ModelSettings(
+        learning_rate=1e-3, num_train_steps=10))(
         features, None, tf.estimator.ModeKeys.TRAIN, {})
     values = []
     for sample_weight in sample_weights:

@@ -300,19 +300,19 @@ def google_model_and_input(args, record_path, total_steps):
 def our_model_and_input(args, record_path, total_steps):
   from data.input_fn import input_fn_builder
   from modeling.bert import BertConfig
-  from modeling.model_fn import SEQ_LENGTH_NAME, model_fn_builder
+  from modeling.model_fn import SEQ_LENGTH_NAME, ModelSettings, model_fn_builder
   from pipeline.machine import prepare
   prepare()  # (graph mode on either runtime; the C allocator as a run sets it)
   config = BertConfig(**bert_shape(args.model))
   on_tpu = bool(args.tpu_name)
   args.fused, why_not = fused_kernels_of(args)
   print("fused CPU kernels: %s" % ("on" if args.fused else "off (%s)" % why_not), flush=True)
-  model_fn = model_fn_builder(config, binary_label_spec(), None, 2e-5, total_steps,
-                              args.warmup, use_tpu=on_tpu, xla_global_step_fix=args.xla,
-                              # (a TPU writes its scalars from a host call, into this folder)
-                              summary_dir=os.path.join(args.workdir, "model"),
-                              precision="float16" if args.fp16 else
-                              "bfloat16" if on_tpu else "float32", fused_kernels=args.fused)
+  model_fn = model_fn_builder(config, binary_label_spec(), ModelSettings(
+      learning_rate=2e-5, num_train_steps=total_steps, num_warmup_steps=args.warmup,
+      use_tpu=on_tpu, xla_global_step_fix=args.xla,
+      summary_dir=os.path.join(args.workdir, "model"),
+      precision="float16" if args.fp16 else "bfloat16" if on_tpu else "float32",
+      fused_kernels=args.fused))
   input_fn = input_fn_builder(record_path, args.seq, True, binary_label_spec(), seed=SEED,
                               dynamic_padding=args.dynamic_padding)
   # (On a TPU the length is inside the TPU computation, where no hook can read it.)

@@ -41,7 +41,7 @@ class CsvProcessor(DataProcessor):
     self.split_headers = {k: v for k, v in (split_headers or {}).items() if v is not None}
     self.explicit_delimiter = delimiter
     self._labels = list(labels) if labels else None
-    if self._labels and self.head_kind != "classification":
+    if self._labels and not self.head_has_classes:
       raise FlagError("--labels lists the classes of a classification head; a %s head's "
                       "outputs are its label columns (%s): drop --labels"
                       % (self.head_kind, ", ".join(self._label_columns)))
@@ -83,7 +83,7 @@ class CsvProcessor(DataProcessor):
   @property
   def labels(self):
     """The classes of a classification head: --labels, else found in the train file."""
-    if self.head_kind != "classification":
+    if not self.head_has_classes:
       return None
     if self._labels is None:
       self._labels = self._labels_from_train_file()

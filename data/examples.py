@@ -21,7 +21,7 @@ from data.file_lists import expand_files
 from data.table import Table, quoting_for, refuse_bom_cell, total_account
 from data.weights import read_weight
 from spec.run_errors import FlagError
-from spec.labels import LabelError, build_spec
+from spec.labels import SPECS, LabelError, build_spec
 from spec.rows import row_ranges_of
 
 
@@ -232,6 +232,11 @@ class DataProcessor(object):
   def head_kind(self):
     return self.head or self.default_head()
 
+  @property
+  def head_has_classes(self):
+    """Whether the chosen head's outputs are the classes of one label column."""
+    return SPECS[self.head_kind].has_classes
+
   def default_head(self):
     return self.heads[0]
 
@@ -246,7 +251,7 @@ class DataProcessor(object):
     if self._label_spec is None:
       kind = self.head_kind
       self._label_spec = build_spec(kind, self.label_columns,
-                                    self.labels if kind == "classification" else None)
+                                    self.labels if SPECS[kind].has_classes else None)
     return self._label_spec
 
   def check_row(self, path, line, fields, columns):

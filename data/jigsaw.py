@@ -72,8 +72,8 @@ class JigsawBiasProcessor(JigsawProcessor):
     super(JigsawBiasProcessor, self).__init__(**kwargs)
     self._label_columns = tuple(label_columns)
     self.auxiliary_targets = auxiliary_targets
-    if self.head_kind == "classification" and (self._label_columns != (JIGSAW_BIAS_TARGET,) or
-                                               auxiliary_targets):
+    if self.head_has_classes and (self._label_columns != (JIGSAW_BIAS_TARGET,) or
+                                  auxiliary_targets):
       raise FlagError("--head=classification on task jigsaw_bias learns target >= 0.5 and "
                       "reads only the target column; drop --label_column and "
                       "--auxiliary_targets")
@@ -160,7 +160,7 @@ class JigsawBiasProcessor(JigsawProcessor):
                         "leave the cell empty", line=line, column=name)
 
   def label_cell(self, cell, index):
-    if self.head_kind != "classification":
+    if not self.head_has_classes:
       return cell
     (target,) = _TARGET.parse([cell])  # the classification head reads target alone
     return "1" if target >= 0.5 else "0"

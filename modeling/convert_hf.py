@@ -26,6 +26,7 @@ from modeling import hf_folder
 from modeling.hf_folder import ConversionError
 from modeling.bert import BertConfig, BertConfigError
 from modeling.checkpoint import encoder_variable_shapes
+from spec.labels import SPECS
 
 # Buffers that some exports carry; they hold no learnt weights.
 IGNORED_BUFFERS = ("embeddings.position_ids",)
@@ -41,13 +42,12 @@ HF_ACTIVATIONS = {"gelu": "gelu_new", "gelu_exact": "gelu", "relu": "relu", "tan
 HEAD_KIND_KEY = "bert_text_classifier_head"
 # A sequence-classification head's tensors and their names here (the same layout).
 HEAD_TENSORS = {"classifier.weight": "output_weights", "classifier.bias": "output_bias"}
-# The head kind of each problem_type, and the problem_type of each head kind (a soft-target
-# head is a sigmoid per column, trained on fractions: transformers' multi-label head).
+# The head kind of each problem_type, and the problem_type of each head kind (its label
+# class's hf_problem_type; a soft-target head is a sigmoid per column, trained on
+# fractions: transformers' multi-label head).
 HEAD_KIND_OF_PROBLEM = {"single_label_classification": "classification",
                         "multi_label_classification": "multi_label", "regression": "regression"}
-PROBLEM_OF_HEAD_KIND = {"classification": "single_label_classification",
-                        "multi_label": "multi_label_classification",
-                        "soft_target": "multi_label_classification", "regression": "regression"}
+PROBLEM_OF_HEAD_KIND = {kind: spec.hf_problem_type for kind, spec in SPECS.items()}
 
 _LAYER_PARTS = {
     "attention.self.query": "attention/self/query",
@@ -205,8 +205,8 @@ def head_flags(kind, names, source="config.json"):
   if len(set(names)) < len(names):
     raise ConversionError("%s: id2label names two outputs alike (%s)" % (
         source, ", ".join(names)))
-  if kind == "classification":
-    return ["--head=classification", "--labels=" + ",".join(names)]
+  if SPECS[kind].has_classes:
+    return ["--head=" + kind, "--labels=" + ",".join(names)]
   return ["--head=" + kind, "--label_column=" + ",".join(names)]
 
 

@@ -40,11 +40,8 @@ class FoldPlan(object):
 def fold_strata(examples, label_spec):
   """What the folds are stratified by: the class; for 0/1 or fractional columns whether
   the first is >= 0.5; for numbers the quintile of the first."""
-  if label_spec.kind == "classification":
-    return [e.label for e in examples]
-  if label_spec.kind == "regression":
-    return folds_lib.quantile_bins([e.label[0] for e in examples])
-  return [e.label[0] >= 0.5 for e in examples]
+  strata = [label_spec.stratum(e.label) for e in examples]
+  return folds_lib.quantile_bins(strata) if label_spec.strata_by_quantile else strata
 
 
 def check_folds(training, do_train):

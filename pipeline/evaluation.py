@@ -54,7 +54,7 @@ class Evaluator(object):
     log.info("evaluating %d examples (+%d padding) in %d batches with %s%s", len(examples),
              meta["num_padding"], steps, describe_checkpoint(checkpoint),
              "; the positive class of the binary metrics is %r" % self.label_spec.classes[1]
-             if self.label_spec.kind == "classification" and
+             if self.label_spec.has_classes and
              len(self.label_spec.classes) == 2 else "")
     raw = self.estimator.evaluate(input_fn=split.input_fn(), steps=steps, name=name,
                                   checkpoint_path=self.restore_path(checkpoint),
@@ -75,7 +75,7 @@ class Evaluator(object):
     if results["num_examples"] != len(examples):
       raise RuntimeError("eval counted %d examples but the dev file has %d" %
                          (results["num_examples"], len(examples)))
-    if self.label_spec.kind == "classification":
+    if self.label_spec.has_classes:
       results["majority_baseline_accuracy"] = majority_accuracy(examples)
     if self.task.reports_on(examples):
       if outputs is None:

@@ -230,7 +230,7 @@ class TrainingOrder(object):
     self.training, self.task = training, task
     self.weighted = bool(training.class_weights or training.sample_weight_column is not None
                          or training.identity_weights)
-    if training.class_weights and task.processor.label_spec.kind != "classification":
+    if training.class_weights and not task.processor.label_spec.has_classes:
       raise FlagError("--class_weights weighs the classes of a classification head; a %s "
                       "head has none. Use --sample_weight_column for per-row weights"
                       % task.processor.label_spec.kind)
@@ -293,7 +293,7 @@ class WeightInputs(object):
   def __init__(self, training, task):
     self.training, self.task = training, task
     spec = task.processor.label_spec
-    self.classes = spec.classes if spec.kind == "classification" else None
+    self.classes = spec.classes
     self._class_index = {name: i for i, name in enumerate(self.classes or ())}
     self.labels, self.column = array.array("i"), array.array("d")
     self.toxic, self.mentions = array.array("b"), array.array("b")

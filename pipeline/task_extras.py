@@ -81,7 +81,7 @@ class JigsawBiasTask(Task):
   def target(self, example):
     """A row's target: the fraction (soft target: the first label column), or 1.0 and 0.0
     for the classes of target >= 0.5 (classification)."""
-    if self.processor.label_spec.kind == "classification":
+    if self.processor.label_spec.has_classes:
       return float(example.label)
     return example.label[0]
 
@@ -100,7 +100,7 @@ class JigsawBiasTask(Task):
     spec = self.processor.label_spec
     # The toxicity score: the target column's output (soft target: it comes first), or
     # the probability of class "1" (classification of target >= 0.5).
-    toxic_output = spec.classes.index("1") if spec.kind == "classification" else 0
+    toxic_output = spec.classes.index("1") if spec.has_classes else 0
     scores = [o[toxic_output] for o in outputs]
     values = {name: [identity_value(e.extras.get(name, "")) for e in examples]
               for name in identity_columns_in(examples)}

@@ -261,13 +261,4 @@ class ExportPredictor(object):
 
   def result(self, outputs):
     """The result of one input (see predict) from the head's outputs for it."""
-    named = dict(zip(self.output_names, outputs))
-    kind = self.label_spec.kind
-    if kind == "regression":
-      return {"values": named}
-    result = {"probabilities": named}
-    if kind == "classification":
-      result["label"] = self.labels[int(np.argmax(outputs))]
-    elif kind == "multi_label":
-      result["labels"] = [name for name, p in zip(self.output_names, outputs) if p >= 0.5]
-    return result
+    return self.label_spec.result(self.output_names, outputs)

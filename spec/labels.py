@@ -98,6 +98,10 @@ class LabelSpec(object):
   loss = None          # "softmax_cross_entropy", "sigmoid_cross_entropy", "squared_error"
   metrics = None       # the metric family in modeling/metrics.py
   record_dtype = None  # "int64" or "float32"
+  has_classes = False  # whether the outputs are the classes of one label column
+  output_name = "probabilities"  # what the export's signature calls the outputs
+  hf_problem_type = None  # Hugging Face's problem_type for this head's config.json
+  strata_by_quantile = False  # k-fold stratifies by quintiles of stratum() (numbers)
 
   def __init__(self, columns):
     self.columns = tuple(str(c) for c in columns)
@@ -139,6 +143,15 @@ class LabelSpec(object):
     """The text cells of one prediction, given the head's outputs for the row."""
     return [float32_text(v) for v in outputs]
 
+  def stratum(self, label):
+    """What k-fold stratifies a row by (a parsed label): whether the first column is at
+    least 0.5, here."""
+    return label[0] >= 0.5
+
+  def result(self, names, outputs):
+    """A predictor's result for one input from the head's outputs (named by names)."""
+    return {self.output_name: dict(zip(names, outputs))}
+
   def describe(self):
     return "%s head on %s" % (self.kind, ", ".join(self.columns))
 
@@ -162,6 +175,8 @@ class SingleLabel(LabelSpec):
   loss = "softmax_cross_entropy"
   metrics = "classification"
   record_dtype = "int64"
+  has_classes = True
+  hf_problem_type = "single_label_classification"
 
   def __init__(self, columns, classes):
     super(SingleLabel, self).__init__(columns)
@@ -218,11 +233,22 @@ class SingleLabel(LabelSpec):
     return ["probability_%s" % c for c in self._classes] + ["prediction"]
 
   def prediction_cells(self, outputs):
-    best = max(range(len(outputs)), key=lambda k: outputs[k])
-    return [float32_text(p) for p in outputs] + [self._classes[best]]
+    return [float32_text(p) for p in outputs] + [self._classes[_best(outputs)]]
+
+  def stratum(self, label):
+    return label
+
+  def result(self, names, outputs):
+    return dict(super(SingleLabel, self).result(names, outputs),
+                label=self._classes[_best(outputs)])
 
   def describe(self):
     return "labels %s" % ",".join(self._classes)
+
+
+def _best(outputs):
+  """The index of the highest output (the first of equal ones)."""
+  return max(range(len(outputs)), key=lambda k: outputs[k])
 
 
 def _is_ascii(text):
@@ -256,6 +282,7 @@ class MultiLabel(LabelSpec):
   loss = "sigmoid_cross_entropy"
   metrics = "multi_label"
   record_dtype = "float32"
+  hf_problem_type = "multi_label_classification"
 
   def parse(self, cells):
     values = []
@@ -271,6 +298,10 @@ class MultiLabel(LabelSpec):
   def prediction_header(self):
     return ["probability_%s" % c for c in self.columns]
 
+  def result(self, names, outputs):
+    return dict(super(MultiLabel, self).result(names, outputs),
+                labels=[name for name, p in zip(names, outputs) if p >= 0.5])
+
 
 class SoftTarget(LabelSpec):
   """Fractions in [0, 1] (e.g. the share of raters who found a comment toxic), learnt with
@@ -280,6 +311,7 @@ class SoftTarget(LabelSpec):
   loss = "sigmoid_cross_entropy"
   metrics = "soft_target"
   record_dtype = "float32"
+  hf_problem_type = "multi_label_classification"  # (Hugging Face has no soft targets)
 
   def parse(self, cells):
     values = []
@@ -299,6 +331,12 @@ class Regression(LabelSpec):
   loss = "squared_error"
   metrics = "regression"
   record_dtype = "float32"
+  output_name = "values"
+  hf_problem_type = "regression"
+  strata_by_quantile = True
+
+  def stratum(self, label):
+    return label[0]
 
   def parse(self, cells):
     return tuple(parse_number(cell, i, "a number") for i, cell in enumerate(cells))
@@ -316,8 +354,8 @@ def build_spec(kind, columns, classes=None):
   """The spec of a head kind over label columns (classes: classification only)."""
   if kind not in SPECS:
     raise FlagError("unknown head %r; heads: %s" % (kind, ", ".join(HEAD_KINDS)))
-  if kind == "classification":
-    return SingleLabel(columns, classes or ())
+  if SPECS[kind].has_classes:
+    return SPECS[kind](columns, classes or ())
   if classes:
     raise FlagError("a %s head has no class list (its outputs are the label columns %s); "
                     "drop --labels (or, when the classes come from a model card, the --head that "

@@ -11,6 +11,7 @@ settings come from the model itself rather than from flags that may disagree.
 import json
 import os
 
+from spec.labels import SPECS
 from spec.run_errors import FlagError
 
 CARD_NAME = "model_card.json"
@@ -133,7 +134,7 @@ def _checked(card, where):
       raise CardError("%s contradicts itself: %s is %s, and label_spec says %s (the file was "
                       "edited): restore the card, or train again into a new --output_dir"
                       % (where, name, json.dumps(card[name]), json.dumps(shown)))
-  if card["head"] == "classification" and not card["labels"]:
+  if card["head"] in SPECS and SPECS[card["head"]].has_classes and not card["labels"]:
     raise CardError("%s: a classification head's card lists no classes (labels is %s): "
                     "restore the card, or train again into a new --output_dir"
                     % (where, json.dumps(card["labels"])))

@@ -42,4 +42,4 @@ def ids_signature_of(signature_defs):
 def output_name(label_spec):
   """The signature's one output [batch, num_outputs], named for what it holds: per-class
   (softmax) or per-column (sigmoid) probabilities, or a regression head's values."""
-  return "values" if label_spec.kind == "regression" else "probabilities"
+  return label_spec.output_name

@@ -151,3 +151,33 @@ def test_the_class_order_is_the_same_for_every_order_of_the_names():
     random.Random(seed).shuffle(names)
     orders.add(tuple(labels.class_order(set(names))))
   assert orders == {("-1", "0.5", "2", "10", "false", "true", "B", "a", "b")}
+
+
+def test_each_head_s_behaviour_outside_the_graph_is_its_label_class_s():
+  """What the predictors, k-fold, the export's signature and the Hugging Face config do
+  with a head comes from its class: results, strata, output names, problem types."""
+  from data.features import InputExample
+  from modeling.convert_hf import HEAD_KIND_OF_PROBLEM, PROBLEM_OF_HEAD_KIND
+  from pipeline.cross_validation import fold_strata
+  classes = SingleLabel(["label"], ["neg", "pos", "mixed"])
+  columns = ["toxic", "insult"]
+  cases = [  # (spec, outputs, result, labels, strata)
+      (classes, [0.2, 0.5, 0.3], {"label": "pos"}, ["neg", "mixed", "pos", "neg"],
+       ["neg", "mixed", "pos", "neg"]),
+      (MultiLabel(columns), [0.7, 0.2], {"labels": ["toxic"]},
+       [(1.0, 0.0), (0.0, 1.0), (1.0, 1.0), (0.0, 0.0)], [True, False, True, False]),
+      (SoftTarget(columns), [0.7, 0.2], {}, [(0.5, 0.0), (0.49, 1.0), (0.9, 0.1), (0.0, 0.0)],
+       [True, False, True, False]),
+      # (numbers: their quintiles' bins, of four values here)
+      (Regression(["score"]), [2.5], {}, [(5.0,), (1.0,), (3.0,), (2.0,)], [3, 0, 2, 1])]
+  for spec, outputs, extra, labels, strata in cases:
+    names = spec.classes or list(spec.columns)
+    result = spec.result(names, outputs)
+    assert result == dict({spec.output_name: dict(zip(names, outputs))}, **extra), spec
+    examples = [InputExample(i, "text", label=label) for i, label in enumerate(labels)]
+    assert fold_strata(examples, spec) == strata, spec
+    assert HEAD_KIND_OF_PROBLEM[PROBLEM_OF_HEAD_KIND[spec.kind]] == (
+        "multi_label" if spec.kind == "soft_target" else spec.kind)
+  assert [s.output_name for s in (classes, Regression(["score"]))] == ["probabilities", "values"]
+  # The first of equal outputs wins, as numpy's argmax.
+  assert classes.result(classes.classes, [0.4, 0.4, 0.2])["label"] == "neg"

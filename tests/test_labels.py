@@ -161,7 +161,7 @@ def test_each_head_s_behaviour_outside_the_graph_is_its_label_class_s():
   from pipeline.cross_validation import fold_strata
   classes = SingleLabel(["label"], ["neg", "pos", "mixed"])
   columns = ["toxic", "insult"]
-  cases = [  # (spec, outputs, result, labels, strata)
+  cases = [  # (spec, outputs, result, the rows' labels, their strata)
       (classes, [0.2, 0.5, 0.3], {"label": "pos"}, ["neg", "mixed", "pos", "neg"],
        ["neg", "mixed", "pos", "neg"]),
       (MultiLabel(columns), [0.7, 0.2], {"labels": ["toxic"]},
@@ -170,11 +170,11 @@ def test_each_head_s_behaviour_outside_the_graph_is_its_label_class_s():
        [True, False, True, False]),
       # (numbers: their quintiles' bins, of four values here)
       (Regression(["score"]), [2.5], {}, [(5.0,), (1.0,), (3.0,), (2.0,)], [3, 0, 2, 1])]
-  for spec, outputs, extra, labels, strata in cases:
+  for spec, outputs, extra, row_labels, strata in cases:
     names = spec.classes or list(spec.columns)
     result = spec.result(names, outputs)
     assert result == dict({spec.output_name: dict(zip(names, outputs))}, **extra), spec
-    examples = [InputExample(i, "text", label=label) for i, label in enumerate(labels)]
+    examples = [InputExample(i, "text", label=label) for i, label in enumerate(row_labels)]
     assert fold_strata(examples, spec) == strata, spec
     assert HEAD_KIND_OF_PROBLEM[PROBLEM_OF_HEAD_KIND[spec.kind]] == (
         "multi_label" if spec.kind == "soft_target" else spec.kind)

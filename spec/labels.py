@@ -30,7 +30,6 @@ from spec.run_errors import FlagError
 MISSING_VALUES = frozenset(["", "nan", "NaN", "NAN", "NA", "N/A", "n/a", "null", "NULL",
                             "None", "#N/A"])
 
-HEAD_KINDS = ("classification", "multi_label", "soft_target", "regression")
 BOOLEANS = {"true": 1.0, "false": 0.0}
 
 
@@ -347,7 +346,9 @@ class Regression(LabelSpec):
     return super(Regression, self).prediction_header()
 
 
+# Every head: its class by its kind. A new head is a class here, listed once.
 SPECS = {spec.kind: spec for spec in (SingleLabel, MultiLabel, SoftTarget, Regression)}
+HEAD_KINDS = tuple(SPECS)
 
 
 def build_spec(kind, columns, classes=None):

@@ -16,8 +16,14 @@ from spec.task_names import TASK_NAMES, canonical_task_name
 def _registry(classes):
   """{name: class} of the processor classes, each under the name it carries; the names must
   be spec/task_names.py's, which the options and the model card know, each once."""
+  if len(set(TASK_NAMES)) != len(TASK_NAMES):
+    raise TypeError("spec/task_names.py's TASK_NAMES lists a name twice: %s" % ", ".join(
+        sorted(set(n for n in TASK_NAMES if TASK_NAMES.count(n) > 1))))
   registry = {}
   for cls in classes:
+    if not isinstance(cls.name, str):
+      raise TypeError("the processor %s carries no task name (its name is %r)"
+                      % (cls.__name__, cls.name))
     if cls.name in registry:
       raise TypeError("two processors are named %r: %s and %s" % (
           cls.name, registry[cls.name].__name__, cls.__name__))

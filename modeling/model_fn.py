@@ -88,12 +88,14 @@ class ModelSettings(object):
     return self.use_tpu if self.use_one_hot_embeddings is None else self.use_one_hot_embeddings
 
 
-def model_fn_builder(bert_config, label_spec, settings=ModelSettings()):
+def model_fn_builder(bert_config, label_spec, settings):
   """Returns a model_fn(features, labels, mode, params) for TPUEstimator: BERT (or a hub
   encoder), the head of label_spec (spec/labels.py: its outputs, loss, metrics and the
   label's shape in `features`), and the optimizer and the rest as settings
   (ModelSettings) say. Training records the learning rate (and the loss scale) for
   TensorBoard."""
+  if not isinstance(settings, ModelSettings):
+    raise TypeError("model_fn_builder's settings are a ModelSettings, not %r" % (settings,))
   s = settings
   num_outputs = label_spec.num_outputs
 
@@ -140,6 +142,9 @@ def model_fn_builder(bert_config, label_spec, settings=ModelSettings()):
     per_example_loss, outputs = head.loss_and_outputs(label_spec, logits, label_ids)
     is_real = features["is_real_example"]
     if mode == tf.estimator.ModeKeys.TRAIN:
+      if s.num_train_steps < 1:  # (the schedule decays to 0 over them: no step would learn)
+        raise ValueError("a training graph needs num_train_steps >= 1, not %d"
+                         % s.num_train_steps)
       if "sample_weight" in features:  # class, column or identity weights
         per_example_loss *= features["sample_weight"]
       loss = tf.reduce_mean(per_example_loss)

@@ -22,6 +22,21 @@ def test_a_setting_outside_its_values_is_refused_when_made():
     ModelSettings().learning_rate = 1.0
 
 
+def test_the_builder_takes_settings_alone_and_a_training_graph_needs_steps():
+  import tensorflow.compat.v1 as tf
+  from conftest import THREE_CLASSES, model_features, small_config
+  from modeling.model_fn import model_fn_builder
+  with pytest.raises(TypeError) as error:
+    model_fn_builder(small_config(), THREE_CLASSES, "/ckpt/bert_model.ckpt")
+  assert str(error.value) == ("model_fn_builder's settings are a ModelSettings, not "
+                              "'/ckpt/bert_model.ckpt'")
+  model_fn = model_fn_builder(small_config(), THREE_CLASSES, ModelSettings(learning_rate=1e-3))
+  with tf.Graph().as_default():
+    with pytest.raises(ValueError) as error:
+      model_fn(model_features(small_config()), None, tf.estimator.ModeKeys.TRAIN, {})
+  assert str(error.value) == "a training graph needs num_train_steps >= 1, not 0"
+
+
 def test_one_hot_embeddings_follow_the_tpu_unless_given():
   assert (ModelSettings().one_hot_embeddings, ModelSettings(use_tpu=True).one_hot_embeddings,
           ModelSettings(use_tpu=True, use_one_hot_embeddings=False).one_hot_embeddings) == (

@@ -258,6 +258,9 @@ def test_the_task_registry_is_the_processors_names_each_once():
     processors._registry(classes + [type("TsvProcessor", (CsvProcessor,), {"name": "tsv"})])
   with pytest.raises(TypeError, match=r"processors only: \[\]; TASK_NAMES only: \['csv'\]"):
     processors._registry([c for c in classes if c is not CsvProcessor])
+  with pytest.raises(TypeError, match=r"the processor Unnamed carries no task name \(its name is "
+                     r"None\)"):
+    processors._registry(classes + [type("Unnamed", (CsvProcessor,), {"name": None})])
 
 
 def test_xnli_reads_one_language_as_googles_processor_does(tmp_path, caplog):

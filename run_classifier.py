@@ -26,7 +26,7 @@ import tensorflow.compat.v1 as tf
 from data.data_error import DataError
 from pipeline import (build, card, checks, cross_validation, eval_history, evaluation,
                       export_run, machine, multi_device, outputs, splits, state, stopping,
-                      task_extras, training, workspace)
+                      task_extras, thresholds, training, workspace)
 from spec import config, option_docs, options
 from spec.cluster import ClusterError, parse_tf_config
 from spec.run_errors import FileFault, FlagError, MemoryFault, NumericFault, ProcessFault
@@ -110,6 +110,9 @@ def run_model(c, fold=None, cluster=None):
   label_spec, task = processor.label_spec, task_extras.task_of(processor)
   if found_card:
     card.check_matches_task(found_card, processor, card_path)
+    if not modes.do_train:  # (a training's model decides at 0.5 until tuned again)
+      card.apply_thresholds(found_card, label_spec)
+  thresholds.check_head(label_spec, c.training.tune_thresholds)
   tokenizer, vocab_file = build.make_tokenizer(c.model)
   log.info("task %s: %s", processor.name, label_spec.describe())
   checkpoint = evaluation.checkpoint_to_use(modes, output_dir, c.model.init_checkpoint,
@@ -177,6 +180,14 @@ def run_model(c, fold=None, cluster=None):
     with outputs.timed(seconds, "final eval" if c.training.eval_every_steps else "eval"):
       result.eval = evaluator.evaluate(featurised.dev, checkpoint, result.oof,
                                        name="best" if c.training.best_metric else None)
+  if c.training.tune_thresholds and result.eval is not None:  # (on the checkpoint used)
+    tuned, figures = thresholds.tune(label_spec, c.training.tune_thresholds,
+                                     featurised.dev.examples,
+                                     evaluator.predict_outputs(featurised.dev, checkpoint))
+    label_spec.set_thresholds(tuned)  # (this run's predictions decide by them, too)
+    result.eval.update(figures)
+    outputs.write_eval_results(output_dir, result.eval)
+    card.record_thresholds(output_dir, label_spec)
   if modes.do_predict:  # estimator.predict on the test split's input_fn -> test_results.tsv
     with outputs.timed(seconds, "predict"):
       result.predictions, result.test_outputs = evaluator.predict(featurised.test, checkpoint)

@@ -210,6 +210,28 @@ def classes_source(card, where, given):
   return where if card and card["labels"] and "labels" not in given else None
 
 
+def apply_thresholds(card, label_spec):
+  """The card's tuned thresholds (--tune_thresholds) decide label_spec's labels."""
+  entry = card["label_spec"].get("thresholds")  # (checked when the card was read)
+  if entry is None:
+    return
+  label_spec.set_thresholds(entry)
+  log.info("labels are decided at the thresholds the model card gives: %s", ", ".join(
+      "%s %.4g" % (name, value) for name, value in sorted(label_spec.thresholds.items())))
+
+
+def record_thresholds(output_dir, label_spec):
+  """Writes label_spec's tuned thresholds into the folder's model card (none: a model
+  this project did not train keeps its thresholds in this run alone)."""
+  found = read_model_card(output_dir)
+  if found is None:
+    log.warning("%s has no model card: the tuned thresholds are in eval_results.json only",
+                output_dir)
+    return
+  found["label_spec"] = label_spec.to_card()
+  write_model_card(output_dir, found)
+
+
 def write_model_card(output_dir, card):
   """Writes the card into output_dir, whole (workers of a cluster read it)."""
   path = model_card.card_path(output_dir)

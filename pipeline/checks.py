@@ -35,6 +35,7 @@ def check_run(c, cluster=None):
                     % c.device.featurise_workers)
   check_training(c.training, c.modes, c.given)
   check_row_ranges(c.data, c.training, c.modes)
+  check_thresholds(c.training, c.modes)
   check_device(c.device, c.training, c.modes, c.outputs.output_dir, c.given)
   from pipeline.build import check_fused_kernels  # (build imports what imports this module)
   check_fused_kernels(c.model, c.training, c.device, cluster)
@@ -113,6 +114,22 @@ def check_training(training, modes, given):
     if training.continue_on_new_data:
       raise FlagError("--continue_on_new_data goes on training a folder's model on a new train "
                       "file; it does nothing without --do_train")
+
+
+def check_thresholds(training, modes):
+  """--tune_thresholds: an objective this project knows, and a dev split to tune on."""
+  if training.tune_thresholds is None:
+    return
+  from spec.thresholds import parse_objective
+  try:
+    parse_objective(training.tune_thresholds)
+  except ValueError as error:
+    raise FlagError(str(error))
+  if not modes.do_eval:
+    raise FlagError("--tune_thresholds chooses thresholds on the dev split: add --do_eval")
+  if training.num_folds:
+    raise FlagError("--tune_thresholds with --num_folds is not supported yet: tune on one "
+                    "model's dev split (without --num_folds)")
 
 
 def check_row_ranges(data, training, modes):

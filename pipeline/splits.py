@@ -188,7 +188,7 @@ class Featuriser(object):
     settings = {
         "task": processor.name, "split": split, "source_file": processor.file_for(source_split),
         "source_sha256": files_sha256(processor.files_of(source_split)),
-        "label_spec": processor.label_spec.to_card(),
+        "label_spec": processor.label_spec.head_entry(),
         "truncation": truncation_of(self.model).as_dict(),
         "max_seq_length": self.model.max_seq_length, "vocab_sha256": self.vocab_sha256,
         "do_lower_case": self.tokenizer.do_lower_case,

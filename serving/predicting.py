@@ -138,6 +138,9 @@ class ExportPredictor(object):
     self.truncation = Truncation.from_dict(card["truncation"])
     self.tokenizer = tokenizer_for(card["vocab_file"], card["do_lower_case"], tokenizer)
     self.output_name = signature.output_name(self.label_spec)
+    if self.label_spec.thresholds:  # (each result names its threshold, too)
+      log.info("labels are decided at the thresholds tuned on the dev split: %s", ", ".join(
+          "%s %.4g" % (n, v) for n, v in sorted(self.label_spec.thresholds.items())))
 
   def run_batch(self, batch):
     """The model's outputs [rows, outputs] (a numpy array) for one padded_batch."""

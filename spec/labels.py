@@ -10,14 +10,11 @@ A spec is plain Python, shared by data/ and modeling/. It owns:
 - the prediction columns of test_results.tsv (`prediction_header`, `prediction_cells`);
 - what the model card says about the labels (`to_card`, `from_card`).
 
-| kind            | a row's label              | record               | loss                  |
-|-----------------|----------------------------|----------------------|-----------------------|
-| classification  | one class name             | int64 class index    | softmax cross-entropy |
-| multi_label     | several 0/1 columns        | float32 [columns]    | sigmoid cross-entropy |
-| soft_target     | fractions in [0, 1]        | float32 [columns]    | sigmoid cross-entropy |
-| regression      | numbers                    | float32 [columns]    | squared error         |
+- how its outputs become a predictor's result, k-fold's strata, the export's output name
+  and Hugging Face's problem_type, and the thresholds it decides by (spec/thresholds.py).
 
-Adding a label shape means one subclass here (and its test file).
+The heads, their labels, losses and metrics: docs/guide/heads.md. Adding a head means one
+subclass here, listed in SPECS (and its tests).
 """
 
 import decimal
@@ -25,6 +22,7 @@ import math
 import re
 
 from spec.run_errors import FlagError
+from spec.thresholds import Thresholds
 
 # Cells that mean "no value" (as pandas reads them), unless a class is named so.
 MISSING_VALUES = frozenset(["", "nan", "NaN", "NAN", "NA", "N/A", "n/a", "null", "NULL",
@@ -90,7 +88,7 @@ class LabelError(ValueError):
     self.hint = hint  # a last remark, after any fix the caller adds
 
 
-class LabelSpec(object):
+class LabelSpec(Thresholds):
   """The base class. columns are the label columns (names, or positions as strings)."""
 
   kind = None
@@ -154,11 +152,19 @@ class LabelSpec(object):
   def describe(self):
     return "%s head on %s" % (self.kind, ", ".join(self.columns))
 
-  def to_card(self):
+  def head_entry(self):
+    """What the head is (the card's entry without the thresholds it decides by)."""
     return {"kind": self.kind, "columns": list(self.columns), "classes": self.classes}
 
-  def __eq__(self, other):
-    return type(self) is type(other) and self.to_card() == other.to_card()
+  def to_card(self):
+    entry = self.head_entry()
+    if self.thresholds:
+      entry["thresholds"] = dict(self.thresholds)
+    return entry
+
+  def __eq__(self, other):  # (the same head; thresholds are how its outputs are read)
+    return type(self) is type(other) and (self.kind, self.columns, self.classes) == (
+        other.kind, other.columns, other.classes)
 
   def __ne__(self, other):
     return not self == other
@@ -232,14 +238,27 @@ class SingleLabel(LabelSpec):
     return ["probability_%s" % c for c in self._classes] + ["prediction"]
 
   def prediction_cells(self, outputs):
-    return [float32_text(p) for p in outputs] + [self._classes[_best(outputs)]]
+    return [float32_text(p) for p in outputs] + [self.decide(outputs)]
 
   def stratum(self, label):
     return label
 
+  def decision_names(self):  # (a binary head: the second class, above its threshold)
+    return (self._classes[1],) if len(self._classes) == 2 else ()
+
+  def decide(self, outputs):
+    """The predicted class: the second of two at or above its tuned threshold, else the
+    highest output (the first of equal ones)."""
+    if self.thresholds:
+      positive = self._classes[1]
+      return positive if outputs[1] >= self.threshold(positive) else self._classes[0]
+    return self._classes[_best(outputs)]
+
   def result(self, names, outputs):
-    return dict(super(SingleLabel, self).result(names, outputs),
-                label=self._classes[_best(outputs)])
+    result = dict(super(SingleLabel, self).result(names, outputs), label=self.decide(outputs))
+    if self.thresholds:  # (says which threshold gave the label)
+      result["threshold"] = self.threshold(self._classes[1])
+    return result
 
   def describe(self):
     return "labels %s" % ",".join(self._classes)
@@ -297,9 +316,15 @@ class MultiLabel(LabelSpec):
   def prediction_header(self):
     return ["probability_%s" % c for c in self.columns]
 
+  def decision_names(self):
+    return self.columns
+
   def result(self, names, outputs):
-    return dict(super(MultiLabel, self).result(names, outputs),
-                labels=[name for name, p in zip(names, outputs) if p >= 0.5])
+    result = dict(super(MultiLabel, self).result(names, outputs),
+                  labels=[name for name, p in zip(names, outputs) if p >= self.threshold(name)])
+    if self.thresholds:  # (says which thresholds gave the labels)
+      result["thresholds"] = {name: self.threshold(name) for name in names}
+    return result
 
 
 class SoftTarget(LabelSpec):
@@ -365,5 +390,11 @@ def build_spec(kind, columns, classes=None):
 
 
 def from_card(entry):
-  """The spec a model card's "label_spec" entry describes."""
-  return build_spec(entry["kind"], entry["columns"], entry.get("classes"))
+  """The spec a model card's "label_spec" entry describes, with its tuned thresholds."""
+  spec = build_spec(entry["kind"], entry["columns"], entry.get("classes"))
+  thresholds = entry.get("thresholds")
+  if thresholds is not None and not isinstance(thresholds, dict):
+    raise FlagError("the thresholds are %r, not an object of thresholds by name"
+                    % (thresholds,))
+  spec.set_thresholds(thresholds)
+  return spec

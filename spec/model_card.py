@@ -11,7 +11,7 @@ settings come from the model itself rather than from flags that may disagree.
 import json
 import os
 
-from spec.labels import SPECS
+from spec.labels import SPECS, from_card
 from spec.run_errors import FlagError
 
 CARD_NAME = "model_card.json"
@@ -138,6 +138,12 @@ def _checked(card, where):
     raise CardError("%s: a classification head's card lists no classes (labels is %s): "
                     "restore the card, or train again into a new --output_dir"
                     % (where, json.dumps(card["labels"])))
+  if spec.get("thresholds") is not None:  # (--tune_thresholds'; a head's, each a number)
+    try:
+      from_card(spec)
+    except FlagError as error:
+      raise CardError("%s: label_spec's thresholds: %s (the file was edited): restore the "
+                      "card, or tune again with --do_eval --tune_thresholds" % (where, error))
   if card["training"] is not None:
     _check_entries(card["training"], TRAINING_FIELDS, where, "training.")
     for i, entry in enumerate(card["training"]["data"]):

@@ -49,6 +49,7 @@ EXAMPLES = {
     "saved_model": "--saved_model=/tmp/out/export/1700000000",
     "best_metric": "--best_metric=auc",
     "class_weights": "--class_weights=1,4 (or --class_weights=balanced)",
+    "tune_thresholds": "--tune_thresholds=f1 (or --tune_thresholds=precision@0.9)",
     "sample_weight_column": "--sample_weight_column=weight",
     "tpu_name": "--tpu_name=my-tpu (or grpc://10.0.0.2:8470, or local on a TPU VM)",
     "tpu_zone": "--tpu_zone=us-central1-f",

@@ -230,6 +230,13 @@ class TrainingOptions(object):
       None, "Training: weight each row's loss by its class, one positive number per class "
       "in the head's class order, or 'balanced' (n / (classes * rows of the class)). "
       "Classification heads only.")
+  tune_thresholds: Optional[str] = option(
+      None, "With --do_eval, on a binary classification or multi-label head: choose on the "
+      "dev split (per column, multi-label) the decision threshold that maximises 'f1', or "
+      "gives the highest recall at a precision of at least P ('precision@P') or the highest "
+      "precision at a recall of at least R ('recall@R'). eval_results.json gets the dev "
+      "figures at 0.5 and at the threshold, the model card keeps the thresholds, and every "
+      "predictor decides labels by them.")
   sample_weight_column: Optional[str] = option(
       None, "Training: a train-file column (name or 0-based position) of per-row weights "
       ">= 0 that multiply each row's loss.")

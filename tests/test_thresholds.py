@@ -7,6 +7,7 @@ import io
 import json
 import os
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -122,11 +123,12 @@ def test_a_run_tunes_on_dev_records_the_threshold_and_predicts_by_it(tmp_path, t
     assert json.load(f)["label_spec"]["thresholds"] == {"1": threshold}
   rows = _tsv(os.path.join(output_dir, "test_results.tsv"))
   # The predictions of the dev file decide at the tuned threshold, and give its figures.
-  assert [r["prediction"] for r in rows] == [
-      "1" if float(r["probability_1"]) >= threshold else "0" for r in rows]
+  # (The written text is 9 digits: read as float32 it is the output itself; the threshold is
+  # a dev row's float32 output, so the row that gave it is exactly at it.)
+  scores = [float(np.float32(r["probability_1"])) for r in rows]
+  assert [r["prediction"] for r in rows] == ["1" if p >= threshold else "0" for p in scores]
   with io.open(dev, encoding="utf-8", newline="") as f:
     truth = [r["toxic"] == "1" for r in csv.DictReader(f)]
-  scores = [float(r["probability_1"]) for r in rows]
   for at, value in (("0.5", 0.5), ("threshold", threshold)):
     figures = thresholds.figures_at(scores, truth, value)
     for name, figure in zip(("precision", "recall", "f1"), figures):

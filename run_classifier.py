@@ -181,13 +181,8 @@ def run_model(c, fold=None, cluster=None):
       result.eval = evaluator.evaluate(featurised.dev, checkpoint, result.oof,
                                        name="best" if c.training.best_metric else None)
   if c.training.tune_thresholds and result.eval is not None:  # (on the checkpoint used)
-    tuned, figures = thresholds.tune(label_spec, c.training.tune_thresholds,
-                                     featurised.dev.examples,
-                                     evaluator.predict_outputs(featurised.dev, checkpoint))
-    label_spec.set_thresholds(tuned)  # (this run's predictions decide by them, too)
-    result.eval.update(figures)
-    outputs.write_eval_results(output_dir, result.eval)
-    card.record_thresholds(output_dir, label_spec)
+    thresholds.tune_after_eval(c.training.tune_thresholds, evaluator, featurised.dev,
+                               checkpoint, result.eval, output_dir)
   if modes.do_predict:  # estimator.predict on the test split's input_fn -> test_results.tsv
     with outputs.timed(seconds, "predict"):
       result.predictions, result.test_outputs = evaluator.predict(featurised.test, checkpoint)

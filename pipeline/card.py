@@ -17,6 +17,7 @@ from spec import model_card
 from spec.run_errors import FlagError
 from spec.model_card import LAYOUT_OPTIONS
 from spec.task_names import canonical_task_name
+from spec.thresholds import listed
 
 log = logging.getLogger(__name__)
 
@@ -216,8 +217,8 @@ def apply_thresholds(card, label_spec):
   if entry is None:
     return
   label_spec.set_thresholds(entry)
-  log.info("labels are decided at the thresholds the model card gives: %s", ", ".join(
-      "%s %.4g" % (name, value) for name, value in sorted(label_spec.thresholds.items())))
+  log.info("labels are decided at the thresholds the model card gives: %s",
+           listed(label_spec.thresholds))
 
 
 def record_thresholds(output_dir, label_spec):

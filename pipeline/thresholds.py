@@ -4,6 +4,8 @@ metrics and kept by the label spec, which the model card carries to every predic
 
 import logging
 
+from pipeline.card import record_thresholds
+from pipeline.outputs import write_eval_results
 from spec import thresholds as thresholds_lib
 from spec.run_errors import FlagError
 
@@ -11,18 +13,15 @@ log = logging.getLogger("run_classifier")
 
 
 def decisions_of(label_spec):
-  """[(name, output index)]: what a threshold decides for this head, or None when its
-  head has no threshold (more than two classes, soft targets, regression)."""
-  if label_spec.kind == "multi_label":
-    return [(column, i) for i, column in enumerate(label_spec.columns)]
-  if label_spec.has_classes and len(label_spec.classes) == 2:
-    return [(label_spec.classes[1], 1)]
-  return None
+  """[(name, output index)]: what each threshold of this head decides (the label class's
+  decision_names), and which of the head's outputs it reads."""
+  outputs = label_spec.classes or list(label_spec.columns)
+  return [(name, outputs.index(name)) for name in label_spec.decision_names()]
 
 
 def check_head(label_spec, objective):
   """FlagError unless --tune_thresholds=objective has a decision to tune on this head."""
-  if objective is not None and decisions_of(label_spec) is None:
+  if objective is not None and not label_spec.decision_names():
     raise FlagError("--tune_thresholds tunes the decision of a binary classification head "
                     "or of each multi-label column; a %s has none: drop --tune_thresholds"
                     % label_spec.describe())
@@ -62,5 +61,18 @@ def tune(label_spec, objective_text, examples, outputs):
                       "recall_at_%s%s" % (at, suffix): recall,
                       "f1_at_%s%s" % (at, suffix): f1})
   log.info("decision thresholds tuned on the dev split for %s: %s", objective_text,
-           ", ".join("%s %.4g" % (n, chosen[n]) for n in sorted(chosen)) or "none")
+           thresholds_lib.listed(chosen) or "none")
   return chosen, figures
+
+
+def tune_after_eval(objective_text, evaluator, dev, checkpoint, results, output_dir):
+  """Tunes the thresholds on the dev split's outputs at checkpoint (the one results
+  evaluated), adds their figures to results and eval_results.json, and gives them to the
+  evaluator's label spec (this run's predictions decide by them) and the folder's card."""
+  label_spec = evaluator.label_spec
+  tuned, figures = tune(label_spec, objective_text, dev.examples,
+                        evaluator.predict_outputs(dev, checkpoint))
+  label_spec.set_thresholds(tuned)
+  results.update(figures)
+  write_eval_results(output_dir, results)
+  record_thresholds(output_dir, label_spec)

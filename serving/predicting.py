@@ -22,6 +22,7 @@ from spec import labels as label_specs
 from spec import model_card
 from spec import signature
 from spec.run_errors import FlagError, NumericFault
+from spec.thresholds import listed
 
 log = logging.getLogger(__name__)
 
@@ -139,8 +140,8 @@ class ExportPredictor(object):
     self.tokenizer = tokenizer_for(card["vocab_file"], card["do_lower_case"], tokenizer)
     self.output_name = signature.output_name(self.label_spec)
     if self.label_spec.thresholds:  # (each result names its threshold, too)
-      log.info("labels are decided at the thresholds tuned on the dev split: %s", ", ".join(
-          "%s %.4g" % (n, v) for n, v in sorted(self.label_spec.thresholds.items())))
+      log.info("labels are decided at the thresholds tuned on the dev split: %s",
+               listed(self.label_spec.thresholds))
 
   def run_batch(self, batch):
     """The model's outputs [rows, outputs] (a numpy array) for one padded_batch."""

@@ -40,6 +40,19 @@ class Thresholds(object):
     return self.thresholds.get(name, DEFAULT_THRESHOLD)
 
 
+def listed(thresholds):
+  """Thresholds by name as a log line shows them: "insult 0.31, toxic 0.42"."""
+  return ", ".join("%s %.4g" % (name, value) for name, value in sorted(thresholds.items()))
+
+
+def _figures(tp, fp, fn):
+  """(precision, recall, f1) of these counts; each 0 where it is undefined."""
+  precision = tp / float(tp + fp) if tp + fp else 0.0
+  recall = tp / float(tp + fn) if tp + fn else 0.0
+  f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+  return precision, recall, f1
+
+
 def parse_objective(text):
   """("f1", None), ("precision", P) or ("recall", R) from --tune_thresholds; ValueError
   with the fix otherwise."""
@@ -69,10 +82,7 @@ def figures_at(scores, positives, threshold):
     tp += predicted and positive
     fp += predicted and not positive
     fn += positive and not predicted
-  precision = tp / float(tp + fp) if tp + fp else 0.0
-  recall = tp / float(tp + fn) if tp + fn else 0.0
-  f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-  return precision, recall, f1
+  return _figures(tp, fp, fn)
 
 
 def tune(scores, positives, objective):
@@ -99,8 +109,7 @@ def tune(scores, positives, objective):
       tp += positives[order[i]]
       fp += not positives[order[i]]
       i += 1
-    precision, recall = tp / float(tp + fp), tp / float(total_positive)
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    precision, recall, f1 = _figures(tp, fp, total_positive - tp)
     if kind == "f1":
       key = f1
     elif kind == "precision":

@@ -42,11 +42,13 @@ def _reference(scores, positives, objective):
   best = None
   for t in sorted(set(scores), reverse=True):
     p, r, f1 = thresholds.figures_at(scores, positives, t)
-    key = {"f1": f1, "precision": r if p >= target else None,
-           "recall": p if r >= target else None}[kind] if kind != "f1" else f1
-    if kind != "f1" and key is None:
-      continue
-    if best is None or key > best[0]:
+    if kind == "f1":
+      key = f1
+    elif kind == "precision":
+      key = r if p >= target else None
+    else:
+      key = p if r >= target else None
+    if key is not None and (best is None or key > best[0]):
       best = (key, t)
   return None if best is None or not any(positives) else best[1]
 

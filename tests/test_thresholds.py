@@ -144,9 +144,16 @@ def test_a_run_tunes_on_dev_records_the_threshold_and_predicts_by_it(tmp_path, t
     texts = [r["comment_text"] for r in csv.DictReader(f)]
   with Predictor(output_dir) as predictor:
     served = predictor.predict(texts)
+    export_dir = predictor.export_dir
   assert all(r["threshold"] == threshold for r in served)
   near = [abs(s - threshold) < 1e-6 for s in scores]  # (another graph's floats may differ)
   assert [r["label"] for r, n in zip(served, near) if not n] == [
+      r["prediction"] for r, n in zip(rows, near) if not n]
+  # So do the predictions of --saved_model, from the export alone.
+  run_flags("--saved_model=" + export_dir, "--do_predict", "--predict_file=" + dev,
+            "--output_dir=" + str(tmp_path / "scored"))
+  scored = _tsv(str(tmp_path / "scored" / "test_results.tsv"))
+  assert [r["prediction"] for r, n in zip(scored, near) if not n] == [
       r["prediction"] for r, n in zip(rows, near) if not n]
   # A later predict-only run decides by the card's threshold and says so.
   os.rename(os.path.join(output_dir, "test_results.tsv"), str(tmp_path / "first.tsv"))

@@ -143,7 +143,8 @@ def run_model(c, fold=None, cluster=None):
   fused, why_not = build.fused_kernels_for(c.model, c.training, c.device, cluster)
   log.info("fused CPU kernels: %s", "on" if fused else "off (%s)" % why_not)
   model_fn = build.model_fn_of(c.model, c.training, c.device, output_dir, encoder_config,
-                               label_spec, num_train_steps, fused_kernels=fused)
+                               label_spec, num_train_steps, fused_kernels=fused,
+                               class_weights=splits.class_weights_of(featurised.train))
   # (every peer up before the estimator starts this task's server, which would wait for
   # one that never comes for ever)
   with stopping.phase(stopping.AWAITING_PEERS):

@@ -157,7 +157,8 @@ def build_records(examples, record_path, settings, tokenizer, pad_to_multiple=0,
   order (pipeline/splits.py: the training order, or prediction's length order) sees each
   example as it is read, then gives the records' order from the staged examples
   (arrange(staged) -> the examples' indices in order, and their weights or None: the
-  sample_weight field, padding rows weighing 0); its file_ids says whether each record's
+  sample_weight field, padding rows weighing 0; then recorded() -> what the metadata
+  keeps of it, such as the class weights); its file_ids says whether each record's
   example_id is its row's place in the file (else its place in the records). Without
   it the records keep the file's order. Counts (truncated and empty texts) are of the
   examples written. accounts() is what reading found (lines, skips), recorded in the
@@ -281,7 +282,7 @@ def _write_records(examples, record_path, settings, key, tokenizer, pad_to_multi
                   file_checks=checks, num_examples=num_examples, num_padding=num_padding,
                   num_records=num_examples + num_padding, read=read,
                   weights_sha256=_weights_sha256(weights), empty_texts=empty_texts,
-                  **truncation.as_dict())
+                  **dict(truncation.as_dict(), **(order.recorded() if order else {})))
   metadata = with_checksum(metadata)  # (returned as a later run reads it back)
   write_whole(metadata_path(record_path), json.dumps(metadata, indent=2, sort_keys=True))
   log.info("wrote %s: %d examples + %d padding rows in %d file(s)", record_path, num_examples,

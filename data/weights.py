@@ -26,22 +26,45 @@ def balanced_class_weights(labels, classes):
   return {c: n / (len(classes) * counts[c]) for c in classes}
 
 
-def parse_class_weights(values, classes):
-  """{class: weight} from one positive number per class, in the classes' order."""
-  if len(values) != len(classes):
-    raise FlagError("--class_weights has %d values but the head has %d classes (%s): give "
-                    "one weight per class, in that order, or 'balanced'"
-                    % (len(values), len(classes), ", ".join(classes)))
+def balanced_positive_weights(positives, num_rows, columns):
+  """{column: negatives / positives} of each label column over num_rows rows, where
+  positives are the column's sums (a soft target's fractions add up): each column's
+  positives then weigh as much in the loss as its negatives. A column with no positive or
+  no negative is an error: its weight would be infinite, or 0."""
   weights = {}
-  for value, cls in zip(values, classes):
+  for column, positive in zip(columns, positives):
+    negative = num_rows - positive
+    if not positive > 0 or not negative > 0:
+      raise FlagError("--class_weights=balanced: the train file has %s in label column %s, "
+                      "so its positive weight is undefined; give one weight per column "
+                      "instead" % ("no positive row" if not positive > 0 else
+                                   "no negative row", column))
+    weights[column] = negative / positive
+  return weights
+
+
+def parse_class_weights(values, names, of_columns=False):
+  """{name: weight} from one positive number per class (or, of_columns, per label column:
+  the weight of its positives), in the names' order."""
+  unit, units, what = (("label column", "label columns", "positive weight") if of_columns
+                       else ("class", "classes", "weight"))
+  if len(values) != len(names):
+    raise FlagError("--class_weights has %d values but the head has %d %s (%s): give "
+                    "one %s per %s, in that order, or 'balanced'"
+                    % (len(values), len(names), unit if len(names) == 1 else units,
+                       ", ".join(names), what, unit))
+  weights = {}
+  for value, name in zip(values, names):
     try:
       weight = float(value)
+      if "_" in value or not value.isascii():  # (Python reads 1_000 and a full-width １)
+        raise ValueError(value)
     except ValueError:
-      raise FlagError("--class_weights: %r (for class %s) is not a number" % (value, cls))
+      raise FlagError("--class_weights: %r (for %s %s) is not a number" % (value, unit, name))
     if not weight > 0 or math.isinf(weight):
-      raise FlagError("--class_weights: the weight of class %s is %r; weights must be "
-                      "positive and finite" % (cls, value))
-    weights[cls] = weight
+      raise FlagError("--class_weights: the weight of %s %s is %r; weights must be "
+                      "positive and finite" % (unit, name, value))
+    weights[name] = weight
   return weights
 
 

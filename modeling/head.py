@@ -46,11 +46,18 @@ def classification_loss(logits, label_ids):
   return per_example_loss, tf.nn.softmax(logits, axis=-1)
 
 
-def sigmoid_loss(logits, targets):
-  """Sigmoid cross-entropy of each output against its 0/1 label or fraction in [0, 1],
-  averaged over the outputs. Returns (per_example_loss [batch], probabilities [batch, n])."""
+def sigmoid_loss(logits, targets, positive_weights=None):
+  """Sigmoid cross-entropy of each output against its 0/1 label or fraction y in [0, 1],
+  averaged over the outputs. positive_weights [n] (None: 1) weigh each output's positive
+  part: -(w y log p + (1 - y) log(1 - p)). Returns (per_example_loss [batch],
+  probabilities [batch, n])."""
   targets = tf.cast(targets, tf.float32)
-  per_output = tf.nn.sigmoid_cross_entropy_with_logits(labels=targets, logits=logits)
+  if positive_weights is None:
+    per_output = tf.nn.sigmoid_cross_entropy_with_logits(labels=targets, logits=logits)
+  else:  # (softplus(-x) is -log p, stably; -log(1 - p) is x + softplus(-x))
+    weights = tf.constant(positive_weights, tf.float32, shape=[static_shape(logits)[-1]])
+    per_output = ((1.0 - targets) * logits +
+                  (1.0 + (weights - 1.0) * targets) * tf.nn.softplus(-logits))
   return tf.reduce_mean(per_output, axis=-1), tf.nn.sigmoid(logits)
 
 
@@ -65,9 +72,15 @@ LOSSES = {"softmax_cross_entropy": classification_loss, "sigmoid_cross_entropy":
           "squared_error": squared_error_loss}
 
 
-def loss_and_outputs(label_spec, logits, labels):
-  """The spec's loss. Returns (per_example_loss [batch], outputs [batch, num_outputs]):
-  outputs are probabilities, or the predicted values of a regression head."""
+def loss_and_outputs(label_spec, logits, labels, positive_weights=None):
+  """The spec's loss (positive_weights: sigmoid_loss's, of a sigmoid head). Returns
+  (per_example_loss [batch], outputs [batch, num_outputs]): outputs are probabilities, or
+  the predicted values of a regression head."""
+  if positive_weights is not None:
+    if label_spec.loss != "sigmoid_cross_entropy":
+      raise ValueError("positive weights weigh a sigmoid head's outputs; a %s has none"
+                       % label_spec.describe())
+    return sigmoid_loss(logits, labels, positive_weights)
   return LOSSES[label_spec.loss](logits, labels)
 
 

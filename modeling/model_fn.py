@@ -1,7 +1,7 @@
 """model_fn for TPUEstimator: encoder + head + loss + optimizer + metrics, in all three modes."""
 
 import dataclasses
-from typing import Optional
+from typing import Optional, Tuple
 
 import tensorflow.compat.v1 as tf
 
@@ -54,6 +54,8 @@ class ModelSettings(object):
   is exported: a SavedModel must load without this project's library.
   classifier_dropout: the training dropout rate on what the head reads; None: the
   config's hidden_dropout_prob, as Google's classifier.
+  positive_weights: a sigmoid head's training loss weighs each output's positives by its
+  weight (one per output, each positive and finite); None: 1.
   """
   init_checkpoint: Optional[str] = None
   learning_rate: float = 5e-5
@@ -72,8 +74,13 @@ class ModelSettings(object):
   freeze_encoder: bool = False
   fused_kernels: bool = False
   classifier_dropout: Optional[float] = None
+  positive_weights: Optional[Tuple[float, ...]] = None
 
   def __post_init__(self):
+    if self.positive_weights is not None and not all(
+        isinstance(w, float) and 0.0 < w < float("inf") for w in self.positive_weights):
+      raise ValueError("positive_weights %r are not all positive finite floats"
+                       % (self.positive_weights,))
     if self.pooling not in POOLINGS:
       raise ValueError("pooling %r is not one of %s" % (self.pooling, ", ".join(POOLINGS)))
     if self.precision not in PRECISIONS:
@@ -98,6 +105,9 @@ def model_fn_builder(bert_config, label_spec, settings):
     raise TypeError("model_fn_builder's settings are a ModelSettings, not %r" % (settings,))
   s = settings
   num_outputs = label_spec.num_outputs
+  if s.positive_weights is not None and len(s.positive_weights) != num_outputs:
+    raise ValueError("%d positive weights for a head of %d outputs"
+                     % (len(s.positive_weights), num_outputs))
 
   def model_fn(features, labels, mode, params):
     del labels, params  # Labels travel inside `features`; batch size is the input_fn's business.
@@ -139,9 +149,10 @@ def model_fn_builder(bert_config, label_spec, settings):
       return spec(mode=mode, predictions=predictions, scaffold_fn=scaffold_fn)
 
     label_ids = features["label_ids"]
-    per_example_loss, outputs = head.loss_and_outputs(label_spec, logits, label_ids)
     is_real = features["is_real_example"]
     if mode == tf.estimator.ModeKeys.TRAIN:
+      per_example_loss, outputs = head.loss_and_outputs(label_spec, logits, label_ids,
+                                                        s.positive_weights)
       if s.num_train_steps < 1:  # (the schedule decays to 0 over them: no step would learn)
         raise ValueError("a training graph needs num_train_steps >= 1, not %d"
                          % s.num_train_steps)
@@ -162,6 +173,8 @@ def model_fn_builder(bert_config, label_spec, settings):
       return spec(mode=mode, loss=loss, train_op=train_op, scaffold_fn=scaffold_fn,
                   host_call=host_call)
 
+    # (the evaluation's loss is unweighted, as its metrics are)
+    per_example_loss, outputs = head.loss_and_outputs(label_spec, logits, label_ids)
     metric_fn = metric_fn_for(label_spec)
     tensors = {"per_example_loss": per_example_loss, "is_real_example": is_real,
                "labels": label_ids, "logits": logits, "outputs": outputs}

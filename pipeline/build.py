@@ -125,14 +125,19 @@ def num_train_steps_for(num_examples, training):
 
 
 def model_fn_of(model, training, device, summary_dir, bert_config, label_spec,
-                num_train_steps=0, serving=False, fused_kernels=False):
+                num_train_steps=0, serving=False, fused_kernels=False, class_weights=None):
   """Google's model_fn_builder with this run's encoder and head (ModelOptions), optimizer
   (TrainingOptions) and device (DeviceOptions); TPU summaries go to summary_dir. With
   serving, the graph an export is built from: predictions only, in float32 on this
   machine's CPU (also after a TPU run), the weights all from the checkpoint.
   fused_kernels: the encoder runs its fused CPU kernels (fused_kernels_for); never in a
-  serving graph, which must load without them."""
+  serving graph, which must load without them. class_weights: the train records' resolved
+  --class_weights; a sigmoid head's loss weighs each column's positives by them."""
+  positive_weights = None
+  if class_weights and label_spec.class_weights_weigh == "positives" and not serving:
+    positive_weights = tuple(float(class_weights[c]) for c in label_spec.columns)
   return model_fn_builder(bert_config, label_spec, ModelSettings(
+      positive_weights=positive_weights,
       init_checkpoint=None if serving else model.init_checkpoint,
       learning_rate=0.0 if serving else training.learning_rate,
       num_train_steps=num_train_steps,

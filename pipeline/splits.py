@@ -2,25 +2,22 @@
 processor -> InputExamples -> InputFeatures -> TFRecords, and the input_fn that reads them
 back. A bad eval or predict file stops the run in seconds, not after training."""
 
-import array
 import dataclasses
 import logging
 import math
 import os
-import random
 from typing import Optional
 
 from data import vocabulary
-from data import weights as weights_lib
 from data.input_fn import input_fn_builder
 from data.files import files_sha256
 from data.file_lists import same_file_key
 from data.reread import check_rereadable, read_twice, refuse_changed
 from data.tfrecord import build_records
 from pipeline.build import truncation_of
+from pipeline.training_order import LengthOrder, TrainingOrder
 from spec.run_errors import FlagError
 from spec.rows import format_rows, overlap
-from spec.task_names import SCORED_IDENTITY_COLUMNS
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +207,12 @@ class Featuriser(object):
     return settings
 
 
+def class_weights_of(train):
+  """The train split's resolved --class_weights ({class or label column: weight}), as
+  its records' metadata keeps them, or None (also without a train split)."""
+  return train.metadata.get("class_weights") if train is not None else None
+
+
 def featurise_workers(asked):
   """The featurisation processes: as asked, or (0) one per core this process may use."""
   if asked:
@@ -218,173 +221,6 @@ def featurise_workers(asked):
     return len(os.sched_getaffinity(0))
   except AttributeError:  # (not Linux)
     return os.cpu_count() or 1
-
-
-class TrainingOrder(object):
-  """The train rows' order and weights, found without holding the rows: what the weights
-  read of each row (WeightInputs, a few bytes) is kept as it is read, when weights are
-  asked for; then arrange gives the records' order (--train_fraction's seeded subset, in a
-  seeded random order) and their weights."""
-
-  def __init__(self, training, task):
-    self.training, self.task = training, task
-    self.weighted = bool(training.class_weights or training.sample_weight_column is not None
-                         or training.identity_weights)
-    if training.class_weights and not task.processor.label_spec.has_classes:
-      raise FlagError("--class_weights weighs the classes of a classification head; a %s "
-                      "head has none. Use --sample_weight_column for per-row weights"
-                      % task.processor.label_spec.kind)
-    self.inputs = WeightInputs(training, task) if self.weighted else None
-
-  file_ids = False  # (a train record's example_id is its place in training order)
-
-  def settings(self):
-    training = self.training
-    return dict(train_fraction=training.train_fraction, seed=training.seed,
-                order="in_training_order(seed)",
-                weights=[list(training.class_weights or ()),
-                         training.sample_weight_column and str(training.sample_weight_column),
-                         bool(training.identity_weights)])
-
-  def observe(self, example):
-    if self.inputs is not None:
-      self.inputs.add(example)
-
-  def arrange(self, staged):
-    """(the staged examples' indices in training order, their weights or None)."""
-    training = self.training
-    num_examples = staged.num_examples
-    chosen = fraction_indices(num_examples, training.train_fraction, training.seed)
-    if len(chosen) != num_examples:
-      log.info("--train_fraction=%g: training on %d of %d rows", training.train_fraction,
-               len(chosen), num_examples)
-    weights = None
-    if self.weighted:
-      weights = training_weights(training, self.task, self.inputs.subset(chosen))
-      self.inputs = None
-    positions, weights = in_training_order(chosen, weights, training.seed)
-    return array.array("q", positions), weights
-
-
-class LengthOrder(object):
-  """A predict split's records shortest first (with dynamic padding, each batch is then
-  computed only as long as rows of about one length), each keeping its place in the file
-  as its example_id, by which the predictions are written back in file order."""
-
-  weighted = False
-  file_ids = True
-
-  def settings(self):
-    return {"order": "length"}
-
-  def observe(self, example):
-    pass
-
-  def arrange(self, staged):
-    indices = sorted(range(staged.num_examples), key=staged.length)
-    return array.array("q", indices), None
-
-
-class WeightInputs(object):
-  """What the training weights read of each train row, kept in arrays as the rows are
-  read: its class (an index), its weight cell, and whether it is toxic and mentions an
-  identity (Jigsaw Unintended Bias), each only when a weight asked for reads it."""
-
-  def __init__(self, training, task):
-    self.training, self.task = training, task
-    spec = task.processor.label_spec
-    self.classes = spec.classes
-    self._class_index = {name: i for i, name in enumerate(self.classes or ())}
-    self.labels, self.column = array.array("i"), array.array("d")
-    self.toxic, self.mentions = array.array("b"), array.array("b")
-    self.present = set()  # the scored identity columns any row carries
-
-  def add(self, example):
-    training = self.training
-    if self.classes is not None:
-      self.labels.append(self._class_index[example.label])
-    if training.sample_weight_column is not None:  # (read_weight checked the cell)
-      self.column.append(float(example.extras[str(training.sample_weight_column)]))
-    if training.identity_weights:
-      toxic, mentions, present = self.task.identity_fact(example)
-      self.toxic.append(toxic)
-      self.mentions.append(mentions)
-      self.present.update(present)
-
-  def subset(self, indices):
-    """The inputs of the rows at indices (a subset of the rows, in order)."""
-    chosen = WeightInputs(self.training, self.task)
-    chosen.present = self.present
-    for name in ("labels", "column", "toxic", "mentions"):
-      values = getattr(self, name)
-      if values:
-        setattr(chosen, name, array.array(values.typecode, (values[i] for i in indices)))
-    return chosen
-
-  def class_names(self):
-    return [self.classes[i] for i in self.labels] if self.classes is not None else None
-
-
-def weight_inputs(training, task, examples):
-  """The WeightInputs of a list of examples."""
-  inputs = WeightInputs(training, task)
-  for example in examples:
-    inputs.add(example)
-  return inputs
-
-
-def fraction_indices(num_examples, fraction, seed):
-  """A seeded random subset of round(fraction * n) of the n examples' indices (at least
-  one), in file order."""
-  if fraction >= 1.0:
-    return range(num_examples)
-  keep = max(1, int(round(num_examples * fraction)))
-  return sorted(random.Random(seed).sample(range(num_examples), keep))
-
-
-def take_fraction(examples, fraction, seed):
-  """fraction_indices' examples."""
-  return [examples[i] for i in fraction_indices(len(examples), fraction, seed)]
-
-
-def in_training_order(examples, weights, seed):
-  """The train rows (and their weights) in a seeded random order, the order their records
-  are written in. The input's shuffle mixes only rows within its buffer, and record
-  shards are runs of rows, so a file sorted by label would otherwise train on one label
-  for thousands of rows at a time and give each machine of a cluster a skewed part."""
-  order = list(range(len(examples)))
-  random.Random(seed).shuffle(order)
-  return ([examples[i] for i in order],
-          [weights[i] for i in order] if weights is not None else None)
-
-
-def training_weights(training, task, inputs):
-  """Each train row's loss weight from its WeightInputs: the product of the class, column
-  and identity weights asked for (None when none is). FlagError for weights that leave
-  a class with none."""
-  processor = task.processor
-  spec = processor.label_spec
-  labels = inputs.class_names()
-  parts = []
-  if training.class_weights:  # (a classification head's: TrainingOrder checked it)
-    by_class = (weights_lib.balanced_class_weights(labels, spec.classes)
-                if training.class_weights == ("balanced",) else
-                weights_lib.parse_class_weights(training.class_weights, spec.classes))
-    log.info("class weights: %s", ", ".join("%s %.4g" % (cls, by_class[cls])
-                                             for cls in spec.classes))
-    parts.append(weights_lib.class_weighted(labels, by_class))
-  if training.sample_weight_column is not None:
-    parts.append(weights_lib.column_weights(inputs.column, str(training.sample_weight_column),
-                                            processor.file_for("train")))
-  if training.identity_weights:
-    present = [name for name in SCORED_IDENTITY_COLUMNS if name in inputs.present]
-    parts.append(task.identity_weights(inputs.toxic, inputs.mentions, present))
-  if not parts:
-    return None
-  combined = weights_lib.combined(parts, spec, labels)
-  log.info("training weights: min %.4g, mean %.4g, max %.4g over %d rows", min(combined),
-           sum(combined) / len(combined), max(combined), len(combined))
-  return combined
 
 
 def _lcm(a, b):

@@ -27,7 +27,8 @@ def training_state(training, input_stream, train_split, train_file, num_train_st
           "data": [{"file": train_file, "sha256": train_split.metadata["source_sha256"],
                     "examples": train_split.num_examples,
                     "train_fraction": training.train_fraction, "from_step": 0,
-                    "rows": rows_fingerprint(train_split.metadata)}]}
+                    "rows": rows_fingerprint(train_split.metadata),
+                    "class_weights": train_split.metadata.get("class_weights")}]}
 
 
 # What the train rows hold, from the records' metadata: the file, how it is read (its
@@ -42,6 +43,9 @@ def rows_fingerprint(metadata):
   settings = {k: metadata.get(k) for k in ROW_SETTINGS}
   if metadata.get("row_range"):  # (--train_rows: other rows of the file are other data;
     settings["row_range"] = metadata["row_range"]  # absent, the fingerprint is as before)
+  if metadata.get("class_weights") and not (metadata.get("label_spec") or {}).get("classes"):
+    settings["class_weights"] = metadata["class_weights"]  # (a column head's: its records
+    # do not hold them, as a classification head's weights_sha256 does)
   blob = json.dumps(settings, sort_keys=True)
   return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 

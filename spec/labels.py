@@ -8,8 +8,8 @@ A spec is plain Python, shared by data/ and modeling/. It owns:
 - which loss and which metrics the head uses (`loss`, `metrics`: names that
   modeling/head.py and modeling/metrics.py implement) and how many outputs it has;
 - the prediction columns of test_results.tsv (`prediction_header`, `prediction_cells`);
-- what the model card says about the labels (`to_card`, `from_card`).
-
+- what the model card says about the labels (`to_card`, `from_card`);
+- what --class_weights weighs (`class_weights_weigh`);
 - how its outputs become a predictor's result, k-fold's strata, the export's output name
   and Hugging Face's problem_type, and the thresholds it decides by (spec/thresholds.py).
 
@@ -99,6 +99,7 @@ class LabelSpec(Thresholds):
   output_name = "probabilities"  # what the export's signature calls the outputs
   hf_problem_type = None  # Hugging Face's problem_type for this head's config.json
   strata_by_quantile = False  # k-fold stratifies by quintiles of stratum() (numbers)
+  class_weights_weigh = None  # "classes", or each label column's "positives"
 
   def __init__(self, columns):
     self.columns = tuple(str(c) for c in columns)
@@ -166,9 +167,6 @@ class LabelSpec(Thresholds):
     return type(self) is type(other) and (self.kind, self.columns, self.classes) == (
         other.kind, other.columns, other.classes)
 
-  def __ne__(self, other):
-    return not self == other
-
   def __repr__(self):
     return "%s(%s)" % (type(self).__name__, self.to_card())
 
@@ -182,6 +180,7 @@ class SingleLabel(LabelSpec):
   record_dtype = "int64"
   has_classes = True
   hf_problem_type = "single_label_classification"
+  class_weights_weigh = "classes"
 
   def __init__(self, columns, classes):
     super(SingleLabel, self).__init__(columns)
@@ -269,10 +268,6 @@ def _best(outputs):
   return max(range(len(outputs)), key=lambda k: outputs[k])
 
 
-def _is_ascii(text):
-  return all(ord(c) < 128 for c in text)
-
-
 def parse_number(cell, index, what):
   """A finite float from a cell; LabelError (missing for empty/NaN cells) otherwise."""
   text = cell.strip()
@@ -281,7 +276,7 @@ def parse_number(cell, index, what):
                      "fill in %s, remove the row" % what, index=index, missing=True)
   try:
     value = float(text)
-    if "_" in text or not _is_ascii(text):  # (Python reads 1_000 and a full-width １ as
+    if "_" in text or not text.isascii():  # (Python reads 1_000 and a full-width １ as
       raise ValueError(text)                # numbers; a data file means none by them)
   except ValueError:
     raise LabelError("%r is not a number" % cell, "give %s" % what, index=index)
@@ -301,6 +296,7 @@ class MultiLabel(LabelSpec):
   metrics = "multi_label"
   record_dtype = "float32"
   hf_problem_type = "multi_label_classification"
+  class_weights_weigh = "positives"
 
   def parse(self, cells):
     values = []
@@ -336,6 +332,7 @@ class SoftTarget(LabelSpec):
   metrics = "soft_target"
   record_dtype = "float32"
   hf_problem_type = "multi_label_classification"  # (Hugging Face has no soft targets)
+  class_weights_weigh = "positives"
 
   def parse(self, cells):
     values = []

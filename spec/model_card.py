@@ -25,7 +25,8 @@ CARD_FORMAT = "bert-text-classifier-model-card"
 #   4  training.input: how the train records were read (their shards, the input
 #      pipelines, dynamic padding, the TensorFlow version), which a resumed input must
 #      read the same way; and each train file's rows as read (training.data[].rows)
-CARD_VERSION = 4
+#   5  each train file's resolved --class_weights (training.data[].class_weights)
+CARD_VERSION = 5
 # How a file is laid out: always the run's own (its flags, else the task's defaults). A model
 # reads files of any layout, so its card never records these, nor gives them to a run.
 LAYOUT_OPTIONS = ("text_column", "text_b_column", "id_column", "has_header",
@@ -56,9 +57,12 @@ TRAINING_FIELDS = {"per_update": (int,), "num_train_steps": (int,), "seed": (int
 INPUT_FIELDS = {"record_shards": (int,), "input_pipelines": (int,), "dynamic_padding": (bool,),
                 "train_batch_size": (int,), "tensorflow": (str,)}
 # rows: a fingerprint of what the file's rows held as read (its columns, labels, weights,
-# tokenisation); null in a card of version 3 (not known).
+# tokenisation); null in a card of version 3 (not known). class_weights: the weight of each
+# class, or of each label column's positives, that --class_weights gave its rows (null:
+# none asked for, or a card of version 4 or before).
 DATA_FIELDS = {"file": (str,), "sha256": (str,), "examples": (int,),
-               "train_fraction": (float, int), "from_step": (int,), "rows": (str, None)}
+               "train_fraction": (float, int), "from_step": (int,), "rows": (str, None),
+               "class_weights": (dict, None)}
 
 
 class CardError(FlagError):
@@ -148,9 +152,25 @@ def _checked(card, where):
     _check_entries(card["training"], TRAINING_FIELDS, where, "training.")
     for i, entry in enumerate(card["training"]["data"]):
       _check_entries(entry, DATA_FIELDS, where, "training.data[%d]." % i)
+      _check_class_weights(entry["class_weights"], spec, where, i)
     if card["training"]["input"] is not None:
       _check_entries(card["training"]["input"], INPUT_FIELDS, where, "training.input.")
   return card
+
+
+def _check_class_weights(weights, spec, where, i):
+  """A data entry's class weights: null, or a positive finite number for each of the
+  head's classes (or label columns), and nothing else."""
+  if weights is None:
+    return
+  names = spec.get("classes") or spec.get("columns") or []
+  if sorted(weights) != sorted(str(n) for n in names) or not all(
+      isinstance(w, (int, float)) and not isinstance(w, bool) and 0 < w < float("inf")
+      for w in weights.values()):
+    raise CardError("%s: training.data[%d].class_weights is %s, not a positive number for "
+                    "each of %s (the file was edited): restore the card, or train again "
+                    "into a new --output_dir" % (where, i, json.dumps(weights, sort_keys=True),
+                                                 ", ".join(str(n) for n in names)))
 
 
 # The least value of a card's whole-number entries (wherever they appear): a card edited
@@ -223,7 +243,18 @@ def _version_3_to_4(card, where):
   return dict(card, version=4, training=training)
 
 
-MIGRATIONS = {1: _version_1_to_2, 2: _version_2_to_3, 3: _version_3_to_4}
+def _version_4_to_5(card, where):
+  """A version 4 card in version 5's terms: its train files' class weights are not
+  recorded (null)."""
+  training = card["training"]
+  if isinstance(training, dict) and isinstance(training.get("data"), list):
+    training = dict(training, data=[
+        dict(entry, class_weights=None) if isinstance(entry, dict) else entry
+        for entry in training["data"]])
+  return dict(card, version=5, training=training)
+
+
+MIGRATIONS = {1: _version_1_to_2, 2: _version_2_to_3, 3: _version_3_to_4, 4: _version_4_to_5}
 # What each version's migration reads.
 _FIELDS_OF_VERSION = {
     1: {name: FIELDS[name] for name in ("task", "head", "labels", "max_seq_length",
@@ -234,6 +265,7 @@ _FIELDS_OF_VERSION = {
                                         "vocab_file", "vocab_sha256", "bert_config",
                                         "flags")},
     3: FIELDS,
+    4: FIELDS,
 }
 
 

@@ -227,9 +227,11 @@ class TrainingOptions(object):
       0, "With --best_metric: stop training when that many evaluations in a row have not "
       "improved on the best.")
   class_weights: Optional[Tuple[str, ...]] = option(
-      None, "Training: weight each row's loss by its class, one positive number per class "
-      "in the head's class order, or 'balanced' (n / (classes * rows of the class)). "
-      "Classification heads only.")
+      None, "Training: a classification head's loss weighs each row by its class (one "
+      "positive number per class, in the head's class order, or 'balanced': n / (classes * "
+      "rows of the class)); a multi-label or soft-target head's weighs each label column's "
+      "positives (one number per column, in order, or 'balanced': the column's negatives / "
+      "positives in the train rows). The model card records the weights.")
   tune_thresholds: Optional[str] = option(
       None, "With --do_eval, on a binary classification or multi-label head: choose on the "
       "dev split (per column, multi-label) the decision threshold that maximises 'f1', or "

@@ -162,7 +162,7 @@ def test_multi_label_run_on_jigsaw_toxic_writes_six_probabilities_per_row(tmp_pa
   valid = os.path.join(JIGSAW, "valid.csv")
   run_flags(*common_flags(tiny_checkpoint, output_dir) + [
       "--label_column=" + ",".join(TOXIC_COLUMNS), "--do_train", "--do_eval", "--do_predict",
-      "--num_train_steps=12", "--predict_file=" + valid])
+      "--num_train_steps=12", "--predict_file=" + valid, "--class_weights=balanced"])
   rows = _predictions(os.path.join(output_dir, "test_results.tsv"))
   assert list(rows[0]) == ["id"] + ["probability_%s" % c for c in TOXIC_COLUMNS]
   truth = list(csv.DictReader(io.open(valid, encoding="utf-8", newline="")))
@@ -184,6 +184,13 @@ def test_multi_label_run_on_jigsaw_toxic_writes_six_probabilities_per_row(tmp_pa
     card = json.load(f)
   assert (card["head"], card["label_columns"], card["num_outputs"]) == (
       "multi_label", TOXIC_COLUMNS, 6)
+  # --class_weights=balanced: each column's negatives over its positives in the train file
+  # (the eval's loss above is unweighted).
+  train = list(csv.DictReader(io.open(os.path.join(JIGSAW, "train.csv"), encoding="utf-8",
+                                      newline="")))
+  positives = {c: sum(float(t[c]) for t in train) for c in TOXIC_COLUMNS}
+  assert card["training"]["data"][0]["class_weights"] == pytest.approx(
+      {c: (len(train) - positives[c]) / positives[c] for c in TOXIC_COLUMNS}, rel=1e-12)
   # A later predict run takes the head and the columns from the card.
   again = str(tmp_path / "again.tsv")
   run_flags("--output_dir=" + output_dir, "--do_predict", "--predict_file=" + valid)
@@ -309,8 +316,8 @@ def test_flags_a_head_cannot_use_are_refused_before_any_work(tmp_path, tiny_chec
       (["--auxiliary_targets", "--do_train"], "--auxiliary_targets is for task jigsaw_bias"),
       (["--truncation_head_tokens=-3", "--truncation=head_tail", "--do_train"],
        "head_tokens must be a whole number of tokens >= 0"),
-      (["--label_column=toxic,insult", "--class_weights=balanced", "--do_train"],
-       "--class_weights weighs the classes of a classification head; a multi_label head"),
+      (["--label_column=toxic,insult", "--class_weights=1,2,3", "--do_train"],
+       "--class_weights has 3 values but the head has 2 label columns (toxic, insult)"),
   ]
   for extra, message in cases:
     with pytest.raises(FlagError) as error:

@@ -41,7 +41,7 @@ def _train_split(c, own_shards=None):
 def _in_memory_records(c, task, tokenizer):
   """The train records as the whole-file path makes them: every example in a list, the
   fraction taken, weighed and put in training order, then serialised whole."""
-  from pipeline.splits import (in_training_order, take_fraction, training_weights,
+  from pipeline.training_order import (in_training_order, take_fraction, training_weights,
                                weight_inputs)
   training, spec = c.training, task.processor.label_spec
   examples = take_fraction(task.processor.get_examples("train"), training.train_fraction,
@@ -254,7 +254,7 @@ def test_identity_columns_are_those_of_any_row(tmp_path):
   """A row cut short before its last identity columns (its cells count as empty) does not
   hide those columns from the identity weights of the rows after it."""
   from data.processors import get_processor
-  from pipeline import splits, task_extras
+  from pipeline import task_extras, training_order
   from spec.config import RunConfig
   with io.open(os.path.join(BIAS, "train.csv"), encoding="utf-8", newline="") as f:
     rows = list(csv.reader(f))
@@ -266,7 +266,7 @@ def test_identity_columns_are_those_of_any_row(tmp_path):
   processor = get_processor("jigsaw_bias", files={"train": path})
   training = RunConfig(identity_weights=True).training
   task = task_extras.task_of(processor)
-  inputs = splits.weight_inputs(training, task, processor.get_examples("train"))
+  inputs = training_order.weight_inputs(training, task, processor.get_examples("train"))
   assert {"black", "white", "psychiatric_or_mental_illness"} <= inputs.present
   assert len(inputs.mentions) == len(rows) - 1
 

@@ -51,11 +51,11 @@ def test_column_weights_read_from_a_real_column(tmp_path):
   examples = processor.get_examples("train")
   with io.open(data, encoding="utf-8", newline="") as f:
     counts = [float(r["count"]) for r in csv.DictReader(f)]
-  from pipeline import splits, task_extras
+  from pipeline import task_extras, training_order
   from spec.config import RunConfig
   training = RunConfig(sample_weight_column="count").training
-  inputs = splits.weight_inputs(training, task_extras.task_of(processor), examples)
-  assert splits.training_weights(training, task_extras.task_of(processor), inputs) == counts
+  inputs = training_order.weight_inputs(training, task_extras.task_of(processor), examples)
+  assert training_order.training_weights(training, task_extras.task_of(processor), inputs) == counts
   with pytest.raises(DataError, match="every weight in column count is 0"):
     weights.column_weights([0.0] * len(counts), "count", data)
   # A bad cell is refused as its row is read, naming the line.
@@ -153,7 +153,7 @@ def test_identity_weights_reach_the_training_records(tmp_path, tiny_checkpoint):
              for r in tf.io.tf_record_iterator(record)]
   # The records are in training order (a seeded shuffle of the file's rows, --seed's
   # default), and each row's weight goes with its row: with its target.
-  from pipeline.splits import in_training_order
+  from pipeline.training_order import in_training_order
   rows = _bias_rows("train")
   expected, _ = in_training_order(
       list(zip([float(r["target"]) for r in rows], reference_identity_weights(rows))), None,
@@ -167,7 +167,7 @@ def test_identity_weights_reach_the_training_records(tmp_path, tiny_checkpoint):
 def test_weights_that_leave_a_class_with_none_are_refused(tmp_path):
   """--sample_weight_column=label on 0/1 labels gave every class-0 row weight 0, and the
   only trace was 'training weights: min 0'."""
-  from pipeline import splits, task_extras
+  from pipeline import task_extras, training_order
   from spec.config import RunConfig
   from spec.run_errors import FlagError
   path = str(tmp_path / "train.csv")
@@ -180,7 +180,7 @@ def test_weights_that_leave_a_class_with_none_are_refused(tmp_path):
   training = RunConfig(sample_weight_column="label").training
   with pytest.raises(FlagError) as error:
     task = task_extras.task_of(processor)
-    splits.training_weights(training, task, splits.weight_inputs(training, task, examples))
+    training_order.training_weights(training, task, training_order.weight_inputs(training, task, examples))
   assert str(error.value) == (
       "the training weights give the rows of class '0' a total weight of 0: nothing of it "
       "would be learnt. Check --sample_weight_column (and --class_weights).")

@@ -110,7 +110,7 @@ def run_model(c, fold=None, cluster=None):
   label_spec, task = processor.label_spec, task_extras.task_of(processor)
   if found_card:
     card.check_matches_task(found_card, processor, card_path)
-    if not modes.do_train:  # (a training's model decides at 0.5 until tuned again)
+    if not modes.do_train:  # (a training's: thresholds.carry_over)
       card.apply_thresholds(found_card, label_spec)
   thresholds.check_head(label_spec, c.training.tune_thresholds)
   tokenizer, vocab_file = build.make_tokenizer(c.model)
@@ -131,11 +131,13 @@ def run_model(c, fold=None, cluster=None):
     checks.check_train_split(c.training, c.device, featurised, task, output_dir, cluster)
     stream = state.input_stream(c.device, c.training,
                                 multi_device.input_pipelines(c.device, cluster))
+    resumed_step = training.resumed_step(output_dir)
     trained_on, data_from_step = state.continued_state(
         state.training_state(c.training, stream, featurised.train, processor.file_for("train"),
                              num_train_steps),
-        found_card, card_path, training.resumed_step(output_dir),
-        c.training.continue_on_new_data)
+        found_card, card_path, resumed_step, c.training.continue_on_new_data)
+    if found_card:  # (tuned thresholds hold while the model does not change)
+      thresholds.carry_over(found_card, label_spec, trains=resumed_step < num_train_steps)
 
   # model_fn and the (TPU)Estimator: one graph for a CPU, a GPU or a Cloud TPU. (A hub
   # module brings its own encoder, and encoder_config is then the vocabulary's size.)
@@ -184,6 +186,9 @@ def run_model(c, fold=None, cluster=None):
   if c.training.tune_thresholds and result.eval is not None:  # (on the checkpoint used)
     thresholds.tune_after_eval(c.training.tune_thresholds, evaluator, featurised.dev,
                                checkpoint, result.eval, output_dir)
+  elif label_spec.thresholds and result.eval is not None:  # (the figures it decides at)
+    thresholds.report_after_eval(evaluator, featurised.dev, checkpoint, result.eval,
+                                 output_dir)
   if modes.do_predict:  # estimator.predict on the test split's input_fn -> test_results.tsv
     with outputs.timed(seconds, "predict"):
       result.predictions, result.test_outputs = evaluator.predict(featurised.test, checkpoint)

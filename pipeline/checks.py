@@ -125,11 +125,12 @@ def check_thresholds(training, modes):
     parse_objective(training.tune_thresholds)
   except ValueError as error:
     raise FlagError(str(error))
-  if not modes.do_eval:
+  if training.num_folds and training.fold >= 0:
+    raise FlagError("--tune_thresholds with --num_folds tunes on every fold's out-of-fold "
+                    "predictions; --fold=%d runs one fold: drop --fold (or tune later, on one "
+                    "model's dev split)" % training.fold)
+  if not modes.do_eval and not training.num_folds:  # (k-fold evaluates every fold)
     raise FlagError("--tune_thresholds chooses thresholds on the dev split: add --do_eval")
-  if training.num_folds:
-    raise FlagError("--tune_thresholds with --num_folds is not supported yet: tune on one "
-                    "model's dev split (without --num_folds)")
 
 
 def check_row_ranges(data, training, modes):

@@ -14,6 +14,7 @@ from data.reread import read_again
 from pipeline.build import make_processor
 from pipeline.outputs import (FoldsRun, json_text, paired, write_fold_predictions,
                               write_test_results)
+from pipeline import thresholds
 from pipeline.splits import check_hashed_then_read
 from spec.run_errors import FlagError
 
@@ -68,8 +69,9 @@ def fold_config(c, i):
   """The configuration of fold i: its own folders under --output_dir (and --cache_dir,
   --export_dir), evaluated on its held-out rows."""
   outputs = c.outputs
-  return c.replace(
+  return c.replace(  # (--tune_thresholds tunes on every fold's out-of-fold outputs)
       output_dir=os.path.join(outputs.output_dir, "fold_%d" % i), do_eval=True,
+      tune_thresholds=None,
       cache_dir=os.path.join(outputs.cache_dir, "fold_%d" % i) if outputs.cache_dir else None,
       export_dir=os.path.join(outputs.export_dir, "fold_%d" % i) if outputs.export_dir else None)
 
@@ -83,6 +85,7 @@ def run_folds(c, run_model):
   check_folds(c.training, c.modes.do_train)
   num_folds, output_dir = c.training.num_folds, c.outputs.output_dir
   processor = make_processor(c.data, c.training.sample_weight_column)
+  thresholds.check_head(processor.label_spec, c.training.tune_thresholds)
   check_hashed_then_read(processor, ["train"] + (["test"] if c.modes.do_predict else []))
   examples = processor.get_examples("train")
   assignment = folds_lib.assign_folds(fold_strata(examples, processor.label_spec), num_folds,
@@ -101,6 +104,15 @@ def run_folds(c, run_model):
     return result
   result.summary = fold_summary(result.folds, num_folds, c.training.seed,
                                 [assignment.count(i) for i in range(num_folds)])
+  by_row = {}
+  for i in chosen:
+    rows = [r for r, a in enumerate(assignment) if a == i]
+    by_row.update(zip(rows, runs[i].oof))
+  oof = [by_row[r] for r in range(len(examples))]
+  if c.training.tune_thresholds:  # (then the folds' cards and mean predictions use them)
+    result.summary["thresholds"] = thresholds.tune_out_of_fold(
+        c.training.tune_thresholds, processor.label_spec, examples, oof,
+        [fold_config(c, i).outputs.output_dir for i in chosen])
   write_whole(os.path.join(output_dir, "folds_summary.json"), json_text(result.summary))
   for name, figures in sorted(result.summary["metrics"].items()):
     missing = figures["undefined_on_folds"]
@@ -112,13 +124,9 @@ def run_folds(c, run_model):
              " (over the %d folds where it is defined; undefined on fold%s %s)" % (
                  num_folds - len(missing), "s" if len(missing) > 1 else "",
                  ", ".join(str(i) for i in missing)) if missing else "")
-  by_row = {}
-  for i in chosen:
-    rows = [r for r, a in enumerate(assignment) if a == i]
-    by_row.update(zip(rows, runs[i].oof))
   result.oof_predictions = os.path.join(output_dir, "oof_predictions.tsv")
-  write_fold_predictions(result.oof_predictions, examples, assignment,
-                         [by_row[r] for r in range(len(examples))], processor.label_spec)
+  write_fold_predictions(result.oof_predictions, examples, assignment, oof,
+                         processor.label_spec)
   log.info("wrote out-of-fold predictions for all %d train rows to %s", len(examples),
            result.oof_predictions)
   if c.modes.do_predict:

@@ -4,7 +4,7 @@ metrics and kept by the label spec, which the model card carries to every predic
 
 import logging
 
-from pipeline.card import record_thresholds
+from pipeline.card import apply_thresholds, record_thresholds
 from pipeline.outputs import write_eval_results
 from spec import thresholds as thresholds_lib
 from spec.run_errors import FlagError
@@ -33,25 +33,19 @@ def _positive(label_spec, example, index):
   return example.label[index] >= 0.5
 
 
-def tune(label_spec, objective_text, examples, outputs):
-  """(the thresholds by name, the figures for eval_results.json) from the dev examples
-  and the head's outputs for them (rows in the same order). A name whose threshold cannot
-  be met on these rows keeps 0.5 and is reported as null."""
-  objective = thresholds_lib.parse_objective(objective_text)
+def _columns(label_spec, examples, outputs):
+  """[(decision name, its suffix in eval_results.json, scores, positives)] of the rows."""
   decisions = decisions_of(label_spec)
   several = len(decisions) > 1
-  chosen, figures = {}, {"threshold_objective": objective_text}
-  for name, index in decisions:
-    scores = [row[index] for row in outputs]
-    positives = [_positive(label_spec, e, index) for e in examples]
-    threshold = thresholds_lib.tune(scores, positives, objective)
-    suffix = "_" + name if several else ""
-    if threshold is None:
-      log.warning("--tune_thresholds=%s: no threshold of %s meets it on the dev split (%d "
-                  "positive rows of %d); it stays %g", objective_text, name, sum(positives),
-                  len(positives), thresholds_lib.DEFAULT_THRESHOLD)
-    else:
-      chosen[name] = threshold
+  return [(name, "_" + name if several else "", [row[index] for row in outputs],
+           [_positive(label_spec, e, index) for e in examples]) for name, index in decisions]
+
+
+def _figures(columns, chosen, figures):
+  """figures with each column's threshold (chosen's; None: not met) and its precision,
+  recall and F1 at 0.5 and at the threshold."""
+  for name, suffix, scores, positives in columns:
+    threshold = chosen.get(name)
     figures["threshold" + suffix] = threshold
     for at, value in (("0.5", thresholds_lib.DEFAULT_THRESHOLD), ("threshold", threshold)):
       if value is None:
@@ -60,9 +54,29 @@ def tune(label_spec, objective_text, examples, outputs):
       figures.update({"precision_at_%s%s" % (at, suffix): precision,
                       "recall_at_%s%s" % (at, suffix): recall,
                       "f1_at_%s%s" % (at, suffix): f1})
-  log.info("decision thresholds tuned on the dev split for %s: %s", objective_text,
+  return figures
+
+
+def tune(label_spec, objective_text, examples, outputs, where="the dev split"):
+  """(the thresholds by name, their figures for eval_results.json) from the examples
+  (the dev split's, or every train row's out of fold) and the head's outputs for them
+  (rows in the same order). A name whose threshold cannot be met on these rows keeps 0.5
+  and is reported as null."""
+  objective = thresholds_lib.parse_objective(objective_text)
+  spelled = thresholds_lib.objective_text(objective)
+  columns = _columns(label_spec, examples, outputs)
+  chosen = {}
+  for name, _, scores, positives in columns:
+    threshold = thresholds_lib.tune(scores, positives, objective)
+    if threshold is None:
+      log.warning("--tune_thresholds=%s: no threshold of %s meets it on %s (%d positive rows "
+                  "of %d); it stays %g", spelled, name, where, sum(positives), len(positives),
+                  thresholds_lib.DEFAULT_THRESHOLD)
+    else:
+      chosen[name] = threshold
+  log.info("decision thresholds tuned on %s for %s: %s", where, spelled,
            thresholds_lib.listed(chosen) or "none")
-  return chosen, figures
+  return chosen, _figures(columns, chosen, {"threshold_objective": spelled})
 
 
 def tune_after_eval(objective_text, evaluator, dev, checkpoint, results, output_dir):
@@ -76,3 +90,41 @@ def tune_after_eval(objective_text, evaluator, dev, checkpoint, results, output_
   results.update(figures)
   write_eval_results(output_dir, results)
   record_thresholds(output_dir, label_spec)
+
+
+def report_after_eval(evaluator, dev, checkpoint, results, output_dir):
+  """The dev figures at the thresholds the model card gives (the eval's own metrics
+  decide at 0.5, or by the highest output), added to results and eval_results.json."""
+  label_spec = evaluator.label_spec
+  columns = _columns(label_spec, dev.examples, evaluator.predict_outputs(dev, checkpoint))
+  results.update(_figures(columns, {name: label_spec.threshold(name) for name, _, _, _ in
+                                    columns}, {"thresholds_from": "model card"}))
+  write_eval_results(output_dir, results)
+
+
+def tune_out_of_fold(objective_text, label_spec, examples, outputs, fold_dirs):
+  """k-fold: the thresholds tuned on every train row's out-of-fold outputs, given to
+  label_spec (the folds' mean predictions decide by them) and to every fold's card.
+  Returns their figures (folds_summary.json's "thresholds")."""
+  tuned, figures = tune(label_spec, objective_text, examples, outputs,
+                        where="the out-of-fold predictions")
+  label_spec.set_thresholds(tuned)
+  for fold_dir in fold_dirs:
+    record_thresholds(fold_dir, label_spec)
+  return figures
+
+
+def carry_over(card, label_spec, trains):
+  """A training run on a folder (or from a checkpoint) whose card has tuned thresholds:
+  they still decide when no step is trained (trains False), and are dropped, saying so,
+  when the model trains on."""
+  if not card["label_spec"].get("thresholds"):
+    return
+  if not trains:
+    apply_thresholds(card, label_spec)
+    return
+  log.warning("the model card's decision thresholds (%s) were tuned for the model before "
+              "this training: the labels of the model it trains are decided at %g until "
+              "they are tuned again (--do_eval --tune_thresholds)",
+              thresholds_lib.listed(card["label_spec"]["thresholds"]),
+              thresholds_lib.DEFAULT_THRESHOLD)

@@ -238,7 +238,8 @@ class TrainingOptions(object):
       "gives the highest recall at a precision of at least P ('precision@P') or the highest "
       "precision at a recall of at least R ('recall@R'). eval_results.json gets the dev "
       "figures at 0.5 and at the threshold, the model card keeps the thresholds, and every "
-      "predictor decides labels by them.")
+      "predictor decides labels by them. With --num_folds: tuned on the out-of-fold "
+      "predictions, kept by every fold's card.")
   sample_weight_column: Optional[str] = option(
       None, "Training: a train-file column (name or 0-based position) of per-row weights "
       ">= 0 that multiply each row's loss.")

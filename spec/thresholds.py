@@ -6,6 +6,7 @@ A row is predicted positive when its score is at least the threshold. The candid
 the dev scores themselves (every distinct decision the dev split can tell apart).
 """
 
+import json
 import math
 
 from spec.run_errors import FlagError
@@ -28,12 +29,14 @@ class Thresholds(object):
     thresholds = dict(thresholds or {})
     for name, value in sorted(thresholds.items()):
       if name not in self.decision_names():
-        raise FlagError("threshold of %r: a %s has %s" % (
-            name, self.describe(), "no decision a threshold sets" if not self.decision_names()
-            else "thresholds for %s only" % ", ".join(self.decision_names())))
+        raise FlagError("a threshold of %s: the %s %s" % (
+            json.dumps(name), self.describe(), "has no decision a threshold sets"
+            if not self.decision_names() else "decides by thresholds of %s only"
+            % ", ".join(self.decision_names())))
       if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
           0.0 <= value <= 1.0):
-        raise FlagError("the threshold of %s is %r, not a number in [0, 1]" % (name, value))
+        raise FlagError("the threshold of %s is %s, not a number in [0, 1]"
+                        % (name, json.dumps(value)))
     self.thresholds = {name: float(value) for name, value in thresholds.items()}
 
   def threshold(self, name):
@@ -63,6 +66,8 @@ def parse_objective(text):
   if at and name in ("precision", "recall"):
     try:
       number = float(target)
+      if "_" in target or not target.isascii():  # (Python reads 1_0 and a full-width １)
+        raise ValueError(target)
     except ValueError:
       number = float("nan")
     if 0.0 < number <= 1.0:
@@ -71,6 +76,12 @@ def parse_objective(text):
                      % (text, target, name, name))
   raise ValueError("--tune_thresholds=%s is not one of f1, precision@P, recall@R (e.g. "
                    "precision@0.9)" % text)
+
+
+def objective_text(objective):
+  """An objective (parse_objective's) in its one spelling: f1, precision@0.9."""
+  kind, target = objective
+  return kind if target is None else "%s@%s" % (kind, repr(target))
 
 
 def figures_at(scores, positives, threshold):

@@ -12,6 +12,7 @@ import pytest
 from conftest import JIGSAW, assert_auc_of_scores, common_flags, run_flags, sample_path
 from data import fold_assignment
 from data.processors import get_processor
+from spec import thresholds
 
 
 def test_folds_are_stratified_balanced_and_seeded():
@@ -53,7 +54,7 @@ def test_three_folds_in_one_command(tmp_path, tiny_checkpoint):
   output_dir = str(tmp_path / "cv")
   result = run_flags(*common_flags(tiny_checkpoint, output_dir) + [
       "--num_folds=3", "--do_train", "--do_predict", "--num_train_steps=3",
-      "--eval_batch_size=16", "--predict_batch_size=16"])
+      "--eval_batch_size=16", "--predict_batch_size=16", "--tune_thresholds=f1"])
   train = os.path.join(JIGSAW, "train.csv")
   with io.open(train, encoding="utf-8", newline="") as f:
     truth = list(csv.DictReader(f))
@@ -78,6 +79,19 @@ def test_three_folds_in_one_command(tmp_path, tiny_checkpoint):
     assert_auc_of_scores(results["auc"], *zip(*rows))
     aucs.append(results["auc"])
     assert os.path.exists(os.path.join(fold_dir, "model_card.json"))
+  # --tune_thresholds: tuned on every train row's out-of-fold probability (read back as the
+  # float32 each was), the best F1 of every candidate, recorded in every fold's card.
+  scores = [float(np.float32(r["probability_1"])) for r in oof]
+  positives = [t["toxic"] == "1" for t in truth]
+  threshold = summary["thresholds"]["threshold"]
+  best = max(thresholds.figures_at(scores, positives, t)[2] for t in set(scores))
+  assert thresholds.figures_at(scores, positives, threshold)[2] == best
+  assert summary["thresholds"]["f1_at_threshold"] == best
+  assert summary["thresholds"]["threshold_objective"] == "f1"
+  for i in range(3):
+    with open(os.path.join(output_dir, "fold_%d" % i, "model_card.json")) as f:
+      assert json.load(f)["label_spec"]["thresholds"] == {"1": threshold}
+  assert [r["prediction"] for r in oof] == ["1" if p >= threshold else "0" for p in scores]
   assert summary["metrics"]["auc"]["mean"] == pytest.approx(np.mean(aucs))
   assert summary["metrics"]["auc"]["std"] == pytest.approx(np.std(aucs, ddof=1))
   assert result.oof_predictions.endswith("oof_predictions.tsv")
@@ -94,8 +108,9 @@ def test_three_folds_in_one_command(tmp_path, tiny_checkpoint):
     for column in ("probability_0", "probability_1"):
       assert float(row[column]) == pytest.approx(
           np.mean([float(fold[k][column]) for fold in per_fold]), abs=1e-6)
-    assert row["prediction"] == (
-        "1" if float(row["probability_1"]) > float(row["probability_0"]) else "0")
+    mean_score = float(row["probability_1"])  # (at the tuned threshold; 9 digits of a mean)
+    assert abs(mean_score - threshold) < 1e-6 or row["prediction"] == (
+        "1" if mean_score >= threshold else "0")
   # (Three barely trained models disagree: the mean is not any one fold's prediction.)
   assert any(len(set(fold[k]["probability_1"] for fold in per_fold)) == 3
              for k in range(len(test_ids)))

@@ -29,10 +29,14 @@ def test_objectives_are_read_or_refused_with_the_fix():
       ("recall@1.5", "--tune_thresholds=recall@1.5: '1.5' is not a recall in (0, 1]; e.g. "
                      "recall@0.9"),
       ("precision@nan", "--tune_thresholds=precision@nan: 'nan' is not a precision in (0, 1]; "
-                        "e.g. precision@0.9")):
+                        "e.g. precision@0.9"),
+      ("recall@\uff11", "--tune_thresholds=recall@\uff11: '\uff11' is not a recall in (0, 1]; "
+                         "e.g. recall@0.9")):
     with pytest.raises(ValueError) as error:
       thresholds.parse_objective(text)
     assert str(error.value) == message
+  assert [thresholds.objective_text(thresholds.parse_objective(t)) for t in (
+      " F1", "Precision@.90", "recall@1")] == ["f1", "precision@0.9", "recall@1.0"]
 
 
 def _reference(scores, positives, objective):
@@ -90,13 +94,15 @@ def test_the_label_classes_decide_by_their_thresholds_and_say_which():
       "thresholds": {"toxic": 0.5, "insult": 0.1}}
   for spec, entry, message in (
       (SingleLabel(["l"], ["a", "b", "c"]), {"b": 0.3},
-       "threshold of 'b': a labels a,b,c has no decision a threshold sets"),
+       'a threshold of "b": the labels a,b,c has no decision a threshold sets'),
       (SingleLabel(["l"], ["a", "b"]), {"a": 0.3},
-       "threshold of 'a': a labels a,b has thresholds for b only"),
+       'a threshold of "a": the labels a,b decides by thresholds of b only'),
       (MultiLabel(["toxic"]), {"toxic": 1.5}, "the threshold of toxic is 1.5, not a number in "
                                               "[0, 1]"),
-      (MultiLabel(["toxic"]), {"toxic": "0.3"}, "the threshold of toxic is '0.3', not a number "
-                                                "in [0, 1]")):
+      (MultiLabel(["toxic"]), {"toxic": "0.3"}, 'the threshold of toxic is "0.3", not a number '
+                                                'in [0, 1]'),
+      (MultiLabel(["toxic"]), {"toxic": True}, "the threshold of toxic is true, not a number in "
+                                               "[0, 1]")):
     with pytest.raises(FlagError) as error:
       spec.set_thresholds(entry)
     assert str(error.value) == message
@@ -163,6 +169,25 @@ def test_a_run_tunes_on_dev_records_the_threshold_and_predicts_by_it(tmp_path, t
           in caplog.text)
   assert [r["prediction"] for r in _tsv(os.path.join(output_dir, "test_results.tsv"))] == [
       r["prediction"] for r in rows]
+  # An eval without --tune_thresholds reports the dev figures at the card's threshold too,
+  # and a --do_train run with no step left to train keeps the threshold.
+  run_flags(*common_flags(tiny_checkpoint, output_dir) + ["--do_train", "--do_eval",
+                                                          "--num_train_steps=6"])
+  with open(os.path.join(output_dir, "eval_results.json")) as f:
+    again = json.load(f)
+  assert (again["thresholds_from"], again["threshold"]) == ("model card", threshold)
+  assert again["recall_at_threshold"] == pytest.approx(results["recall_at_threshold"],
+                                                       abs=0.05)
+  with open(os.path.join(output_dir, "model_card.json")) as f:
+    assert json.load(f)["label_spec"]["thresholds"] == {"1": threshold}
+  # Training on drops it, and says so.
+  with caplog.at_level("WARNING"):
+    run_flags(*common_flags(tiny_checkpoint, output_dir) + ["--do_train",
+                                                            "--num_train_steps=7"])
+  assert ("the model card's decision thresholds (1 %.4g) were tuned for the model before this "
+          "training" % threshold) in caplog.text
+  with open(os.path.join(output_dir, "model_card.json")) as f:
+    assert "thresholds" not in json.load(f)["label_spec"]
   # An edited threshold is one line naming the card and the fix.
   card_path = os.path.join(output_dir, "model_card.json")
   with open(card_path) as f:
@@ -173,7 +198,7 @@ def test_a_run_tunes_on_dev_records_the_threshold_and_predicts_by_it(tmp_path, t
   with pytest.raises(FlagError) as error:
     run_flags("--output_dir=" + output_dir, "--do_predict", "--predict_file=" + dev)
   assert str(error.value) == (
-      "%s: label_spec's thresholds: the threshold of 1 is 'high', not a number in [0, 1] (the "
+      '%s: label_spec\'s thresholds: the threshold of 1 is "high", not a number in [0, 1] (the '
       "file was edited): restore the card, or tune again with --do_eval --tune_thresholds"
       % card_path)
 
@@ -186,9 +211,13 @@ def test_tuning_is_refused_where_it_cannot_work(tmp_path, tiny_checkpoint):
       (["--do_train", "--do_eval", "--tune_thresholds=accuracy"],
        "--tune_thresholds=accuracy is not one of f1, precision@P, recall@R (e.g. "
        "precision@0.9)"),
-      (["--do_train", "--num_folds=3", "--do_eval", "--tune_thresholds=f1"],
-       "--tune_thresholds with --num_folds is not supported yet: tune on one model's dev "
-       "split (without --num_folds)")):
+      (["--do_train", "--num_folds=3", "--fold=1", "--tune_thresholds=f1"],
+       "--tune_thresholds with --num_folds tunes on every fold's out-of-fold predictions; "
+       "--fold=1 runs one fold: drop --fold (or tune later, on one model's dev split)"),
+      (["--do_train", "--num_folds=3", "--tune_thresholds=f1", "--head=soft_target",
+        "--label_column=toxic"],
+       "--tune_thresholds tunes the decision of a binary classification head or of each "
+       "multi-label column; a soft_target head on toxic has none: drop --tune_thresholds")):
     with pytest.raises(FlagError) as error:
       run_flags(*base + extra)
     assert str(error.value) == message

@@ -40,6 +40,10 @@ HF_ACTIVATIONS = {"gelu": "gelu_new", "gelu_exact": "gelu", "relu": "relu", "tan
 # config.json's record of the head kind, where problem_type names two (a soft-target head
 # is transformers' multi-label one): an import gives the kind back.
 HEAD_KIND_KEY = "bert_text_classifier_head"
+# config.json's record of a head's tuned decision thresholds ({output name: threshold}; the
+# model card's label_spec.thresholds), absent when untuned: transformers keeps it as an
+# attribute of the config, for code that decides labels to read.
+THRESHOLDS_KEY = "bert_text_classifier_thresholds"
 # A sequence-classification head's tensors and their names here (the same layout).
 HEAD_TENSORS = {"classifier.weight": "output_weights", "classifier.bias": "output_bias"}
 # The head kind of each problem_type, and the problem_type of each head kind (its label
@@ -238,9 +242,10 @@ def hf_tensors(checkpoint, config):
   return tensors
 
 
-def hf_config(config, head_kind, names):
+def hf_config(config, head_kind, names, thresholds=None):
   """The config.json of a BertForSequenceClassification of config (a BertConfig) whose head
-  (head_kind, spec/labels.py) has outputs named names."""
+  (head_kind, spec/labels.py) has outputs named names, and decides by thresholds (tuned:
+  {output name: threshold}) if any."""
   if config.hidden_act not in HF_ACTIVATIONS:
     raise ConversionError("hidden_act %r has no counterpart in transformers (known: %s)" % (
         config.hidden_act, ", ".join(sorted(HF_ACTIVATIONS))))
@@ -253,6 +258,8 @@ def hf_config(config, head_kind, names):
       label2id={name: i for i, name in enumerate(names)},
       problem_type=PROBLEM_OF_HEAD_KIND[head_kind])
   values[HEAD_KIND_KEY] = head_kind
+  if thresholds:
+    values[THRESHOLDS_KEY] = dict(thresholds)
   return values
 
 

@@ -77,7 +77,7 @@ def write_hf_folder(folder, checkpoint, card, vocab_text, vocab):
       model_max_length=card["max_seq_length"], padding_side="right",
       truncation_side=tokenizer_truncation(card, folder),
       clean_up_tokenization_spaces=False)
-  files = {"config.json": hf_config(config, label_spec.kind, names),
+  files = {"config.json": hf_config(config, label_spec.kind, names, label_spec.thresholds),
            "tokenizer_config.json": tokenizer_config, "special_tokens_map.json": special}
   for name, values in sorted(files.items()):
     _write(folder, name, json.dumps(values, indent=2, sort_keys=True) + "\n")

@@ -23,6 +23,7 @@ from modeling.convert_hf import ConversionError, convert, hf_head
 from pipeline.hf_export import write_hf_folder
 from serving.predictor import Predictor
 from spec import model_card
+from spec.labels import MultiLabel
 from test_export import SPECS, TEXTS, export_tiny
 
 HF_PYTHON = os.path.join(ROOT, ".venvs", "hf", "bin", "python")
@@ -135,6 +136,16 @@ def test_the_folder_holds_what_transformers_reads_and_converts_back_exactly(tmp_
   with open(str(tmp_path / "back" / "flags.txt")) as f:
     assert f.read().splitlines()[-3:] == ["--do_lower_case=True", "--head=multi_label",
                                           "--label_column=toxic,insult"]
+  # A tuned card's thresholds go into config.json (an untuned one has none).
+  assert "bert_text_classifier_thresholds" not in config
+  tuned = MultiLabel(["toxic", "insult"])
+  tuned.set_thresholds({"insult": 0.3125})
+  card = dict(tiny_fine_tuned_card("multi_label"), label_spec=tuned.to_card())
+  with open(TINY_VOCAB, encoding="utf-8") as f:
+    write_hf_folder(str(tmp_path / "tuned"), checkpoint, card, f.read(),
+                    load_vocab(TINY_VOCAB))
+  with open(str(tmp_path / "tuned" / "config.json")) as f:
+    assert json.load(f)["bert_text_classifier_thresholds"] == {"insult": 0.3125}
 
 
 def test_heads_and_labels_of_a_transformers_config():

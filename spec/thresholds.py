@@ -3,7 +3,9 @@ the choice itself. Plain Python: the pipeline tunes, the label classes (spec/lab
 apply what the model card records.
 
 A row is predicted positive when its score is at least the threshold. The candidates are
-the dev scores themselves (every distinct decision the dev split can tell apart).
+every distinct decision the dev split can tell apart: each dev score's rows and those
+above it positive, the threshold midway between that score and the next lower one (the
+lowest score itself, when every row is positive).
 """
 
 import json
@@ -128,5 +130,8 @@ def tune(scores, positives, objective):
     else:
       key = precision if recall >= target else None
     if key is not None and (best_key is None or key > best_key):
-      best, best_key = threshold, key
+      # (midway to the next lower score: the same decisions on these rows, and a score
+      # one float32 step from a dev row's, in another graph, falls the same way)
+      best, best_key = (threshold if i == len(order) else
+                        (threshold + scores[order[i]]) / 2.0), key
   return best

@@ -41,10 +41,12 @@ def test_objectives_are_read_or_refused_with_the_fix():
 
 def _reference(scores, positives, objective):
   """Every distinct score tried as the threshold, its figures counted afresh; the best by
-  the objective, the higher threshold among equals."""
+  the objective, the higher threshold among equals; given as the midpoint between it and
+  the next lower score (the lowest itself)."""
   kind, target = objective
   best = None
-  for t in sorted(set(scores), reverse=True):
+  distinct = sorted(set(scores), reverse=True)
+  for k, t in enumerate(distinct):
     p, r, f1 = thresholds.figures_at(scores, positives, t)
     if kind == "f1":
       key = f1
@@ -53,7 +55,7 @@ def _reference(scores, positives, objective):
     else:
       key = p if r >= target else None
     if key is not None and (best is None or key > best[0]):
-      best = (key, t)
+      best = (key, t if k + 1 == len(distinct) else (t + distinct[k + 1]) / 2.0)
   return None if best is None or not any(positives) else best[1]
 
 
@@ -72,8 +74,11 @@ def test_figures_at_a_threshold_by_hand():
   scores, positives = [0.9, 0.8, 0.6, 0.4, 0.3], [True, False, True, True, False]
   assert thresholds.figures_at(scores, positives, 0.5) == pytest.approx((2 / 3, 2 / 3, 2 / 3))
   assert thresholds.figures_at(scores, positives, 0.95) == (0.0, 0.0, 0.0)
-  assert thresholds.tune(scores, positives, ("f1", None)) == 0.4  # (3/4 precision, all recall)
-  assert thresholds.tune(scores, positives, ("precision", 1.0)) == 0.9
+  # (midway to the next lower score)
+  assert thresholds.tune(scores, positives, ("f1", None)) == pytest.approx(0.35)  # (3/4, all)
+  assert thresholds.tune(scores, positives, ("precision", 1.0)) == pytest.approx(0.85)
+  assert thresholds.tune(scores, positives, ("recall", 1.0)) == pytest.approx(0.35)
+  assert thresholds.tune([0.2, 0.7], [True, True], ("f1", None)) == 0.2  # (the lowest itself)
   assert thresholds.tune(scores, [False] * 5, ("f1", None)) is None  # no positive row
 
 
@@ -131,8 +136,8 @@ def test_a_run_tunes_on_dev_records_the_threshold_and_predicts_by_it(tmp_path, t
     assert json.load(f)["label_spec"]["thresholds"] == {"1": threshold}
   rows = _tsv(os.path.join(output_dir, "test_results.tsv"))
   # The predictions of the dev file decide at the tuned threshold, and give its figures.
-  # (The written text is 9 digits: read as float32 it is the output itself; the threshold is
-  # a dev row's float32 output, so the row that gave it is exactly at it.)
+  # (The written text is 9 digits: read as float32 it is the output itself; the threshold
+  # lies midway between two dev rows' outputs.)
   scores = [float(np.float32(r["probability_1"])) for r in rows]
   assert [r["prediction"] for r in rows] == ["1" if p >= threshold else "0" for p in scores]
   with io.open(dev, encoding="utf-8", newline="") as f:

@@ -146,7 +146,8 @@ def run_model(c, fold=None, cluster=None):
   log.info("fused CPU kernels: %s", "on" if fused else "off (%s)" % why_not)
   model_fn = build.model_fn_of(c.model, c.training, c.device, output_dir, encoder_config,
                                label_spec, num_train_steps, fused_kernels=fused,
-                               class_weights=splits.class_weights_of(featurised.train))
+                               class_weights=splits.class_weights_of(featurised.train,
+                                                                     label_spec))
   # (every peer up before the estimator starts this task's server, which would wait for
   # one that never comes for ever)
   with stopping.phase(stopping.AWAITING_PEERS):

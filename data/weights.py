@@ -12,34 +12,52 @@ from data.record_format import check_float32
 from spec.run_errors import FlagError
 
 
-def balanced_class_weights(labels, classes):
+# The rows a balanced weight is counted over, as its message names them.
+TRAIN_FILE_ROWS = "the train file has"
+# A class weight a float32 loss holds: a normal float32 (a smaller one would round towards
+# 0, a larger one to infinity).
+WEIGHT_RANGE = (1.1754944e-38, 3.4028234663852886e38)
+
+
+def balanced_class_weights(labels, classes, rows=TRAIN_FILE_ROWS):
   """{class: n / (k * n_class)} over the rows' labels (class names): each class then weighs
   as much in the loss as if the classes were equally frequent (k classes, n rows). A class
-  with no row is an error: its weight would be infinite."""
+  with no row is an error: its weight would be infinite. rows names the rows in it."""
   counts = collections.Counter(labels)
   missing = [c for c in classes if not counts[c]]
   if missing:
-    raise FlagError("--class_weights=balanced: the train file has no row of class %s, so "
-                    "its weight is undefined; give the weights as a list instead"
-                    % ", ".join(missing))
+    raise FlagError("--class_weights=balanced: %s no row of class %s, so its weight is "
+                    "undefined; give the weights as a list instead"
+                    % (rows, ", ".join(missing)))
   n = float(sum(counts[c] for c in classes))
-  return {c: n / (len(classes) * counts[c]) for c in classes}
+  return checked_weights({c: n / (len(classes) * counts[c]) for c in classes}, "class")
 
 
-def balanced_positive_weights(positives, num_rows, columns):
+def balanced_positive_weights(positives, num_rows, columns, rows=TRAIN_FILE_ROWS):
   """{column: negatives / positives} of each label column over num_rows rows, where
   positives are the column's sums (a soft target's fractions add up): each column's
   positives then weigh as much in the loss as its negatives. A column with no positive or
-  no negative is an error: its weight would be infinite, or 0."""
+  no negative is an error: its weight would be infinite, or 0. rows names the rows in
+  the message."""
   weights = {}
   for column, positive in zip(columns, positives):
     negative = num_rows - positive
     if not positive > 0 or not negative > 0:
-      raise FlagError("--class_weights=balanced: the train file has %s in label column %s, "
-                      "so its positive weight is undefined; give one weight per column "
-                      "instead" % ("no positive row" if not positive > 0 else
-                                   "no negative row", column))
+      raise FlagError("--class_weights=balanced: %s %s in label column %s, so its positive "
+                      "weight is undefined; give one weight per column instead" % (
+                          rows, "no positive row" if not positive > 0 else "no negative row",
+                          column))
     weights[column] = negative / positive
+  return checked_weights(weights, "label column")
+
+
+def checked_weights(weights, unit):
+  """weights ({name: weight}), when each is a weight a float32 loss holds (WEIGHT_RANGE)."""
+  for name, weight in weights.items():
+    if not WEIGHT_RANGE[0] <= weight <= WEIGHT_RANGE[1]:
+      raise FlagError("--class_weights: the weight of %s %s is %.4g, outside what a float32 "
+                      "loss holds (%.3g to %.3g): give weights nearer 1"
+                      % (unit, name, weight, WEIGHT_RANGE[0], WEIGHT_RANGE[1]))
   return weights
 
 
@@ -65,7 +83,7 @@ def parse_class_weights(values, names, of_columns=False):
       raise FlagError("--class_weights: the weight of %s %s is %r; weights must be "
                       "positive and finite" % (unit, name, value))
     weights[name] = weight
-  return weights
+  return checked_weights(weights, unit)
 
 
 def class_weighted(labels, weights):

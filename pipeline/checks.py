@@ -106,6 +106,9 @@ def check_training(training, modes, given):
   if modes.do_train and training.num_train_steps <= 0 and training.num_train_epochs <= 0:
     raise FlagError("--num_train_epochs=%g must be > 0, or give --num_train_steps" %
                     training.num_train_epochs)
+  if "class_weights" in given and not training.class_weights:
+    raise FlagError("--class_weights is empty: give one weight per class (or label column), "
+                    "or 'balanced', or drop the flag")
   if not modes.do_train:
     for name in ("class_weights", "sample_weight_column", "identity_weights"):
       if name in given:

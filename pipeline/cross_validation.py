@@ -16,6 +16,8 @@ from pipeline.outputs import (FoldsRun, json_text, paired, write_fold_prediction
                               write_test_results)
 from pipeline import thresholds
 from pipeline.splits import check_hashed_then_read
+from pipeline.task_extras import task_of
+from pipeline.training_order import check_folds_balanced
 from spec.run_errors import FlagError
 
 log = logging.getLogger(__name__)
@@ -90,6 +92,7 @@ def run_folds(c, run_model):
   examples = processor.get_examples("train")
   assignment = folds_lib.assign_folds(fold_strata(examples, processor.label_spec), num_folds,
                                       c.training.seed)
+  check_folds_balanced(c.training, task_of(processor), examples, assignment, num_folds)
   chosen = list(range(num_folds)) if c.training.fold == -1 else [c.training.fold]
   runs = {}
   for i in chosen:

@@ -15,7 +15,7 @@ from data.file_lists import same_file_key
 from data.reread import check_rereadable, read_twice, refuse_changed
 from data.tfrecord import build_records
 from pipeline.build import truncation_of
-from pipeline.training_order import LengthOrder, TrainingOrder
+from pipeline.training_order import LengthOrder, TrainingOrder, log_class_weights
 from spec.run_errors import FlagError
 from spec.rows import format_rows, overlap
 
@@ -207,10 +207,13 @@ class Featuriser(object):
     return settings
 
 
-def class_weights_of(train):
+def class_weights_of(train, label_spec):
   """The train split's resolved --class_weights ({class or label column: weight}), as
-  its records' metadata keeps them, or None (also without a train split)."""
-  return train.metadata.get("class_weights") if train is not None else None
+  its records' metadata keeps them (and the log says), or None (also without a train
+  split)."""
+  weights = train.metadata.get("class_weights") if train is not None else None
+  log_class_weights(weights, label_spec)
+  return weights
 
 
 def featurise_workers(asked):

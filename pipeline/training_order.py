@@ -46,7 +46,10 @@ class TrainingOrder(object):
                 order="in_training_order(seed)",
                 weights=[list(training.class_weights or ()),
                          training.sample_weight_column and str(training.sample_weight_column),
-                         bool(training.identity_weights)])
+                         bool(training.identity_weights)],
+                # (the records' metadata keeps the resolved class weights: records made
+                # before it did are made again)
+                **({"class_weights_kept": True} if training.class_weights else {}))
 
   def observe(self, example):
     if self.inputs is not None:
@@ -68,8 +71,11 @@ class TrainingOrder(object):
     weights = None
     if self.inputs is not None:
       inputs, self.inputs = self.inputs.subset(chosen), None
-      self.class_weights = resolved_class_weights(training, self.task.processor.label_spec,
-                                                  inputs)
+      self.class_weights = resolved_class_weights(
+          training, self.task.processor.label_spec, inputs,
+          weights_lib.TRAIN_FILE_ROWS if len(chosen) == num_examples else
+          "the %d rows --train_fraction=%g keeps have" % (len(chosen),
+                                                          training.train_fraction))
       if self.weighted:
         weights = training_weights(training, self.task, inputs, self.class_weights)
     positions, weights = in_training_order(chosen, weights, training.seed)
@@ -186,23 +192,43 @@ def in_training_order(examples, weights, seed):
           [weights[i] for i in order] if weights is not None else None)
 
 
-def resolved_class_weights(training, spec, inputs):
+def resolved_class_weights(training, spec, inputs, rows=weights_lib.TRAIN_FILE_ROWS):
   """--class_weights as {class or label column: weight} for the rows of inputs
-  (WeightInputs): as given, or balanced from their counts; None when not asked for."""
+  (WeightInputs; rows names them in a message): as given, or balanced from their counts;
+  None when not asked for."""
   if not training.class_weights:
     return None
   of_columns = not spec.has_classes
   names = list(spec.columns) if of_columns else spec.classes
   if training.class_weights != ("balanced",):
-    weights = weights_lib.parse_class_weights(training.class_weights, names, of_columns)
-  elif of_columns:
-    weights = weights_lib.balanced_positive_weights(inputs.column_sums(), inputs.num_rows,
-                                                    names)
-  else:
-    weights = weights_lib.balanced_class_weights(inputs.class_names(), names)
-  log.info("%s: %s", "positive weights of the label columns" if of_columns else
-           "class weights", ", ".join("%s %.4g" % (name, weights[name]) for name in names))
-  return weights
+    return weights_lib.parse_class_weights(training.class_weights, names, of_columns)
+  if of_columns:
+    return weights_lib.balanced_positive_weights(inputs.column_sums(), inputs.num_rows, names,
+                                                 rows)
+  return weights_lib.balanced_class_weights(inputs.class_names(), names, rows)
+
+
+def check_folds_balanced(training, task, examples, assignment, num_folds):
+  """--class_weights=balanced with k-fold: FlagError, naming the fold, before any fold
+  trains, when some fold's train rows (the other folds') leave a class or a column
+  without rows to weigh."""
+  if training.class_weights != ("balanced",):
+    return
+  spec = task.processor.label_spec
+  for fold in range(num_folds):
+    inputs = weight_inputs(training, task, (e for e, a in zip(examples, assignment)
+                                            if a != fold))
+    resolved_class_weights(training, spec, inputs,
+                           "fold %d's train rows (the other folds') have" % fold)
+
+
+def log_class_weights(weights, spec):
+  """The log line of a run's resolved class weights, in the head's order."""
+  if weights:
+    names = spec.classes or list(spec.columns)
+    log.info("%s: %s", "class weights" if spec.has_classes else
+             "positive weights of the label columns",
+             ", ".join("%s %.4g" % (name, weights[name]) for name in names))
 
 
 def training_weights(training, task, inputs, class_weights=None):

@@ -64,7 +64,11 @@ def test_column_weight_lists_are_checked():
        "must be positive and finite"),
       (["heavy", "1"], "--class_weights: 'heavy' (for label column toxic) is not a number"),
       (["\uff11", "1"], "--class_weights: '\uff11' (for label column toxic) is not a number"),
-      (["1_0", "1"], "--class_weights: '1_0' (for label column toxic) is not a number")):
+      (["1_0", "1"], "--class_weights: '1_0' (for label column toxic) is not a number"),
+      (["1e39", "1"], "--class_weights: the weight of label column toxic is 1e+39, outside "
+       "what a float32 loss holds (1.18e-38 to 3.4e+38): give weights nearer 1"),
+      (["1", "1e-50"], "--class_weights: the weight of label column insult is 1e-50, outside "
+       "what a float32 loss holds (1.18e-38 to 3.4e+38): give weights nearer 1")):
     with pytest.raises(FlagError) as error:
       weights.parse_class_weights(values, columns, of_columns=True)
     assert str(error.value) == message
@@ -107,6 +111,15 @@ def test_balanced_column_weights_are_those_of_the_rows_trained_on():
   assert _resolved(processor, class_weights=("balanced",), train_fraction=0.6) == (
       pytest.approx({c: (len(chosen) - positives[c]) / positives[c] for c in TOXIC},
                     rel=1e-12))
+  # A subset that leaves a column without positives is named as the subset.
+  few = fraction_indices(len(rows), 0.02, 12345)
+  lacking = [c for c in TOXIC if not any(int(rows[i][c]) for i in few)][0]
+  with pytest.raises(FlagError) as error:
+    _resolved(processor, class_weights=("balanced",), train_fraction=0.02)
+  assert str(error.value) == (
+      "--class_weights=balanced: the %d rows --train_fraction=0.02 keeps have no positive row "
+      "in label column %s, so its positive weight is undefined; give one weight per column "
+      "instead" % (len(few), lacking))
   # As given, in the columns' order.
   assert _resolved(processor, class_weights=tuple("123456")) == {
       c: float(i + 1) for i, c in enumerate(TOXIC)}
@@ -148,6 +161,27 @@ def test_class_weights_a_head_cannot_take_are_refused_before_the_rows_are_read(t
                                      "positive row in label column other")
 
 
+def test_k_fold_checks_every_fold_s_train_rows_before_any_fold_trains(tmp_path):
+  from pipeline.training_order import check_folds_balanced
+  path = str(tmp_path / "train.csv")
+  with io.open(path, "w", encoding="utf-8", newline="") as f:
+    csv.writer(f).writerows([["text", "a", "rare"]] + [
+        ["text %d" % i, str(i % 2), "1" if i == 5 else "0"] for i in range(12)])
+  processor = get_processor("csv", files={"train": path}, text_column="text",
+                            label_columns=["a", "rare"], head="multi_label")
+  task, examples = task_extras.task_of(processor), processor.get_examples("train")
+  training = RunConfig(class_weights=("balanced",)).training
+  assignment = [i % 3 for i in range(12)]  # (row 5, the one positive of rare, is in fold 2)
+  with pytest.raises(FlagError) as error:
+    check_folds_balanced(training, task, examples, assignment, 3)
+  assert str(error.value) == (
+      "--class_weights=balanced: fold 2's train rows (the other folds') have no positive row "
+      "in label column rare, so its positive weight is undefined; give one weight per "
+      "column instead")
+  check_folds_balanced(RunConfig(class_weights=("1", "9")).training, task, examples,
+                       assignment, 3)  # (weights as given need no rows)
+
+
 def test_the_weighted_sigmoid_loss_is_its_formula():
   rng = np.random.RandomState(1)
   logits = (rng.randn(6, 3) * 4).astype(np.float32)
@@ -164,7 +198,7 @@ def test_the_weighted_sigmoid_loss_is_its_formula():
   p = 1 / (1 + np.exp(-logits.astype(np.float64)))
   expected = -(np.array(w) * targets * np.log(p) + (1 - targets) * np.log(1 - p)).mean(axis=1)
   np.testing.assert_allclose(loss, expected, rtol=1e-5)
-  np.testing.assert_allclose(outputs, p, rtol=1e-5)
+  np.testing.assert_allclose(outputs, p, rtol=1e-4)  # (TF 1.15's sigmoid: ~1e-4 at 1e-4)
   np.testing.assert_allclose(plain, unweighted, rtol=1e-6)
   with pytest.raises(ValueError) as error:
     head.loss_and_outputs(SingleLabel(["y"], "ab"), tf.constant(logits[:, :2]),

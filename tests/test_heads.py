@@ -316,6 +316,8 @@ def test_flags_a_head_cannot_use_are_refused_before_any_work(tmp_path, tiny_chec
       (["--auxiliary_targets", "--do_train"], "--auxiliary_targets is for task jigsaw_bias"),
       (["--truncation_head_tokens=-3", "--truncation=head_tail", "--do_train"],
        "head_tokens must be a whole number of tokens >= 0"),
+      (["--class_weights=", "--do_train"], "--class_weights is empty: give one weight per "
+       "class (or label column), or 'balanced', or drop the flag"),
       (["--label_column=toxic,insult", "--class_weights=1,2,3", "--do_train"],
        "--class_weights has 3 values but the head has 2 label columns (toxic, insult)"),
   ]

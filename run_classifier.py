@@ -24,9 +24,9 @@ from absl import flags
 import tensorflow.compat.v1 as tf
 
 from data.data_error import DataError
-from pipeline import (build, card, checks, cross_validation, eval_history, evaluation,
-                      export_run, machine, multi_device, outputs, splits, state, stopping,
-                      task_extras, thresholds, training, workspace)
+from pipeline import (build, card, checks, cross_validation, eval_history, eval_report,
+                      evaluation, export_run, machine, multi_device, outputs, splits, state,
+                      stopping, task_extras, thresholds, training, workspace)
 from spec import config, option_docs, options
 from spec.cluster import ClusterError, parse_tf_config
 from spec.run_errors import FileFault, FlagError, MemoryFault, NumericFault, ProcessFault
@@ -113,6 +113,7 @@ def run_model(c, fold=None, cluster=None):
     if not modes.do_train:  # (a training's: thresholds.carry_over)
       card.apply_thresholds(found_card, label_spec)
   thresholds.check_head(label_spec, c.training.tune_thresholds)
+  eval_report.check_head(label_spec, c.outputs.eval_report)
   tokenizer, vocab_file = build.make_tokenizer(c.model)
   log.info("task %s: %s", processor.name, label_spec.describe())
   checkpoint = evaluation.checkpoint_to_use(modes, output_dir, c.model.init_checkpoint,
@@ -190,6 +191,9 @@ def run_model(c, fold=None, cluster=None):
   elif label_spec.thresholds and result.eval is not None:  # (the figures it decides at)
     thresholds.report_after_eval(evaluator, featurised.dev, checkpoint, result.eval,
                                  output_dir)
+  if c.outputs.eval_report and result.eval is not None:  # (at the thresholds it decides by)
+    eval_report.write(output_dir, label_spec, featurised.dev.examples,
+                      evaluator.dev_outputs(featurised.dev, checkpoint))
   if modes.do_predict:  # estimator.predict on the test split's input_fn -> test_results.tsv
     with outputs.timed(seconds, "predict"):
       result.predictions, result.test_outputs = evaluator.predict(featurised.test, checkpoint)

@@ -36,6 +36,8 @@ def check_run(c, cluster=None):
   check_training(c.training, c.modes, c.given)
   check_row_ranges(c.data, c.training, c.modes)
   check_thresholds(c.training, c.modes)
+  if c.outputs.eval_report and not (c.modes.do_eval or c.training.num_folds):
+    raise FlagError("--eval_report reports on the dev split's evaluation: add --do_eval")
   check_device(c.device, c.training, c.modes, c.outputs.output_dir, c.given)
   from pipeline.build import check_fused_kernels  # (build imports what imports this module)
   check_fused_kernels(c.model, c.training, c.device, cluster)

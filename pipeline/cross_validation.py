@@ -141,7 +141,7 @@ def run_folds(c, run_model):
 def predict_held_out(evaluator, split, checkpoint, fold):
   """A fold's outputs on its held-out rows (its dev split), also written into its folder
   as oof_predictions.tsv. Returns them."""
-  outputs = evaluator.predict_outputs(split, checkpoint)
+  outputs = evaluator.dev_outputs(split, checkpoint)
   write_fold_predictions(os.path.join(evaluator.output_dir, "oof_predictions.tsv"),
                          split.examples, [fold.index] * len(split.examples), outputs,
                          evaluator.label_spec)

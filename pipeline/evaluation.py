@@ -37,6 +37,7 @@ class Evaluator(object):
     self.output_dir = output_dir
     self.eval_batch_size = eval_batch_size
     self.init_checkpoint = init_checkpoint
+    self._dev = None  # (the dev split, its checkpoint and its outputs: dev_outputs')
 
   def restore_path(self, checkpoint):
     """What the Estimator restores: a checkpoint of --output_dir (or its best/) by path;
@@ -79,7 +80,7 @@ class Evaluator(object):
       results["majority_baseline_accuracy"] = majority_accuracy(examples)
     if self.task.reports_on(examples):
       if outputs is None:
-        outputs = self.predict_outputs(split, checkpoint)
+        outputs = self.dev_outputs(split, checkpoint)
       results.update(self.task.evaluation_report(examples, outputs.tolist(), self.output_dir))
     for key in sorted(k for k, v in results.items() if isinstance(v, float) and math.isnan(v)):
       log.warning("eval %s is undefined on this dev set (e.g. an AUC of a column with no "
@@ -101,6 +102,13 @@ class Evaluator(object):
                               {"checkpoint": checkpoint,
                                "global_step": checkpoint and checkpoint_global_step(checkpoint)})
     return path, outputs
+
+  def dev_outputs(self, split, checkpoint):
+    """predict_outputs of the dev split at checkpoint, predicted once for what reads them
+    after an evaluation (the task's report, the thresholds, the evaluation report)."""
+    if self._dev is None or self._dev[:2] != (split, checkpoint):
+      self._dev = (split, checkpoint, self.predict_outputs(split, checkpoint))
+    return self._dev[2]
 
   def predict_outputs(self, split, checkpoint):
     """The head's outputs for every example of a split, in input order (whatever order its

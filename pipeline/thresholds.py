@@ -85,7 +85,7 @@ def tune_after_eval(objective_text, evaluator, dev, checkpoint, results, output_
   evaluator's label spec (this run's predictions decide by them) and the folder's card."""
   label_spec = evaluator.label_spec
   tuned, figures = tune(label_spec, objective_text, dev.examples,
-                        evaluator.predict_outputs(dev, checkpoint))
+                        evaluator.dev_outputs(dev, checkpoint))
   label_spec.set_thresholds(tuned)
   results.update(figures)
   write_eval_results(output_dir, results)
@@ -96,7 +96,7 @@ def report_after_eval(evaluator, dev, checkpoint, results, output_dir):
   """The dev figures at the thresholds the model card gives (the eval's own metrics
   decide at 0.5, or by the highest output), added to results and eval_results.json."""
   label_spec = evaluator.label_spec
-  columns = _columns(label_spec, dev.examples, evaluator.predict_outputs(dev, checkpoint))
+  columns = _columns(label_spec, dev.examples, evaluator.dev_outputs(dev, checkpoint))
   results.update(_figures(columns, {name: label_spec.threshold(name) for name, _, _, _ in
                                     columns}, {"thresholds_from": "model card"}))
   write_eval_results(output_dir, results)

@@ -1,8 +1,7 @@
 """The run's options, each defined once: name, type, default, choices and help.
 
-run_classifier.py makes its absl flags from these definitions, and spec/config.py's
-RunConfig holds their values in these groups, so that a function's signature shows which
-options it reads:
+run_classifier.py makes its absl flags from these; spec/config.py's RunConfig holds their
+values in these groups, so a function's signature shows which options it reads:
 
   modes     what to run
   data      the task, its files and its labels
@@ -22,9 +21,8 @@ from spec.labels import HEAD_KINDS
 from spec.model_card import POOLINGS, TRUNCATION_MODES
 from spec.option_checks import delimiter_problem, export_format_problem
 from spec.rows import rows_problem
-from spec.task_names import (JIGSAW_BIAS_AUXILIARY_COLUMNS, JIGSAW_BIAS_TARGET,
-                        JIGSAW_TOXIC_LABEL_COLUMNS, TASK_NAMES, XNLI_DEFAULT_LANGUAGE,
-                        XNLI_LANGUAGES)
+from spec.task_names import (JIGSAW_BIAS_AUXILIARY_COLUMNS, JIGSAW_BIAS_TARGET, TASK_NAMES,
+                             JIGSAW_TOXIC_LABEL_COLUMNS, XNLI_DEFAULT_LANGUAGE, XNLI_LANGUAGES)
 
 TOKENIZERS = ("auto", "fast", "python")
 QUOTINGS = ("auto", "csv", "none")
@@ -338,6 +336,10 @@ class OutputOptions(object):
       "tokenizer files) and onnx (onnx/ inside the export: model.onnx, model.int8.onnx and "
       "the tokenizer, for onnxruntime without TensorFlow; converted on TF 2.15).",
       check=export_format_problem)
+  eval_report: bool = option(
+      False, "With --do_eval (or --num_folds), a classification or 0/1-column head: "
+      "<output_dir>/eval_report/ (report.md: per-class figures, confusion, calibration; "
+      "ROC, precision-recall and reliability plots).")
   tf_log_level: str = option(
       "ERROR", "How much of TensorFlow's own logging to show. This program's progress "
       "lines are always shown.", LOG_LEVELS)

@@ -157,7 +157,7 @@ def test_the_report_agrees_with_scikit_learn():
 
 
 @pytest.mark.slow
-@pytest.mark.one_runtime("tf1")  # (plain Python after an eval; the report's figures above)
+@pytest.mark.one_runtime("tf2")  # (plain Python after an eval; the report's figures above)
 def test_an_evaluation_writes_its_report(tmp_path, tiny_checkpoint):
   output_dir = str(tmp_path / "out")
   run_flags(*common_flags(tiny_checkpoint, output_dir) + [

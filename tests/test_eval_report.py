@@ -47,7 +47,7 @@ def _calibration_error(predicted, observed, bins=10):
 SCORES = st.sampled_from([0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9, 1.0])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(SCORES, st.booleans()), min_size=1, max_size=25))
 def test_curves_and_calibration_are_their_definitions(rows):
   scores, positives = [s for s, _ in rows], [p for _, p in rows]

@@ -81,7 +81,7 @@ def test_killed_training_resumes_to_the_same_step_and_weights(tmp_path, tiny_che
   and ends at the same global step with the weights of an uninterrupted run. Dropout is
   on: the fused CPU kernels key every mask on the seed and the global step, so the
   resumed steps draw the masks the uninterrupted run drew."""
-  steps = 80
+  steps = 50
   config_file = os.path.join(TINY, "bert_config.json")  # (dropout 0.1)
   reference = str(tmp_path / "uninterrupted")
   outcome = run_flags(*_resume_flags(tiny_checkpoint, reference, config_file, steps))

@@ -117,7 +117,7 @@ def test_a_column_report_reads_each_column_at_its_threshold():
   assert report["calibration"]["target"]["expected_calibration_error"] == pytest.approx(0.05)
 
 
-@pytest.mark.one_runtime("tf2")  # (scikit-learn is in TF 2.15's environment)
+@pytest.mark.one_runtime("tf2")  # (plain numpy against scikit-learn: the same on both)
 def test_the_report_agrees_with_scikit_learn():
   from sklearn import calibration, metrics
   rng = np.random.RandomState(4)

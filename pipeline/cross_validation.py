@@ -11,10 +11,11 @@ from data import fold_assignment as folds_lib
 from data.data_error import DataError
 from data.files import write_whole
 from data.reread import read_again
+from modeling.checkpoint import checkpoint_global_step
+from pipeline import eval_report, thresholds
 from pipeline.build import make_processor
-from pipeline.outputs import (FoldsRun, json_text, paired, write_fold_predictions,
-                              write_test_results)
-from pipeline import thresholds
+from pipeline.outputs import (FoldsRun, json_text, paired, write_eval_results,
+                              write_fold_predictions, write_test_results)
 from pipeline.splits import check_hashed_then_read
 from pipeline.task_extras import task_of
 from pipeline.training_order import check_folds_balanced
@@ -116,6 +117,9 @@ def run_folds(c, run_model):
     result.summary["thresholds"] = thresholds.tune_out_of_fold(
         c.training.tune_thresholds, processor.label_spec, examples, oof,
         [fold_config(c, i).outputs.output_dir for i in chosen])
+    for i in chosen:
+      decide_fold_again(fold_config(c, i), processor, i,
+                        FoldPlan(num_folds, i, assignment).split(examples)[1], runs[i])
   write_whole(os.path.join(output_dir, "folds_summary.json"), json_text(result.summary))
   for name, figures in sorted(result.summary["metrics"].items()):
     missing = figures["undefined_on_folds"]
@@ -136,6 +140,24 @@ def run_folds(c, run_model):
     result.predictions = write_fold_mean_predictions(output_dir, processor,
                                                      [runs[i] for i in chosen])
   return result
+
+
+def decide_fold_again(c, processor, index, held_out, run):
+  """A fold's files, written before the out-of-fold tuning, again at the tuned thresholds
+  (processor's label spec has them) that its card now gives: its oof_predictions.tsv, its
+  eval_results.json's figures at them, its report and its test_results.tsv."""
+  label_spec, output_dir = processor.label_spec, c.outputs.output_dir
+  write_fold_predictions(os.path.join(output_dir, "oof_predictions.tsv"), held_out,
+                         [index] * len(held_out), run.oof, label_spec)
+  run.eval.update(thresholds.figures_at_card_thresholds(label_spec, held_out, run.oof))
+  write_eval_results(output_dir, run.eval)
+  if c.outputs.eval_report:
+    eval_report.write(output_dir, label_spec, held_out, run.oof)
+  if c.modes.do_predict:
+    rows = read_again(processor, "test", run.test_sha256)
+    write_test_results(output_dir, processor, paired(rows, run.test_outputs), {
+        "checkpoint": run.checkpoint, "global_step": checkpoint_global_step(run.checkpoint),
+        "thresholds": "tuned on every fold's out-of-fold predictions"})
 
 
 def predict_held_out(evaluator, split, checkpoint, fold):

@@ -19,6 +19,7 @@ import numpy
 
 from data.files import write_whole
 from pipeline import report_plots
+from pipeline.outputs import tsv_line
 from spec.labels import float32_text
 from spec.run_errors import FlagError
 
@@ -194,23 +195,28 @@ def _cell(value):
 
 
 def _per_class_tsv(report):
-  lines = ["\t".join(PER_CLASS_COLUMNS)]
-  lines += ["\t".join(_cell(row[c]) for c in PER_CLASS_COLUMNS) for row in report["per_class"]]
-  return "\n".join(lines) + "\n"
+  return "".join(tsv_line(cells) for cells in [PER_CLASS_COLUMNS] + [
+      [_cell(row[c]) for c in PER_CLASS_COLUMNS] for row in report["per_class"]])
 
 
 def _confusion_tsv(label_spec, report):
   """A classification head's matrix (a row per true class, a column per decided one), or
   a column head's counts, a row per column."""
   if report["kind"] == "classes":
-    lines = ["true\\decided\t" + "\t".join(label_spec.classes)]
-    lines += ["%s\t%s" % (name, "\t".join(str(n) for n in counts))
-              for name, counts in zip(label_spec.classes, report["confusion"])]
+    rows = [["true\\decided"] + label_spec.classes]
+    rows += [[name] + [str(n) for n in counts]
+             for name, counts in zip(label_spec.classes, report["confusion"])]
   else:
-    lines = ["column\tthreshold\ttp\tfp\tfn\ttn"]
-    lines += ["%s\t%s\t%d\t%d\t%d\t%d" % (r["name"], float32_text(r["threshold"]), r["tp"],
-                                          r["fp"], r["fn"], r["tn"]) for r in report["per_class"]]
-  return "\n".join(lines) + "\n"
+    rows = [["column", "threshold", "tp", "fp", "fn", "tn"]]
+    rows += [[r["name"], float32_text(r["threshold"])] + [str(r[k]) for k in (
+        "tp", "fp", "fn", "tn")] for r in report["per_class"]]
+  return "".join(tsv_line(cells) for cells in rows)
+
+
+def _md(name):
+  """A class or column name as a Markdown table cell shows it."""
+  return name.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace(
+      "\r", " ").replace("*", "\\*").replace("_", "\\_")
 
 
 def _markdown(label_spec, report, num_rows):
@@ -219,20 +225,21 @@ def _markdown(label_spec, report, num_rows):
     return "n/a" if value is None else "%.4f" % value
   unit = "class" if report["kind"] == "classes" else "column"
   lines = ["# Evaluation report", "", "%s, %d dev rows%s." % (
-      label_spec.describe(), num_rows, "; accuracy %.4f" % report["accuracy"]
+      _md(label_spec.describe()), num_rows, "; accuracy %.4f" % report["accuracy"]
       if "accuracy" in report else ""), "",
            "| %s | precision | recall | F1 | support | ROC AUC | average precision |" % unit,
            "|---|---|---|---|---|---|---|"]
   for row in report["per_class"]:
     lines.append("| %s | %s | %s | %s | %d | %s | %s |" % (
-        row["name"], figure(row["precision"]), figure(row["recall"]), figure(row["f1"]),
+        _md(row["name"]), figure(row["precision"]), figure(row["recall"]), figure(row["f1"]),
         row["support"], figure(row["roc_auc"]), figure(row["average_precision"])))
   for name in ("macro", "weighted"):
     means = report["averages"][name]
     lines.append("| %s mean | %s | %s | %s | | | |" % (
         name, figure(means["precision"]), figure(means["recall"]), figure(means["f1"])))
-  if label_spec.thresholds or report["kind"] == "columns":
-    lines += ["", "Decided at: %s." % ", ".join("%s %.4g" % (name, label_spec.threshold(name))
+  if label_spec.decision_names() and (label_spec.thresholds or report["kind"] == "columns"):
+    lines += ["", "Decided at: %s." % ", ".join("%s %.4g" % (_md(name),
+                                                             label_spec.threshold(name))
                                               for name in label_spec.decision_names())]
   lines += ["", "Expected calibration error (%d equal bins): %s." % (
       CALIBRATION_BINS, _calibration_text(report, figure)), ""]
@@ -244,5 +251,5 @@ def _calibration_text(report, figure):
   if report["kind"] == "classes":
     return "%s (%s)" % (figure(report["calibration"]["expected_calibration_error"]),
                         report["calibration"]["of"])
-  return ", ".join("%s %s" % (name, figure(c["expected_calibration_error"]))
+  return ", ".join("%s %s" % (_md(name), figure(c["expected_calibration_error"]))
                    for name, c in sorted(report["calibration"].items()))

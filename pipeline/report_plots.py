@@ -5,6 +5,14 @@ diagram. matplotlib without a display."""
 import io
 
 PLOTS = ("confusion.png", "roc.png", "pr.png", "reliability.png")
+MAX_ANNOTATED = 30  # classes whose confusion cells show their counts (more: colour alone)
+MAX_LEGEND = 20  # curves a plot names in its legend (more: the lines alone, and a note)
+
+
+def _text(name):
+  """A name as matplotlib draws it: as written ($ would start mathematics), tabs and line
+  breaks as spaces."""
+  return " ".join(str(name).replace("$", r"\$").split())
 
 
 def pngs(label_spec, report):
@@ -42,17 +50,20 @@ def _confusion(label_spec, report):
     counts = [[r["tp"], r["fp"], r["fn"], r["tn"]] for r in report["per_class"]]
     rows, columns = [r["name"] for r in report["per_class"]], ["tp", "fp", "fn", "tn"]
     xlabel, ylabel = "count", "label column"
-  figure, axes = _figure((1.5 + 0.9 * len(columns), 1.2 + 0.6 * len(rows)))
-  axes.imshow(counts, cmap="Blues")
+  # (at most 16 x 14 inches, whatever the classes: more of them get smaller cells)
+  figure, axes = _figure((min(16, 1.5 + 0.9 * len(columns)), min(14, 1.2 + 0.6 * len(rows))))
+  axes.imshow(counts, cmap="Blues", aspect="auto")
   top = max(max(row) for row in counts) or 1
-  for i, row in enumerate(counts):
-    for j, value in enumerate(row):
-      axes.text(j, i, str(value), ha="center", va="center",
-                color="white" if value > top / 2 else "black")
+  if len(rows) <= MAX_ANNOTATED and len(columns) <= MAX_ANNOTATED:
+    for i, row in enumerate(counts):
+      for j, value in enumerate(row):
+        axes.text(j, i, str(value), ha="center", va="center",
+                  color="white" if value > top / 2 else "black")
+  small = "small" if len(rows) <= MAX_ANNOTATED else 4
   axes.set_xticks(range(len(columns)))
-  axes.set_xticklabels(columns, rotation=30, ha="right")
+  axes.set_xticklabels([_text(c) for c in columns], rotation=30, ha="right", fontsize=small)
   axes.set_yticks(range(len(rows)))
-  axes.set_yticklabels(rows)
+  axes.set_yticklabels([_text(r) for r in rows], fontsize=small)
   axes.set_xlabel(xlabel)
   axes.set_ylabel(ylabel)
   axes.set_title("confusion")
@@ -61,20 +72,22 @@ def _confusion(label_spec, report):
 
 def _curves(report, kind, xlabel, ylabel, title, figure_name, short):
   figure, axes = _figure()
-  for name, curve in sorted(report["curves"].items()):
-    if curve[kind] is not None:
-      x, y = curve[kind]
-      axes.plot(x, y, label="%s (%s %.3f)" % (name, short, curve[figure_name]),
-                drawstyle="steps-post" if kind == "pr" else "default")
+  drawn = [(name, curve) for name, curve in sorted(report["curves"].items())
+           if curve[kind] is not None]
+  for name, curve in drawn:
+    x, y = curve[kind]
+    axes.plot(x, y, label="%s (%s %.3f)" % (_text(name), short, curve[figure_name]),
+              drawstyle="steps-post" if kind == "pr" else "default")
   if kind == "roc":
     axes.plot([0, 1], [0, 1], ":", color="grey")
   axes.set_xlim(0, 1)
   axes.set_ylim(0, 1.02)
   axes.set_xlabel(xlabel)
   axes.set_ylabel(ylabel)
-  axes.set_title(title)
+  axes.set_title(title if len(drawn) <= MAX_LEGEND else
+                 "%s: %d classes (report.md names each's figures)" % (title, len(drawn)))
   axes.grid(alpha=0.3)
-  if axes.get_legend_handles_labels()[0]:
+  if drawn and len(drawn) <= MAX_LEGEND:
     axes.legend(loc="lower right" if kind == "roc" else "lower left", fontsize="small")
   return _png(figure)
 
@@ -86,7 +99,7 @@ def _reliability(report):
   for name, table in sorted(tables.items()):
     bins = table["bins"]
     axes.plot([b["mean_predicted"] for b in bins], [b["mean_observed"] for b in bins], "o-",
-              label="%s (ECE %.3f)" % (name, table["expected_calibration_error"]))
+              label="%s (ECE %.3f)" % (_text(name), table["expected_calibration_error"]))
   axes.plot([0, 1], [0, 1], ":", color="grey")
   axes.set_xlim(0, 1)
   axes.set_ylim(0, 1)
@@ -94,5 +107,6 @@ def _reliability(report):
   axes.set_ylabel("observed frequency")
   axes.set_title("reliability")
   axes.grid(alpha=0.3)
-  axes.legend(loc="upper left", fontsize="small")
+  if len(tables) <= MAX_LEGEND:
+    axes.legend(loc="upper left", fontsize="small")
   return _png(figure)

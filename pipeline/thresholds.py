@@ -92,13 +92,19 @@ def tune_after_eval(objective_text, evaluator, dev, checkpoint, results, output_
   record_thresholds(output_dir, label_spec)
 
 
+def figures_at_card_thresholds(label_spec, examples, outputs):
+  """The figures (tune's) of the examples at the thresholds label_spec decides by (the
+  model card's)."""
+  columns = _columns(label_spec, examples, outputs)
+  return _figures(columns, {name: label_spec.threshold(name) for name, _, _, _ in columns},
+                  {"thresholds_from": "model card"})
+
+
 def report_after_eval(evaluator, dev, checkpoint, results, output_dir):
   """The dev figures at the thresholds the model card gives (the eval's own metrics
   decide at 0.5, or by the highest output), added to results and eval_results.json."""
-  label_spec = evaluator.label_spec
-  columns = _columns(label_spec, dev.examples, evaluator.dev_outputs(dev, checkpoint))
-  results.update(_figures(columns, {name: label_spec.threshold(name) for name, _, _, _ in
-                                    columns}, {"thresholds_from": "model card"}))
+  results.update(figures_at_card_thresholds(evaluator.label_spec, dev.examples,
+                                            evaluator.dev_outputs(dev, checkpoint)))
   write_eval_results(output_dir, results)
 
 

@@ -130,8 +130,8 @@ def tune(scores, positives, objective):
     else:
       key = precision if recall >= target else None
     if key is not None and (best_key is None or key > best_key):
-      # (midway to the next lower score: the same decisions on these rows, and a score
-      # one float32 step from a dev row's, in another graph, falls the same way)
+      # (midway to the next lower score: the same decisions on these rows, and a dev
+      # row's score moved by less than half the gap, in another graph, falls the same way)
       best, best_key = (threshold if i == len(order) else
                         (threshold + scores[order[i]]) / 2.0), key
   return best

@@ -117,6 +117,40 @@ def test_a_column_report_reads_each_column_at_its_threshold():
   assert report["calibration"]["target"]["expected_calibration_error"] == pytest.approx(0.05)
 
 
+def test_any_class_name_gives_whole_files(tmp_path):
+  """Names with a tab, a line break, a quote, Markdown's | and * or matplotlib's $ (which
+  would start mathematics) are written as they are: the TSVs read back whole, the table
+  keeps its columns, the plots draw."""
+  names = ["$x^2$", "a|b", "tab\there", "new\nline", '"q"', "**bold**"]
+  spec = SingleLabel(["l"], names)
+  rng = np.random.RandomState(2)
+  truth = [names[i % len(names)] for i in range(30)]
+  folder = eval_report.write(str(tmp_path), spec, _examples(truth),
+                             rng.dirichlet(np.ones(len(names)), 30))
+  with io.open(os.path.join(folder, "per_class.tsv"), encoding="utf-8", newline="") as f:
+    rows = list(csv.reader(f, delimiter="\t"))
+  assert [r[0] for r in rows[1:]] == names and {len(r) for r in rows} == {7}
+  with io.open(os.path.join(folder, "confusion.tsv"), encoding="utf-8", newline="") as f:
+    rows = list(csv.reader(f, delimiter="\t"))
+  assert rows[0][1:] == names and [r[0] for r in rows[1:]] == names
+  assert sum(int(n) for r in rows[1:] for n in r[1:]) == 30
+  with io.open(os.path.join(folder, "report.md"), encoding="utf-8") as f:
+    table = [line for line in f.read().splitlines() if line.startswith("| ")]
+  # (a cell's | is escaped: 8 unescaped bars a row)
+  assert all(line.replace("\\|", "").count("|") == 8 for line in table), table
+  for name in ("confusion.png", "roc.png", "pr.png", "reliability.png"):
+    with open(os.path.join(folder, name), "rb") as f:
+      assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  # Many classes: the confusion plot stays a bounded image.
+  many = SingleLabel(["l"], ["c%d" % i for i in range(120)])
+  folder = eval_report.write(str(tmp_path / "many"), many,
+                             _examples(["c%d" % (i % 120) for i in range(240)]),
+                             rng.dirichlet(np.ones(120), 240))
+  from test_benchmark import png_size
+  width, height = png_size(os.path.join(folder, "confusion.png"))
+  assert width <= 1600 and height <= 1400
+
+
 @pytest.mark.one_runtime("tf2")  # (plain numpy against scikit-learn: the same on both)
 def test_the_report_agrees_with_scikit_learn():
   from sklearn import calibration, metrics

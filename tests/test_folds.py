@@ -54,7 +54,8 @@ def test_three_folds_in_one_command(tmp_path, tiny_checkpoint):
   output_dir = str(tmp_path / "cv")
   result = run_flags(*common_flags(tiny_checkpoint, output_dir) + [
       "--num_folds=3", "--do_train", "--do_predict", "--num_train_steps=3",
-      "--eval_batch_size=16", "--predict_batch_size=16", "--tune_thresholds=f1"])
+      "--eval_batch_size=16", "--predict_batch_size=16", "--tune_thresholds=f1",
+      "--eval_report"])
   train = os.path.join(JIGSAW, "train.csv")
   with io.open(train, encoding="utf-8", newline="") as f:
     truth = list(csv.DictReader(f))
@@ -88,9 +89,23 @@ def test_three_folds_in_one_command(tmp_path, tiny_checkpoint):
   assert thresholds.figures_at(scores, positives, threshold)[2] == best
   assert summary["thresholds"]["f1_at_threshold"] == best
   assert summary["thresholds"]["threshold_objective"] == "f1"
-  for i in range(3):
-    with open(os.path.join(output_dir, "fold_%d" % i, "model_card.json")) as f:
+  for i in range(3):  # (every fold's files decide as its card does)
+    fold_dir = os.path.join(output_dir, "fold_%d" % i)
+    with open(os.path.join(fold_dir, "model_card.json")) as f:
       assert json.load(f)["label_spec"]["thresholds"] == {"1": threshold}
+    own = _tsv(os.path.join(fold_dir, "oof_predictions.tsv"))
+    assert [r["prediction"] for r in own] == [r["prediction"] for r in oof
+                                              if r["fold"] == str(i)]
+    with open(os.path.join(fold_dir, "eval_results.json")) as f:
+      assert json.load(f)["thresholds_from"] == "model card"
+    with open(os.path.join(fold_dir, "eval_report", "report.json")) as f:
+      report = json.load(f)
+    assert report["thresholds"] == {"1": threshold}
+    positives_decided = sum(1 for r in own if r["prediction"] == "1")
+    assert sum(row[1] for row in report["confusion"]) == positives_decided
+    for row in _tsv(os.path.join(fold_dir, "test_results.tsv")):
+      assert row["prediction"] == ("1" if np.float32(row["probability_1"]) >= threshold
+                                   else "0")
   assert [r["prediction"] for r in oof] == ["1" if p >= threshold else "0" for p in scores]
   assert summary["metrics"]["auc"]["mean"] == pytest.approx(np.mean(aucs))
   assert summary["metrics"]["auc"]["std"] == pytest.approx(np.std(aucs, ddof=1))

@@ -142,10 +142,10 @@ def test_any_class_name_gives_whole_files(tmp_path):
     with open(os.path.join(folder, name), "rb") as f:
       assert f.read(8) == b"\x89PNG\r\n\x1a\n"
   # Many classes: the confusion plot stays a bounded image.
-  many = SingleLabel(["l"], ["c%d" % i for i in range(120)])
+  many = SingleLabel(["l"], ["c%d" % i for i in range(40)])
   folder = eval_report.write(str(tmp_path / "many"), many,
-                             _examples(["c%d" % (i % 120) for i in range(240)]),
-                             rng.dirichlet(np.ones(120), 240))
+                             _examples(["c%d" % (i % 40) for i in range(80)]),
+                             rng.dirichlet(np.ones(40), 80))
   from test_benchmark import png_size
   width, height = png_size(os.path.join(folder, "confusion.png"))
   assert width <= 1600 and height <= 1400

@@ -14,6 +14,7 @@ from data.reread import read_again
 from modeling.checkpoint import checkpoint_global_step
 from pipeline import eval_report, thresholds
 from pipeline.build import make_processor
+from pipeline.card import record_thresholds
 from pipeline.outputs import (FoldsRun, json_text, paired, write_eval_results,
                               write_fold_predictions, write_test_results)
 from pipeline.splits import check_hashed_then_read
@@ -115,8 +116,7 @@ def run_folds(c, run_model):
   oof = [by_row[r] for r in range(len(examples))]
   if c.training.tune_thresholds:  # (then the folds' cards and mean predictions use them)
     result.summary["thresholds"] = thresholds.tune_out_of_fold(
-        c.training.tune_thresholds, processor.label_spec, examples, oof,
-        [fold_config(c, i).outputs.output_dir for i in chosen])
+        c.training.tune_thresholds, processor.label_spec, examples, oof)
     for i in chosen:
       decide_fold_again(fold_config(c, i), processor, i,
                         FoldPlan(num_folds, i, assignment).split(examples)[1], runs[i])
@@ -143,10 +143,12 @@ def run_folds(c, run_model):
 
 
 def decide_fold_again(c, processor, index, held_out, run):
-  """A fold's files, written before the out-of-fold tuning, again at the tuned thresholds
-  (processor's label spec has them) that its card now gives: its oof_predictions.tsv, its
-  eval_results.json's figures at them, its report and its test_results.tsv."""
+  """A fold's card and files, written before the out-of-fold tuning, again at the tuned
+  thresholds (processor's label spec has them): its card keeps them, and its
+  oof_predictions.tsv, eval_results.json's figures at them, report and test_results.tsv
+  decide by them."""
   label_spec, output_dir = processor.label_spec, c.outputs.output_dir
+  record_thresholds(output_dir, label_spec)
   write_fold_predictions(os.path.join(output_dir, "oof_predictions.tsv"), held_out,
                          [index] * len(held_out), run.oof, label_spec)
   run.eval.update(thresholds.figures_at_card_thresholds(label_spec, held_out, run.oof))

@@ -108,15 +108,13 @@ def report_after_eval(evaluator, dev, checkpoint, results, output_dir):
   write_eval_results(output_dir, results)
 
 
-def tune_out_of_fold(objective_text, label_spec, examples, outputs, fold_dirs):
+def tune_out_of_fold(objective_text, label_spec, examples, outputs):
   """k-fold: the thresholds tuned on every train row's out-of-fold outputs, given to
-  label_spec (the folds' mean predictions decide by them) and to every fold's card.
-  Returns their figures (folds_summary.json's "thresholds")."""
+  label_spec (the folds' cards and mean predictions then decide by them). Returns their
+  figures (folds_summary.json's "thresholds")."""
   tuned, figures = tune(label_spec, objective_text, examples, outputs,
                         where="the out-of-fold predictions")
   label_spec.set_thresholds(tuned)
-  for fold_dir in fold_dirs:
-    record_thresholds(fold_dir, label_spec)
   return figures
 
 

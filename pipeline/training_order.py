@@ -29,14 +29,15 @@ class TrainingOrder(object):
                       "positives of each multi-label or soft-target column; a %s head has "
                       "neither. Use --sample_weight_column for per-row weights" % spec.kind)
     # (a column's weight is its positives' in the loss; a class's, its rows' in the records)
-    self.weighted = bool(training.class_weights and spec.has_classes or
+    self.weighted = bool(training.class_weights and spec.class_weights_weigh == "classes" or
                          training.sample_weight_column is not None or
                          training.identity_weights)
-    self.inputs = (WeightInputs(training, task) if self.weighted or training.class_weights
-                   else None)
-    if training.class_weights and training.class_weights != ("balanced",):  # (checked now,
-      resolved_class_weights(training, spec, None)  # before the rows are read)
-    self.class_weights = None  # (arrange resolves them from the rows trained on)
+    self.balanced = training.class_weights == ("balanced",)
+    self.inputs = WeightInputs(training, task) if self.weighted or self.balanced else None
+    # Weights given are read now, before the rows; balanced ones from the rows trained on
+    # (arrange).
+    self.class_weights = None if self.balanced else resolved_class_weights(training, spec,
+                                                                           None)
 
   file_ids = False  # (a train record's example_id is its place in training order)
 
@@ -71,11 +72,12 @@ class TrainingOrder(object):
     weights = None
     if self.inputs is not None:
       inputs, self.inputs = self.inputs.subset(chosen), None
-      self.class_weights = resolved_class_weights(
-          training, self.task.processor.label_spec, inputs,
-          weights_lib.TRAIN_FILE_ROWS if len(chosen) == num_examples else
-          "the %d rows --train_fraction=%g keeps have" % (len(chosen),
-                                                          training.train_fraction))
+      if self.balanced:
+        self.class_weights = resolved_class_weights(
+            training, self.task.processor.label_spec, inputs,
+            weights_lib.TRAIN_FILE_ROWS if len(chosen) == num_examples else
+            "the %d rows --train_fraction=%g keeps have" % (len(chosen),
+                                                            training.train_fraction))
       if self.weighted:
         weights = training_weights(training, self.task, inputs, self.class_weights)
     positions, weights = in_training_order(chosen, weights, training.seed)
@@ -115,8 +117,9 @@ class WeightInputs(object):
     self.classes = spec.classes
     self._class_index = {name: i for i, name in enumerate(self.classes or ())}
     self.labels, self.column = array.array("i"), array.array("d")
-    # (each row's label values, for the positive weights of a column head's --class_weights)
-    self.width = len(spec.columns) if training.class_weights and not spec.has_classes else 0
+    # (each row's label values, for a column head's --class_weights=balanced)
+    self.width = len(spec.columns) if (training.class_weights == ("balanced",) and
+                                       spec.class_weights_weigh == "positives") else 0
     self.targets = array.array("d")
     self.num_rows = 0
     self.toxic, self.mentions = array.array("b"), array.array("b")
@@ -198,7 +201,7 @@ def resolved_class_weights(training, spec, inputs, rows=weights_lib.TRAIN_FILE_R
   None when not asked for."""
   if not training.class_weights:
     return None
-  of_columns = not spec.has_classes
+  of_columns = spec.class_weights_weigh == "positives"
   names = list(spec.columns) if of_columns else spec.classes
   if training.class_weights != ("balanced",):
     return weights_lib.parse_class_weights(training.class_weights, names, of_columns)
@@ -242,7 +245,7 @@ def training_weights(training, task, inputs, class_weights=None):
   if class_weights is None:
     class_weights = resolved_class_weights(training, spec, inputs)
   parts = []
-  if class_weights and spec.has_classes:
+  if class_weights and spec.class_weights_weigh == "classes":
     parts.append(weights_lib.class_weighted(labels, class_weights))
   if training.sample_weight_column is not None:
     parts.append(weights_lib.column_weights(inputs.column, str(training.sample_weight_column),

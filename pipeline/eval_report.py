@@ -22,6 +22,7 @@ from pipeline import report_plots
 from pipeline.outputs import tsv_line
 from spec.labels import float32_text
 from spec.run_errors import FlagError
+from spec.thresholds import figures_of_counts
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +91,7 @@ def calibration(predicted, observed, bins=CALIBRATION_BINS):
 
 
 def _counts_figures(tp, fp, fn, tn):
-  precision = tp / float(tp + fp) if tp + fp else 0.0
-  recall = tp / float(tp + fn) if tp + fn else 0.0
-  f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+  precision, recall, f1 = figures_of_counts(int(tp), int(fp), int(fn))
   return {"precision": precision, "recall": recall, "f1": f1, "support": int(tp + fn),
           "tp": int(tp), "fp": int(fp), "fn": int(fn), "tn": int(tn)}
 
@@ -117,12 +116,13 @@ def class_report(label_spec, examples, outputs):
   k = len(classes)
   confusion = numpy.zeros((k, k), numpy.int64)
   numpy.add.at(confusion, (truth, decided), 1)
+  curve_of = {name: curves(outputs[:, i], truth == i) for i, name in enumerate(classes)}
   rows = []
   for i, name in enumerate(classes):
     tp = confusion[i, i]
     fp, fn = confusion[:, i].sum() - tp, confusion[i, :].sum() - tp
     row = dict(_counts_figures(tp, fp, fn, len(truth) - tp - fp - fn), name=name)
-    row.update(_curve_figures(curves(outputs[:, i], truth == i)))
+    row.update(_curve_figures(curve_of[name]))
     rows.append(row)
   if k == 2:
     reliability = calibration(outputs[:, 1], truth == 1)
@@ -133,8 +133,8 @@ def class_report(label_spec, examples, outputs):
   return {"kind": "classes", "per_class": rows, "accuracy": float(numpy.mean(decided == truth)),
           "confusion": confusion.tolist(), "averages": _averages(rows, len(truth)),
           "calibration": dict(reliability, of=calibrated),
-          "curves": {name: curves(outputs[:, i], truth == i)
-                     for i, name in enumerate(classes) if k > 2 or i == 1}}
+          "curves": {name: curve_of[name] for i, name in enumerate(classes)
+                     if k > 2 or i == 1}}
 
 
 def _curve_figures(curve):

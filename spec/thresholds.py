@@ -50,7 +50,7 @@ def listed(thresholds):
   return ", ".join("%s %.4g" % (name, value) for name, value in sorted(thresholds.items()))
 
 
-def _figures(tp, fp, fn):
+def figures_of_counts(tp, fp, fn):
   """(precision, recall, f1) of these counts; each 0 where it is undefined."""
   precision = tp / float(tp + fp) if tp + fp else 0.0
   recall = tp / float(tp + fn) if tp + fn else 0.0
@@ -95,7 +95,7 @@ def figures_at(scores, positives, threshold):
     tp += predicted and positive
     fp += predicted and not positive
     fn += positive and not predicted
-  return _figures(tp, fp, fn)
+  return figures_of_counts(tp, fp, fn)
 
 
 def tune(scores, positives, objective):
@@ -122,7 +122,7 @@ def tune(scores, positives, objective):
       tp += positives[order[i]]
       fp += not positives[order[i]]
       i += 1
-    precision, recall, f1 = _figures(tp, fp, total_positive - tp)
+    precision, recall, f1 = figures_of_counts(tp, fp, total_positive - tp)
     if kind == "f1":
       key = f1
     elif kind == "precision":

@@ -24,10 +24,11 @@ from absl import flags
 import tensorflow.compat.v1 as tf
 
 from data.data_error import DataError
-from pipeline import (build, card, checks, cross_validation, eval_history, eval_report,
-                      evaluation, export_run, machine, multi_device, outputs, splits, state,
-                      stopping, task_extras, thresholds, training, workspace)
-from spec import config, option_docs, options
+from pipeline import (build, calibration, card, checks, cross_validation, eval_history,
+                      eval_report, evaluation, export_run, machine, multi_device, outputs,
+                      splits, state, stopping, task_extras, thresholds, training,
+                      workspace)
+from spec import config, option_docs, option_index
 from spec.cluster import ClusterError, parse_tf_config
 from spec.run_errors import FileFault, FlagError, MemoryFault, NumericFault, ProcessFault
 
@@ -38,18 +39,18 @@ log = logging.getLogger("run_classifier")
 
 def define_flags(flag_values):
   """Defines a flag for every option of spec/options.py on flag_values."""
-  for _, field in options.option_fields():
-    name, kind = field.name, options.base_type(field)
-    if options.choices(name):
-      flags.DEFINE_enum(name, field.default, options.choices(name), options.help_of(name),
+  for _, field in option_index.option_fields():
+    name, kind = field.name, option_index.base_type(field)
+    if option_index.choices(name):
+      flags.DEFINE_enum(name, field.default, option_index.choices(name), option_index.help_of(name),
                         flag_values=flag_values)
     elif kind is tuple:
       default = None if field.default is None else list(field.default)  # (absl wants a list)
-      flags.DEFINE_list(name, default, options.help_of(name), flag_values=flag_values)
+      flags.DEFINE_list(name, default, option_index.help_of(name), flag_values=flag_values)
     else:
       define = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float,
                 str: flags.DEFINE_string}[kind]
-      define(name, field.default, options.help_of(name), flag_values=flag_values)
+      define(name, field.default, option_index.help_of(name), flag_values=flag_values)
 
 
 def parse_flags(argv):
@@ -63,9 +64,9 @@ def parse_flags(argv):
 
 def config_from_flags(flag_values):
   """The RunConfig of parsed flags; `given` names the flags set on the command line."""
-  values = {name: flag_values[name].value for name in options.option_names()}
+  values = {name: flag_values[name].value for name in option_index.option_names()}
   values = {name: tuple(v) if isinstance(v, list) else v for name, v in values.items()}
-  given = frozenset(name for name in options.option_names() if flag_values[name].present)
+  given = frozenset(name for name in option_index.option_names() if flag_values[name].present)
   return config.RunConfig(given=given, **values)
 
 
@@ -110,9 +111,10 @@ def run_model(c, fold=None, cluster=None):
   label_spec, task = processor.label_spec, task_extras.task_of(processor)
   if found_card:
     card.check_matches_task(found_card, processor, card_path)
-    if not modes.do_train:  # (a training's: thresholds.carry_over)
-      card.apply_thresholds(found_card, label_spec)
+    if not modes.do_train:  # (a training's: card.carry_over)
+      card.apply_card_reading(found_card, label_spec)
   thresholds.check_head(label_spec, c.training.tune_thresholds)
+  calibration.check_head(label_spec, c.training.calibrate)
   eval_report.check_head(label_spec, c.outputs.eval_report)
   tokenizer, vocab_file = build.make_tokenizer(c.model)
   log.info("task %s: %s", processor.name, label_spec.describe())
@@ -137,8 +139,8 @@ def run_model(c, fold=None, cluster=None):
         state.training_state(c.training, stream, featurised.train, processor.file_for("train"),
                              num_train_steps),
         found_card, card_path, resumed_step, c.training.continue_on_new_data)
-    if found_card:  # (tuned thresholds hold while the model does not change)
-      thresholds.carry_over(found_card, label_spec, trains=resumed_step < num_train_steps)
+    if found_card:  # (its calibration and thresholds hold while the model does not change)
+      card.carry_over(found_card, label_spec, trains=resumed_step < num_train_steps)
 
   # model_fn and the (TPU)Estimator: one graph for a CPU, a GPU or a Cloud TPU. (A hub
   # module brings its own encoder, and encoder_config is then the vocabulary's size.)
@@ -185,6 +187,9 @@ def run_model(c, fold=None, cluster=None):
     with outputs.timed(seconds, "final eval" if c.training.eval_every_steps else "eval"):
       result.eval = evaluator.evaluate(featurised.dev, checkpoint, result.oof,
                                        name="best" if c.training.best_metric else None)
+  if c.training.calibrate and result.eval is not None:  # (what the thresholds tune on)
+    calibration.calibrate_after_eval(evaluator, featurised.dev, checkpoint, result.eval,
+                                     output_dir)
   if c.training.tune_thresholds and result.eval is not None:  # (on the checkpoint used)
     thresholds.tune_after_eval(c.training.tune_thresholds, evaluator, featurised.dev,
                                checkpoint, result.eval, output_dir)

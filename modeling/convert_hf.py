@@ -44,6 +44,10 @@ HEAD_KIND_KEY = "bert_text_classifier_head"
 # model card's label_spec.thresholds), absent when untuned: transformers keeps it as an
 # attribute of the config, for code that decides labels to read.
 THRESHOLDS_KEY = "bert_text_classifier_thresholds"
+# config.json's record of the temperature (spec/calibration.py) a calibrated head's
+# classifier weights and bias were divided by: its logits come out calibrated, in
+# transformers as in an import here, which takes the weights as they are.
+TEMPERATURE_KEY = "bert_text_classifier_temperature_in_weights"
 # A sequence-classification head's tensors and their names here (the same layout).
 HEAD_TENSORS = {"classifier.weight": "output_weights", "classifier.bias": "output_bias"}
 # The head kind of each problem_type, and the problem_type of each head kind (its label
@@ -242,10 +246,11 @@ def hf_tensors(checkpoint, config):
   return tensors
 
 
-def hf_config(config, head_kind, names, thresholds=None):
+def hf_config(config, head_kind, names, thresholds=None, temperature=None):
   """The config.json of a BertForSequenceClassification of config (a BertConfig) whose head
   (head_kind, spec/labels.py) has outputs named names, and decides by thresholds (tuned:
-  {output name: threshold}) if any."""
+  {output name: threshold}) if any. temperature: the calibration its classifier's weights
+  were divided by (spec/calibration.py), recorded for the reader."""
   if config.hidden_act not in HF_ACTIVATIONS:
     raise ConversionError("hidden_act %r has no counterpart in transformers (known: %s)" % (
         config.hidden_act, ", ".join(sorted(HF_ACTIVATIONS))))
@@ -260,6 +265,8 @@ def hf_config(config, head_kind, names, thresholds=None):
   values[HEAD_KIND_KEY] = head_kind
   if thresholds:
     values[THRESHOLDS_KEY] = dict(thresholds)
+  if temperature is not None:
+    values[TEMPERATURE_KEY] = temperature
   return values
 
 

@@ -37,6 +37,17 @@ def head_logits(pooled_output, num_outputs, is_training, initializer_range=0.02,
   return tf.nn.bias_add(tf.matmul(pooled_output, weights, transpose_b=True), bias)
 
 
+def temperature_scaled(logits, temperatures):
+  """logits [batch, n] divided by each output's temperature (n positive floats; None: as
+  they are): a calibrated head's logits (spec/calibration.py)."""
+  if temperatures is None:
+    return logits
+  if len(temperatures) != static_shape(logits)[-1]:
+    raise ValueError("%d temperatures for %d outputs" % (len(temperatures),
+                                                         static_shape(logits)[-1]))
+  return logits / tf.constant(temperatures, logits.dtype, shape=[len(temperatures)])
+
+
 def classification_loss(logits, label_ids):
   """Softmax cross-entropy. Returns (per_example_loss [batch], probabilities [batch, labels])."""
   num_labels = static_shape(logits)[-1]

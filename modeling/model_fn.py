@@ -141,11 +141,17 @@ def model_fn_builder(bert_config, label_spec, settings):
       trainable = tf.get_collection_ref(tf.GraphKeys.TRAINABLE_VARIABLES)
       trainable[:] = [v for v in trainable if not v.op.name.startswith(ENCODER_SCOPE + "/")]
     spec = tf.estimator.tpu.TPUEstimatorSpec
+    # Eval and predict read a calibrated head's logits divided by its temperature (the
+    # label spec's when the graph is built: a run that calibrates then predicts and exports
+    # with it); training reads them as they are.
+    read = head.temperature_scaled(logits, label_spec.temperatures())
     if mode == tf.estimator.ModeKeys.PREDICT:
-      # Record batches carry their ids and padding flags; a serving request has neither.
-      predictions = {"outputs": head.outputs_of(label_spec, logits)}
-      predictions.update((k, features[k]) for k in ("example_id", "is_real_example")
-                         if k in features)
+      # Record batches carry their ids and padding flags (and get the logits as they are,
+      # which --calibrate fits on); a serving request has neither.
+      predictions = {"outputs": head.outputs_of(label_spec, read)}
+      if "example_id" in features:
+        predictions.update(logits=logits, example_id=features["example_id"],
+                           is_real_example=features["is_real_example"])
       return spec(mode=mode, predictions=predictions, scaffold_fn=scaffold_fn)
 
     label_ids = features["label_ids"]
@@ -174,10 +180,10 @@ def model_fn_builder(bert_config, label_spec, settings):
                   host_call=host_call)
 
     # (the evaluation's loss is unweighted, as its metrics are)
-    per_example_loss, outputs = head.loss_and_outputs(label_spec, logits, label_ids)
+    per_example_loss, outputs = head.loss_and_outputs(label_spec, read, label_ids)
     metric_fn = metric_fn_for(label_spec)
     tensors = {"per_example_loss": per_example_loss, "is_real_example": is_real,
-               "labels": label_ids, "logits": logits, "outputs": outputs}
+               "labels": label_ids, "logits": read, "outputs": outputs}
     return spec(mode=mode, loss=head.mean_over_real(per_example_loss, is_real),
                 eval_metrics=(metric_fn, tensors), scaffold_fn=scaffold_fn)
 

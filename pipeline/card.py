@@ -12,12 +12,12 @@ from data.processors import processor_class
 from modeling.bert import BertConfig, BertConfigError
 from modeling.checkpoint import head_shape
 from pipeline import build, multi_device, eval_history
+from spec import calibration, model_card
 from spec import labels as label_specs
-from spec import model_card
 from spec.run_errors import FlagError
 from spec.model_card import LAYOUT_OPTIONS
 from spec.task_names import canonical_task_name
-from spec.thresholds import listed
+from spec.thresholds import DEFAULT_THRESHOLD, listed
 
 log = logging.getLogger(__name__)
 
@@ -211,23 +211,46 @@ def classes_source(card, where, given):
   return where if card and card["labels"] and "labels" not in given else None
 
 
-def apply_thresholds(card, label_spec):
-  """The card's tuned thresholds (--tune_thresholds) decide label_spec's labels."""
-  entry = card["label_spec"].get("thresholds")  # (checked when the card was read)
-  if entry is None:
+def apply_card_reading(card, label_spec):
+  """The card's temperature (--calibrate) scales label_spec's logits, and its tuned
+  thresholds (--tune_thresholds) decide its labels."""
+  entry = card["label_spec"]  # (checked when the card was read)
+  if entry.get("temperature") is not None:
+    label_spec.set_temperature(entry["temperature"])
+    log.info("the head's logits are divided by the temperature the model card gives: %s",
+             calibration.listed(label_spec.temperature))
+  if entry.get("thresholds") is not None:
+    label_spec.set_thresholds(entry["thresholds"])
+    log.info("labels are decided at the thresholds the model card gives: %s",
+             listed(label_spec.thresholds))
+
+
+def carry_over(card, label_spec, trains):
+  """A training run on a folder (or from a checkpoint) whose card has a temperature or
+  tuned thresholds: they still read the outputs when no step is trained (trains False),
+  and are dropped, saying so, when the model trains on."""
+  entry = card["label_spec"]
+  if not trains:
+    apply_card_reading(card, label_spec)
     return
-  label_spec.set_thresholds(entry)
-  log.info("labels are decided at the thresholds the model card gives: %s",
-           listed(label_spec.thresholds))
+  if entry.get("temperature") is not None:
+    log.warning("the model card's temperature (%s) was fitted to the model before this "
+                "training: the model it trains is uncalibrated until it is calibrated again "
+                "(--do_eval --calibrate)", calibration.listed(entry["temperature"]))
+  if entry.get("thresholds"):
+    log.warning("the model card's decision thresholds (%s) were tuned for the model before "
+                "this training: the labels of the model it trains are decided at %g until "
+                "they are tuned again (--do_eval --tune_thresholds)",
+                listed(entry["thresholds"]), DEFAULT_THRESHOLD)
 
 
-def record_thresholds(output_dir, label_spec):
-  """Writes label_spec's tuned thresholds into the folder's model card (none: a model
-  this project did not train keeps its thresholds in this run alone)."""
+def record_label_spec(output_dir, label_spec, what="thresholds"):
+  """Writes label_spec's fitted temperature and tuned thresholds into the folder's model
+  card (none: a model this project did not train keeps its what in this run alone)."""
   found = read_model_card(output_dir)
   if found is None:
-    log.warning("%s has no model card: the tuned thresholds are in eval_results.json only",
-                output_dir)
+    log.warning("%s has no model card: the %s are in eval_results.json only", output_dir,
+                "fitted temperature" if what == "temperature" else "tuned thresholds")
     return
   found["label_spec"] = label_spec.to_card()
   write_model_card(output_dir, found)

@@ -36,6 +36,7 @@ def check_run(c, cluster=None):
   check_training(c.training, c.modes, c.given)
   check_row_ranges(c.data, c.training, c.modes)
   check_thresholds(c.training, c.modes)
+  check_calibration(c.training, c.modes)
   if c.outputs.eval_report and not (c.modes.do_eval or c.training.num_folds):
     raise FlagError("--eval_report reports on the dev split's evaluation: add --do_eval")
   check_device(c.device, c.training, c.modes, c.outputs.output_dir, c.given)
@@ -119,6 +120,18 @@ def check_training(training, modes, given):
     if training.continue_on_new_data:
       raise FlagError("--continue_on_new_data goes on training a folder's model on a new train "
                       "file; it does nothing without --do_train")
+
+
+def check_calibration(training, modes):
+  """--calibrate: a dev split to fit on, and one model's (not k-fold's)."""
+  if not training.calibrate:
+    return
+  if training.num_folds:
+    raise FlagError("--calibrate fits one model's temperature on its dev split; with "
+                    "--num_folds each fold's model would need its own, which is not built: "
+                    "drop --calibrate (or calibrate one model, without --num_folds)")
+  if not modes.do_eval:
+    raise FlagError("--calibrate fits the temperature on the dev split: add --do_eval")
 
 
 def check_thresholds(training, modes):

@@ -14,7 +14,7 @@ from data.reread import read_again
 from modeling.checkpoint import checkpoint_global_step
 from pipeline import eval_report, thresholds
 from pipeline.build import make_processor
-from pipeline.card import record_thresholds
+from pipeline.card import record_label_spec
 from pipeline.outputs import (FoldsRun, json_text, paired, write_eval_results,
                               write_fold_predictions, write_test_results)
 from pipeline.splits import check_hashed_then_read
@@ -148,7 +148,7 @@ def decide_fold_again(c, processor, index, held_out, run):
   oof_predictions.tsv, eval_results.json's figures at them, report and test_results.tsv
   decide by them."""
   label_spec, output_dir = processor.label_spec, c.outputs.output_dir
-  record_thresholds(output_dir, label_spec)
+  record_label_spec(output_dir, label_spec)
   write_fold_predictions(os.path.join(output_dir, "oof_predictions.tsv"), held_out,
                          [index] * len(held_out), run.oof, label_spec)
   run.eval.update(thresholds.figures_at_card_thresholds(label_spec, held_out, run.oof))

@@ -105,20 +105,34 @@ class Evaluator(object):
 
   def dev_outputs(self, split, checkpoint):
     """predict_outputs of the dev split at checkpoint, predicted once for what reads them
-    after an evaluation (the task's report, the thresholds, the evaluation report)."""
+    after an evaluation (the calibration, the task's report, the thresholds, the
+    evaluation report)."""
+    return self._dev_predicted(split, checkpoint)[0]
+
+  def dev_logits(self, split, checkpoint):
+    """The head's logits for the dev split's rows (dev_outputs' rows), as they are before
+    any temperature divides them."""
+    return self._dev_predicted(split, checkpoint)[1]
+
+  def calibrated(self, split, checkpoint, outputs):
+    """From now on dev_outputs gives these outputs (the calibrated head's, computed from
+    dev_logits) for split at checkpoint."""
+    self._dev = (split, checkpoint, (outputs, self.dev_logits(split, checkpoint)))
+
+  def _dev_predicted(self, split, checkpoint):
     if self._dev is None or self._dev[:2] != (split, checkpoint):
-      self._dev = (split, checkpoint, self.predict_outputs(split, checkpoint))
+      self._dev = (split, checkpoint, self.predict_outputs(split, checkpoint, logits=True))
     return self._dev[2]
 
-  def predict_outputs(self, split, checkpoint):
+  def predict_outputs(self, split, checkpoint, logits=False):
     """The head's outputs for every example of a split, in input order (whatever order its
     records are in: each carries its example's place), as a float32 array of one row per
     example: 4 bytes per output, and a byte per row for whether it came back. Padding
     rows are dropped, and a row lost or predicted twice is an error. Batches are taken
     whole (not row by row, which cost more than BERT-Tiny's own computation); a progress
-    line every 30 s."""
+    line every 30 s. logits: (the outputs, the logits) instead."""
     total = split.num_examples
-    rows = seen = None
+    rows = seen = logit_rows = None
     done = 0
     progress = RateReport("predicted", total)
     for batch in self.estimator.predict(input_fn=split.input_fn(),
@@ -131,17 +145,20 @@ class Evaluator(object):
       if rows is None:
         rows = numpy.zeros((total, values.shape[1]), numpy.float32)
         seen = numpy.zeros(total, bool)
+        logit_rows = numpy.zeros_like(rows) if logits else None
       _check_prediction_ids(ids, seen, total)
       rows[ids] = values
+      if logits:
+        logit_rows[ids] = numpy.asarray(batch["logits"], dtype=numpy.float32)[real]
       seen[ids] = True
       done += len(ids)
       progress(done)
     if done != total:
       raise RuntimeError("predicted %d rows for %d examples: rows were lost" % (done, total))
     if rows is None:
-      return numpy.zeros((0, 0), numpy.float32)
+      rows = logit_rows = numpy.zeros((0, 0), numpy.float32)
     check_finite_outputs(rows, split, checkpoint)
-    return rows
+    return (rows, logit_rows) if logits else rows
 
 
 def check_finite_outputs(rows, split, checkpoint):

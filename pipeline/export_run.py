@@ -96,7 +96,7 @@ def predict_with_export(c):
     build.truncation_of(c.model)
     processor = build.make_processor(c.data)
     card.check_matches_task(predictor.card, processor, where)
-    card.apply_thresholds(predictor.card, processor.label_spec)  # (the rows' predictions)
+    card.apply_card_reading(predictor.card, processor.label_spec)  # (the rows' predictions)
     tf.io.gfile.makedirs(c.outputs.output_dir)
     log.info("predicting the rows of %s with the export %s, %d rows at a time",
              processor.file_for("test"), predictor.export_dir, EXPORT_CHUNK_ROWS)

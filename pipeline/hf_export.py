@@ -17,6 +17,7 @@ import json
 import logging
 import os
 
+import numpy
 import tensorflow.compat.v1 as tf
 
 from data.fast_tokenization import tokenizer_json
@@ -65,6 +66,12 @@ def write_hf_folder(folder, checkpoint, card, vocab_text, vocab):
   label_spec = label_specs.from_card(card["label_spec"])
   names = list(label_spec.classes or label_spec.columns)
   tensors = hf_tensors(checkpoint, config)
+  temperatures = label_spec.temperatures()
+  if temperatures is not None:  # (a calibrated head's logits / T: its weights and bias / T)
+    scale = 1.0 / numpy.asarray(temperatures, numpy.float32)
+    tensors["classifier.weight"] = numpy.ascontiguousarray(
+        tensors["classifier.weight"] * scale[:, None])
+    tensors["classifier.bias"] = tensors["classifier.bias"] * scale
   tf.io.gfile.makedirs(folder)  # (a bucket's export too)
   # transformers reads only safetensors files that say which framework wrote them.
   _write(folder, "model.safetensors", save(tensors, metadata={"format": "pt"}), "wb")
@@ -77,7 +84,8 @@ def write_hf_folder(folder, checkpoint, card, vocab_text, vocab):
       model_max_length=card["max_seq_length"], padding_side="right",
       truncation_side=tokenizer_truncation(card, folder),
       clean_up_tokenization_spaces=False)
-  files = {"config.json": hf_config(config, label_spec.kind, names, label_spec.thresholds),
+  files = {"config.json": hf_config(config, label_spec.kind, names, label_spec.thresholds,
+                                    label_spec.temperature),
            "tokenizer_config.json": tokenizer_config, "special_tokens_map.json": special}
   for name, values in sorted(files.items()):
     _write(folder, name, json.dumps(values, indent=2, sort_keys=True) + "\n")

@@ -4,7 +4,7 @@ metrics and kept by the label spec, which the model card carries to every predic
 
 import logging
 
-from pipeline.card import apply_thresholds, record_thresholds
+from pipeline.card import record_label_spec
 from pipeline.outputs import write_eval_results
 from spec import thresholds as thresholds_lib
 from spec.run_errors import FlagError
@@ -89,7 +89,7 @@ def tune_after_eval(objective_text, evaluator, dev, checkpoint, results, output_
   label_spec.set_thresholds(tuned)
   results.update(figures)
   write_eval_results(output_dir, results)
-  record_thresholds(output_dir, label_spec)
+  record_label_spec(output_dir, label_spec)
 
 
 def figures_at_card_thresholds(label_spec, examples, outputs):
@@ -117,18 +117,3 @@ def tune_out_of_fold(objective_text, label_spec, examples, outputs):
   label_spec.set_thresholds(tuned)
   return figures
 
-
-def carry_over(card, label_spec, trains):
-  """A training run on a folder (or from a checkpoint) whose card has tuned thresholds:
-  they still decide when no step is trained (trains False), and are dropped, saying so,
-  when the model trains on."""
-  if not card["label_spec"].get("thresholds"):
-    return
-  if not trains:
-    apply_thresholds(card, label_spec)
-    return
-  log.warning("the model card's decision thresholds (%s) were tuned for the model before "
-              "this training: the labels of the model it trains are decided at %g until "
-              "they are tuned again (--do_eval --tune_thresholds)",
-              thresholds_lib.listed(card["label_spec"]["thresholds"]),
-              thresholds_lib.DEFAULT_THRESHOLD)

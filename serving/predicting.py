@@ -22,6 +22,7 @@ from spec import labels as label_specs
 from spec import model_card
 from spec import signature
 from spec.run_errors import FlagError, NumericFault
+from spec import calibration
 from spec.thresholds import listed
 
 log = logging.getLogger(__name__)
@@ -139,6 +140,9 @@ class ExportPredictor(object):
     self.truncation = Truncation.from_dict(card["truncation"])
     self.tokenizer = tokenizer_for(card["vocab_file"], card["do_lower_case"], tokenizer)
     self.output_name = signature.output_name(self.label_spec)
+    if self.label_spec.temperature is not None:  # (the export's graph divides by it)
+      log.info("the probabilities are calibrated: the logits are divided by the temperature "
+               "fitted on the dev split, %s", calibration.listed(self.label_spec.temperature))
     if self.label_spec.thresholds:  # (each result names its threshold, too)
       log.info("labels are decided at the thresholds tuned on the dev split: %s",
                listed(self.label_spec.thresholds))

@@ -14,7 +14,8 @@ type and choices; pipeline/checks.py checks what they mean together.
 import dataclasses
 
 from spec.run_errors import FlagError
-from spec.options import GROUPS, base_type, default, group_of, is_optional, option_names
+from spec.option_index import base_type, default, group_of, is_optional, option_names
+from spec.options import GROUPS
 
 
 class ConfigError(FlagError):

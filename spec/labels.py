@@ -22,6 +22,7 @@ import math
 import re
 
 from spec.run_errors import FlagError
+from spec.calibration import Calibration
 from spec.thresholds import Thresholds
 
 # Cells that mean "no value" (as pandas reads them), unless a class is named so.
@@ -88,7 +89,7 @@ class LabelError(ValueError):
     self.hint = hint  # a last remark, after any fix the caller adds
 
 
-class LabelSpec(Thresholds):
+class LabelSpec(Thresholds, Calibration):
   """The base class. columns are the label columns (names, or positions as strings)."""
 
   kind = None
@@ -154,16 +155,18 @@ class LabelSpec(Thresholds):
     return "%s head on %s" % (self.kind, ", ".join(self.columns))
 
   def head_entry(self):
-    """What the head is (the card's entry without the thresholds it decides by)."""
+    """What the head is (the card's entry without its temperature and thresholds)."""
     return {"kind": self.kind, "columns": list(self.columns), "classes": self.classes}
 
   def to_card(self):
     entry = self.head_entry()
     if self.thresholds:
       entry["thresholds"] = dict(self.thresholds)
+    if self.temperature is not None:
+      entry["temperature"] = self.temperature
     return entry
 
-  def __eq__(self, other):  # (the same head; thresholds are how its outputs are read)
+  def __eq__(self, other):  # (the same head; its calibration and thresholds read its outputs)
     return type(self) is type(other) and (self.kind, self.columns, self.classes) == (
         other.kind, other.columns, other.classes)
 
@@ -387,11 +390,9 @@ def build_spec(kind, columns, classes=None):
 
 
 def from_card(entry):
-  """The spec a model card's "label_spec" entry describes, with its tuned thresholds."""
+  """The spec a model card's "label_spec" entry describes, with its temperature and tuned
+  thresholds."""
   spec = build_spec(entry["kind"], entry["columns"], entry.get("classes"))
-  thresholds = entry.get("thresholds")
-  if thresholds is not None and not isinstance(thresholds, dict):
-    raise FlagError("the thresholds are %r, not an object of thresholds by name"
-                    % (thresholds,))
-  spec.set_thresholds(thresholds)
+  spec.set_thresholds(entry.get("thresholds"))
+  spec.set_temperature(entry.get("temperature"))
   return spec

@@ -142,12 +142,15 @@ def _checked(card, where):
     raise CardError("%s: a classification head's card lists no classes (labels is %s): "
                     "restore the card, or train again into a new --output_dir"
                     % (where, json.dumps(card["labels"])))
-  if spec.get("thresholds") is not None:  # (--tune_thresholds'; a head's, each a number)
-    try:
-      from_card(spec)
-    except FlagError as error:
-      raise CardError("%s: label_spec's thresholds: %s (the file was edited): restore the "
-                      "card, or tune again with --do_eval --tune_thresholds" % (where, error))
+  for name, flag in (("thresholds", "--tune_thresholds"), ("temperature", "--calibrate")):
+    if spec.get(name) is not None:  # (how a head's outputs are read: each a number)
+      try:  # (each read alone, so that the message names the one that is wrong)
+        from_card({k: v for k, v in spec.items() if k in ("kind", "columns", "classes", name)})
+      except FlagError as error:
+        raise CardError("%s: label_spec's %s: %s (the file was edited): restore the card, "
+                        "or %s again with --do_eval %s" % (
+                            where, name, error, "tune" if name == "thresholds" else
+                            "calibrate", flag))
   if card["training"] is not None:
     _check_entries(card["training"], TRAINING_FIELDS, where, "training.")
     for i, entry in enumerate(card["training"]["data"]):

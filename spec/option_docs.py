@@ -8,7 +8,7 @@ code disagree), each option with its type, default, choices and an example.
 import dataclasses
 import sys
 
-from spec import options
+from spec import option_index, options
 
 # Each group's heading and what it is for.
 GROUP_TITLES = {
@@ -66,11 +66,11 @@ def example(name):
   """An example of the option on a command line."""
   if name in EXAMPLES:
     return EXAMPLES[name]
-  field = options.option_field(name)
-  kind, default = options.base_type(field), field.default
+  field = option_index.option_field(name)
+  kind, default = option_index.base_type(field), field.default
   if kind is bool:
     return "--no%s" % name if default else "--%s" % name
-  choices = options.choices(name)
+  choices = option_index.choices(name)
   if choices:
     return "--%s=%s" % (name, next((c for c in choices if c != default), choices[0]))
   if kind is int:
@@ -81,15 +81,15 @@ def example(name):
 
 
 def type_name(name):
-  field = options.option_field(name)
-  if options.choices(name):
-    return "one of " + ", ".join(options.choices(name))
+  field = option_index.option_field(name)
+  if option_index.choices(name):
+    return "one of " + ", ".join(option_index.choices(name))
   return {bool: "switch", int: "whole number", float: "number", str: "text",
-          tuple: "comma-separated list"}[options.base_type(field)]
+          tuple: "comma-separated list"}[option_index.base_type(field)]
 
 
 def default_text(name):
-  default = options.option_field(name).default
+  default = option_index.option_field(name).default
   if default is None:
     return "unset"
   if isinstance(default, tuple):
@@ -122,7 +122,7 @@ def reference_markdown():
     for name in names:
       lines.append("| `--%s` | %s | `%s` | `%s` | %s |" % (
           name, type_name(name), default_text(name), example(name),
-          options.help_of(name).replace("|", "\\|").replace("\n", " ")))
+          option_index.help_of(name).replace("|", "\\|").replace("\n", " ")))
     lines.append("")
   return "\n".join(lines)
 
@@ -138,8 +138,8 @@ def help_text(width=100):
     out += ["%s: %s" % (title, purpose)]
     for name in names:
       out.append("  --%s  (%s; default %s)" % (name, type_name(name), default_text(name)))
-      plain = options.base_type(options.option_field(name)) is bool  # (no example needed)
-      body = options.help_of(name) + ("" if plain else " Example: %s" % example(name))
+      plain = option_index.base_type(option_index.option_field(name)) is bool  # (no example needed)
+      body = option_index.help_of(name) + ("" if plain else " Example: %s" % example(name))
       out += textwrap.wrap(body, width, initial_indent="      ", subsequent_indent="      ")
     out.append("")
   return "\n".join(out)

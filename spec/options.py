@@ -238,6 +238,14 @@ class TrainingOptions(object):
       "figures at 0.5 and at the threshold, the model card keeps the thresholds, and every "
       "predictor decides labels by them. With --num_folds: tuned on the out-of-fold "
       "predictions, kept by every fold's card.")
+  calibrate: bool = option(
+      False, "With --do_eval, on a head with probabilities: fit a temperature on the dev "
+      "split (one for a classification head, one per column for a multi-label or "
+      "soft-target head) that divides the logits so that the probabilities match how often "
+      "they come true (temperature scaling). eval_results.json gets the temperature and "
+      "the dev split's log-loss and expected calibration error before and after; the "
+      "model card keeps it, and every later eval, prediction and export uses it. Fitted "
+      "before --tune_thresholds, which then tunes on the calibrated probabilities.")
   sample_weight_column: Optional[str] = option(
       None, "Training: a train-file column (name or 0-based position) of per-row weights "
       ">= 0 that multiply each row's loss.")
@@ -351,50 +359,3 @@ class OutputOptions(object):
 
 GROUPS = (("modes", Modes), ("data", DataOptions), ("model", ModelOptions),
           ("training", TrainingOptions), ("device", DeviceOptions), ("outputs", OutputOptions))
-
-
-def option_fields():
-  """[(group name, dataclasses.Field)] of every option, in definition order."""
-  return [(group, field) for group, cls in GROUPS for field in dataclasses.fields(cls)]
-
-
-def option_names():
-  return [field.name for _, field in option_fields()]
-
-
-_GROUP_OF = {field.name: group for group, field in option_fields()}
-_FIELD = {field.name: field for _, field in option_fields()}
-
-
-def group_of(name):
-  """The group an option belongs to; None for a name that is no option."""
-  return _GROUP_OF.get(name)
-
-
-def option_field(name):
-  return _FIELD[name]
-
-
-def default(name):
-  return _FIELD[name].default
-
-
-def choices(name):
-  return _FIELD[name].metadata["choices"]
-
-
-def help_of(name):
-  return _FIELD[name].metadata["help"]
-
-
-def is_optional(field):
-  """Whether the option may be None (unset)."""
-  return type(None) in getattr(field.type, "__args__", ())
-
-
-def base_type(field):
-  """An option's type without Optional: bool, int, float, str, or tuple (of strings)."""
-  annotation = field.type.__args__[0] if is_optional(field) else field.type
-  if getattr(annotation, "__origin__", None) in (tuple, Tuple):
-    return tuple
-  return annotation

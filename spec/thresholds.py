@@ -28,6 +28,9 @@ class Thresholds(object):
 
   def set_thresholds(self, thresholds):
     """Decide by these thresholds ({decision name: threshold in [0, 1]}) instead of 0.5."""
+    if thresholds is not None and not isinstance(thresholds, dict):
+      raise FlagError("the thresholds are %s, not an object of thresholds by name"
+                      % json.dumps(thresholds))
     thresholds = dict(thresholds or {})
     for name, value in sorted(thresholds.items()):
       if name not in self.decision_names():

@@ -389,7 +389,7 @@ TINY_JIGSAW_RUN = dict(
 def jigsaw_model(tmp_path_factory, tiny_checkpoint):
   """BERT-Tiny's shape fine-tuned for 6 steps on the Jigsaw Toxic sample, built in Python
   (RunConfig, no absl), with every mode: train (a progress line a step, TensorBoard
-  scalars every 2), eval, predict and export (with the transformers folder, and on TF 2.15
+  scalars every 2), eval (calibrated, with a threshold tuned for F1), predict and export (with the transformers folder, and on TF 2.15
   the ONNX folder). One run that the tests of what such a run writes share; a test that
   runs on the model again works on a copy (copy_to)."""
   from spec.config import RunConfig
@@ -397,7 +397,7 @@ def jigsaw_model(tmp_path_factory, tiny_checkpoint):
   result, log = run_with_log(RunConfig(
       init_checkpoint=tiny_checkpoint, output_dir=output_dir, log_every_steps=1,
       save_summary_steps=2, do_train=True, do_eval=True, do_predict=True, do_export=True,
-      export_format=("saved_model", "hf") if IS_TF1 else ("saved_model", "hf", "onnx"),
+      calibrate=True, tune_thresholds="f1", export_format=("saved_model", "hf") if IS_TF1 else ("saved_model", "hf", "onnx"),
       **TINY_JIGSAW_RUN))
   return TrainedModel(output_dir, result, log)
 

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 
+import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
@@ -223,8 +224,24 @@ def test_a_model_with_a_card_of_every_version_predicts(name, jigsaw_model, tmp_p
     run_flags("--output_dir=" + folder, "--do_predict", "--data_dir=" + JIGSAW)
   result = run_flags("--output_dir=" + folder, "--do_predict", "--data_dir=" + JIGSAW,
                      "--vocab_file=" + TINY_VOCAB)
-  with open(result.predictions) as f, open(jigsaw_model.result.predictions) as g:
-    assert f.read() == g.read()  # the same model, the same predictions
+  # The same model, the same predictions, but for the calibration and threshold the model's
+  # own card has and an old card has not: the probabilities at the logits themselves (the
+  # calibrated ones' logs times the temperature, through a softmax), decided at 0.5.
+  with open(os.path.join(jigsaw_model.output_dir, "model_card.json")) as f:
+    temperature = json.load(f)["label_spec"]["temperature"]
+  got, calibrated = _rows(result.predictions), _rows(jigsaw_model.result.predictions)
+  assert [row[0] for row in got] == [row[0] for row in calibrated]
+  expected = np.exp(temperature * np.log(np.array([row[1:3] for row in calibrated], float)))
+  expected /= expected.sum(axis=1, keepdims=True)
+  np.testing.assert_allclose([row[1:3] for row in got], expected, atol=2e-6)
+  assert [row[3] for row in got] == ["1" if p >= 0.5 else "0" for p in expected[:, 1]]
+
+
+def _rows(path):
+  """test_results.tsv's rows after the header: [id, probability_0, probability_1, label]."""
+  with open(path) as f:
+    rows = [line.rstrip("\n").split("\t") for line in f][1:]
+  return [[r[0], float(r[1]), float(r[2]), r[3]] for r in rows]
 
 
 @pytest.mark.slow

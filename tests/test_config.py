@@ -9,7 +9,7 @@ import pytest
 from conftest import JIGSAW
 from data.files import file_sha256
 from run_classifier import define_flags, parse_flags, run
-from spec import options
+from spec import option_index
 from spec.config import ConfigError, RunConfig
 from spec.run_errors import FlagError
 
@@ -20,23 +20,23 @@ def test_every_option_is_one_flag_with_its_definition():
   from absl import flags
   values = flags.FlagValues()
   define_flags(values)
-  assert sorted(values) == sorted(options.option_names())
+  assert sorted(values) == sorted(option_index.option_names())
   kinds = {"bool": "BooleanParser", "int": "IntegerParser", "float": "FloatParser",
            "str": "ArgumentParser", "tuple": "ListParser"}
-  for group, field in options.option_fields():
+  for group, field in option_index.option_fields():
     flag = values[field.name]
     default = tuple(flag.default) if isinstance(flag.default, list) else flag.default
-    assert default == field.default == options.default(field.name), field.name
-    help_text = options.help_of(field.name)
-    if options.choices(field.name):  # (absl shows an enum's choices first)
-      assert flag.parser.enum_values == list(options.choices(field.name)), field.name
-      help_text = "<%s>: %s" % ("|".join(options.choices(field.name)), help_text)
+    assert default == field.default == option_index.default(field.name), field.name
+    help_text = option_index.help_of(field.name)
+    if option_index.choices(field.name):  # (absl shows an enum's choices first)
+      assert flag.parser.enum_values == list(option_index.choices(field.name)), field.name
+      help_text = "<%s>: %s" % ("|".join(option_index.choices(field.name)), help_text)
     else:
-      assert type(flag.parser).__name__ == kinds[options.base_type(field).__name__], field.name
+      assert type(flag.parser).__name__ == kinds[option_index.base_type(field).__name__], field.name
     assert flag.help == help_text, field.name
     assert field.name in [f.name for f in dataclasses.fields(getattr(RunConfig(), group))]
   # Groups hold each option once.
-  assert len(options.option_names()) == len(set(options.option_names())) == 85
+  assert len(option_index.option_names()) == len(set(option_index.option_names())) == 86
 
 
 def test_given_names_the_flags_on_the_command_line():

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, pairwise_auc
-from spec import options
+from spec import option_index
 from spec.task_names import SCORED_IDENTITY_COLUMNS
 from tools import fast_path_quality as quality
 from tools.bias_templates import IDENTITY_TERMS, NEUTRAL_TERMS, template_rows
@@ -29,7 +29,7 @@ def test_the_committed_measurement_is_of_the_kernels_as_they_are_and_backs_the_d
       "./run.sh benchmark fast-paths and commit its files")
   assert len(committed["seeds"]) >= 5
   assert set(committed["comparisons"]) == {"tf1", "tf2"}
-  on_by_default = options.default("fused_kernels") in ("auto", "on")
+  on_by_default = option_index.default("fused_kernels") in ("auto", "on")
   assert committed["verdicts"]["fused"] == "equal" or not on_by_default
   for runtime in ("tf1", "tf2"):
     for metric, _ in quality.METRICS:

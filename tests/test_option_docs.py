@@ -5,7 +5,7 @@ spec/options.py, every option has an example where its format is not obvious, an
 import os
 
 from conftest import ROOT
-from spec import option_docs, options
+from spec import option_docs, option_index
 
 PAGE = os.path.join(ROOT, "docs", "reference", "flags.md")
 
@@ -21,20 +21,20 @@ def test_every_option_is_on_the_page_once_in_its_group_with_an_example():
   page = option_docs.reference_markdown()
   for group, _, _, names in option_docs.groups():
     for name in names:
-      assert options.group_of(name) == group
+      assert option_index.group_of(name) == group
       assert page.count("\n| `--%s` |" % name) == 1, name
       assert option_docs.example(name).startswith(("--%s" % name, "--no%s" % name)), name
   documented = [n for _, _, _, names in option_docs.groups() for n in names]
-  assert documented == options.option_names()
-  for name in options.option_names():
-    kind = options.base_type(options.option_field(name))
-    if kind in (str, tuple) and not options.choices(name):
+  assert documented == option_index.option_names()
+  for name in option_index.option_names():
+    kind = option_index.base_type(option_index.option_field(name))
+    if kind in (str, tuple) and not option_index.choices(name):
       assert name in option_docs.EXAMPLES, "give --%s an example" % name
 
 
 def test_help_follows_the_page():
   text = option_docs.help_text()
-  positions = [text.index("  --%s  (" % name) for name in options.option_names()]
+  positions = [text.index("  --%s  (" % name) for name in option_index.option_names()]
   assert positions == sorted(positions)
   for _, title, purpose, _ in option_docs.groups():
     assert "\n%s: %s\n" % (title, purpose) in text

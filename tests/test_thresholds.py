@@ -199,7 +199,7 @@ def test_a_training_keeps_tuned_thresholds_only_while_the_model_does_not_change(
   """A --do_train run on a tuned folder (or from a tuned --init_checkpoint): with no step
   left to train the card's thresholds still decide; a training that changes the model
   drops them, and the log says so."""
-  from pipeline.thresholds import carry_over
+  from pipeline.card import carry_over
   card = {"label_spec": {"kind": "classification", "columns": ["toxic"],
                          "classes": ["0", "1"], "thresholds": {"1": 0.3125}}}
   kept, dropped = SingleLabel(["toxic"], ["0", "1"]), SingleLabel(["toxic"], ["0", "1"])

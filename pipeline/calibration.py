@@ -1,0 +1,189 @@
+"""--calibrate: temperature scaling fitted on the dev split (spec/calibration.py). The
+temperature T minimises the dev rows' negative log-likelihood of the head's probabilities
+at logits / T (softmax cross-entropy, or each column's sigmoid cross-entropy against its
+0/1 label or fraction). That likelihood is convex in 1/T, so a golden-section search over
+log T finds its one minimum. The fit is reported beside the eval's metrics (the negative
+log-likelihood and the expected calibration error before and after) and kept by the label
+spec, which the model card carries to the graph of every later eval, predict and export.
+Plain numpy.
+"""
+
+import logging
+import math
+
+import numpy
+
+from pipeline.card import record_label_spec
+from pipeline.eval_report import calibration as reliability
+from pipeline.outputs import write_eval_results
+from spec.calibration import TEMPERATURE_RANGE, listed
+from spec.run_errors import FlagError, NumericFault
+
+log = logging.getLogger("run_classifier")
+
+SEARCH_STEPS = 80  # golden-section steps: the bracket of log T shrinks to 1e-16 of its width
+AT_BOUND = 1e-3  # a fit this close (in log T) to an end of TEMPERATURE_RANGE found none
+
+
+def check_head(label_spec, asked):
+  """FlagError when --calibrate is asked of a head without probabilities."""
+  if asked and label_spec.calibrated_by() is None:
+    raise FlagError("--calibrate scales the logits of a head with probabilities; a %s "
+                    "predicts values: drop --calibrate" % label_spec.describe())
+
+
+def _log_sigmoid(z):
+  return -numpy.logaddexp(0.0, -z)
+
+
+def softmax_nll(logits, classes, temperature):
+  """The mean negative log-likelihood of the true classes (indices) under
+  softmax(logits / temperature)."""
+  z = numpy.asarray(logits, numpy.float64) / temperature
+  top = z.max(axis=1, keepdims=True)
+  log_norm = top[:, 0] + numpy.log(numpy.exp(z - top).sum(axis=1))
+  return float(numpy.mean(log_norm - z[numpy.arange(len(z)), classes]))
+
+
+def sigmoid_nll(logits, targets, temperature):
+  """The mean sigmoid cross-entropy of one column's logits / temperature against its
+  targets (0/1 labels, or fractions in [0, 1])."""
+  z = numpy.asarray(logits, numpy.float64) / temperature
+  y = numpy.asarray(targets, numpy.float64)
+  return float(-numpy.mean(y * _log_sigmoid(z) + (1.0 - y) * _log_sigmoid(-z)))
+
+
+def fit_temperature(nll):
+  """The temperature in TEMPERATURE_RANGE that minimises nll(temperature) (a convex
+  function of 1/temperature), or None when the minimum lies at either end of the range
+  (the likelihood goes on falling beyond it: no temperature fits)."""
+  low, high = (math.log(t) for t in TEMPERATURE_RANGE)
+  ratio = (math.sqrt(5.0) - 1.0) / 2.0
+  a, b = low, high
+  c, d = b - ratio * (b - a), a + ratio * (b - a)
+  fc, fd = nll(math.exp(c)), nll(math.exp(d))
+  for _ in range(SEARCH_STEPS):
+    if fc <= fd:
+      b, d, fd = d, c, fc
+      c = b - ratio * (b - a)
+      fc = nll(math.exp(c))
+    else:
+      a, c, fc = c, d, fd
+      d = a + ratio * (b - a)
+      fd = nll(math.exp(d))
+  best = (a + b) / 2.0
+  if best - low < AT_BOUND or high - best < AT_BOUND:
+    return None
+  return math.exp(best)
+
+
+def scaled_outputs(label_spec, logits, temperatures):
+  """The head's probabilities (float32) at logits / temperatures (one per output), as
+  the graph of a calibrated head gives them."""
+  z = numpy.asarray(logits, numpy.float64) / numpy.asarray(temperatures, numpy.float64)
+  if label_spec.calibrated_by() == "head":
+    z = numpy.exp(z - z.max(axis=1, keepdims=True))
+    return (z / z.sum(axis=1, keepdims=True)).astype(numpy.float32)
+  return numpy.exp(_log_sigmoid(z)).astype(numpy.float32)
+
+
+def _problems(label_spec, examples, logits):
+  """[(name, its suffix in eval_results.json, nll(temperature), ECE of outputs)]: what each
+  temperature of the head is fitted to."""
+  if label_spec.calibrated_by() == "head":
+    index = {name: i for i, name in enumerate(label_spec.classes)}
+    truth = numpy.array([index[e.label] for e in examples], numpy.int64)
+    def ece(outputs):
+      if outputs.shape[1] == 2:  # (as the evaluation report reads a binary head)
+        return reliability(outputs[:, 1], truth == 1)["expected_calibration_error"]
+      return reliability(outputs.max(axis=1), outputs.argmax(axis=1) == truth)[
+          "expected_calibration_error"]
+    return [("all classes", "", lambda t: softmax_nll(logits, truth, t), ece)]
+  labels = numpy.array([e.label for e in examples], numpy.float64).reshape(len(examples), -1)
+  several = label_spec.num_outputs > 1
+  return [(name, "_" + name if several else "",
+           lambda t, j=j: sigmoid_nll(logits[:, j], labels[:, j], t),
+           lambda outputs, j=j: reliability(outputs[:, j], labels[:, j])[
+               "expected_calibration_error"])
+          for j, name in enumerate(label_spec.columns)]
+
+
+def calibrate(label_spec, examples, logits, where="the dev split"):
+  """Fits the head's temperature on the examples' logits (the dev split's, rows in order)
+  and gives it to label_spec. Returns (the calibrated outputs, the figures for
+  eval_results.json: each temperature, and the negative log-likelihood and expected
+  calibration error before and after). A column whose fit ends at a bound of the range
+  keeps no temperature (1), and is reported as null."""
+  logits = numpy.asarray(logits, numpy.float64)
+  if len(examples) == 0 or not numpy.isfinite(logits).all():
+    raise NumericFault("--calibrate: the logits of %s are %s: nothing to fit a temperature "
+                       "to" % (where, "not all finite numbers" if len(examples) else "none"))
+  fitted, figures = {}, {}
+  problems = _problems(label_spec, examples, logits)
+  for name, suffix, nll, _ in problems:
+    temperature = fit_temperature(nll)
+    figures["temperature" + suffix] = temperature
+    figures["nll_before_calibration" + suffix] = nll(1.0)
+    if temperature is None:
+      log.warning("--calibrate: no temperature in [%g, %g] fits %s on %s (the negative "
+                  "log-likelihood falls on beyond the range: the model separates its rows "
+                  "completely, or they are all of one label); left uncalibrated",
+                  TEMPERATURE_RANGE[0], TEMPERATURE_RANGE[1], name, where)
+      continue
+    fitted[name] = temperature
+    figures["nll_after_calibration" + suffix] = nll(temperature)
+  if label_spec.calibrated_by() == "head":
+    label_spec.set_temperature(fitted.get("all classes"))
+  else:
+    label_spec.set_temperature(fitted or None)
+  before = scaled_outputs(label_spec, logits, [1.0] * label_spec.num_outputs)
+  calibrated = (before if label_spec.temperature is None else
+                scaled_outputs(label_spec, logits, label_spec.temperatures()))
+  for name, suffix, _, ece in problems:
+    figures["ece_before_calibration" + suffix] = ece(before.astype(numpy.float64))
+    if name in fitted:
+      figures["ece_after_calibration" + suffix] = ece(calibrated.astype(numpy.float64))
+  log.info("temperature fitted on %s: %s", where, "none" if label_spec.temperature is None
+           else listed(label_spec.temperature))
+  return calibrated, figures
+
+
+def calibrate_after_eval(evaluator, dev, checkpoint, results, output_dir):
+  """Fits the temperature on the dev split's logits at checkpoint (the one results
+  evaluated), adds its figures to results and eval_results.json, and gives it to the
+  evaluator's label spec (this run's later reads of the dev outputs, its predictions and
+  its export use it) and the folder's model card."""
+  label_spec = evaluator.label_spec
+  earlier = label_spec.temperatures()  # (a card's earlier fit: this one replaces it)
+  label_spec.set_temperature(None)
+  outputs, figures = calibrate(label_spec, dev.examples, evaluator.dev_logits(dev, checkpoint))
+  evaluator.calibrated(dev, checkpoint, outputs)
+  if label_spec.thresholds and earlier != label_spec.temperatures():
+    moved_thresholds(label_spec, earlier)
+  results.update(figures)
+  write_eval_results(output_dir, results)
+  record_label_spec(output_dir, label_spec, "temperature")
+
+
+def moved_thresholds(label_spec, earlier):
+  """Gives label_spec (calibrated anew) the thresholds that decide as its card's did at
+  the earlier temperatures (None: none): a threshold p of a sigmoid column, or of a
+  binary head's second class, is a logit of T log(p / (1 - p)), the same logit at the new
+  temperature. (--tune_thresholds, when asked, tunes them again after this.)"""
+  from pipeline.thresholds import decisions_of
+  new = label_spec.temperatures() or [1.0] * label_spec.num_outputs
+  old = earlier or [1.0] * label_spec.num_outputs
+  moved = {}
+  for name, index in decisions_of(label_spec):
+    p = label_spec.threshold(name)
+    if name not in label_spec.thresholds or p <= 0.0 or p >= 1.0:
+      moved[name] = p
+      continue
+    # (a binary softmax's second probability is the sigmoid of the logits' difference)
+    logit = math.log(p / (1.0 - p)) * old[index] / new[index]
+    moved[name] = (1.0 / (1.0 + math.exp(-logit)) if logit >= 0 else
+                   math.exp(logit) / (1.0 + math.exp(logit)))
+  log.info("the model card's thresholds move with the temperature, deciding as before: %s",
+           ", ".join("%s %.4g -> %.4g" % (n, label_spec.threshold(n), moved[n])
+                     for n in sorted(moved)))
+  label_spec.set_thresholds({n: moved[n] for n in label_spec.thresholds})

@@ -12,6 +12,9 @@
 #   ./run.sh benchmark fast-paths [ARGS]   whether the fast training paths (the fused kernels)
 #                    train as well as TensorFlow's own ops: held-out AUC and the bias metric
 #                    over seeds, both runtimes (tools/fast_path_quality.py)
+#   ./run.sh benchmark decisions [ARGS]   --calibrate and --tune_thresholds on real tweets:
+#                    held-out F1, log-loss and calibration error before and after, over seeds
+#                    (tools/decision_figures.py)
 #   ./run.sh benchmark predictor [ARGS]   the predictor against --do_predict (tools/bench_predictor.py)
 #   ./run.sh benchmark serve [ARGS]   the HTTP server: requests/s, p50/p99 at 1, 8, 32 clients
 #   ./run.sh benchmark table SUMMARIES...   runs' run_summary.json as a wall-time table (tools/run_table.py)
@@ -374,6 +377,9 @@ cmd_benchmark() {
   elif [ "${1:-}" = quality ]; then
     shift
     TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runner/bin/python" -m tools.time_to_quality "$@"
+  elif [ "${1:-}" = decisions ]; then
+    shift
+    TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runner/bin/python" -m tools.decision_figures "$@"
   elif [ "${1:-}" = fast-paths ]; then
     shift
     TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runner/bin/python" -m tools.fast_path_quality "$@"
@@ -430,5 +436,5 @@ case "${1:-}" in
   setup) shift; cmd_setup "$@" ;;
   test) shift; cmd_test "$@" ;;
   shell) shift; cmd_shell "$@" ;;
-  *) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 2 ;;
 esac

@@ -10,8 +10,10 @@ Plain numpy.
 
 import logging
 import math
+import os
 
 import numpy
+import tensorflow.compat.v1 as tf
 
 from pipeline.card import record_label_spec
 from pipeline.eval_report import calibration as reliability
@@ -88,8 +90,8 @@ def scaled_outputs(label_spec, logits, temperatures):
 
 
 def _problems(label_spec, examples, logits):
-  """[(name, its suffix in eval_results.json, nll(temperature), ECE of outputs)]: what each
-  temperature of the head is fitted to."""
+  """[(name, its suffix in eval_results.json, its dev targets, nll(temperature), ECE of
+  outputs)]: what each temperature of the head is fitted to."""
   if label_spec.calibrated_by() == "head":
     index = {name: i for i, name in enumerate(label_spec.classes)}
     truth = numpy.array([index[e.label] for e in examples], numpy.int64)
@@ -98,10 +100,10 @@ def _problems(label_spec, examples, logits):
         return reliability(outputs[:, 1], truth == 1)["expected_calibration_error"]
       return reliability(outputs.max(axis=1), outputs.argmax(axis=1) == truth)[
           "expected_calibration_error"]
-    return [("all classes", "", lambda t: softmax_nll(logits, truth, t), ece)]
+    return [("all classes", "", truth, lambda t: softmax_nll(logits, truth, t), ece)]
   labels = numpy.array([e.label for e in examples], numpy.float64).reshape(len(examples), -1)
   several = label_spec.num_outputs > 1
-  return [(name, "_" + name if several else "",
+  return [(name, "_" + name if several else "", labels[:, j],
            lambda t, j=j: sigmoid_nll(logits[:, j], labels[:, j], t),
            lambda outputs, j=j: reliability(outputs[:, j], labels[:, j])[
                "expected_calibration_error"])
@@ -110,9 +112,10 @@ def _problems(label_spec, examples, logits):
 
 def calibrate(label_spec, examples, logits, where="the dev split"):
   """Fits the head's temperature on the examples' logits (the dev split's, rows in order)
-  and gives it to label_spec. Returns (the calibrated outputs, the figures for
-  eval_results.json: each temperature, and the negative log-likelihood and expected
-  calibration error before and after). A column whose fit ends at a bound of the range
+  and gives it to label_spec. Returns the figures for eval_results.json: each temperature,
+  and the negative log-likelihood and expected calibration error of the uncalibrated
+  outputs (at the logits themselves) and the log-likelihood of the calibrated ones. A
+  column whose dev targets are all one value, or whose fit ends at a bound of the range,
   keeps no temperature (1), and is reported as null."""
   logits = numpy.asarray(logits, numpy.float64)
   if len(examples) == 0 or not numpy.isfinite(logits).all():
@@ -120,49 +123,67 @@ def calibrate(label_spec, examples, logits, where="the dev split"):
                        "to" % (where, "not all finite numbers" if len(examples) else "none"))
   fitted, figures = {}, {}
   problems = _problems(label_spec, examples, logits)
-  for name, suffix, nll, _ in problems:
-    temperature = fit_temperature(nll)
+  uncalibrated = scaled_outputs(label_spec, logits, [1.0] * label_spec.num_outputs)
+  for name, suffix, targets, nll, ece in problems:
+    figures["nll_uncalibrated" + suffix] = nll(1.0)
+    figures["ece_uncalibrated" + suffix] = ece(uncalibrated.astype(numpy.float64))
+    one_value = targets.min() == targets.max()
+    temperature = None if one_value else fit_temperature(nll)
     figures["temperature" + suffix] = temperature
-    figures["nll_before_calibration" + suffix] = nll(1.0)
     if temperature is None:
-      log.warning("--calibrate: no temperature in [%g, %g] fits %s on %s (the negative "
-                  "log-likelihood falls on beyond the range: the model separates its rows "
-                  "completely, or they are all of one label); left uncalibrated",
-                  TEMPERATURE_RANGE[0], TEMPERATURE_RANGE[1], name, where)
+      log.warning("--calibrate: no temperature fits %s on %s (%s); left uncalibrated", name,
+                  where, "its rows are all of one label" if one_value else
+                  "the log-loss falls on beyond [%g, %g]: the model separates its rows "
+                  "completely, or its logits do not tell them apart" % TEMPERATURE_RANGE)
       continue
     fitted[name] = temperature
-    figures["nll_after_calibration" + suffix] = nll(temperature)
+    figures["nll_calibrated" + suffix] = nll(temperature)
   if label_spec.calibrated_by() == "head":
     label_spec.set_temperature(fitted.get("all classes"))
   else:
     label_spec.set_temperature(fitted or None)
-  before = scaled_outputs(label_spec, logits, [1.0] * label_spec.num_outputs)
-  calibrated = (before if label_spec.temperature is None else
-                scaled_outputs(label_spec, logits, label_spec.temperatures()))
-  for name, suffix, _, ece in problems:
-    figures["ece_before_calibration" + suffix] = ece(before.astype(numpy.float64))
-    if name in fitted:
-      figures["ece_after_calibration" + suffix] = ece(calibrated.astype(numpy.float64))
   log.info("temperature fitted on %s: %s", where, "none" if label_spec.temperature is None
            else listed(label_spec.temperature))
-  return calibrated, figures
+  return figures
+
+
+def calibration_errors(label_spec, examples, outputs):
+  """{"ece_calibrated<suffix>": the expected calibration error} of the calibrated outputs
+  of the examples, for each temperature label_spec has."""
+  temperature = label_spec.temperature
+  if temperature is None:
+    return {}
+  outputs = numpy.asarray(outputs, numpy.float64)
+  return {"ece_calibrated" + suffix: ece(outputs)
+          for name, suffix, _, _, ece in _problems(label_spec, examples, outputs)
+          if not isinstance(temperature, dict) or name in temperature}
 
 
 def calibrate_after_eval(evaluator, dev, checkpoint, results, output_dir):
   """Fits the temperature on the dev split's logits at checkpoint (the one results
   evaluated), adds its figures to results and eval_results.json, and gives it to the
   evaluator's label spec (this run's later reads of the dev outputs, its predictions and
-  its export use it) and the folder's model card."""
+  its export use it) and the folder's model card. The dev split is then predicted again,
+  through the graph that divides by the temperature: what the thresholds are tuned on and
+  the report reads are the outputs every later use of the model gives."""
   label_spec = evaluator.label_spec
   earlier = label_spec.temperatures()  # (a card's earlier fit: this one replaces it)
   label_spec.set_temperature(None)
-  outputs, figures = calibrate(label_spec, dev.examples, evaluator.dev_logits(dev, checkpoint))
-  evaluator.calibrated(dev, checkpoint, outputs)
-  if label_spec.thresholds and earlier != label_spec.temperatures():
-    moved_thresholds(label_spec, earlier)
+  figures = calibrate(label_spec, dev.examples, evaluator.dev_logits(dev, checkpoint))
+  if earlier != label_spec.temperatures():
+    evaluator.forget_dev_outputs()
+    if label_spec.thresholds:
+      moved_thresholds(label_spec, earlier)
+  figures.update(calibration_errors(label_spec, dev.examples,
+                                    evaluator.dev_outputs(dev, checkpoint)))
   results.update(figures)
   write_eval_results(output_dir, results)
   record_label_spec(output_dir, label_spec, "temperature")
+  exports = os.path.join(output_dir, "export")
+  if tf.io.gfile.isdir(exports) and tf.io.gfile.listdir(exports):
+    log.warning("the exports in %s were made before this calibration: each keeps the card "
+                "and graph it was made with; export again (--do_export) for one that "
+                "divides by the new temperature", exports)
 
 
 def moved_thresholds(label_spec, earlier):
@@ -187,3 +208,9 @@ def moved_thresholds(label_spec, earlier):
            ", ".join("%s %.4g -> %.4g" % (n, label_spec.threshold(n), moved[n])
                      for n in sorted(moved)))
   label_spec.set_thresholds({n: moved[n] for n in label_spec.thresholds})
+  lost = sorted(n for n in label_spec.thresholds if 0.0 < moved[n] < 1.0 and
+                numpy.float32(moved[n]) in (numpy.float32(0.0), numpy.float32(1.0)))
+  if lost:
+    log.warning("the moved threshold of %s is a probability that float32 outputs round to "
+                "0 or 1: rows near it can no longer be told apart, so they may be decided "
+                "otherwise than before; tune again (--tune_thresholds)", ", ".join(lost))

@@ -114,10 +114,9 @@ class Evaluator(object):
     any temperature divides them."""
     return self._dev_predicted(split, checkpoint)[1]
 
-  def calibrated(self, split, checkpoint, outputs):
-    """From now on dev_outputs gives these outputs (the calibrated head's, computed from
-    dev_logits) for split at checkpoint."""
-    self._dev = (split, checkpoint, (outputs, self.dev_logits(split, checkpoint)))
+  def forget_dev_outputs(self):
+    """The next dev_outputs predicts again (the graph has changed: a new temperature)."""
+    self._dev = None
 
   def _dev_predicted(self, split, checkpoint):
     if self._dev is None or self._dev[:2] != (split, checkpoint):

@@ -42,6 +42,9 @@ class Calibration(object):
     if by == "head":
       self.temperature = _checked(value, "the temperature")
       return
+    if value == {}:  # (no column fitted: the head is not calibrated)
+      self.temperature = None
+      return
     if not isinstance(value, dict):
       raise FlagError("the temperature of a %s is %s, not an object of temperatures by "
                       "label column" % (self.describe(), json.dumps(value)))

@@ -243,8 +243,8 @@ class TrainingOptions(object):
       "split (one for a classification head, one per column for a multi-label or "
       "soft-target head) that divides the logits so that the probabilities match how often "
       "they come true (temperature scaling). eval_results.json gets the temperature and "
-      "the dev split's log-loss and expected calibration error before and after; the "
-      "model card keeps it, and every later eval, prediction and export uses it. Fitted "
+      "the dev split's log-loss and expected calibration error uncalibrated and "
+      "calibrated; the model card keeps it, and every later eval, prediction and export uses it. Fitted "
       "before --tune_thresholds, which then tunes on the calibrated probabilities.")
   sample_weight_column: Optional[str] = option(
       None, "Training: a train-file column (name or 0-based position) of per-row weights "

@@ -67,32 +67,39 @@ def test_the_fit_is_scipy_s_minimum_of_the_log_loss(seed, scale):
 def test_an_overconfident_model_is_cooled_to_the_temperature_it_was_made_with(caplog):
   """Labels drawn from sigmoid(z) and logits of 3 z: the fit finds T near 3, the
   calibrated probabilities are those of z, and the calibration error falls. A column of
-  one label has no temperature (the likelihood falls on beyond the range): it stays at 1,
-  and the log says so."""
+  one label, and one whose logits tell nothing, have no temperature: they stay at 1, and
+  the log says why."""
   rng = np.random.RandomState(0)
-  z = rng.normal(0, 2, (20000, 2))
+  z = rng.normal(0, 2, (20000, 3))
   labels = (rng.uniform(size=z.shape) < 1 / (1 + np.exp(-z))).astype(float)
   labels[:, 1] = 0.0  # (every row negative)
   logits = 3.0 * z
-  logits[:, 1] = -np.abs(logits[:, 1]) - 1.0  # (and predicted so)
-  spec = MultiLabel(["toxic", "threat"])
+  logits[:, 2] = 0.0  # (nothing told apart)
+  spec = MultiLabel(["toxic", "threat", "insult"])
   examples = [InputExample(i, "", label=tuple(row)) for i, row in enumerate(labels)]
   with caplog.at_level("INFO"):
-    outputs, figures = calibration.calibrate(spec, examples, logits)
+    figures = calibration.calibrate(spec, examples, logits)
+  outputs = calibration.scaled_outputs(spec, logits, spec.temperatures())
+  figures.update(calibration.calibration_errors(spec, examples, outputs))
   assert spec.temperature == {"toxic": figures["temperature_toxic"]}
   assert figures["temperature_toxic"] == pytest.approx(3.0, rel=0.05)
-  assert figures["temperature_threat"] is None and "nll_after_calibration_threat" not in figures
-  assert ("--calibrate: no temperature in [0.01, 100] fits threat on the dev split (the "
-          "negative log-likelihood falls on beyond the range: the model separates its rows "
-          "completely, or they are all of one label); left uncalibrated") in caplog.text
-  assert spec.temperatures() == [figures["temperature_toxic"], 1.0]
+  for name in ("threat", "insult"):
+    assert figures["temperature_" + name] is None
+    assert "nll_calibrated_" + name not in figures and "ece_calibrated_" + name not in figures
+  assert ("--calibrate: no temperature fits threat on the dev split (its rows are all of one "
+          "label); left uncalibrated") in caplog.text
+  assert ("--calibrate: no temperature fits insult on the dev split (the log-loss falls on "
+          "beyond [0.01, 100]: the model separates its rows completely, or its logits do "
+          "not tell them apart); left uncalibrated") in caplog.text
+  assert spec.temperatures() == [figures["temperature_toxic"], 1.0, 1.0]
   np.testing.assert_allclose(outputs[:, 0], 1 / (1 + np.exp(-logits[:, 0] /
                                                             figures["temperature_toxic"])),
                              rtol=1e-6)
   np.testing.assert_allclose(outputs[:, 1], 1 / (1 + np.exp(-logits[:, 1])), rtol=1e-6)
-  assert figures["ece_after_calibration_toxic"] < 0.02 < 0.1 < figures[
-      "ece_before_calibration_toxic"]
-  assert figures["nll_after_calibration_toxic"] < figures["nll_before_calibration_toxic"]
+  assert figures["ece_calibrated_toxic"] < 0.02 < 0.1 < figures["ece_uncalibrated_toxic"]
+  assert figures["nll_calibrated_toxic"] < figures["nll_uncalibrated_toxic"]
+  spec.set_temperature({})  # (no column fitted, as a card edited so)
+  assert spec.temperature is None and spec.to_card().get("temperature") is None
 
 
 def _graph_outputs(spec, mode, with_ids=True):
@@ -217,6 +224,15 @@ def test_a_new_temperature_moves_the_card_s_thresholds_to_decide_as_before(caplo
   assert spec.thresholds["a"] == pytest.approx(1 / (1 + np.exp(-np.log(0.2 / 0.8) * 3 / 0.8)))
   assert "the model card's thresholds move with the temperature, deciding as before: " \
          "1 0.2 -> " in caplog.text
+  # A threshold that moves to where float32 probabilities are 1 can no longer decide.
+  spec = MultiLabel(["a"])
+  spec.set_thresholds({"a": 0.9999})
+  spec.set_temperature({"a": 0.3})
+  with caplog.at_level("INFO"):
+    calibration.moved_thresholds(spec, None)
+  assert ("the moved threshold of a is a probability that float32 outputs round to 0 or 1: "
+          "rows near it can no longer be told apart, so they may be decided otherwise than "
+          "before; tune again (--tune_thresholds)") in caplog.text
 
 
 def test_a_training_keeps_a_temperature_only_while_the_model_does_not_change(caplog):
@@ -245,12 +261,13 @@ def test_a_run_fits_on_the_dev_logits_and_its_graph_reads_by_the_fit(jigsaw_mode
     card = json.load(f)
   temperature = results["temperature"]
   assert card["label_spec"]["temperature"] == temperature and temperature != 1.0
-  assert results["nll_before_calibration"] == pytest.approx(results["loss"], rel=1e-5)
-  assert results["nll_after_calibration"] < results["nll_before_calibration"]
+  assert results["nll_uncalibrated"] == pytest.approx(results["loss"], rel=1e-5)
+  assert results["nll_calibrated"] < results["nll_uncalibrated"]
   assert results["threshold_objective"] == "f1"  # (tuned on the calibrated outputs)
   output_dir = jigsaw_model.copy_to(str(tmp_path / "model"))
   run_flags("--output_dir=" + output_dir, "--data_dir=" + JIGSAW, "--do_eval", "--calibrate")
   with open(os.path.join(output_dir, "eval_results.json")) as f:
     again = json.load(f)
   assert again["temperature"] == pytest.approx(temperature, rel=1e-4)
-  assert again["loss"] == pytest.approx(results["nll_after_calibration"], rel=1e-4)
+  assert again["loss"] == pytest.approx(results["nll_calibrated"], rel=1e-4)
+  assert again["nll_uncalibrated"] == pytest.approx(results["nll_uncalibrated"], rel=1e-4)

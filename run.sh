@@ -25,8 +25,9 @@
 #                    (--model_dir=DIR | --hub=HANDLE) [ARGS] [-- RUN_CLASSIFIER FLAGS]   the 2019
 #                    Jigsaw GPU-against-TPU run on this device, and the table with 2019's rows
 #                    (tools/reproduce.py; docs/reproduce/jigsaw2019.md)
-#   ./run.sh serve OUTPUT_OR_EXPORT_DIR [--port 8501] [ARGS]   serve a fine-tuned model over
-#                    HTTP in TF Serving's REST shape (serving/server.py; --help lists ARGS)
+#   ./run.sh serve OUTPUT_OR_EXPORT_DIR [--port 8501] [--backend=onnx] [ARGS]   serve a
+#                    fine-tuned model over HTTP in TF Serving's REST shape, on TensorFlow or
+#                    on onnxruntime (serving/server.py; --help lists ARGS)
 #   ./run.sh setup   create both Python environments from requirements.txt
 #   ./run.sh setup --cuda   add TF 2.15's GPU libraries to its environment, and keep them
 #                    (tools/requirements-cuda.txt; --no-cuda removes them)
@@ -407,7 +408,17 @@ in_caller_dir() {
 
 cmd_reproduce() { in_caller_dir "reproducing a comparison" tools.reproduce "$@"; }
 
-cmd_serve() { in_caller_dir "serving" serving.server "$@"; }
+# The server runs on TensorFlow, or with --backend=onnx in the TensorFlow-free ONNX
+# environment (the export's onnx/ folder in onnxruntime).
+cmd_serve() {
+  case " $* " in
+    *" --backend=onnx "*|*" --backend onnx "*)
+      setup_env onnx >&2
+      cd "$CALLER_DIR"
+      PYTHONPATH="$ROOT" exec "$VENVS/onnx/bin/python" -m serving.server "$@" ;;
+  esac
+  in_caller_dir "serving" serving.server "$@"
+}
 
 # Predicting with an export's ONNX model in the TensorFlow-free environment.
 cmd_predict_onnx() {

@@ -12,6 +12,10 @@ gives each request its own results back, in its order. A bad request is answered
 run again request by request, so that only the request at fault fails.
 
   python -m serving.server OUTPUT_OR_EXPORT_DIR [--port 8501] [--host 127.0.0.1]
+                          [--backend=onnx]
+
+The model runs in TensorFlow (the SavedModel), or with --backend=onnx in onnxruntime (the
+export's onnx/ folder), where TensorFlow need not be installed.
 """
 
 import asyncio
@@ -299,6 +303,16 @@ def _client_faults_said_once(record):
   return True
 
 
+def load_predictor(args):
+  """The predictor of the server's backend (its import after the arguments are checked:
+  TensorFlow's takes seconds)."""
+  if args.backend == "onnx":
+    from serving.onnx_predictor import OnnxPredictor
+    return OnnxPredictor(args.path, batch_size=args.max_batch)
+  from serving.predictor import Predictor
+  return Predictor(args.path, batch_size=args.max_batch)
+
+
 def main(argv=None):
   args = server_options.parse_args(argv)
   problem = server_options.problem(args)
@@ -312,12 +326,15 @@ def main(argv=None):
     sys.stderr.write("serve: %s\n" % busy)
     return 2
   from data.data_error import DataError
-  from serving.predictor import Predictor  # (TensorFlow's import: after the arguments)
   from spec.run_errors import FileFault, FlagError
   try:
-    predictor = Predictor(args.path, batch_size=args.max_batch)
+    predictor = load_predictor(args)
   except (FlagError, DataError, FileFault) as e:  # (no export there; a damaged one)
     sys.stderr.write("serve: %s\n" % e)
+    return 2
+  except ImportError as e:  # (a backend's package missing from this environment)
+    sys.stderr.write("serve: --backend=%s needs %s, which this Python lacks: run ./run.sh "
+                     "serve, which builds the environment it needs\n" % (args.backend, e.name))
     return 2
   app = make_app(predictor, args.model_name, args.max_batch, args.batch_wait_ms / 1000.0,
                  int(args.max_body_mb * (1 << 20)), args.max_instances)

@@ -7,6 +7,7 @@ import re
 import socket
 
 DEFAULT_PORT = 8501  # (TF Serving's REST port)
+BACKENDS = ("tf", "onnx")
 
 
 def parse_args(argv=None):
@@ -25,6 +26,13 @@ def parse_args(argv=None):
                       help="the largest request body taken")
   parser.add_argument("--max_instances", type=int, default=4096,
                       help="the most instances one request may hold")
+  parser.add_argument("--backend", choices=BACKENDS, default="tf", help=(
+      "what runs the model: tf, the SavedModel in TensorFlow; onnx, the export's onnx/ "
+      "folder (--export_format=onnx) in onnxruntime, without TensorFlow (./run.sh serve "
+      "runs it in the ONNX environment)"))
+  parser.add_argument("--int8", action="store_true", help=(
+      "with --backend=onnx: the int8 model, where the export records that it keeps the "
+      "fp32 model's held-out quality"))
   return parser.parse_args(argv)
 
 
@@ -35,6 +43,13 @@ MODEL_NAME = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9._-]{1,64}$")
 def problem(args):
   """What is wrong with the server's options (one sentence naming the option and what it
   takes), or None."""
+  if args.int8 and args.backend != "onnx":
+    return "--int8 serves an export's int8 ONNX model: add --backend=onnx"
+  if args.int8:
+    return ("--int8: the export records no held-out quality of its int8 model (its outputs "
+            "differ from the fp32 model's), so it is not served; serve the fp32 model (drop "
+            "--int8), or use it from Python (serving.onnx_predictor.OnnxPredictor(path, "
+            "int8=True))")
   if not MODEL_NAME.match(args.model_name):
     return ("--model_name=%r cannot be part of the URL /v1/models/<name>:predict: use 1 to 64 "
             "letters, digits, '.', '_' or '-' (not '.' or '..' alone), e.g. "

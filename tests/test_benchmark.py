@@ -385,3 +385,7 @@ def test_the_serve_benchmark_takes_nearest_rank_percentiles_and_tables_its_runs(
                             "runs": [{"clients": 8, "requests": 400, "requests_per_s": 41.25,
                                       "p50_ms": 180.04, "p99_ms": 390.96}]})
   assert table.splitlines()[-1] == "| 8 | 400 | 41.2 | 180.0 | 391.0 |"
+  assert "(TF 2.15.1, Python 3.11.7, x, 2 cores; " in table
+  onnx = results_markdown({"backend": "onnx", "tensorflow": "2.15.1", "python": "3.11.7",
+                           "machine": "x, 2 cores", "runs": []})
+  assert "(`--backend=onnx`: onnxruntime, the fp32 model, x, 2 cores; " in onnx

@@ -250,6 +250,7 @@ def test_a_training_keeps_a_temperature_only_while_the_model_does_not_change(cap
 
 
 @pytest.mark.slow
+@pytest.mark.one_runtime("tf2")  # (the shared model calibrates on both runtimes)
 def test_a_run_fits_on_the_dev_logits_and_its_graph_reads_by_the_fit(jigsaw_model, tmp_path):
   """The shared model's run (--calibrate --tune_thresholds=f1): eval_results.json gives the
   temperature the card keeps, with the dev log-loss before it equal to the eval's loss. A

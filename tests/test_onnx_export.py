@@ -328,3 +328,75 @@ def test_the_command_lines_texts_are_read_line_by_line(tmp_path):
     read_input_file(str(path), False)
   assert str(error.value) == ("%s is not UTF-8 text (byte 3 cannot be decoded): save it as "
                               "UTF-8" % path)
+
+
+@pytest.mark.tf2_only
+@pytest.mark.slow
+def test_the_server_on_onnxruntime_answers_as_the_tensorflow_predictor(jigsaw_model, tmp_path):
+  """./run.sh serve --backend=onnx: the HTTP server in the ONNX environment (no TensorFlow
+  there) on the CLI's export, its answers those of the SavedModel's predictor (the
+  calibrated probabilities within 1e-4, the labels at the card's tuned threshold), its
+  status and its refusals as the TensorFlow server's."""
+  import urllib.error
+  import urllib.request
+  from tools.bench_serve import free_port, serving
+  onnx_environment()
+  with open(os.path.join(JIGSAW, "test.csv"), encoding="utf-8", newline="") as f:
+    texts = [row["comment_text"] for row in csv.DictReader(f)]
+  with Predictor(jigsaw_model.output_dir) as predictor:
+    expected = predictor.predict(texts)
+  port = free_port()
+  process, status = serving([os.path.join(ROOT, "run.sh"), "serve", jigsaw_model.output_dir,
+                             "--backend=onnx", "--port", str(port)], str(tmp_path), port,
+                            str(tmp_path / "server.log"))
+  try:
+    with urllib.request.urlopen(status, timeout=30) as answer:
+      assert json.loads(answer.read().decode())["model_version_status"][0]["state"] == \
+          "AVAILABLE"
+    request = urllib.request.Request(status + ":predict", data=json.dumps(
+        {"instances": texts}).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as answer:
+      got = json.loads(answer.read().decode())["predictions"]
+    bad = urllib.request.Request(status + ":predict", data=b'{"instances": [3]}',
+                                 headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+      urllib.request.urlopen(bad, timeout=30)
+    assert refused.value.code == 400
+  finally:
+    process.terminate()
+    process.wait(30)
+  with open(str(tmp_path / "server.log")) as f:
+    log = f.read()
+  assert "%s: " % os.path.join("onnx", "model.onnx") in log  # (the fp32 ONNX model loaded)
+  assert len(got) == len(expected) == 33
+  np.testing.assert_allclose([list(r["probabilities"].values()) for r in got],
+                             [list(r["probabilities"].values()) for r in expected], atol=1e-4)
+  threshold = expected[0]["threshold"]
+  assert [r["threshold"] for r in got] == [threshold] * 33
+  assert [g["label"] for g, e in zip(got, expected)
+          if abs(e["probabilities"]["1"] - threshold) > 1e-4] == [
+              e["label"] for e in expected if abs(e["probabilities"]["1"] - threshold) > 1e-4]
+
+
+def test_the_servers_backend_options_are_checked_before_anything_loads(tmp_path):
+  from serving import server
+  for argv, message in (
+      (["--int8"], "serve: --int8 serves an export's int8 ONNX model: add --backend=onnx"),
+      (["--backend=onnx", "--int8"], "serve: --int8: the export records no held-out quality "
+       "of its int8 model (its outputs differ from the fp32 model's), so it is not served; "
+       "serve the fp32 model (drop --int8), or use it from Python "
+       "(serving.onnx_predictor.OnnxPredictor(path, int8=True))")):
+    done = subprocess.run([sys.executable, "-m", "serving.server", str(tmp_path)] + argv,
+                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=120)
+    assert (done.returncode, done.stderr.strip()) == (2, message)
+  assert server.server_options.parse_args([str(tmp_path)]).backend == "tf"
+  if IS_TF1:  # (TF 1.15's environment has no onnxruntime: the one line says where it is)
+    from tools.bench_serve import free_port
+    done = subprocess.run([sys.executable, "-m", "serving.server", str(tmp_path),
+                           "--backend=onnx", "--port", str(free_port())], cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=120)
+    assert (done.returncode, done.stderr.strip().splitlines()[-1]) == (
+        2, "serve: --backend=onnx needs onnxruntime, which this Python lacks: run ./run.sh "
+        "serve, which builds the environment it needs")

@@ -75,6 +75,8 @@ def _resume_flags(checkpoint, output_dir, config_file, steps):
 
 
 @pytest.mark.slow
+# (TF 1.15's stop and resume: tests/test_signals.py's stopped training, which resumes there)
+@pytest.mark.one_runtime("tf2")
 def test_killed_training_resumes_to_the_same_step_and_weights(tmp_path, tiny_checkpoint):
   """kill -9 a real training process after its first checkpoints, run the same command
   again: it continues from the last checkpoint, skips the examples already trained on,

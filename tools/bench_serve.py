@@ -39,6 +39,8 @@ def parse_args(argv=None):
   parser.add_argument("--seconds", type=float, default=30.0, help="time per run, at most")
   parser.add_argument("--train_steps", type=int, default=10)
   parser.add_argument("--max_seq_length", type=int, default=128)
+  parser.add_argument("--backend", choices=("tf", "onnx"), default="tf",
+                      help="the server's backend (./run.sh serve --backend)")
   parser.add_argument("--out_dir", default=os.path.join(ROOT, "output", "bench_serve"))
   parser.add_argument("--work_dir", default=os.path.join(ROOT, ".cache", "bench_serve"))
   parser.add_argument("--cache_dir", default=assets.DEFAULT_CACHE)
@@ -138,12 +140,15 @@ def main(argv=None):
   bench_predictor.write_rows(train_file, rows)
   model = os.path.join(args.work_dir, "model")
   print("fine-tuning MiniLM for %d steps and exporting it (not timed)" % args.train_steps)
-  bench_predictor.fine_tune_and_export(args, assets.minilm_google_dir(args.cache_dir),
-                                       train_file, model)
+  bench_predictor.fine_tune_and_export(
+      args, assets.minilm_google_dir(args.cache_dir), train_file, model,
+      "saved_model,onnx" if args.backend == "onnx" else "saved_model")
   port = free_port()
+  command = ([sys.executable, "-m", "serving.server"] if args.backend == "tf" else
+             [os.path.join(ROOT, "run.sh"), "serve", "--backend=onnx"])  # (its environment)
   try:
-    process, status = serving([sys.executable, "-m", "serving.server", model, "--port",
-                               str(port)], ROOT, port, os.path.join(args.work_dir, "server.log"))
+    process, status = serving(command + [model, "--port", str(port)], ROOT, port,
+                              os.path.join(args.work_dir, "server.log"))
   except RuntimeError as e:
     raise SystemExit("bench_serve: %s" % e)
   url = status + ":predict"
@@ -163,16 +168,19 @@ def main(argv=None):
     process.terminate()
     process.wait(30)
   import tensorflow as tf
-  figures = {"runs": runs, "tensorflow": tf.__version__, "python": platform.python_version(),
+  figures = {"runs": runs, "backend": args.backend, "tensorflow": tf.__version__,
+             "python": platform.python_version(),
              "machine": bench_predictor.machine(), "max_seq_length": args.max_seq_length,
              "data": os.path.relpath(args.data, os.path.dirname(ROOT))}
   bench_predictor.write_results(args.out_dir, figures, results_markdown(figures))
 
 
 def results_markdown(figures):
+  backend = ("TF %s, Python %s" % (figures["tensorflow"], figures["python"])
+             if figures.get("backend", "tf") == "tf" else
+             "`--backend=onnx`: onnxruntime, the fp32 model")
   lines = ["MiniLM export served by `./run.sh serve` on loopback, one text per request "
-           "(TF %s, Python %s, %s; the clients share the machine):" % (
-               figures["tensorflow"], figures["python"], figures["machine"]), "",
+           "(%s, %s; the clients share the machine):" % (backend, figures["machine"]), "",
            "| clients | requests | requests/s | p50 ms | p99 ms |", "|---|---|---|---|---|"]
   for run in figures["runs"]:
     lines.append("| %d | %d | %.1f | %.1f | %.1f |" % (

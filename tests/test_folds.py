@@ -49,7 +49,7 @@ def _tsv(path):
 @pytest.mark.slow
 # The folds are Python around runs whose training and prediction the other end-to-end
 # tests run on both runtimes.
-@pytest.mark.one_runtime("tf2")  # (the suites' balance)
+@pytest.mark.one_runtime("tf1")  # (the suites' balance)
 def test_three_folds_in_one_command(tmp_path, tiny_checkpoint):
   output_dir = str(tmp_path / "cv")
   result = run_flags(*common_flags(tiny_checkpoint, output_dir) + [

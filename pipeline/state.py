@@ -115,13 +115,24 @@ def continued_state(state, card, where, resumed_step, continue_on_new_data):
             where, resumed_step, trained_on["file"], trained_on["sha256"][:12],
             trained_on["examples"], _seed_note(previous["seed"]), asked["file"],
             asked["sha256"][:12], asked["examples"], _seed_note(state["seed"]),
-            ", read otherwise: its columns, labels, weights or tokenisation" if (
-                trained_on["sha256"] == asked["sha256"] and trained_on["rows"] is not None and
-                trained_on["rows"] != asked["rows"]) else ""))
+            _read_otherwise(trained_on, asked)))
   log.info("--continue_on_new_data: the model trained to step %d on %s goes on from there "
            "on %s", resumed_step, trained_on["file"], asked["file"])
   state = dict(state, data=previous["data"] + [dict(asked, from_step=resumed_step)])
   return state, resumed_step
+
+
+def _read_otherwise(trained_on, asked):
+  """What differs in the same train file read again (a data entry each), for the refusal:
+  the class weights, when they do (both given), else the kinds of setting that may."""
+  if trained_on["sha256"] != asked["sha256"] or trained_on["rows"] is None or (
+      trained_on["rows"] == asked["rows"]):
+    return ""
+  weights = trained_on.get("class_weights"), asked.get("class_weights")
+  if weights[0] != weights[1]:
+    return ", read otherwise: its class weights were %s, this run's are %s" % tuple(
+        json.dumps(w, sort_keys=True) if w else "none" for w in weights)
+  return ", read otherwise: its columns, labels, weights or tokenisation"
 
 
 def _check_same_stream(trained, asked, where, resumed_step):

@@ -152,6 +152,26 @@ def test_a_resume_on_the_other_runtime_or_an_unknown_stream_is_told():
   assert recorded["input"] is None  # (those steps' stream stays unknown)
 
 
+def test_the_same_file_with_other_class_weights_is_refused_naming_both():
+  from pipeline import state
+  data = {"file": "t.csv", "sha256": "ab" * 32, "examples": 40, "train_fraction": 1.0,
+          "from_step": 0, "rows": "f" * 16, "class_weights": {"insult": 2.0, "toxic": 1.5}}
+  trained = {"per_update": 8, "num_train_steps": 4, "seed": 1, "input": None, "data": [data]}
+  for weights, shown in (({"insult": 2.0, "toxic": 3.0}, '{"insult": 2.0, "toxic": 3.0}'),
+                         (None, "none")):
+    asked = dict(trained, num_train_steps=8,
+                 data=[dict(data, rows="e" * 16, class_weights=weights)])
+    with pytest.raises(FlagError) as error:
+      state.continued_state(asked, {"training": trained}, "card", 4, False)
+    assert str(error.value) == (
+        "card: its model was trained to step 4 on t.csv (sha256 abababababab..., 40 rows, "
+        "--seed=1), and this run's train file is t.csv (sha256 abababababab..., 40 rows, "
+        "--seed=1, read otherwise: its class weights were {\"insult\": 2.0, \"toxic\": 1.5}, "
+        "this run's are %s): it would go on training that model on other data. Pass "
+        "--continue_on_new_data to do so (the card then lists both files), or train a new "
+        "model into another --output_dir" % shown)
+
+
 @pytest.mark.one_runtime("tf2")  # (the run's state is plain Python)
 def test_the_same_file_read_with_another_label_column_is_other_data(jigsaw_model, tmp_path):
   """The resume was accepted, and the card then said every step trained on the new column."""

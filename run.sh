@@ -412,20 +412,23 @@ cmd_reproduce() { in_caller_dir "reproducing a comparison" tools.reproduce "$@";
 # environment (the export's onnx/ folder in onnxruntime).
 cmd_serve() {
   case " $* " in
-    *" --backend=onnx "*|*" --backend onnx "*)
-      setup_env onnx >&2
-      cd "$CALLER_DIR"
-      PYTHONPATH="$ROOT" exec "$VENVS/onnx/bin/python" -m serving.server "$@" ;;
+    *" --backend=onnx "*|*" --backend onnx "*) in_onnx_env serving.server "$@" ;;
   esac
   in_caller_dir "serving" serving.server "$@"
 }
 
-# Predicting with an export's ONNX model in the TensorFlow-free environment.
-cmd_predict_onnx() {
+# A module of the project run in the TensorFlow-free ONNX environment, where ./run.sh was
+# called: in_onnx_env MODULE ARGS...
+in_onnx_env() {
+  local module=$1
+  shift
   setup_env onnx >&2
   cd "$CALLER_DIR"
-  PYTHONPATH="$ROOT" exec "$VENVS/onnx/bin/python" -m serving.onnx_predictor "$@"
+  PYTHONPATH="$ROOT" exec "$VENVS/onnx/bin/python" -m "$module" "$@"
 }
+
+# Predicting with an export's ONNX model in the TensorFlow-free environment.
+cmd_predict_onnx() { in_onnx_env serving.onnx_predictor "$@"; }
 
 # Which interpreter each environment is built with (fetched with uv where none is found).
 cmd_pythons() {

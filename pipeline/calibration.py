@@ -154,8 +154,8 @@ def calibration_errors(label_spec, examples, outputs):
   if temperature is None:
     return {}
   outputs = numpy.asarray(outputs, numpy.float64)
-  return {"ece_calibrated" + suffix: ece(outputs)
-          for name, suffix, _, _, ece in _problems(label_spec, examples, outputs)
+  return {"ece_calibrated" + suffix: ece(outputs)  # (no logits: no likelihood is asked)
+          for name, suffix, _, _, ece in _problems(label_spec, examples, logits=None)
           if not isinstance(temperature, dict) or name in temperature}
 
 
@@ -202,8 +202,7 @@ def moved_thresholds(label_spec, earlier):
       continue
     # (a binary softmax's second probability is the sigmoid of the logits' difference)
     logit = math.log(p / (1.0 - p)) * old[index] / new[index]
-    moved[name] = (1.0 / (1.0 + math.exp(-logit)) if logit >= 0 else
-                   math.exp(logit) / (1.0 + math.exp(logit)))
+    moved[name] = float(numpy.exp(_log_sigmoid(logit)))
   log.info("the model card's thresholds move with the temperature, deciding as before: %s",
            ", ".join("%s %.4g -> %.4g" % (n, label_spec.threshold(n), moved[n])
                      for n in sorted(moved)))

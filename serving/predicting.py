@@ -18,11 +18,9 @@ from data.fast_tokenization import tokenizer_for
 from data.features import InputExample, Truncation, convert_examples
 from data.files import MANIFEST, NO_MANIFEST, file_sha256, manifest_problem
 from data.gfile import gfile
+from spec import calibration, model_card, signature
 from spec import labels as label_specs
-from spec import model_card
-from spec import signature
 from spec.run_errors import FlagError, NumericFault
-from spec import calibration
 from spec.thresholds import listed
 
 log = logging.getLogger(__name__)

@@ -12,6 +12,7 @@ predicts values, not probabilities: it has none.
 import json
 
 from spec.run_errors import FlagError
+from spec.thresholds import listed as listed_by_name
 
 # The temperatures a fit may choose: a fit that ends at either bound (a dev split whose rows
 # the model separates completely, say) has found no temperature, and is not used.
@@ -74,7 +75,8 @@ def _checked(value, what):
 
 
 def listed(temperature):
-  """A temperature as a log line shows it: "1.73", or "insult 1.2, toxic 0.91"."""
+  """A temperature as a log line shows it: "1.73", or "insult 1.2, toxic 0.91" (as
+  thresholds by name are)."""
   if isinstance(temperature, dict):
-    return ", ".join("%s %.4g" % (name, t) for name, t in sorted(temperature.items()))
+    return listed_by_name(temperature)
   return "%.4g" % temperature

@@ -49,6 +49,7 @@ def export_saved_model(model_fn, checkpoint, export_dir, output_name, assets, te
   text_features: called in the export's graph, returns ({name: string placeholder [batch]},
     the int32 features of those texts by signature.INPUT_NAMES), e.g. with
     data.graph_tokenizer; tables it makes are initialised when the export is loaded.
+    None: the export takes token ids only (no text signature).
   seal: called with the finished folder before it takes its name (to list its files).
   Returns export_dir.
   """
@@ -60,8 +61,12 @@ def export_saved_model(model_fn, checkpoint, export_dir, output_name, assets, te
   staging = tempfile.mkdtemp(prefix="export-assets-")
   try:
     with tf.Graph().as_default():
-      texts, tokenised = text_features()
-      features = serving_features(tokenised)
+      if text_features is None:
+        texts, features = None, {name: tf.placeholder(tf.int32, [None, None], name=name)
+                                 for name in signature.INPUT_NAMES}
+      else:
+        texts, tokenised = text_features()
+        features = serving_features(tokenised)
       spec = model_fn(features, None, tf.estimator.ModeKeys.PREDICT, {})
       outputs = {output_name: spec.predictions["outputs"]}
       asset_paths = []  # (only these: a TF2 hub encoder adds its own vocab.txt to the graph)
@@ -72,8 +77,9 @@ def export_saved_model(model_fn, checkpoint, export_dir, output_name, assets, te
           out.write(text)
         asset_paths.append(tf.constant(staged, name="asset_" + name.replace(".", "_")))
       predict = tf.saved_model.signature_def_utils.predict_signature_def
-      signatures = {signature.SIGNATURE_NAME: predict(inputs=texts, outputs=outputs),
-                    signature.IDS_SIGNATURE: predict(inputs=features, outputs=outputs)}
+      signatures = {signature.IDS_SIGNATURE: predict(inputs=features, outputs=outputs)}
+      if texts is not None:
+        signatures[signature.SIGNATURE_NAME] = predict(inputs=texts, outputs=outputs)
       with tf.Session() as session:
         tf.train.Saver().restore(session, checkpoint)
         builder = tf.saved_model.builder.SavedModelBuilder(partial)

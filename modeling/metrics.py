@@ -8,6 +8,8 @@ thresholds). Everything is weighted by is_real_example, so padding rows never co
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from modeling.head import loss_and_outputs
+
 # The exact statistics, in plain numpy (shared with the TF-free bias metric; also
 # importable from here).
 from modeling.statistics import (average_ranks, f1_at_half, matthews_corrcoef,
@@ -198,3 +200,24 @@ def metric_names(label_spec):
         tf.placeholder(tf.float32, [None]), labels, tf.placeholder(tf.float32, [None, n]),
         tf.placeholder(tf.float32, [None, n]), tf.placeholder(tf.int32, [None]))
   return sorted(metrics)
+
+
+def metrics_of(label_spec, logits, labels):
+  """The eval metrics of a label spec's head (as Estimator.evaluate gives them, eval_loss
+  and num_examples included) of logits [rows, n] against labels (class ids [rows], or
+  values [rows, n]), every row real: for outputs found outside the graph, such as a long
+  text's windows aggregated. The same metric_fn and loss as an evaluation's, run once
+  in a scratch graph."""
+  logits = np.asarray(logits, np.float32)
+  with tf.Graph().as_default():
+    read = tf.constant(logits)
+    targets = tf.constant(np.asarray(labels, np.int32 if label_spec.metrics ==
+                                     "classification" else np.float32))
+    per_example_loss, outputs = loss_and_outputs(label_spec, read, targets)
+    metrics = metric_fn_for(label_spec)(per_example_loss, targets, read, outputs,
+                                        tf.ones([len(logits)], tf.int32))
+    with tf.Session() as session:
+      session.run(tf.local_variables_initializer())
+      session.run([update for _, update in metrics.values()])
+      return session.run({name: value for name, (value, _) in metrics.items()})
+

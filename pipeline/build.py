@@ -10,6 +10,7 @@ import tensorflow.compat.v1 as tf
 from data import fast_tokenization, vocabulary
 from data.files import exists, not_a_file_problem
 from data.features import Truncation
+from data.long_texts import Windowing
 from data.processors import processor_for
 from modeling.bert import BertConfig, BertConfigError
 from modeling.checkpoint import encoder_problem
@@ -28,6 +29,21 @@ def truncation_of(model):
   except FlagError as e:
     raise FlagError("--truncation=%s --truncation_head_tokens=%s: %s" % (
         model.truncation, model.truncation_head_tokens, e))
+
+
+def windowing_of(model):
+  """The windows of --doc_stride and --window_aggregation, or None (0: no windows)."""
+  if not model.doc_stride:
+    return None
+  return Windowing(model.doc_stride, model.window_aggregation, model.max_seq_length)
+
+
+def reading_entry(model):
+  """The model card's truncation entry: which tokens of a long text are kept, and its
+  windows where --doc_stride asks for them."""
+  entry = truncation_of(model).as_dict()
+  windowing = windowing_of(model)
+  return dict(entry, windows=windowing.as_dict()) if windowing else entry
 
 
 def make_processor(data, weight_column=None, classes_from=None):

@@ -39,6 +39,7 @@ def settle(c, cluster=None):
   if card:
     c = apply_model_card(c, card, where)
   build.truncation_of(c.model)  # (refused here, before any work)
+  build.windowing_of(c.model)
   return c, card, where if card else None
 
 
@@ -77,11 +78,12 @@ def apply_model_card(c, card, where=None):
                     "the model's labels), or train a new model into another --output_dir"
                     % (where, card["task"], c.data.task_name))
   c = _with_card_defaults(c, card)
-  truncation_given = c.is_given("truncation") or c.is_given("truncation_head_tokens")
+  truncation_given = any(c.is_given(name) for name in (
+      "truncation", "truncation_head_tokens", "doc_stride", "window_aggregation"))
   model_card.check_agrees(
       card, where, labels=c.if_given("labels"), pooling=c.if_given("pooling"),
       max_seq_length=c.if_given("max_seq_length"),
-      truncation=build.truncation_of(c.model).as_dict() if truncation_given else None,
+      truncation=build.reading_entry(c.model) if truncation_given else None,
       do_lower_case=c.if_given("do_lower_case"),
       hub_module=c.if_given("bert_hub_module_handle"))
   if c.is_given("bert_config_file") and tf.io.gfile.exists(c.model.bert_config_file):
@@ -117,7 +119,10 @@ def _with_card_defaults(c, card):
       ("bert_hub_module_handle", card["hub_module"]), ("max_seq_length", card["max_seq_length"]),
       ("head", card["head"]), ("pooling", card["pooling"]),
       ("truncation", card["truncation"]["mode"]),
-      ("truncation_head_tokens", card["truncation"].get("head_tokens")))
+      ("truncation_head_tokens", card["truncation"].get("head_tokens")),
+      ("doc_stride", (card["truncation"].get("windows") or {}).get("doc_stride", 0)),
+      ("window_aggregation", (card["truncation"].get("windows") or {}).get(
+          "aggregation", "mean")))
              if not c.is_given(name)}
   if not card["hub_module"]:
     changes.pop("bert_hub_module_handle", None)
@@ -269,7 +274,7 @@ def card_of_run(model, flags, processor, vocab_file, tokenizer, bert_config, tra
   it was trained on (training: pipeline.state)."""
   return model_card.build_card(
       task=processor.name, label_spec=processor.label_spec, pooling=model.pooling,
-      truncation=build.truncation_of(model).as_dict(),
+      truncation=build.reading_entry(model),
       max_seq_length=model.max_seq_length, do_lower_case=tokenizer.do_lower_case,
       vocab_file=os.path.abspath(vocab_file) if "://" not in vocab_file else vocab_file,
       vocab_sha256=vocabulary.vocab_fingerprint(vocab_file),

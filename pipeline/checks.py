@@ -134,6 +134,34 @@ def check_calibration(training, modes):
     raise FlagError("--calibrate fits the temperature on the dev split: add --do_eval")
 
 
+def check_windows(c, label_spec, reads_pairs):
+  """--doc_stride (given, or the model card's) with what windows are not built for, on
+  pairs of texts, or max over a softmax head of more than two classes: refused before
+  any work."""
+  model, training, modes = c.model, c.training, c.modes
+  if not model.doc_stride:
+    return
+  formats = [f for f in ("hf", "onnx") if modes.do_export and f in c.outputs.export_format]
+  for present, what in (
+      (training.calibrate, "--calibrate (a temperature fitted on windows aggregated)"),
+      (training.num_folds, "--num_folds (out-of-fold windows aggregated per text)"),
+      (modes.do_train and training.train_fraction < 1.0,
+       "--train_fraction (a subset of texts rather than of windows)"),
+      (formats, "--export_format=%s (its predictors would truncate long texts, not window "
+       "them)" % ",".join(formats))):
+    if present:
+      raise FlagError("--doc_stride=%d (windows over long texts) cannot be used with %s: "
+                      "that is not built. Drop one of the two" % (model.doc_stride, what))
+  if reads_pairs:
+    raise FlagError("--doc_stride windows single texts, and this task reads pairs of texts "
+                    "(text_b): drop --doc_stride")
+  if (model.window_aggregation == "max" and label_spec.loss == "softmax_cross_entropy" and
+      label_spec.num_outputs != 2):
+    raise FlagError("--window_aggregation=max takes a softmax head's window most likely of "
+                    "its second class, and this head has %d classes: use mean or first" %
+                    label_spec.num_outputs)
+
+
 def check_thresholds(training, modes):
   """--tune_thresholds: an objective this project knows, and a dev split to tune on."""
   if training.tune_thresholds is None:

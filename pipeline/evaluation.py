@@ -12,7 +12,9 @@ from data.reread import read_again
 from modeling.checkpoint import (EARLIER_CHECKPOINT_FIX, checkpoint_global_step, head_shape,
                                  newest_checkpoint, values_problem)
 from modeling.checkpoint import files_problem as checkpoint_files_problem
-from modeling.metrics import metric_names
+from data.features import label_value
+from data.long_texts import logits_of
+from modeling.metrics import metric_names, metrics_of
 from pipeline import eval_history, stopping
 from pipeline.outputs import paired, write_eval_results, write_test_results
 from pipeline.progress import RateReport
@@ -57,11 +59,14 @@ class Evaluator(object):
              "; the positive class of the binary metrics is %r" % self.label_spec.classes[1]
              if self.label_spec.has_classes and
              len(self.label_spec.classes) == 2 else "")
-    raw = self.estimator.evaluate(input_fn=split.input_fn(), steps=steps, name=name,
-                                  checkpoint_path=self.restore_path(checkpoint),
-                                  hooks=[stopping.session_hook()])
-    stopping.check()  # (a signal ended the evaluation early: its figures are not written)
-    results = {k: _plain(v) for k, v in raw.items()}
+    if split.window_counts is not None:
+      results = self._per_text_metrics(split, checkpoint)
+    else:
+      raw = self.estimator.evaluate(input_fn=split.input_fn(), steps=steps, name=name,
+                                    checkpoint_path=self.restore_path(checkpoint),
+                                    hooks=[stopping.session_hook()])
+      stopping.check()  # (a signal ended the evaluation early: its figures are not written)
+      results = {k: _plain(v) for k, v in raw.items()}
     # Estimator's own "loss" averages per-batch means, so a part-padded last batch would
     # weigh too much; eval_loss is the exact mean over real examples.
     results["loss"] = results.pop("eval_loss")
@@ -90,10 +95,22 @@ class Evaluator(object):
     write_eval_results(self.output_dir, results)
     return results
 
+  def _per_text_metrics(self, split, checkpoint):
+    """An evaluation's metrics of a split of windows (--doc_stride): each text's windows
+    predicted and aggregated, then the head's loss and metrics of the texts' outputs (the
+    evaluation's own, in a scratch graph). No TensorBoard events are written for it."""
+    outputs = self.dev_outputs(split, checkpoint)
+    log.info("the metrics are of %d texts, from the outputs of their %d windows "
+             "aggregated by their %s", split.num_texts, split.num_examples,
+             split.windowing.aggregation)
+    labels = [label_value(example, self.label_spec) for example in split.examples]
+    raw = metrics_of(self.label_spec, logits_of(outputs, self.label_spec.loss), labels)
+    return {k: _plain(v) for k, v in raw.items()}
+
   def predict(self, split, checkpoint):
     """test_results.tsv of the test split, whose examples are not held: the predict file
     is read again as the lines are written. Returns (its path, the outputs)."""
-    log.info("predicting %d examples (+%d padding) with %s", split.num_examples,
+    log.info("predicting %d examples (+%d padding) with %s", split.num_texts,
              split.metadata["num_padding"], describe_checkpoint(checkpoint))
     outputs = self.predict_outputs(split, checkpoint)
     processor = self.task.processor
@@ -129,7 +146,9 @@ class Evaluator(object):
     example: 4 bytes per output, and a byte per row for whether it came back. Padding
     rows are dropped, and a row lost or predicted twice is an error. Batches are taken
     whole (not row by row, which cost more than BERT-Tiny's own computation); a progress
-    line every 30 s. logits: (the outputs, the logits) instead."""
+    line every 30 s. logits: (the outputs, the logits) instead. A split of windows
+    (--doc_stride) gives one row per text, its windows aggregated (logits: those of the
+    aggregated outputs)."""
     total = split.num_examples
     rows = seen = logit_rows = None
     done = 0
@@ -157,6 +176,9 @@ class Evaluator(object):
     if rows is None:
       rows = logit_rows = numpy.zeros((0, 0), numpy.float32)
     check_finite_outputs(rows, split, checkpoint)
+    if split.window_counts is not None:
+      rows = split.per_text(rows)
+      logit_rows = logits_of(rows, self.label_spec.loss) if logits else None
     return (rows, logit_rows) if logits else rows
 
 
@@ -164,7 +186,7 @@ def check_finite_outputs(rows, split, checkpoint):
   """NumericFault naming the first example whose outputs are not finite numbers."""
   bad = ~numpy.isfinite(rows).all(axis=1)
   if bad.any():
-    first = int(numpy.argmax(bad))
+    first = split.text_of(int(numpy.argmax(bad)))
     raise NumericFault(
         "the outputs of %s for %d of %d rows are not numbers (NaN or infinity), the first "
         "being row %d (counted from 1) of %s: nothing was written from them. Fix: the model is broken "

@@ -70,7 +70,17 @@ def export_model(outputs, model_fn, label_spec, checkpoint, export_card, vocab_f
 
 def text_features_of(card, vocab):
   """The export's text inputs and their ids, as the card says training made them (casing,
-  max_seq_length, truncation, single texts or pairs): modeling.export_graph's text_features."""
+  max_seq_length, truncation, single texts or pairs): modeling.export_graph's text_features.
+  None for a model that reads long texts in windows (--doc_stride), which a graph cannot
+  split and aggregate: its export takes token ids only, and the Predictor, the server and
+  --saved_model window the texts in Python."""
+  if card["truncation"].get("windows"):
+    log.info("the export has no text signature: the model reads long texts in windows "
+             "(--doc_stride), which its graph cannot split; its signature %r takes token "
+             "ids, and the Predictor, ./run.sh serve and --saved_model window the texts",
+             signature.IDS_SIGNATURE)
+    return None
+
   def text_features():
     tokenizer = GraphTokenizer(vocab, card["do_lower_case"], card["max_seq_length"],
                                Truncation.from_dict(card["truncation"]))

@@ -8,13 +8,16 @@ import math
 import os
 from typing import Optional
 
+import numpy
+
 from data import vocabulary
 from data.input_fn import input_fn_builder
 from data.files import files_sha256
 from data.file_lists import same_file_key
 from data.reread import check_rereadable, read_twice, refuse_changed
 from data.tfrecord import build_records
-from pipeline.build import truncation_of
+from data.long_texts import WindowSplitter, aggregate
+from pipeline.build import truncation_of, windowing_of
 from pipeline.training_order import LengthOrder, TrainingOrder, log_class_weights
 from spec.run_errors import FlagError
 from spec.rows import format_rows, overlap
@@ -28,12 +31,31 @@ class Split(object):
   dev split's; those of the train and predict splits are never held: num_examples counts
   them)."""
 
-  def __init__(self, examples, metadata, reading):
+  def __init__(self, examples, metadata, reading, windowing=None):
     self.examples = examples
     self.metadata = metadata
-    self.num_examples = metadata["num_examples"]
+    self.num_examples = metadata["num_examples"]  # (records of real rows: windows, if any)
     self.record_files = metadata["files"]
     self._reading = reading  # input_fn_builder's max_seq_length, label_spec, seed, padding
+    # With --doc_stride, each text's number of windows (of an eval or predict split).
+    self.windowing = windowing
+    self.window_counts = (metadata.get("read") or {}).get("windows") if windowing else None
+    self.num_texts = (len(self.window_counts) if self.window_counts is not None
+                      else self.num_examples)
+
+  def text_of(self, record):
+    """The place of the text (counted from 0) whose window is the split's record-th."""
+    if self.window_counts is None:
+      return record
+    return int(numpy.searchsorted(numpy.cumsum(self.window_counts), record, side="right"))
+
+  def per_text(self, outputs):
+    """outputs of the split's records (one row per window, in order) as one row per text,
+    aggregated as --window_aggregation says; outputs themselves without windows."""
+    if self.window_counts is None:
+      return outputs
+    return aggregate(outputs, self.window_counts, self.windowing.aggregation,
+                     self._reading["label_spec"].loss)
 
   def path_description(self):
     """The file(s) the split was read from, for messages."""
@@ -78,11 +100,12 @@ def prepare_splits(c, task, tokenizer, vocab_file, fold=None, own_shards=None):
     train_rows = (all_train if fold is not None else
                   processor.iter_examples("train") if own_shards is None else
                   read_twice(processor, "train"))
-    splits["train"] = featurise("train", train_rows, 0, order=TrainingOrder(training, task),
-                                fold=fold, keep_examples=False)
-  # A task whose evaluation also predicts the dev split pads its records for both sizes.
+    splits["train"] = featurise("train", train_rows, 0, order=TrainingOrder(
+        training, task, windowed=c.model.doc_stride > 0), fold=fold, keep_examples=False)
+  # A task whose evaluation also predicts the dev split (as one of windows does) pads its records for both sizes.
   dev_multiple = (_lcm(training.eval_batch_size, training.predict_batch_size)
-                  if task.evaluation_predicts else training.eval_batch_size)
+                  if task.evaluation_predicts or c.model.doc_stride else
+                  training.eval_batch_size)
   for split, wanted, multiple in (("dev", c.modes.do_eval, dev_multiple),
                                   ("test", c.modes.do_predict, training.predict_batch_size)):
     if wanted and split not in splits:
@@ -153,20 +176,36 @@ class Featuriser(object):
     self.reading = dict(max_seq_length=c.model.max_seq_length,
                         label_spec=processor.label_spec, seed=c.training.seed,
                         dynamic_padding=c.device.dynamic_padding)
+    self.windowing = windowing_of(c.model)
 
   def __call__(self, split, examples, pad_to_multiple, order=None, fold=None,
                keep_examples=True):
     """examples: a list, or an iterable read only when the records are not cached (then
-    kept only with keep_examples)."""
+    kept only with keep_examples). With --doc_stride each example's windows are
+    featurised, and the metadata's read entry keeps each text's number of windows."""
     record_path = os.path.join(self.cache_dir, "%s.tf_record" % split)
     source_split = "train" if fold is not None else split
     settings = self.settings(split, fold, order)
+    counts = []
+    featurised = examples
+    if self.windowing is not None:
+      splitter = WindowSplitter(self.windowing, self.tokenizer)
+      featurised = ((lambda: splitter.examples(examples(), [])) if callable(examples) else
+                    splitter.examples(examples, counts))
+
+    def accounts():
+      read = self._read_as_hashed(source_split, settings["source_sha256"])
+      if self.windowing is None:
+        return read
+      log.info("%s: %d texts in %d windows (--doc_stride=%d)", split, len(counts),
+               sum(counts), self.windowing.doc_stride)
+      return dict(read or {}, windows=counts)
     metadata = build_records(
-        examples, record_path, settings, self.tokenizer,
+        featurised, record_path, settings, self.tokenizer,
         pad_to_multiple, num_shards=self.device.num_record_shards,
         num_workers=featurise_workers(self.device.featurise_workers), order=order,
-        accounts=lambda: self._read_as_hashed(source_split, settings["source_sha256"]))
-    return Split(examples if keep_examples else None, metadata, self.reading)
+        accounts=accounts)
+    return Split(examples if keep_examples else None, metadata, self.reading, self.windowing)
 
   def _read_as_hashed(self, split, sha256):
     """What reading the split's files found, once they are read; a file whose bytes
@@ -194,6 +233,8 @@ class Featuriser(object):
                     processor.has_header_for(source_split), data.delimiter, data.quoting,
                     data.skip_malformed_rows],
     }
+    if self.windowing is not None:
+      settings.update(windows=self.windowing.as_dict())
     if processor.row_selection():  # (which rows of the file the options keep)
       settings.update(rows=processor.row_selection())
     if source_split in processor.row_ranges:  # (--train_rows, --eval_rows)

@@ -21,7 +21,7 @@ class TrainingOrder(object):
   asked for; then arrange gives the records' order (--train_fraction's seeded subset, in a
   seeded random order) and their weights."""
 
-  def __init__(self, training, task):
+  def __init__(self, training, task, windowed=False):
     self.training, self.task = training, task
     spec = task.processor.label_spec
     if training.class_weights and spec.class_weights_weigh is None:
@@ -31,9 +31,10 @@ class TrainingOrder(object):
     # (a column's weight is its positives' in the loss; a class's, its rows' in the records)
     self.weighted = bool(training.class_weights and spec.class_weights_weigh == "classes" or
                          training.sample_weight_column is not None or
-                         training.identity_weights)
+                         training.identity_weights or windowed)
     self.balanced = training.class_weights == ("balanced",)
-    self.inputs = WeightInputs(training, task) if self.weighted or self.balanced else None
+    self.inputs = (WeightInputs(training, task, windowed) if self.weighted or self.balanced
+                   else None)
     # Weights given are read now, before the rows; balanced ones from the rows trained on
     # (arrange).
     self.class_weights = None if self.balanced else resolved_class_weights(training, spec,
@@ -72,9 +73,9 @@ class TrainingOrder(object):
     weights = None
     if self.inputs is not None:
       inputs, self.inputs = self.inputs.subset(chosen), None
-      if self.balanced:
+      if self.balanced:  # (counted over texts: each text's first window)
         self.class_weights = resolved_class_weights(
-            training, self.task.processor.label_spec, inputs,
+            training, self.task.processor.label_spec, inputs.texts(),
             weights_lib.TRAIN_FILE_ROWS if len(chosen) == num_examples else
             "the %d rows --train_fraction=%g keeps have" % (len(chosen),
                                                             training.train_fraction))
@@ -111,9 +112,11 @@ class WeightInputs(object):
   read: its class (an index), its weight cell, and whether it is toxic and mentions an
   identity (Jigsaw Unintended Bias), each only when a weight asked for reads it."""
 
-  def __init__(self, training, task):
+  def __init__(self, training, task, windowed=False):
     self.training, self.task = training, task
     spec = task.processor.label_spec
+    self.windowed = windowed  # (each row a window: its window_weight, and whether it is first)
+    self.window, self.first = array.array("d"), array.array("b")
     self.classes = spec.classes
     self._class_index = {name: i for i, name in enumerate(self.classes or ())}
     self.labels, self.column = array.array("i"), array.array("d")
@@ -134,6 +137,9 @@ class WeightInputs(object):
       self.targets.extend(example.label)
     if training.sample_weight_column is not None:  # (read_weight checked the cell)
       self.column.append(float(example.extras[str(training.sample_weight_column)]))
+    if self.windowed:
+      self.window.append(example.window_weight)
+      self.first.append(example.window_start)
     if training.identity_weights:
       toxic, mentions, present = self.task.identity_fact(example)
       self.toxic.append(toxic)
@@ -142,9 +148,9 @@ class WeightInputs(object):
 
   def subset(self, indices):
     """The inputs of the rows at indices (a subset of the rows, in order)."""
-    chosen = WeightInputs(self.training, self.task)
+    chosen = WeightInputs(self.training, self.task, self.windowed)
     chosen.present = self.present
-    for name in ("labels", "column", "toxic", "mentions"):
+    for name in ("labels", "column", "toxic", "mentions", "window", "first"):
       values = getattr(self, name)
       if values:
         setattr(chosen, name, array.array(values.typecode, (values[i] for i in indices)))
@@ -153,6 +159,12 @@ class WeightInputs(object):
       chosen.targets.extend(self.targets[i * width:(i + 1) * width])
     chosen.num_rows = len(indices)
     return chosen
+
+  def texts(self):
+    """The inputs of each text's first window (of all rows, without windows)."""
+    if not self.windowed:
+      return self
+    return self.subset([i for i, first in enumerate(self.first) if first])
 
   def column_sums(self):
     """Each label column's sum over the rows (a soft target's fractions add up)."""
@@ -253,6 +265,8 @@ def training_weights(training, task, inputs, class_weights=None):
   if training.identity_weights:
     present = [name for name in SCORED_IDENTITY_COLUMNS if name in inputs.present]
     parts.append(task.identity_weights(inputs.toxic, inputs.mentions, present))
+  if inputs.windowed:  # (a text's k windows share its weight)
+    parts.append(inputs.window)
   if not parts:
     return None
   combined = weights_lib.combined(parts, spec, labels)

@@ -16,6 +16,7 @@ import numpy as np
 
 from data.fast_tokenization import tokenizer_for
 from data.features import InputExample, Truncation, convert_examples
+from data.long_texts import Windowing, WindowSplitter, aggregate
 from data.files import MANIFEST, NO_MANIFEST, file_sha256, manifest_problem
 from data.gfile import gfile
 from spec import calibration, model_card, signature
@@ -136,11 +137,16 @@ class ExportPredictor(object):
     self.label_spec = label_specs.from_card(card["label_spec"])
     self.max_seq_length = card["max_seq_length"]
     self.truncation = Truncation.from_dict(card["truncation"])
+    self.windowing = Windowing.from_dict(card["truncation"].get("windows"),
+                                         self.max_seq_length)
     self.tokenizer = tokenizer_for(card["vocab_file"], card["do_lower_case"], tokenizer)
     self.output_name = signature.output_name(self.label_spec)
     if self.label_spec.temperature is not None:  # (the export's graph divides by it)
       log.info("the probabilities are calibrated: the logits are divided by the temperature "
                "fitted on the dev split, %s", calibration.listed(self.label_spec.temperature))
+    if self.windowing is not None:
+      log.info("a text longer than %d tokens is read as %s", self.windowing.room,
+               self.windowing.describe())
     if self.label_spec.thresholds:  # (each result names its threshold, too)
       log.info("labels are decided at the thresholds tuned on the dev split: %s",
                listed(self.label_spec.thresholds))
@@ -189,8 +195,13 @@ class ExportPredictor(object):
 
   def predict_outputs(self, examples, batch_size=None):
     """The head's outputs (a list of floats per example; data/features InputExample),
-    in input order: the values run_classifier writes into test_results.tsv."""
+    in input order: the values run_classifier writes into test_results.tsv. A model
+    trained with windows (--doc_stride) predicts each long text's windows and aggregates
+    their outputs, as run_classifier does."""
     batch_size = self.batch_size if batch_size is None else check_batch_size(batch_size)
+    counts = []
+    if self.windowing is not None:
+      examples = list(WindowSplitter(self.windowing, self.tokenizer).examples(examples, counts))
     features = list(convert_examples(examples, self.label_spec, self.max_seq_length,
                                      self.tokenizer, strategy=self.truncation))
     # Texts of similar length share a batch, so little of any batch is padding.
@@ -205,8 +216,11 @@ class ExportPredictor(object):
           raise NumericFault(
               "the model's outputs for input %d are %s, not numbers: %s is broken (a "
               "training that diverged, say). Fix: export a model whose eval and predict "
-              "runs give numbers" % (i, value, self.export_dir))
+              "runs give numbers" % (examples[i].guid, value, self.export_dir))
         outputs[i] = value
+    if self.windowing is not None:
+      return aggregate(outputs, counts, self.windowing.aggregation,
+                       self.label_spec.loss).tolist()
     return outputs
 
   def _ordered(self, inputs):

@@ -35,6 +35,9 @@ LAYOUT_OPTIONS = ("text_column", "text_b_column", "id_column", "has_header",
 # What the head may read, and which tokens of a long text are kept: settings a card records.
 POOLINGS = ("cls", "mean")
 TRUNCATION_MODES = ("head", "tail", "head_tail")
+# How the outputs of a long text's windows (--doc_stride) become its row's: a card's
+# truncation entry records them as {"windows": {"doc_stride": N, "aggregation": one}}.
+WINDOW_AGGREGATIONS = ("mean", "max", "first")
 # The tasks whose examples are pairs of texts (a csv task when it names --text_b_column).
 PAIR_TASKS = ("mnli", "mnli-mm", "mrpc", "qqp", "rte", "sts-b")
 
@@ -151,6 +154,7 @@ def _checked(card, where):
                         "or %s again with --do_eval %s" % (
                             where, name, error, "tune" if name == "thresholds" else
                             "calibrate", flag))
+  _check_windows(card, where)
   if card["training"] is not None:
     _check_entries(card["training"], TRAINING_FIELDS, where, "training.")
     for i, entry in enumerate(card["training"]["data"]):
@@ -159,6 +163,23 @@ def _checked(card, where):
     if card["training"]["input"] is not None:
       _check_entries(card["training"]["input"], INPUT_FIELDS, where, "training.input.")
   return card
+
+
+def _check_windows(card, where):
+  """The truncation entry's windows: absent or null, or a doc_stride from 1 to
+  max_seq_length - 2 and an aggregation of WINDOW_AGGREGATIONS."""
+  windows = card["truncation"].get("windows")
+  if windows is None:
+    return
+  stride = windows.get("doc_stride") if isinstance(windows, dict) else None
+  if not (isinstance(stride, int) and not isinstance(stride, bool) and
+          1 <= stride <= card["max_seq_length"] - 2 and
+          windows.get("aggregation") in WINDOW_AGGREGATIONS and len(windows) == 2):
+    raise CardError("%s: truncation.windows is %s, not a doc_stride from 1 to %d and an "
+                    "aggregation of %s (the file was edited): restore the card, or train "
+                    "again into a new --output_dir" % (
+                        where, json.dumps(windows, sort_keys=True),
+                        card["max_seq_length"] - 2, ", ".join(WINDOW_AGGREGATIONS)))
 
 
 def _check_class_weights(weights, spec, where, i):

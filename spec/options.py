@@ -18,7 +18,7 @@ from typing import Optional, Tuple
 
 from spec.run_errors import FlagError
 from spec.labels import HEAD_KINDS
-from spec.model_card import POOLINGS, TRUNCATION_MODES
+from spec.model_card import POOLINGS, TRUNCATION_MODES, WINDOW_AGGREGATIONS
 from spec.option_checks import delimiter_problem, export_format_problem
 from spec.rows import rows_problem
 from spec.task_names import (JIGSAW_BIAS_AUXILIARY_COLUMNS, JIGSAW_BIAS_TARGET, TASK_NAMES,
@@ -172,6 +172,17 @@ class ModelOptions(object):
   truncation_head_tokens: Optional[int] = option(
       None, "head_tail: how many of the kept tokens come from the start of the text "
       "(default: a quarter of the room, e.g. 127 of 510).")
+  doc_stride: int = option(
+      0, "Windows for texts longer than --max_seq_length instead of truncating them: each "
+      "such text is split into windows of whole words, of up to max_seq_length - 2 tokens, "
+      "one starting every doc_stride tokens; every window trains with its text's label and "
+      "1/k of its weight, and eval and predict aggregate the windows' outputs into one row "
+      "per text (--window_aggregation). 0: no windows. Single texts only.",
+      check=lambda value: None if value >= 0 else "must be 0 (no windows) or more")
+  window_aggregation: str = option(
+      "mean", "How a text's windows' outputs become its own (--doc_stride): their mean, "
+      "their max (per column; for a two-class softmax head the window most likely of the "
+      "second class), or the first window's.", WINDOW_AGGREGATIONS)
   tokenizer: str = option(
       "auto", "Tokenizer for the rare texts the exact shortcut declines: 'fast' (Hugging "
       "Face tokenizers, Rust, all cores), 'python' (this project's), or 'auto' (fast when "

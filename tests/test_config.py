@@ -36,7 +36,7 @@ def test_every_option_is_one_flag_with_its_definition():
     assert flag.help == help_text, field.name
     assert field.name in [f.name for f in dataclasses.fields(getattr(RunConfig(), group))]
   # Groups hold each option once.
-  assert len(option_index.option_names()) == len(set(option_index.option_names())) == 86
+  assert len(option_index.option_names()) == len(set(option_index.option_names())) == 88
 
 
 def test_given_names_the_flags_on_the_command_line():

@@ -1,0 +1,191 @@
+"""Windows over texts longer than max_seq_length (--doc_stride, --window_aggregation).
+
+A text whose tokens do not fit is split into windows of whole words, each at most
+max_seq_length - 2 tokens ([CLS] and [SEP] take the rest), a window starting about every
+doc_stride tokens (at the first word that starts there or after: word_spans), so
+neighbours overlap by about max_seq_length - 2 - doc_stride tokens and no token is left
+out. Each window is an
+example carrying its text's label, guid and extras, and a window_weight of 1/k (k
+windows), so a long text weighs in training as much as a short one. A text that fits is
+one window, unchanged.
+
+A window's text is its words joined by spaces: words as the basic tokenizer splits them
+(on whitespace, punctuation and CJK characters, lower-cased when the vocabulary is), so
+the window's token ids are exactly the ids of those words in the whole text.
+
+At eval and predict the windows' outputs are aggregated back to one row per text
+(aggregate): their mean, the first window's, or the max (per column for sigmoid and
+regression heads; for a two-class softmax head, the window with the highest probability
+of the second class, whose distribution is taken whole).
+
+Pure Python and numpy: the featurisation workers and the predictors run it.
+"""
+
+import numpy
+
+from data.tokenization import BasicTokenizer
+from spec.model_card import WINDOW_AGGREGATIONS as AGGREGATIONS
+from spec.run_errors import FlagError
+
+
+class Windowing(object):
+  """How texts are split into windows and their outputs put back together (the model
+  card's "windows" entry)."""
+
+  def __init__(self, doc_stride, aggregation, max_seq_length):
+    room = max_seq_length - 2
+    if not isinstance(doc_stride, int) or isinstance(doc_stride, bool) or not (
+        0 < doc_stride <= room):
+      raise FlagError("--doc_stride=%r must be a whole number from 1 to max_seq_length - 2 "
+                      "= %d (the tokens a window holds besides [CLS] and [SEP])" % (
+                          doc_stride, room))
+    if aggregation not in AGGREGATIONS:
+      raise FlagError("--window_aggregation=%r is not one of %s" % (
+          aggregation, ", ".join(AGGREGATIONS)))
+    self.doc_stride, self.aggregation, self.room = doc_stride, aggregation, room
+
+  def as_dict(self):
+    return {"doc_stride": self.doc_stride, "aggregation": self.aggregation}
+
+  @classmethod
+  def from_dict(cls, values, max_seq_length):
+    """The Windowing of a card's entry (None for a card without one)."""
+    if values is None:
+      return None
+    return cls(values.get("doc_stride"), values.get("aggregation"), max_seq_length)
+
+  def describe(self):
+    return "windows of %d tokens every %d, aggregated by their %s" % (
+        self.room, self.doc_stride, self.aggregation)
+
+
+class WindowSplitter(object):
+  """Splits texts into window texts with a tokenizer (encode(text) -> ids) of one
+  casing."""
+
+  def __init__(self, windowing, tokenizer):
+    self.windowing = windowing
+    self.tokenizer = tokenizer
+    self.basic = BasicTokenizer(getattr(tokenizer, "do_lower_case", True))
+    self._word_lengths = {}
+
+  def texts(self, text):
+    """The texts of text's windows, in order (one, text itself, when it fits)."""
+    room = self.windowing.room
+    if len(self.tokenizer.encode(text)) <= room:
+      return [text]
+    words = self.basic.tokenize(text)
+    lengths = [self._length(word) for word in words]
+    return [" ".join(words[start:end])
+            for start, end in word_spans(lengths, room, self.windowing.doc_stride)]
+
+  def _length(self, word):
+    length = self._word_lengths.get(word)
+    if length is None:
+      length = len(self.tokenizer.encode(word))
+      if len(self._word_lengths) < 1000000:
+        self._word_lengths[word] = length
+    return length
+
+  def examples(self, examples, counts):
+    """Each example's windows as examples (window_weight 1/k), in order; counts gets each
+    example's number of windows appended as it is read."""
+    for example in examples:
+      if example.text_b is not None:
+        raise FlagError("--doc_stride windows single texts, and this task's rows are pairs "
+                        "(text_b): drop --doc_stride")
+      texts = self.texts(example.text_a)
+      counts.append(len(texts))
+      for i, text in enumerate(texts):
+        yield window_example(example, text, 1.0 / len(texts), i == 0)
+
+
+def window_example(example, text, weight, start):
+  """example with text_a = text, window_weight = weight and window_start = start (whether
+  it is its text's first window); its other fields shared."""
+  window = type(example)(example.guid, text, None, example.label, example.extras)
+  window.window_weight, window.window_start = weight, start
+  return window
+
+
+def word_spans(lengths, room, stride):
+  """[start, end) spans of words (of lengths tokens each) for windows of at most room
+  tokens, each the longest run of whole words from its start that fits (a word longer
+  than room is a window alone, truncated when featurised). The next window starts at the
+  first word stride tokens or more after the last one's start, or later while the window
+  from there would end where the last one ends (it would add no word), and never after
+  the last one's end (no word is skipped)."""
+  offsets, total = [], 0
+  for length in lengths:
+    offsets.append(total)
+    total += length
+  n = len(lengths)
+
+  def end_from(start):
+    end, used = start, 0
+    while end < n and used + lengths[end] <= room:
+      used += lengths[end]
+      end += 1
+    return max(end, start + 1)
+
+  spans, start = [], 0
+  while True:
+    end = end_from(start)
+    spans.append((start, end))
+    if end >= n:
+      return spans
+    following = start + 1
+    while following < end and (offsets[following] < offsets[start] + stride or
+                                end_from(following) <= end):
+      following += 1
+    start = following
+
+
+def starts_of(counts):
+  """The index of each text's first window among all windows (counts per text)."""
+  counts = numpy.asarray(counts, numpy.int64)
+  return numpy.concatenate([[0], numpy.cumsum(counts)[:-1]]).astype(numpy.int64) if len(
+      counts) else numpy.zeros(0, numpy.int64)
+
+
+def aggregate(outputs, counts, aggregation, loss):
+  """One row per text from its windows' rows of outputs [windows, n] (counts: windows per
+  text, in order), by aggregation; loss names the head's loss (LabelSpec.loss), which says
+  what max means. float32 [texts, n]."""
+  outputs = numpy.asarray(outputs, numpy.float32)
+  counts = numpy.asarray(counts, numpy.int64)
+  if int(counts.sum()) != len(outputs) or (counts < 1).any():
+    raise ValueError("%d window rows for %d windows" % (len(outputs), int(counts.sum())))
+  starts = starts_of(counts)
+  if not len(counts):
+    return outputs[:0]
+  if aggregation == "first":
+    return outputs[starts]
+  if aggregation == "mean":
+    sums = numpy.add.reduceat(outputs.astype(numpy.float64), starts, axis=0)
+    return (sums / counts[:, None]).astype(numpy.float32)
+  if loss != "softmax_cross_entropy":
+    return numpy.maximum.reduceat(outputs, starts, axis=0)
+  if outputs.shape[1] != 2:
+    raise FlagError("--window_aggregation=max takes a softmax head's window with the highest "
+                    "probability of its second class, and this head has %d classes: use "
+                    "mean or first" % outputs.shape[1])
+  owner = numpy.repeat(numpy.arange(len(counts)), counts)
+  # (the first window of a text holding its highest second-class probability)
+  order = numpy.lexsort((numpy.arange(len(outputs)), -outputs[:, 1], owner))
+  return outputs[order[starts]]
+
+
+def logits_of(outputs, loss):
+  """Logits whose outputs are outputs (aggregated probabilities or values), for the
+  head's loss and metrics: log p for softmax, log(p / (1 - p)) for sigmoid, the values
+  themselves for squared error. Probabilities are held off 0 and 1 by float32's
+  smallest step, so every logit is finite."""
+  outputs = numpy.asarray(outputs, numpy.float64)
+  if loss == "squared_error":
+    return outputs.astype(numpy.float32)
+  tiny = numpy.finfo(numpy.float32).tiny
+  p = numpy.clip(outputs, tiny, 1.0 - numpy.finfo(numpy.float32).epsneg)
+  if loss == "softmax_cross_entropy":
+    return numpy.log(p).astype(numpy.float32)
+  return (numpy.log(p) - numpy.log1p(-p)).astype(numpy.float32)

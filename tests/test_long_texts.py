@@ -1,0 +1,290 @@
+"""Windows over long texts (--doc_stride, --window_aggregation): the spans against a
+brute-force reference, each window's ids against the whole text's, the aggregation
+against hand-computed rows, the per-text metrics against scikit-learn, and a run that
+trains, evaluates, predicts and exports with windows, checked against the Predictor."""
+
+import csv
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn import metrics as sk
+
+from conftest import (JIGSAW, SAMPLES, TINY_VOCAB, common_flags, run_flags, run_with_log,
+                      spread_over_runtimes, TINY_JIGSAW_RUN)
+from data.features import InputExample
+from data.long_texts import (Windowing, WindowSplitter, aggregate, logits_of, starts_of,
+                             word_spans)
+from data.tokenization import FullTokenizer
+from modeling.metrics import metrics_of
+from spec.labels import MultiLabel, Regression, SingleLabel
+from spec.model_card import CardError, from_json
+from spec.run_errors import FlagError
+
+
+def reference_spans(lengths, room, stride):
+  """word_spans by its definition, the slow way: each window the longest run of whole
+  words from its start that fits room (one word at least); the next start the first word
+  at or past start + stride tokens whose window ends after this one's, else this one's
+  end."""
+  offsets = [sum(lengths[:i]) for i in range(len(lengths))]
+
+  def end_from(start):
+    return max([e for e in range(start + 1, len(lengths) + 1)
+                if sum(lengths[start:e]) <= room] or [start + 1])
+  spans, start = [], 0
+  while True:
+    end = end_from(start)
+    spans.append((start, end))
+    if end == len(lengths):
+      return spans
+    start = min([i for i in range(start + 1, end) if offsets[i] >= offsets[start] + stride
+                 and end_from(i) > end] or [end])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=40), st.integers(1, 20),
+       st.data())
+def test_windows_cover_every_word_in_order_and_start_every_stride(lengths, room, data):
+  stride = data.draw(st.integers(1, room))
+  spans = word_spans(lengths, room, stride)
+  assert spans == reference_spans(lengths, room, stride)
+  assert spans[0][0] == 0 and spans[-1][1] == len(lengths)
+  for (s0, e0), (s1, e1) in zip(spans, spans[1:]):
+    assert s0 < s1 <= e0 < e1  # (each starts later, none leaves a gap)
+  for start, end in spans:
+    assert sum(lengths[start:end]) <= room or end == start + 1
+
+
+WORDS = ["the", "cat", "runs", "##s", "unaffable", "don't", "Über", "naïve", "東京",
+         "x" * 120, "😀", "hello,world", "a.b", "\u00e9t\u00e9", "ＡＢＣ", "it's", "q", "zz"]
+
+
+_TOKENIZERS = {}
+
+
+def tokenizers(lower):
+  """The python and the Rust tokenizer of the tiny vocabulary, made once."""
+  if lower not in _TOKENIZERS:
+    from data.fast_tokenization import FastTokenizer
+    _TOKENIZERS[lower] = (FullTokenizer(TINY_VOCAB, lower), FastTokenizer(TINY_VOCAB, lower))
+  return _TOKENIZERS[lower]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(WORDS), min_size=1, max_size=60),
+       st.sampled_from([" ", "  ", "\n", "\t"]), st.integers(3, 24), st.data(),
+       st.booleans())
+def test_each_window_holds_exactly_its_words_ids_in_the_whole_text(words, space, room,
+                                                                   data, lower):
+  """A window's ids (its words joined by spaces, tokenised again) are the whole text's
+  ids from its first word to its last, and the windows start every stride tokens: so a
+  model sees the same tokens in a window as in the text."""
+  stride = data.draw(st.integers(1, room))
+  text = space.join(words)
+  for tokenizer in tokenizers(lower):
+    splitter = WindowSplitter(Windowing(stride, "mean", room + 2), tokenizer)
+    whole = tokenizer.encode(text)
+    texts = splitter.texts(text)
+    if len(whole) <= room:
+      assert texts == [text]
+      continue
+    basic_words = splitter.basic.tokenize(text)
+    lengths = [len(tokenizer.encode(w)) for w in basic_words]
+    assert sum(lengths) == len(whole)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    spans = word_spans(lengths, room, stride)
+    assert len(texts) == len(spans)
+    for window, (start, end) in zip(texts, spans):
+      assert tokenizer.encode(window) == whole[offsets[start]:offsets[end]]
+    if stride == room:
+      assert sum((tokenizer.encode(t) for t in texts), []) == whole
+
+
+def test_a_text_s_windows_carry_its_label_guid_and_a_share_of_its_weight():
+  splitter = WindowSplitter(Windowing(2, "mean", 6), FullTokenizer(TINY_VOCAB, True))
+  counts = []
+  examples = [InputExample("a", "the cat runs the cat runs the cat", label="1",
+                           extras={"x": 1}), InputExample("b", "short", label="0")]
+  windows = list(splitter.examples(examples, counts))
+  assert counts == [3, 1]
+  assert [w.text_a for w in windows] == ["the cat runs the", "runs the cat runs",
+                                         "cat runs the cat", "short"]
+  assert [(w.guid, w.label, w.extras, w.window_weight, w.window_start) for w in windows] == [
+      ("a", "1", {"x": 1}, 1 / 3, True), ("a", "1", {"x": 1}, 1 / 3, False),
+      ("a", "1", {"x": 1}, 1 / 3, False), ("b", "0", {}, 1.0, True)]
+  with pytest.raises(FlagError) as error:
+    list(splitter.examples([InputExample("c", "one", "two")], []))
+  assert str(error.value) == ("--doc_stride windows single texts, and this task's rows are "
+                              "pairs (text_b): drop --doc_stride")
+
+
+def test_windows_outputs_are_aggregated_into_one_row_per_text_as_by_hand():
+  outputs = np.array([[0.9, 0.1], [0.3, 0.7], [0.6, 0.4], [0.2, 0.8], [0.2, 0.8],
+                      [0.5, 0.5]], np.float32)
+  counts = [3, 2, 1]
+  assert list(starts_of(counts)) == [0, 3, 5]
+  np.testing.assert_allclose(aggregate(outputs, counts, "mean", "softmax_cross_entropy"),
+                             [[0.6, 0.4], [0.2, 0.8], [0.5, 0.5]], rtol=1e-6)
+  np.testing.assert_array_equal(aggregate(outputs, counts, "first", "softmax_cross_entropy"),
+                                outputs[[0, 3, 5]])
+  # A two-class softmax head's max: the window most likely of the second class, whole
+  # (the first of two equal ones).
+  np.testing.assert_array_equal(aggregate(outputs, counts, "max", "softmax_cross_entropy"),
+                                outputs[[1, 3, 5]])
+  # Sigmoid and regression heads: the max of each column.
+  columns = np.array([[0.1, 0.9], [0.7, 0.2], [0.4, 0.4]], np.float32)
+  for loss in ("sigmoid_cross_entropy", "squared_error"):
+    np.testing.assert_array_equal(aggregate(columns, [2, 1], "max", loss),
+                                  columns[[1, 2]] * [[1, 0], [1, 1]] + columns[[0, 2]] * [[0, 1], [0, 0]])
+  with pytest.raises(FlagError) as error:
+    aggregate(np.ones((2, 3), np.float32) / 3, [2], "max", "softmax_cross_entropy")
+  assert "this head has 3 classes: use mean or first" in str(error.value)
+  with pytest.raises(ValueError):  # (a window lost)
+    aggregate(outputs[:5], counts, "mean", "softmax_cross_entropy")
+  assert aggregate(np.zeros((0, 2)), [], "mean", "softmax_cross_entropy").shape == (0, 2)
+
+
+def test_the_logits_of_aggregated_outputs_give_them_back_and_are_finite():
+  p = np.array([[0.25, 0.75], [1.0, 0.0]], np.float32)
+  logits = logits_of(p, "softmax_cross_entropy")
+  assert np.isfinite(logits).all()
+  np.testing.assert_allclose(np.exp(logits) / np.exp(logits).sum(1, keepdims=True), p,
+                             atol=1e-6)
+  sig = logits_of(p, "sigmoid_cross_entropy")
+  assert np.isfinite(sig).all()
+  np.testing.assert_allclose(1 / (1 + np.exp(-sig)), p, atol=1e-6)
+  np.testing.assert_array_equal(logits_of(p, "squared_error"), p)
+
+
+def test_per_text_metrics_are_the_evaluation_s_and_agree_with_scikit_learn():
+  rng = np.random.RandomState(3)
+  p = rng.dirichlet([1, 1], 200).astype(np.float32)
+  y = (rng.rand(200) < p[:, 1]).astype(int)
+  got = metrics_of(SingleLabel(["y"], ["0", "1"]), logits_of(p, "softmax_cross_entropy"), y)
+  assert got["num_examples"] == 200
+  assert got["auc"] == pytest.approx(sk.roc_auc_score(y, p[:, 1]), abs=1e-6)
+  assert got["accuracy"] == pytest.approx(sk.accuracy_score(y, p.argmax(1)), abs=1e-6)
+  assert got["eval_loss"] == pytest.approx(sk.log_loss(y, p[:, 1]), rel=1e-5)
+  assert got["f1"] == pytest.approx(sk.f1_score(y, p.argmax(1)), abs=1e-5)
+  q = rng.rand(200, 2).astype(np.float32)
+  targets = (rng.rand(200, 2) < q).astype(np.float32)
+  got = metrics_of(MultiLabel(["a", "b"]), logits_of(q, "sigmoid_cross_entropy"), targets)
+  assert got["auc_b"] == pytest.approx(sk.roc_auc_score(targets[:, 1], q[:, 1]), abs=1e-6)
+  assert got["eval_loss"] == pytest.approx(np.mean([sk.log_loss(targets[:, i], q[:, i])
+                                                    for i in range(2)]), rel=1e-4)
+  values = rng.normal(size=(50, 1)).astype(np.float32)
+  truth = values + rng.normal(scale=0.5, size=(50, 1)).astype(np.float32)
+  got = metrics_of(Regression(["v"]), logits_of(values, "squared_error"), truth)
+  assert got["mse"] == pytest.approx(sk.mean_squared_error(truth, values), rel=1e-5)
+
+
+def _record_weights(record_path):
+  """The sample_weight of every record of a split's files (as its metadata lists them)."""
+  weights = []
+  for path in json.load(open(record_path + ".meta.json"))["files"]:
+    for record in tf.python_io.tf_record_iterator(path):
+      example = tf.train.Example.FromString(record)
+      weights.append(example.features.feature["sample_weight"].float_list.value[0])
+  return weights
+
+
+@pytest.mark.parametrize("aggregation", spread_over_runtimes(["max", "mean"], on_both=0))
+def test_a_run_with_windows_trains_evaluates_predicts_and_exports_one_row_per_text(
+    tmp_path, tiny_checkpoint, aggregation):
+  """The Jigsaw sample at max_seq_length 16 (most comments are longer): the train records
+  weigh each text's k windows 1/k of its balanced class weight (counted over texts);
+  eval_results and test_results are one row per text,
+  equal to the Predictor's windows of the same texts (which the export's card tells it to
+  make) and to scikit-learn's metrics of them; the export takes ids only."""
+  import pandas
+  from serving.predictor import Predictor
+  output_dir = str(tmp_path / "out")
+  from spec.config import RunConfig
+  result, log = run_with_log(RunConfig(
+      init_checkpoint=tiny_checkpoint, output_dir=output_dir, do_train=True, do_eval=True,
+      do_predict=True, do_export=True, doc_stride=10, window_aggregation=aggregation,
+      class_weights=("balanced",),
+      **dict(TINY_JIGSAW_RUN, max_seq_length=16, num_train_steps=4)))
+  train = pandas.read_csv(os.path.join(JIGSAW, "train.csv"))
+  dev = pandas.read_csv(os.path.join(JIGSAW, "valid.csv"))
+  splitter = WindowSplitter(Windowing(10, aggregation, 16), FullTokenizer(TINY_VOCAB, True))
+  counts = [len(splitter.texts(t)) for t in train.comment_text]
+  assert "train: %d texts in %d windows (--doc_stride=10)" % (len(counts), sum(counts)) in log
+  assert sum(counts) > 3 * len(counts)  # (most texts are long here)
+  # Balanced class weights count texts, not windows; a text's k windows share its weight.
+  card = json.load(open(os.path.join(output_dir, "model_card.json")))
+  texts_of = train.toxic.value_counts()
+  balanced = {str(c): len(train) / (2.0 * texts_of[c]) for c in (0, 1)}
+  assert card["training"]["data"][0]["class_weights"] == pytest.approx(balanced)
+  weights = _record_weights(os.path.join(output_dir, "features", "train.tf_record"))
+  assert sorted(weights) == pytest.approx(sorted(
+      balanced[str(label)] / k for k, label in zip(counts, train.toxic) for _ in range(k)))
+  assert card["truncation"] == {"mode": "head", "windows": {"doc_stride": 10,
+                                                             "aggregation": aggregation}}
+
+  with Predictor(output_dir) as predictor:
+    assert "serving_default" not in tf.saved_model.load(
+        predictor._session, ["serve"], predictor.export_dir).signature_def
+    dev_outputs = np.array(predictor.predict_outputs(
+        [InputExample(i, t) for i, t in enumerate(dev.comment_text)]))
+    test = pandas.read_csv(os.path.join(JIGSAW, "test.csv"))
+    test_outputs = np.array(predictor.predict_outputs(
+        [InputExample(i, t) for i, t in enumerate(test.comment_text)]))
+  results = json.load(open(os.path.join(output_dir, "eval_results.json")))
+  y = dev.toxic.values
+  assert results["num_examples"] == len(dev) == 25
+  assert results["auc"] == pytest.approx(sk.roc_auc_score(y, dev_outputs[:, 1]), abs=1e-5)
+  assert results["loss"] == pytest.approx(sk.log_loss(y, dev_outputs[:, 1]), rel=1e-4)
+  assert results["accuracy"] == pytest.approx(sk.accuracy_score(y, dev_outputs.argmax(1)))
+  with open(os.path.join(output_dir, "test_results.tsv")) as f:
+    rows = list(csv.reader(f, delimiter="\t"))[1:]
+  assert [r[0] for r in rows] == list(test.id)
+  np.testing.assert_allclose([[float(v) for v in r[1:3]] for r in rows], test_outputs,
+                             atol=1e-5)
+
+  # A card whose windows were edited is refused, naming the entry.
+  card["truncation"]["windows"]["doc_stride"] = 15
+  with pytest.raises(CardError) as error:
+    from_json(json.dumps(card), "model_card.json")
+  assert str(error.value) == (
+      'model_card.json: truncation.windows is {"aggregation": "%s", "doc_stride": 15}, not '
+      'a doc_stride from 1 to 14 and an aggregation of mean, max, first (the file was '
+      'edited): restore the card, or train again into a new --output_dir' % aggregation)
+
+
+@pytest.mark.one_runtime("tf1")
+def test_windows_are_refused_where_they_are_not_built(tmp_path, tiny_checkpoint):
+  base = common_flags(tiny_checkpoint, str(tmp_path / "out")) + [
+      "--num_train_steps=1", "--doc_stride=8", "--do_train"]
+  mrpc = ["--task_name=mrpc", "--data_dir=" + os.path.join(SAMPLES, "glue", "MRPC")]
+  davidson = ["--task_name=csv", "--train_file=" + os.path.join(
+      SAMPLES, "davidson_hate_offensive", "labeled_data.csv"), "--text_column=tweet",
+              "--label_column=class"]
+  not_built = ("--doc_stride=8 (windows over long texts) cannot be used with %s: that is "
+               "not built. Drop one of the two")
+  for extra, message in (
+      (["--do_eval", "--calibrate"],
+       not_built % "--calibrate (a temperature fitted on windows aggregated)"),
+      (["--num_folds=2"],
+       not_built % "--num_folds (out-of-fold windows aggregated per text)"),
+      (["--train_fraction=0.5"],
+       not_built % "--train_fraction (a subset of texts rather than of windows)"),
+      (["--do_export", "--export_format=saved_model,hf"],
+       not_built % "--export_format=hf (its predictors would truncate long texts, not "
+                   "window them)"),
+      (mrpc, "--doc_stride windows single texts, and this task reads pairs of texts "
+             "(text_b): drop --doc_stride"),
+      (davidson + ["--window_aggregation=max"],
+       "--window_aggregation=max takes a softmax head's window most likely of its second "
+       "class, and this head has 3 classes: use mean or first"),
+      (["--doc_stride=31"], "--doc_stride=31 must be a whole number from 1 to "
+                            "max_seq_length - 2 = 30 (the tokens a window holds besides "
+                            "[CLS] and [SEP])")):
+    with pytest.raises(FlagError) as error:
+      run_flags(*base + extra)
+    assert str(error.value) == message, extra

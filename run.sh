@@ -15,6 +15,9 @@
 #   ./run.sh benchmark decisions [ARGS]   --calibrate and --tune_thresholds on real tweets:
 #                    held-out F1, log-loss and calibration error before and after, over seeds
 #                    (tools/decision_figures.py)
+#   ./run.sh benchmark long-texts [ARGS]   --doc_stride's windows against head_tail truncation
+#                    on real long comments: held-out ROC-AUC and time, over seeds
+#                    (tools/long_text_figures.py)
 #   ./run.sh benchmark predictor [ARGS]   the predictor against --do_predict (tools/bench_predictor.py)
 #   ./run.sh benchmark serve [ARGS]   the HTTP server: requests/s, p50/p99 at 1, 8, 32 clients
 #   ./run.sh benchmark table SUMMARIES...   runs' run_summary.json as a wall-time table (tools/run_table.py)
@@ -381,6 +384,9 @@ cmd_benchmark() {
   elif [ "${1:-}" = decisions ]; then
     shift
     TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runner/bin/python" -m tools.decision_figures "$@"
+  elif [ "${1:-}" = long-texts ]; then
+    shift
+    TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runner/bin/python" -m tools.long_text_figures "$@"
   elif [ "${1:-}" = fast-paths ]; then
     shift
     TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runner/bin/python" -m tools.fast_path_quality "$@"

@@ -129,6 +129,7 @@ def run_model(c, fold=None, cluster=None):
     featurised = splits.prepare_splits(
         c, task, tokenizer, vocab_file, fold,
         multi_device.own_record_shards(cluster, c.device.num_record_shards))
+  result.windows = featurised.windows()
   num_train_steps = 0
   if modes.do_train:  # what the folder holds must be what this run would continue
     num_train_steps = build.num_train_steps_for(featurised.train.num_examples, c.training)

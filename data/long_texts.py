@@ -9,9 +9,12 @@ example carrying its text's label, guid and extras, and a window_weight of 1/k (
 windows), so a long text weighs in training as much as a short one. A text that fits is
 one window, unchanged.
 
-A window's text is its words joined by spaces: words as the basic tokenizer splits them
-(on whitespace, punctuation and CJK characters, lower-cased when the vocabulary is), so
-the window's token ids are exactly the ids of those words in the whole text.
+A window's text is the text itself from its first word to its last, verbatim (words as
+the basic tokenizer splits them: on whitespace, punctuation and CJK characters), so the
+tokenizer reads each window as it reads the whole text, and the window's token ids are
+those of the same words in the whole text (tests/test_long_texts.py checks it with both
+tokenizers). Only a character whose lower case depends on its neighbours (a capital
+sigma before an apostrophe and a letter) can read otherwise at a window's edge.
 
 At eval and predict the windows' outputs are aggregated back to one row per text
 (aggregate): their mean, the first window's, or the max (per column for sigmoid and
@@ -23,7 +26,7 @@ Pure Python and numpy: the featurisation workers and the predictors run it.
 
 import numpy
 
-from data.tokenization import BasicTokenizer
+from data.tokenization import _char_class
 from spec.model_card import WINDOW_AGGREGATIONS as AGGREGATIONS
 from spec.run_errors import FlagError
 
@@ -66,18 +69,44 @@ class WindowSplitter(object):
   def __init__(self, windowing, tokenizer):
     self.windowing = windowing
     self.tokenizer = tokenizer
-    self.basic = BasicTokenizer(getattr(tokenizer, "do_lower_case", True))
     self._word_lengths = {}
+    self._classes = {}
 
   def texts(self, text):
     """The texts of text's windows, in order (one, text itself, when it fits)."""
     room = self.windowing.room
     if len(self.tokenizer.encode(text)) <= room:
       return [text]
-    words = self.basic.tokenize(text)
-    lengths = [self._length(word) for word in words]
-    return [" ".join(words[start:end])
-            for start, end in word_spans(lengths, room, self.windowing.doc_stride)]
+    bounds = self.word_bounds(text)
+    lengths = [self._length(text[start:end]) for start, end in bounds]
+    return [text[bounds[first][0]:bounds[last - 1][1]]
+            for first, last in word_spans(lengths, room, self.windowing.doc_stride)]
+
+  def word_bounds(self, text):
+    """[start, end) character spans of text's words as the basic tokenizer splits them:
+    runs of characters between whitespace, each punctuation mark and CJK character a
+    word alone; a character it drops (a control or format character) joins its
+    neighbours."""
+    bounds, start = [], None
+    for i, char in enumerate(text):
+      kind = self._classes.get(char)
+      if kind is None:
+        kind = self._classes[char] = _char_class(char)
+      if kind == "drop":
+        continue
+      if kind in ("space", "punct", "cjk"):
+        if start is not None:
+          bounds.append((start, last))
+          start = None
+        if kind != "space":
+          bounds.append((i, i + 1))
+        continue
+      if start is None:
+        start = i
+      last = i + 1
+    if start is not None:
+      bounds.append((start, last))
+    return bounds
 
   def _length(self, word):
     length = self._word_lengths.get(word)

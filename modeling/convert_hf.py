@@ -48,6 +48,10 @@ THRESHOLDS_KEY = "bert_text_classifier_thresholds"
 # classifier weights and bias were divided by: its logits come out calibrated, in
 # transformers as in an import here, which takes the weights as they are.
 TEMPERATURE_KEY = "bert_text_classifier_temperature_in_weights"
+# config.json's record of the windows a model reads long texts in (--doc_stride: the model
+# card's truncation.windows), for a client that windows its texts as training did
+# (transformers' own pipeline truncates them).
+WINDOWS_KEY = "bert_text_classifier_windows"
 # A sequence-classification head's tensors and their names here (the same layout).
 HEAD_TENSORS = {"classifier.weight": "output_weights", "classifier.bias": "output_bias"}
 # The head kind of each problem_type, and the problem_type of each head kind (its label
@@ -246,11 +250,12 @@ def hf_tensors(checkpoint, config):
   return tensors
 
 
-def hf_config(config, head_kind, names, thresholds=None, temperature=None):
+def hf_config(config, head_kind, names, thresholds=None, temperature=None, windows=None):
   """The config.json of a BertForSequenceClassification of config (a BertConfig) whose head
   (head_kind, spec/labels.py) has outputs named names, and decides by thresholds (tuned:
   {output name: threshold}) if any. temperature: the calibration its classifier's weights
-  were divided by (spec/calibration.py), recorded for the reader."""
+  were divided by (spec/calibration.py), recorded for the reader; windows: how it reads
+  long texts (the card's truncation.windows), recorded likewise."""
   if config.hidden_act not in HF_ACTIVATIONS:
     raise ConversionError("hidden_act %r has no counterpart in transformers (known: %s)" % (
         config.hidden_act, ", ".join(sorted(HF_ACTIVATIONS))))
@@ -267,6 +272,8 @@ def hf_config(config, head_kind, names, thresholds=None, temperature=None):
     values[THRESHOLDS_KEY] = dict(thresholds)
   if temperature is not None:
     values[TEMPERATURE_KEY] = temperature
+  if windows:
+    values[WINDOWS_KEY] = dict(windows)
   return values
 
 

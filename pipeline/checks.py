@@ -141,14 +141,11 @@ def check_windows(c, label_spec, reads_pairs):
   model, training, modes = c.model, c.training, c.modes
   if not model.doc_stride:
     return
-  formats = [f for f in ("hf", "onnx") if modes.do_export and f in c.outputs.export_format]
   for present, what in (
       (training.calibrate, "--calibrate (a temperature fitted on windows aggregated)"),
       (training.num_folds, "--num_folds (out-of-fold windows aggregated per text)"),
       (modes.do_train and training.train_fraction < 1.0,
-       "--train_fraction (a subset of texts rather than of windows)"),
-      (formats, "--export_format=%s (its predictors would truncate long texts, not window "
-       "them)" % ",".join(formats))):
+       "--train_fraction (a subset of texts rather than of windows)")):
     if present:
       raise FlagError("--doc_stride=%d (windows over long texts) cannot be used with %s: "
                       "that is not built. Drop one of the two" % (model.doc_stride, what))

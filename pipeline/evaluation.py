@@ -54,8 +54,10 @@ class Evaluator(object):
     otherwise sit out of order among the evaluations during training)."""
     examples, meta = split.examples, split.metadata
     steps = meta["num_records"] // self.eval_batch_size
-    log.info("evaluating %d examples (+%d padding) in %d batches with %s%s", len(examples),
-             meta["num_padding"], steps, describe_checkpoint(checkpoint),
+    log.info("evaluating %d examples (%s) with %s%s", len(examples),
+             "+%d padding, in %d batches" % (meta["num_padding"], steps)
+             if split.window_counts is None else "in %d windows" % split.num_examples,
+             describe_checkpoint(checkpoint),
              "; the positive class of the binary metrics is %r" % self.label_spec.classes[1]
              if self.label_spec.has_classes and
              len(self.label_spec.classes) == 2 else "")
@@ -105,7 +107,9 @@ class Evaluator(object):
              split.windowing.aggregation)
     labels = [label_value(example, self.label_spec) for example in split.examples]
     raw = metrics_of(self.label_spec, logits_of(outputs, self.label_spec.loss), labels)
-    return {k: _plain(v) for k, v in raw.items()}
+    results = {k: _plain(v) for k, v in raw.items()}
+    results["global_step"] = checkpoint_global_step(checkpoint) if checkpoint else 0
+    return results
 
   def predict(self, split, checkpoint):
     """test_results.tsv of the test split, whose examples are not held: the predict file
@@ -187,11 +191,12 @@ def check_finite_outputs(rows, split, checkpoint):
   bad = ~numpy.isfinite(rows).all(axis=1)
   if bad.any():
     first = split.text_of(int(numpy.argmax(bad)))
+    texts = {split.text_of(int(i)) for i in numpy.flatnonzero(bad)}
     raise NumericFault(
         "the outputs of %s for %d of %d rows are not numbers (NaN or infinity), the first "
         "being row %d (counted from 1) of %s: nothing was written from them. Fix: the model is broken "
         "(a training that diverged): train again with a lower --learning_rate (or without "
-        "--use_fp16)" % (describe_checkpoint(checkpoint), int(bad.sum()), len(rows),
+        "--use_fp16)" % (describe_checkpoint(checkpoint), len(texts), split.num_texts,
                          first + 1, split.path_description()))
 
 

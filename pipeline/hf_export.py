@@ -85,7 +85,8 @@ def write_hf_folder(folder, checkpoint, card, vocab_text, vocab):
       truncation_side=tokenizer_truncation(card, folder),
       clean_up_tokenization_spaces=False)
   files = {"config.json": hf_config(config, label_spec.kind, names, label_spec.thresholds,
-                                    label_spec.temperature),
+                                    label_spec.temperature,
+                                    card["truncation"].get("windows")),
            "tokenizer_config.json": tokenizer_config, "special_tokens_map.json": special}
   for name, values in sorted(files.items()):
     _write(folder, name, json.dumps(values, indent=2, sort_keys=True) + "\n")
@@ -97,9 +98,17 @@ def write_hf_folder(folder, checkpoint, card, vocab_text, vocab):
 def tokenizer_truncation(card, folder):
   """The side a tokenizers/transformers tokenizer of the card's model (in folder) cuts a long
   text from: 'right' keeps the head, 'left' the tail. Where that tokenizer cannot do as
-  training did, a warning says so: it keeps the head of a head_tail model's text, and
-  truncates a pair by its own rule."""
+  training did, a warning says so: it keeps the head of a head_tail model's text, truncates
+  the text of a model that reads long texts in windows, and truncates a pair by its own
+  rule."""
   mode = card["truncation"]["mode"]
+  windows = card["truncation"].get("windows")
+  if windows:
+    log.warning("the tokenizer.json of %s truncates a long text to its first %d tokens; "
+                "this model reads long texts in windows (every %d tokens, aggregated by "
+                "their %s), as its Predictor does: a client of its own windows them alike",
+                folder, card["max_seq_length"] - 2, windows["doc_stride"],
+                windows["aggregation"])
   if mode == "head_tail":
     log.warning("the tokenizer.json of %s cannot keep a long text's head and tail (this "
                 "model's truncation): it keeps the head", folder)

@@ -37,6 +37,7 @@ class ModelRun(object):
   train_losses: List[tuple] = dataclasses.field(default_factory=list)  # (step, loss)
   oof: Any = None  # a fold's outputs on its held-out rows (a float32 array)
   evaluated_to_step: Optional[int] = None  # a cluster's evaluator: the last step it evaluated
+  windows: Optional[Dict[str, Any]] = None  # --doc_stride: each split's texts and windows
 
 
 @dataclasses.dataclass
@@ -205,7 +206,8 @@ def write_run_summary(c, started, seconds, progress, bert_config, result, best=N
                 "BERT L=%d H=%d A=%d" % (bert_config.num_hidden_layers, bert_config.hidden_size,
                                          bert_config.num_attention_heads)),
       "results": {"eval": result.eval, "predictions": result.predictions,
-                  "export": result.export, "checkpoint": result.checkpoint, "best": best},
+                  "export": result.export, "checkpoint": result.checkpoint, "best": best,
+                  "windows": result.windows},
       "flags": c.as_dict(), "given_flags": sorted(c.given),
   }
   path = os.path.join(output_dir, RUN_SUMMARY)

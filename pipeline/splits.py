@@ -76,6 +76,15 @@ class Splits(object):
   dev: Optional[Split] = None
   test: Optional[Split] = None
 
+  def windows(self):
+    """{split: {"texts": n, "windows": m}} of a run with --doc_stride (run_summary.json's
+    count of the windows), else None."""
+    counted = {name: {"texts": split.num_texts, "windows": split.num_examples}
+               for name, split in (("train", self.train), ("dev", self.dev),
+                                   ("test", self.test))
+               if split is not None and split.window_counts is not None}
+    return counted or None
+
 
 def prepare_splits(c, task, tokenizer, vocab_file, fold=None, own_shards=None):
   """The Splits the modes need. With fold (a pipeline.cross_validation.FoldPlan) the train file's
@@ -190,8 +199,10 @@ class Featuriser(object):
     featurised = examples
     if self.windowing is not None:
       splitter = WindowSplitter(self.windowing, self.tokenizer)
-      featurised = ((lambda: splitter.examples(examples(), [])) if callable(examples) else
-                    splitter.examples(examples, counts))
+      def afresh():  # (a cluster's task reads the rows twice: the counts are of one pass)
+        del counts[:]
+        return splitter.examples(examples(), counts)
+      featurised = afresh if callable(examples) else splitter.examples(examples, counts)
 
     def accounts():
       read = self._read_as_hashed(source_split, settings["source_sha256"])

@@ -265,8 +265,9 @@ def training_weights(training, task, inputs, class_weights=None):
   if training.identity_weights:
     present = [name for name in SCORED_IDENTITY_COLUMNS if name in inputs.present]
     parts.append(task.identity_weights(inputs.toxic, inputs.mentions, present))
-  if inputs.windowed:  # (a text's k windows share its weight)
-    parts.append(inputs.window)
+  if inputs.windowed:  # (a text's k windows share its weight; the weights average 1)
+    texts = sum(inputs.first)
+    parts.append([w * len(inputs.window) / texts for w in inputs.window])
   if not parts:
     return None
   combined = weights_lib.combined(parts, spec, labels)

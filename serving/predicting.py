@@ -214,7 +214,7 @@ class ExportPredictor(object):
       for i, value in zip(rows, values.tolist()):
         if not all(math.isfinite(v) for v in value):
           raise NumericFault(
-              "the model's outputs for input %d are %s, not numbers: %s is broken (a "
+              "the model's outputs for input %s are %s, not numbers: %s is broken (a "
               "training that diverged, say). Fix: export a model whose eval and predict "
               "runs give numbers" % (examples[i].guid, value, self.export_dir))
         outputs[i] = value
@@ -222,6 +222,18 @@ class ExportPredictor(object):
       return aggregate(outputs, counts, self.windowing.aggregation,
                        self.label_spec.loss).tolist()
     return outputs
+
+  def count_windows(self, examples, limit):
+    """How many windows a model that reads long texts in windows (--doc_stride) makes of
+    examples, counted until it passes limit (1 a text for other models)."""
+    if self.windowing is None:
+      return len(examples)
+    splitter, total = WindowSplitter(self.windowing, self.tokenizer), 0
+    for example in examples:
+      total += len(splitter.texts(example.text_a))
+      if total > limit:
+        break
+    return total
 
   def _ordered(self, inputs):
     """inputs as an iterable of its items in order, or a TypeError naming what was passed

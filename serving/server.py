@@ -116,7 +116,7 @@ def first_line(error):
 
 
 def make_app(predictor, model_name="model", max_batch=32, wait_seconds=0.002,
-             max_body_bytes=8 << 20, max_instances=4096):
+             max_body_bytes=8 << 20, max_instances=4096, max_windows=4096):
   """The aiohttp application serving predictor as model_name."""
   version = os.path.basename(predictor.export_dir.rstrip("/"))
 
@@ -199,6 +199,9 @@ def make_app(predictor, model_name="model", max_batch=32, wait_seconds=0.002,
                    "or gzip it as Content-Encoding says" % first_line(e))
     try:
       examples = examples_of(predictor, body, max_instances)
+      if predictor.windowing is not None:  # (counted off the event loop: it tokenises)
+        await asyncio.get_event_loop().run_in_executor(
+            None, check_windows, predictor, examples, max_windows)
     except TooMany as e:
       return error(413, str(e))
     except ValueError as e:
@@ -237,6 +240,18 @@ strict_json = functools.partial(json.dumps, allow_nan=False)
 
 class TooMany(ValueError):
   """A request with more instances than the server takes at once."""
+
+
+def check_windows(predictor, examples, max_windows):
+  """TooMany when the texts of a request make more than max_windows windows (a model that
+  reads long texts in windows): each window is a run of the model, so the request would
+  hold the one prediction thread for as long as that many texts would."""
+  count = predictor.count_windows(examples, max_windows)
+  if count > max_windows:
+    raise TooMany("the instances' texts make more than the %d windows this server "
+                  "predicts for one request (the model reads long texts in windows of %d "
+                  "tokens): send shorter texts or fewer of them (or start it with a larger "
+                  "--max_windows)" % (max_windows, predictor.windowing.room))
 
 
 def examples_of(predictor, body, max_instances=4096):
@@ -337,7 +352,7 @@ def main(argv=None):
                      "serve, which builds the environment it needs\n" % (args.backend, e.name))
     return 2
   app = make_app(predictor, args.model_name, args.max_batch, args.batch_wait_ms / 1000.0,
-                 int(args.max_body_mb * (1 << 20)), args.max_instances)
+                 int(args.max_body_mb * (1 << 20)), args.max_instances, args.max_windows)
   listening = "serving %s as %r on http://%s:%d/v1/models/%s:predict (Ctrl-C stops)" % (
       os.path.abspath(predictor.export_dir), args.model_name, args.host, args.port,
       args.model_name)

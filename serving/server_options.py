@@ -26,6 +26,9 @@ def parse_args(argv=None):
                       help="the largest request body taken")
   parser.add_argument("--max_instances", type=int, default=4096,
                       help="the most instances one request may hold")
+  parser.add_argument("--max_windows", type=int, default=4096,
+                      help="the most windows one request's texts may make, for a model "
+                      "that reads long texts in windows (--doc_stride)")
   parser.add_argument("--backend", choices=BACKENDS, default="tf", help=(
       "what runs the model: tf, the SavedModel in TensorFlow; onnx, the export's onnx/ "
       "folder (--export_format=onnx) in onnxruntime, without TensorFlow (./run.sh serve "
@@ -58,7 +61,8 @@ def problem(args):
     return "--port=%d is not a TCP port: give one from 1 to 65535 (TF Serving's REST port " \
            "is %d)" % (args.port, DEFAULT_PORT)
   for name, value, least in (("max_batch", args.max_batch, 1),
-                             ("max_instances", args.max_instances, 1)):
+                             ("max_instances", args.max_instances, 1),
+                             ("max_windows", args.max_windows, 1)):
     if value < least:
       return "--%s=%d must be 1 or more" % (name, value)
   if not (math.isfinite(args.batch_wait_ms) and args.batch_wait_ms >= 0):

@@ -61,7 +61,8 @@ def test_windows_cover_every_word_in_order_and_start_every_stride(lengths, room,
 
 
 WORDS = ["the", "cat", "runs", "##s", "unaffable", "don't", "Über", "naïve", "東京",
-         "x" * 120, "😀", "hello,world", "a.b", "\u00e9t\u00e9", "ＡＢＣ", "it's", "q", "zz"]
+         "x" * 120, "😀", "hello,world", "a.b", "\u00e9t\u00e9", "ＡＢＣ", "it's", "q", "zz",
+         "ΟΔΟΣ", "e\u0301", "\u0301", "\u200b", "a\u00adb", "\x00"]
 
 
 _TOKENIZERS = {}
@@ -93,8 +94,7 @@ def test_each_window_holds_exactly_its_words_ids_in_the_whole_text(words, space,
     if len(whole) <= room:
       assert texts == [text]
       continue
-    basic_words = splitter.basic.tokenize(text)
-    lengths = [len(tokenizer.encode(w)) for w in basic_words]
+    lengths = [len(tokenizer.encode(text[a:b])) for a, b in splitter.word_bounds(text)]
     assert sum(lengths) == len(whole)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     spans = word_spans(lengths, room, stride)
@@ -114,6 +114,8 @@ def test_a_text_s_windows_carry_its_label_guid_and_a_share_of_its_weight():
   assert counts == [3, 1]
   assert [w.text_a for w in windows] == ["the cat runs the", "runs the cat runs",
                                          "cat runs the cat", "short"]
+  # A window is its text verbatim from its first word to its last.
+  assert splitter.texts("Ab,  cD\u200b\tef!") == ["Ab,  cD", "cD\u200b\tef!"]
   assert [(w.guid, w.label, w.extras, w.window_weight, w.window_start) for w in windows] == [
       ("a", "1", {"x": 1}, 1 / 3, True), ("a", "1", {"x": 1}, 1 / 3, False),
       ("a", "1", {"x": 1}, 1 / 3, False), ("b", "0", {}, 1.0, True)]
@@ -215,6 +217,9 @@ def test_a_run_with_windows_trains_evaluates_predicts_and_exports_one_row_per_te
   splitter = WindowSplitter(Windowing(10, aggregation, 16), FullTokenizer(TINY_VOCAB, True))
   counts = [len(splitter.texts(t)) for t in train.comment_text]
   assert "train: %d texts in %d windows (--doc_stride=10)" % (len(counts), sum(counts)) in log
+  summary = json.load(open(os.path.join(output_dir, "run_summary.json")))
+  assert summary["results"]["windows"]["train"] == {"texts": len(train), "windows": sum(counts)}
+  assert [summary["results"]["windows"][s]["texts"] for s in ("dev", "test")] == [25, 33]
   assert sum(counts) > 3 * len(counts)  # (most texts are long here)
   # Balanced class weights count texts, not windows; a text's k windows share its weight.
   card = json.load(open(os.path.join(output_dir, "model_card.json")))
@@ -222,8 +227,10 @@ def test_a_run_with_windows_trains_evaluates_predicts_and_exports_one_row_per_te
   balanced = {str(c): len(train) / (2.0 * texts_of[c]) for c in (0, 1)}
   assert card["training"]["data"][0]["class_weights"] == pytest.approx(balanced)
   weights = _record_weights(os.path.join(output_dir, "features", "train.tf_record"))
+  scale = sum(counts) / float(len(counts))  # (so that the window weights average 1)
   assert sorted(weights) == pytest.approx(sorted(
-      balanced[str(label)] / k for k, label in zip(counts, train.toxic) for _ in range(k)))
+      balanced[str(label)] * scale / k for k, label in zip(counts, train.toxic)
+      for _ in range(k)))
   assert card["truncation"] == {"mode": "head", "windows": {"doc_stride": 10,
                                                              "aggregation": aggregation}}
 
@@ -233,11 +240,23 @@ def test_a_run_with_windows_trains_evaluates_predicts_and_exports_one_row_per_te
     dev_outputs = np.array(predictor.predict_outputs(
         [InputExample(i, t) for i, t in enumerate(dev.comment_text)]))
     test = pandas.read_csv(os.path.join(JIGSAW, "test.csv"))
-    test_outputs = np.array(predictor.predict_outputs(
-        [InputExample(i, t) for i, t in enumerate(test.comment_text)]))
+    examples = [InputExample(i, t) for i, t in enumerate(test.comment_text)]
+    test_outputs = np.array(predictor.predict_outputs(examples))
+    # The server refuses a request whose texts make more windows than it takes.
+    from serving.server import TooMany, check_windows
+    test_windows = summary["results"]["windows"]["test"]["windows"]
+    assert predictor.count_windows(examples, 10 ** 6) == test_windows
+    check_windows(predictor, examples, test_windows)
+    with pytest.raises(TooMany) as error:
+      check_windows(predictor, examples, test_windows - 1)
+    assert str(error.value) == (
+        "the instances' texts make more than the %d windows this server predicts for one "
+        "request (the model reads long texts in windows of 14 tokens): send shorter texts "
+        "or fewer of them (or start it with a larger --max_windows)" % (test_windows - 1))
   results = json.load(open(os.path.join(output_dir, "eval_results.json")))
   y = dev.toxic.values
   assert results["num_examples"] == len(dev) == 25
+  assert results["global_step"] == 4
   assert results["auc"] == pytest.approx(sk.roc_auc_score(y, dev_outputs[:, 1]), abs=1e-5)
   assert results["loss"] == pytest.approx(sk.log_loss(y, dev_outputs[:, 1]), rel=1e-4)
   assert results["accuracy"] == pytest.approx(sk.accuracy_score(y, dev_outputs.argmax(1)))
@@ -274,9 +293,6 @@ def test_windows_are_refused_where_they_are_not_built(tmp_path, tiny_checkpoint)
        not_built % "--num_folds (out-of-fold windows aggregated per text)"),
       (["--train_fraction=0.5"],
        not_built % "--train_fraction (a subset of texts rather than of windows)"),
-      (["--do_export", "--export_format=saved_model,hf"],
-       not_built % "--export_format=hf (its predictors would truncate long texts, not "
-                   "window them)"),
       (mrpc, "--doc_stride windows single texts, and this task reads pairs of texts "
              "(text_b): drop --doc_stride"),
       (davidson + ["--window_aggregation=max"],
@@ -288,3 +304,40 @@ def test_windows_are_refused_where_they_are_not_built(tmp_path, tiny_checkpoint)
     with pytest.raises(FlagError) as error:
       run_flags(*base + extra)
     assert str(error.value) == message, extra
+
+
+def test_the_transformers_config_records_the_windows_and_its_tokenizer_says_it_truncates(
+    caplog):
+  from modeling.bert import BertConfig
+  from modeling.convert_hf import WINDOWS_KEY, hf_config
+  from pipeline.hf_export import tokenizer_truncation
+  windows = {"doc_stride": 64, "aggregation": "max"}
+  config = hf_config(BertConfig(vocab_size=99), "classification", ["0", "1"],
+                     windows=windows)
+  assert config[WINDOWS_KEY] == windows
+  assert WINDOWS_KEY not in hf_config(BertConfig(vocab_size=99), "classification", ["0", "1"])
+  card = {"truncation": {"mode": "head", "windows": windows}, "max_seq_length": 128,
+          "text_pair": False}
+  with caplog.at_level("WARNING"):
+    assert tokenizer_truncation(card, "out/export/1/hf") == "right"
+  assert ("the tokenizer.json of out/export/1/hf truncates a long text to its first 126 "
+          "tokens; this model reads long texts in windows (every 64 tokens, aggregated by "
+          "their max), as its Predictor does: a client of its own windows them alike"
+          ) in caplog.text
+
+
+def test_outputs_that_are_not_numbers_name_the_text_of_the_window_and_count_texts():
+  from pipeline.evaluation import check_finite_outputs
+  from pipeline.splits import Split
+  from spec.run_errors import NumericFault
+  split = Split(None, {"num_examples": 6, "files": [], "source_file": "dev.csv",
+                       "read": {"windows": [2, 3, 1]}},
+                {"label_spec": SingleLabel(["y"], ["0", "1"])}, Windowing(4, "mean", 10))
+  assert (split.num_texts, [split.text_of(i) for i in range(6)]) == (3, [0, 0, 1, 1, 1, 2])
+  rows = np.ones((6, 2), np.float32)
+  rows[3:5] = np.nan
+  with pytest.raises(NumericFault) as error:
+    check_finite_outputs(rows, split, None)
+  assert str(error.value).startswith(
+      "the outputs of no checkpoint (random head) for 1 of 3 rows are not numbers (NaN or "
+      "infinity), the first being row 2 (counted from 1) of dev.csv: nothing was written")

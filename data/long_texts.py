@@ -87,7 +87,7 @@ class WindowSplitter(object):
     runs of characters between whitespace, each punctuation mark and CJK character a
     word alone; a character it drops (a control or format character) joins its
     neighbours."""
-    bounds, start = [], None
+    bounds, start, last = [], None, 0
     for i, char in enumerate(text):
       kind = self._classes.get(char)
       if kind is None:

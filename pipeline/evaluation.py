@@ -54,8 +54,8 @@ class Evaluator(object):
     otherwise sit out of order among the evaluations during training)."""
     examples, meta = split.examples, split.metadata
     steps = meta["num_records"] // self.eval_batch_size
-    log.info("evaluating %d examples (%s) with %s%s", len(examples),
-             "+%d padding, in %d batches" % (meta["num_padding"], steps)
+    log.info("evaluating %d examples %s with %s%s", len(examples),
+             "(+%d padding) in %d batches" % (meta["num_padding"], steps)
              if split.window_counts is None else "in %d windows" % split.num_examples,
              describe_checkpoint(checkpoint),
              "; the positive class of the binary metrics is %r" % self.label_spec.classes[1]

@@ -54,9 +54,14 @@ def _train_steps(precision, feed_inf=False):
   return names, loss, before, after, step
 
 
+_FLOAT32_NAMES = []
+
+
 @pytest.mark.parametrize("precision", ["float16", "bfloat16"])
 def test_low_precision_keeps_float32_variables_and_trains(precision):
-  names32 = _train_steps("float32")[0]
+  if not _FLOAT32_NAMES:  # (the float32 model's variables, built once for both precisions)
+    _FLOAT32_NAMES.append(_train_steps("float32")[0])
+  names32 = _FLOAT32_NAMES[0]
   names, loss, before, after, step = _train_steps(precision)
   # Same checkpoint variables, all float32 master weights (plus the loss-scale state).
   assert names == names32 and {d for _, d in names} == {"float32"}

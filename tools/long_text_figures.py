@@ -199,6 +199,14 @@ def write_report(args, results, lengths):
     lines.append("| %s | %.4f | %.0f |" % (
         reading, sum(r["auc"] for r in mine) / len(mine),
         sum(r["seconds"] for r in mine) / len(mine)))
+  readings = args.readings.split(",")
+  if "head_tail" in readings:
+    for reading in readings[1:] if readings[0] == "head_tail" else []:
+      changes = ["%+.4f" % (r["auc"] - h["auc"]) for r in results for h in results
+                 if r["reading"] == reading and h["reading"] == "head_tail" and
+                 h["seed"] == r["seed"]]
+      lines.append("")
+      lines.append("%s against head_tail, ROC-AUC by seed: %s." % (reading, ", ".join(changes)))
   with open(os.path.join(args.out_dir, "long_texts.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
   print("wrote %s" % os.path.join(args.out_dir, "long_texts.md"))

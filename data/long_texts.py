@@ -31,6 +31,20 @@ from spec.model_card import WINDOW_AGGREGATIONS as AGGREGATIONS
 from spec.run_errors import FlagError
 
 
+# Why windows refuse pairs of texts (the run's check, and the splitter's own).
+PAIRS_REFUSED = ("--doc_stride windows single texts, and this task reads pairs of texts "
+                 "(text_b): drop --doc_stride")
+
+
+def max_problem(loss, num_outputs):
+  """Why --window_aggregation=max has no meaning for a head (its loss, LabelSpec.loss,
+  and its outputs), or None: a softmax head of more than two classes."""
+  if loss == "softmax_cross_entropy" and num_outputs != 2:
+    return ("--window_aggregation=max takes a softmax head's window most likely of its "
+            "second class, and this head has %d classes: use mean or first" % num_outputs)
+  return None
+
+
 class Windowing(object):
   """How texts are split into windows and their outputs put back together (the model
   card's "windows" entry)."""
@@ -121,8 +135,7 @@ class WindowSplitter(object):
     example's number of windows appended as it is read."""
     for example in examples:
       if example.text_b is not None:
-        raise FlagError("--doc_stride windows single texts, and this task's rows are pairs "
-                        "(text_b): drop --doc_stride")
+        raise FlagError(PAIRS_REFUSED)
       texts = self.texts(example.text_a)
       counts.append(len(texts))
       for i, text in enumerate(texts):
@@ -195,10 +208,9 @@ def aggregate(outputs, counts, aggregation, loss):
     return (sums / counts[:, None]).astype(numpy.float32)
   if loss != "softmax_cross_entropy":
     return numpy.maximum.reduceat(outputs, starts, axis=0)
-  if outputs.shape[1] != 2:
-    raise FlagError("--window_aggregation=max takes a softmax head's window with the highest "
-                    "probability of its second class, and this head has %d classes: use "
-                    "mean or first" % outputs.shape[1])
+  problem = max_problem(loss, outputs.shape[1])
+  if problem:
+    raise FlagError(problem)
   owner = numpy.repeat(numpy.arange(len(counts)), counts)
   # (the first window of a text holding its highest second-class probability)
   order = numpy.lexsort((numpy.arange(len(outputs)), -outputs[:, 1], owner))

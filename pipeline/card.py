@@ -115,15 +115,16 @@ def _with_card_defaults(c, card):
   truncation and label columns, where no flag gives them."""
   # The head's outputs are the card's: its kind and, unless this run reads other files'
   # columns for them, its label columns.
+  windows = card["truncation"].get("windows")
   changes = {name: value for name, value in (
       ("bert_hub_module_handle", card["hub_module"]), ("max_seq_length", card["max_seq_length"]),
       ("head", card["head"]), ("pooling", card["pooling"]),
       ("truncation", card["truncation"]["mode"]),
       ("truncation_head_tokens", card["truncation"].get("head_tokens")),
-      ("doc_stride", (card["truncation"].get("windows") or {}).get("doc_stride", 0)),
-      ("window_aggregation", (card["truncation"].get("windows") or {}).get(
-          "aggregation", "mean")))
+      ("doc_stride", windows["doc_stride"] if windows else 0))
              if not c.is_given(name)}
+  if windows and not c.is_given("window_aggregation"):
+    changes["window_aggregation"] = windows["aggregation"]
   if not card["hub_module"]:
     changes.pop("bert_hub_module_handle", None)
   if c.data.auxiliary_targets and card["label_columns"]:

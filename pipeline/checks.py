@@ -6,6 +6,7 @@ import os
 import tensorflow.compat.v1 as tf
 
 from data import fast_tokenization
+from data.long_texts import PAIRS_REFUSED, max_problem
 from data.processors import processor_class
 from modeling.checkpoint import files_problem as checkpoint_files_problem
 from modeling.checkpoint import values_problem as checkpoint_values_problem
@@ -150,13 +151,11 @@ def check_windows(c, label_spec, reads_pairs):
       raise FlagError("--doc_stride=%d (windows over long texts) cannot be used with %s: "
                       "that is not built. Drop one of the two" % (model.doc_stride, what))
   if reads_pairs:
-    raise FlagError("--doc_stride windows single texts, and this task reads pairs of texts "
-                    "(text_b): drop --doc_stride")
-  if (model.window_aggregation == "max" and label_spec.loss == "softmax_cross_entropy" and
-      label_spec.num_outputs != 2):
-    raise FlagError("--window_aggregation=max takes a softmax head's window most likely of "
-                    "its second class, and this head has %d classes: use mean or first" %
-                    label_spec.num_outputs)
+    raise FlagError(PAIRS_REFUSED)
+  problem = model.window_aggregation == "max" and max_problem(label_spec.loss,
+                                                              label_spec.num_outputs)
+  if problem:
+    raise FlagError(problem)
 
 
 def check_thresholds(training, modes):

@@ -190,8 +190,8 @@ def check_finite_outputs(rows, split, checkpoint):
   """NumericFault naming the first example whose outputs are not finite numbers."""
   bad = ~numpy.isfinite(rows).all(axis=1)
   if bad.any():
-    first = split.text_of(int(numpy.argmax(bad)))
-    texts = {split.text_of(int(i)) for i in numpy.flatnonzero(bad)}
+    texts = split.texts_of(numpy.flatnonzero(bad))  # (ascending: the first is first)
+    first, texts = int(texts[0]), set(texts.tolist())
     raise NumericFault(
         "the outputs of %s for %d of %d rows are not numbers (NaN or infinity), the first "
         "being row %d (counted from 1) of %s: nothing was written from them. Fix: the model is broken "

@@ -43,11 +43,13 @@ class Split(object):
     self.num_texts = (len(self.window_counts) if self.window_counts is not None
                       else self.num_examples)
 
-  def text_of(self, record):
-    """The place of the text (counted from 0) whose window is the split's record-th."""
+  def texts_of(self, records):
+    """The place of the text (counted from 0) of each of records (the split's records'
+    places, an array): a window's text, else the record's own place."""
+    records = numpy.asarray(records, numpy.int64)
     if self.window_counts is None:
-      return record
-    return int(numpy.searchsorted(numpy.cumsum(self.window_counts), record, side="right"))
+      return records
+    return numpy.searchsorted(numpy.cumsum(self.window_counts), records, side="right")
 
   def per_text(self, outputs):
     """outputs of the split's records (one row per window, in order) as one row per text,

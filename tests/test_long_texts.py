@@ -121,8 +121,8 @@ def test_a_text_s_windows_carry_its_label_guid_and_a_share_of_its_weight():
       ("a", "1", {"x": 1}, 1 / 3, False), ("b", "0", {}, 1.0, True)]
   with pytest.raises(FlagError) as error:
     list(splitter.examples([InputExample("c", "one", "two")], []))
-  assert str(error.value) == ("--doc_stride windows single texts, and this task's rows are "
-                              "pairs (text_b): drop --doc_stride")
+  assert str(error.value) == ("--doc_stride windows single texts, and this task reads pairs "
+                              "of texts (text_b): drop --doc_stride")
 
 
 def test_windows_outputs_are_aggregated_into_one_row_per_text_as_by_hand():
@@ -333,7 +333,7 @@ def test_outputs_that_are_not_numbers_name_the_text_of_the_window_and_count_text
   split = Split(None, {"num_examples": 6, "files": [], "source_file": "dev.csv",
                        "read": {"windows": [2, 3, 1]}},
                 {"label_spec": SingleLabel(["y"], ["0", "1"])}, Windowing(4, "mean", 10))
-  assert (split.num_texts, [split.text_of(i) for i in range(6)]) == (3, [0, 0, 1, 1, 1, 2])
+  assert (split.num_texts, split.texts_of(range(6)).tolist()) == (3, [0, 0, 1, 1, 1, 2])
   rows = np.ones((6, 2), np.float32)
   rows[3:5] = np.nan
   with pytest.raises(NumericFault) as error:

@@ -3,8 +3,7 @@
 Every processor reads by column name where the file has a header, so the GLUE
 layouts, the original MRPC files and Kaggle's Jigsaw CSVs are all read by what
 their columns are called rather than where they happen to sit. The tasks themselves are
-in data/glue.py, data/jigsaw.py and data/csv_task.py; data/processors.py finds them by
-name.
+in data/tasks/; data/processors.py finds them by name.
 """
 
 import collections
@@ -48,7 +47,8 @@ class DataProcessor(object):
   picks it: the task's default_head unless the user chose one of its heads.
   """
 
-  name = None
+  name = None  # the task's name (lower case); None for a base class that is no task
+  aliases = ()  # other spellings of the name
   labels = None  # the class names, for a classification head
   weight_column = None  # a train column of per-row weights, read into extras
   heads = ("classification",)  # the head kinds this task's labels can train; first = default

@@ -1,43 +1,60 @@
-"""The processor of each task name (spec/task_names.py): what turns its files into
-InputExamples.
+"""The tasks by name: every processor class in data/tasks/ that carries a name (what turns
+its files into InputExamples).
 
-The tasks live in data/glue.py, data/jigsaw.py and data/csv_task.py; each processor
-class reads the options of its own task (settings_of).
+A task is one module of data/tasks/ (or one class in one): it is found there, so nothing
+else lists it. Each processor class reads the options of its own task (settings_of).
 """
 
-from data.csv_task import CsvProcessor
-from data.glue import GLUE_PROCESSORS
-from data.jigsaw import JigsawBiasProcessor, JigsawToxicProcessor
-from spec.run_errors import FlagError
-from spec.task_names import TASK_NAMES, canonical_task_name
+import importlib
+import pkgutil
 
+from data import tasks
+from data.examples import DataProcessor
+from spec.run_errors import FlagError
+
+
+def _task_classes():
+  """The processor classes defined in data/tasks/'s modules that carry a task name (a base
+  class that carries none, such as jigsaw's, is no task), module by module."""
+  classes = []
+  for module_info in sorted(pkgutil.iter_modules(tasks.__path__), key=lambda m: m.name):
+    module = importlib.import_module("%s.%s" % (tasks.__name__, module_info.name))
+    for value in vars(module).values():
+      if (isinstance(value, type) and issubclass(value, DataProcessor) and
+          value.__module__ == module.__name__ and value.name is not None):
+        classes.append(value)
+  return classes
 
 
 def _registry(classes):
-  """{name: class} of the processor classes, each under the name it carries; the names must
-  be spec/task_names.py's, which the options and the model card know, each once."""
-  if len(set(TASK_NAMES)) != len(TASK_NAMES):
-    raise TypeError("spec/task_names.py's TASK_NAMES lists a name twice: %s" % ", ".join(
-        sorted(set(n for n in TASK_NAMES if TASK_NAMES.count(n) > 1))))
-  registry = {}
+  """({name: class}, {alias: name}) of the processor classes, each under the name it
+  carries (lower case) and its aliases; a name or alias given twice stops the import with
+  both classes."""
+  registry, aliases = {}, {}
   for cls in classes:
-    if not isinstance(cls.name, str):
-      raise TypeError("the processor %s carries no task name (its name is %r)"
+    if not isinstance(cls.name, str) or cls.name != cls.name.lower() or not cls.name:
+      raise TypeError("the processor %s carries no task name in lower case (its name is %r)"
                       % (cls.__name__, cls.name))
-    if cls.name in registry:
-      raise TypeError("two processors are named %r: %s and %s" % (
-          cls.name, registry[cls.name].__name__, cls.__name__))
+    for name in (cls.name,) + tuple(cls.aliases):
+      other = registry.get(name) or registry.get(aliases.get(name))
+      if other is not None:
+        raise TypeError("two processors are named %r: %s and %s" % (
+            name, other.__name__, cls.__name__))
+      if name != cls.name:
+        aliases[name] = cls.name
     registry[cls.name] = cls
-  if sorted(registry) != sorted(TASK_NAMES):
-    raise TypeError("the processors' names and spec/task_names.py's TASK_NAMES differ: "
-                    "processors only: %s; TASK_NAMES only: %s" % (
-                        sorted(set(registry) - set(TASK_NAMES)),
-                        sorted(set(TASK_NAMES) - set(registry))))
-  return registry
+  return registry, aliases
 
 
-PROCESSORS = _registry(GLUE_PROCESSORS + (JigsawToxicProcessor, JigsawBiasProcessor,
-                                          CsvProcessor))
+PROCESSORS, TASK_ALIASES = _registry(_task_classes())
+TASK_NAMES = tuple(sorted(PROCESSORS))
+
+
+def canonical_task_name(task_name):
+  """The task's registered name (case-insensitive, aliases resolved), or None if unknown."""
+  name = task_name.lower()
+  name = TASK_ALIASES.get(name, name)
+  return name if name in PROCESSORS else None
 
 
 def processor_class(task_name):

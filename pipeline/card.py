@@ -8,7 +8,7 @@ import tensorflow.compat.v1 as tf
 
 from data import vocabulary
 from data.files import read_written, write_whole
-from data.processors import processor_class
+from data.processors import canonical_task_name, processor_class
 from modeling.bert import BertConfig, BertConfigError
 from modeling.checkpoint import head_shape
 from pipeline import build, multi_device, eval_history
@@ -16,7 +16,6 @@ from spec import calibration, model_card
 from spec import labels as label_specs
 from spec.run_errors import FlagError
 from spec.model_card import LAYOUT_OPTIONS
-from spec.task_names import canonical_task_name
 from spec.thresholds import DEFAULT_THRESHOLD, listed
 
 log = logging.getLogger(__name__)

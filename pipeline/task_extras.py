@@ -16,8 +16,8 @@ log = logging.getLogger(__name__)
 
 
 class Task(object):
-  """The pipeline's view of a task, whose processor (data/glue.py, jigsaw.py, csv_task.py)
-  reads its files: nothing beyond the head's own loss and metrics."""
+  """The pipeline's view of a task, whose processor (data/tasks/) reads its files:
+  nothing beyond the head's own loss and metrics."""
 
   # Whether its evaluation also predicts the dev split (whose records are then padded to
   # whole batches of both sizes).

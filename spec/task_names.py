@@ -1,24 +1,12 @@
-"""The tasks by name, and the Jigsaw columns that the reader and the bias metric share.
-
-Plain Python: data/processors.py registers one processor per name here, and the run's
-options (spec/options.py) list them in their help.
+"""The names that tasks' readers and the options share: XNLI's languages, and the Jigsaw
+columns that the reader and the bias metric share. (The tasks themselves are known by the
+names their processors carry: data/processors.py.)
 """
 
-TASK_NAMES = ("ax", "cola", "mnli", "mnli-mm", "mrpc", "qnli", "qqp", "rte", "sst-2", "sts-b",
-              "wnli", "xnli", "jigsaw_toxic", "jigsaw_bias", "csv")
 # XNLI's fifteen languages; Google's run_classifier trains and evaluates zh.
 XNLI_LANGUAGES = ("ar", "bg", "de", "el", "en", "es", "fr", "hi", "ru", "sw", "th", "tr", "ur",
                   "vi", "zh")
 XNLI_DEFAULT_LANGUAGE = "zh"
-# Other spellings that name the same task.
-TASK_ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "mnli_mm": "mnli-mm"}
-
-
-def canonical_task_name(task_name):
-  """The task's name in TASK_NAMES (case-insensitive, aliases resolved), or None if unknown."""
-  name = task_name.lower()
-  name = TASK_ALIASES.get(name, name)
-  return name if name in TASK_NAMES else None
 
 
 # Kaggle's Jigsaw Toxic Comment labels (the first is the default label column), and the

@@ -24,10 +24,13 @@ def _modules():
   """{module name: path} of the project's source (tests aside)."""
   found = {"run_classifier": os.path.join(ROOT, "run_classifier.py")}
   for package in PACKAGES:
-    for name in sorted(os.listdir(os.path.join(ROOT, package))):
-      if name.endswith(".py"):
-        module = package if name == "__init__.py" else "%s.%s" % (package, name[:-3])
-        found[module] = os.path.join(ROOT, package, name)
+    for folder, dirs, names in os.walk(os.path.join(ROOT, package)):
+      dirs[:] = sorted(d for d in dirs if os.path.exists(os.path.join(folder, d, "__init__.py")))
+      parent = os.path.relpath(folder, ROOT).replace(os.sep, ".")
+      for name in sorted(names):
+        if name.endswith(".py"):
+          module = parent if name == "__init__.py" else "%s.%s" % (parent, name[:-3])
+          found[module] = os.path.join(folder, name)
   return found
 
 

@@ -4,10 +4,11 @@ import collections
 import csv
 import io
 import os
+import re
 
 import pytest
 
-from conftest import CORPORA, FULL_DATASETS, SAMPLES, sample_path
+from conftest import CORPORA, FULL_DATASETS, ROOT, SAMPLES, sample_path
 from data.processors import get_processor
 
 
@@ -242,25 +243,39 @@ def test_unknown_task_lists_the_known_ones():
   assert "sst-2" in str(error.value) and "jigsaw_toxic" in str(error.value)
 
 
-def test_the_task_registry_is_the_processors_names_each_once():
-  """Each processor is registered under the name it carries; a name twice, or a name that
-  spec/task_names.py does not list (or one it lists without a processor), stops the import
-  with both names."""
+def test_the_task_registry_is_the_processors_in_data_tasks_each_once():
+  """Every processor class of data/tasks/ that carries a name is a task by that name, with
+  its aliases; base classes are none; a name or alias twice, or a name not in lower case,
+  stops the import with both classes; the guide's table of tasks names every task."""
   from data import processors
-  from data.csv_task import CsvProcessor
-  from spec.task_names import TASK_NAMES
-  assert sorted(processors.PROCESSORS) == sorted(TASK_NAMES)
+  from data.tasks.csv_task import CsvProcessor
+  from data.tasks.glue import StsbProcessor
+  from data.tasks.jigsaw import JigsawProcessor
+  assert processors.TASK_NAMES == tuple(sorted(processors.PROCESSORS))
+  assert set(processors.TASK_NAMES) >= {"sst-2", "cola", "mnli-mm", "xnli", "jigsaw_toxic",
+                                        "jigsaw_bias", "csv"}
   assert all(cls.name == name for name, cls in processors.PROCESSORS.items())
+  assert JigsawProcessor not in processors.PROCESSORS.values()
+  assert processors.TASK_ALIASES == {"sst2": "sst-2", "stsb": "sts-b", "mnli_mm": "mnli-mm"}
   classes = list(processors.PROCESSORS.values())
   with pytest.raises(TypeError, match=r"two processors are named 'csv': CsvProcessor and Tsv"):
     processors._registry(classes + [type("TsvProcessor", (CsvProcessor,), {})])
-  with pytest.raises(TypeError, match=r"processors only: \['tsv'\]; TASK_NAMES only: \[\]"):
-    processors._registry(classes + [type("TsvProcessor", (CsvProcessor,), {"name": "tsv"})])
-  with pytest.raises(TypeError, match=r"processors only: \[\]; TASK_NAMES only: \['csv'\]"):
-    processors._registry([c for c in classes if c is not CsvProcessor])
-  with pytest.raises(TypeError, match=r"the processor Unnamed carries no task name \(its name is "
-                     r"None\)"):
-    processors._registry(classes + [type("Unnamed", (CsvProcessor,), {"name": None})])
+  with pytest.raises(TypeError, match=r"two processors are named 'stsb': StsbProcessor and "
+                     r"Other"):
+    processors._registry(classes + [type("Other", (CsvProcessor,), {
+        "name": "other", "aliases": ("stsb",)})])
+  assert processors._registry(classes + [type("TsvProcessor", (CsvProcessor,), {
+      "name": "tsv"})])[0]["tsv"].__name__ == "TsvProcessor"
+  assert processors._registry([c for c in classes if c is not StsbProcessor])[1] == {
+      "sst2": "sst-2", "mnli_mm": "mnli-mm"}
+  with pytest.raises(TypeError, match=r"the processor Shouting carries no task name in lower "
+                     r"case \(its name is 'CSV2'\)"):
+    processors._registry(classes + [type("Shouting", (CsvProcessor,), {"name": "CSV2"})])
+  with open(os.path.join(ROOT, "docs", "guide", "data.md")) as f:
+    table = f.read().split("\n## Tasks\n")[1].split("\n## ")[0]
+  listed = [name for row in table.splitlines()[3:] if row.startswith("| `")
+            for name in re.findall(r"`([^`]+)`", row.split(" | ")[0])]
+  assert sorted(listed) == list(processors.TASK_NAMES)
 
 
 def test_xnli_reads_one_language_as_googles_processor_does(tmp_path, caplog):

@@ -15,6 +15,7 @@ GLUE_FILES = {"train": ("train.tsv",), "dev": ("dev.tsv",), "test": ("test.tsv",
 
 class Sst2Processor(HeaderProcessor):
   name = "sst-2"
+  aliases = ("sst2",)
   labels = ["0", "1"]
   split_files = GLUE_FILES
   text_a_column, label_column = "sentence", "label"
@@ -102,6 +103,7 @@ class MnliProcessor(HeaderProcessor):
 
 class MnliMismatchedProcessor(MnliProcessor):
   name = "mnli-mm"
+  aliases = ("mnli_mm",)
   split_files = {"train": ("train.tsv",), "dev": ("dev_mismatched.tsv",),
                  "test": ("test_mismatched.tsv",)}
 
@@ -117,6 +119,7 @@ class QqpProcessor(HeaderProcessor):
 class StsbProcessor(HeaderProcessor):
   """STS-B: a similarity score in [0, 5], learnt by regression."""
   name = "sts-b"
+  aliases = ("stsb",)
   labels = None
   heads = ("regression",)
   split_files = GLUE_FILES
@@ -206,7 +209,3 @@ class XnliProcessor(HeaderProcessor):
     # XNLI-MT's training files spell one class "contradictory", XNLI's "contradiction".
     return "contradiction" if cell.strip() == "contradictory" else cell
 
-
-GLUE_PROCESSORS = (Sst2Processor, ColaProcessor, MrpcProcessor, RteProcessor, MnliProcessor,
-                   MnliMismatchedProcessor, QqpProcessor, StsbProcessor, QnliProcessor,
-                   WnliProcessor, AxProcessor, XnliProcessor)

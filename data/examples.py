@@ -72,7 +72,7 @@ class DataProcessor(object):
     self.skipped = {}  # split -> {cause: rows skipped at the user's request}
     self.rows_left_aside = {}  # split -> {what: rows the options leave out (left_aside)}
     self.accounts = {}  # split -> what reading the file found (lines, records, skips)
-    self.read_sha256 = {}  # split -> the sha256 of each of its files' bytes, as read
+    self.read_sha256 = {}  # split -> the sha256 of each of its read_files' bytes, as read
     # The model card the classes came from, when they are a trained model's rather than
     # this run's (--labels, the task's, or the train file's): a row with another label
     # then needs another model, not only a corrected row.
@@ -140,6 +140,13 @@ class DataProcessor(object):
     list or glob patterns; data/table.expand_files)."""
     return expand_files(self.file_for(split))
 
+  def read_files(self, split):
+    """Every file whose bytes a read of the split takes, in the order of the digests
+    its tables give (Table.digests): what names its cached records and what a second
+    read is checked against. A split's files themselves here; a task whose labels sit in
+    a file of their own beside each text file adds it."""
+    return self.files_of(split)
+
   def iter_examples(self, split):
     """The examples of a split's files, made as their rows are read: a file is never held
     whole. The log's account of each file, and self.accounts[split], follow its last
@@ -163,7 +170,7 @@ class DataProcessor(object):
         count += 1
         yield example
       first_row += table.records
-      digests.append(table.digest.hexdigest())  # (of the bytes read: the whole file)
+      digests.extend(table.digests())  # (of the bytes read: the whole file)
       for counts, file_counts in ((skipped, file_skips), (aside, file_aside)):
         for cause, n in file_counts.items():
           counts[cause] = counts.get(cause, 0) + n

@@ -44,7 +44,7 @@ def read_checked(processor, split):
   """The examples of a split's files, read once; DataError once they are read if a file's
   bytes changed while it was read (hashed first, when it is a regular file: a stream,
   read once, is taken as it comes)."""
-  paths = processor.files_of(split)
+  paths = processor.read_files(split)
   for path in paths:
     check_file(path)
   if not all(rereadable(path) for path in paths):

@@ -139,7 +139,7 @@ def check_hashed_then_read(processor, splits):
   refused in one line before any is read (a FIFO no one writes to would block the first
   read for ever, and a pipe's second read is empty)."""
   for split in splits:
-    check_rereadable(processor.files_of(split), HASHED_THEN_READ)
+    check_rereadable(processor.read_files(split), HASHED_THEN_READ)
 
 
 def check_files_of_splits(processor, modes):
@@ -233,10 +233,10 @@ class Featuriser(object):
     cached copy must match."""
     processor, data = self.processor, self.data
     source_split = "train" if fold is not None else split
-    check_rereadable(processor.files_of(source_split), HASHED_THEN_READ)
+    check_rereadable(processor.read_files(source_split), HASHED_THEN_READ)
     settings = {
         "task": processor.name, "split": split, "source_file": processor.file_for(source_split),
-        "source_sha256": files_sha256(processor.files_of(source_split)),
+        "source_sha256": files_sha256(processor.read_files(source_split)),
         "label_spec": processor.label_spec.head_entry(),
         "truncation": truncation_of(self.model).as_dict(),
         "max_seq_length": self.model.max_seq_length, "vocab_sha256": self.vocab_sha256,

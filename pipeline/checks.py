@@ -296,7 +296,8 @@ def check_task(data, given, needs_labels, reads_files=True):
     raise FlagError("--task_name is required (or a model card in --output_dir)")
   processor = processor_class(data.task_name)
   if "labels" in given and not processor.takes_class_list:
-    raise FlagError("--labels lists the classes of a csv task's label column; task %s has "
+    raise FlagError("--labels lists the classes of a task whose files may not name them "
+                    "(csv's label column, TweetEval's indices); task %s has "
                     "its own labels. Drop --labels" % processor.name)
   if "label_column" in given and not processor.takes_label_column:
     raise FlagError("--label_column picks label columns of the csv and Jigsaw tasks; task %s "

@@ -101,8 +101,9 @@ class DataOptions(object):
       None, "csv task: field delimiter (default: tab for .tsv/.txt, else comma).",
       check=delimiter_problem)
   labels: Optional[Tuple[str, ...]] = option(
-      None, "csv task: the label values in order (default: sorted distinct values of the "
-      "train file).")
+      None, "The classes in order, for a task whose files may not name them: csv's label "
+      "values (default: the sorted distinct values of the train file), TweetEval's indices "
+      "(default: mapping.txt's names).")
   train_rows: Optional[str] = option(
       None, "Train on these data rows of the train file(s), by place: N (the first N), "
       "START:END (0-based, END excluded) or START:. The others are counted and left aside.",

@@ -305,7 +305,8 @@ def test_flags_a_head_cannot_use_are_refused_before_any_work(tmp_path, tiny_chec
       (["--class_weights=1,2", "--do_eval"],
        "--class_weights weighs the training loss; it does nothing without --do_train"),
       (["--task_name=sst-2", "--labels=0,1", "--do_train"],
-       "--labels lists the classes of a csv task's label column; task sst-2 has its own"),
+       "--labels lists the classes of a task whose files may not name them (csv's label "
+       "column, TweetEval's indices); task sst-2 has its own"),
       (["--task_name=sst-2", "--label_column=label", "--do_train"],
        "--label_column picks label columns of the csv and Jigsaw tasks; task sst-2 reads"),
       (["--head=regression", "--do_train"],

@@ -184,12 +184,14 @@ def run_model(c, fold=None, cluster=None):
   if modes.do_train and checkpoint and (modes.do_eval or modes.do_predict or modes.do_export):
     evaluation.check_values(checkpoint, "use")  # (whole, and its numbers finite)
   if fold is not None:  # the held-out rows' outputs, for the folds' out-of-fold predictions
-    result.oof = cross_validation.predict_held_out(evaluator, featurised.dev, checkpoint, fold)
+    result.oof, result.oof_logits = cross_validation.predict_held_out(
+        evaluator, featurised.dev, checkpoint, fold)
   if modes.do_eval and result.eval is None:  # estimator.evaluate on the dev split's input_fn
     with outputs.timed(seconds, "final eval" if c.training.eval_every_steps else "eval"):
       result.eval = evaluator.evaluate(featurised.dev, checkpoint, result.oof,
                                        name="best" if c.training.best_metric else None)
-  if c.training.calibrate and result.eval is not None:  # (what the thresholds tune on)
+  # (before the thresholds, which tune on its outputs; k-fold fits on every fold's at once)
+  if c.training.calibrate and result.eval is not None and fold is None:
     calibration.calibrate_after_eval(evaluator, featurised.dev, checkpoint, result.eval,
                                      output_dir)
   if c.training.tune_thresholds and result.eval is not None:  # (on the checkpoint used)
@@ -203,7 +205,8 @@ def run_model(c, fold=None, cluster=None):
                       evaluator.dev_outputs(featurised.dev, checkpoint))
   if modes.do_predict:  # estimator.predict on the test split's input_fn -> test_results.tsv
     with outputs.timed(seconds, "predict"):
-      result.predictions, result.test_outputs = evaluator.predict(featurised.test, checkpoint)
+      result.predictions, result.test_outputs, result.test_logits = evaluator.predict(
+          featurised.test, checkpoint)
     result.test_sha256 = featurised.test.metadata["source_sha256"]
   if modes.do_export:  # the SavedModel, with the folder's card (or this run's, if it has none)
     export_card = card.read_model_card(output_dir) or card.card_of_run(
@@ -211,8 +214,9 @@ def run_model(c, fold=None, cluster=None):
     serving_fn = build.model_fn_of(c.model, c.training, c.device, output_dir, encoder_config,
                                    label_spec, serving=True)
     with outputs.timed(seconds, "export"):
-      result.export = export_run.export_model(c.outputs, serving_fn, label_spec, checkpoint,
-                                          export_card, vocab_file)
+      result.export = export_run.export_model(
+          c.outputs, serving_fn, label_spec, checkpoint, export_card, vocab_file,
+          featurised.dev.examples if result.eval is not None else None)
   result.summary = outputs.write_run_summary(
       c, started, seconds, trainer and trainer.progress, bert_config, result,
       eval_history.read_best(output_dir) if c.training.best_metric else None, cluster)

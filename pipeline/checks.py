@@ -124,14 +124,15 @@ def check_training(training, modes, given):
 
 
 def check_calibration(training, modes):
-  """--calibrate: a dev split to fit on, and one model's (not k-fold's)."""
+  """--calibrate: a dev split to fit on, or, with k-fold, every fold's out-of-fold
+  outputs."""
   if not training.calibrate:
     return
-  if training.num_folds:
-    raise FlagError("--calibrate fits one model's temperature on its dev split; with "
-                    "--num_folds each fold's model would need its own, which is not built: "
-                    "drop --calibrate (or calibrate one model, without --num_folds)")
-  if not modes.do_eval:
+  if training.num_folds and training.fold >= 0:
+    raise FlagError("--calibrate with --num_folds fits one temperature on every fold's "
+                    "out-of-fold predictions; --fold=%d runs one fold: drop --fold (or "
+                    "calibrate one model, without --num_folds)" % training.fold)
+  if not modes.do_eval and not training.num_folds:  # (k-fold evaluates every fold)
     raise FlagError("--calibrate fits the temperature on the dev split: add --do_eval")
 
 
@@ -139,17 +140,13 @@ def check_windows(c, label_spec, reads_pairs):
   """--doc_stride (given, or the model card's) with what windows are not built for, on
   pairs of texts, or max over a softmax head of more than two classes: refused before
   any work."""
-  model, training, modes = c.model, c.training, c.modes
+  model, training = c.model, c.training
   if not model.doc_stride:
     return
-  for present, what in (
-      (training.calibrate, "--calibrate (a temperature fitted on windows aggregated)"),
-      (training.num_folds, "--num_folds (out-of-fold windows aggregated per text)"),
-      (modes.do_train and training.train_fraction < 1.0,
-       "--train_fraction (a subset of texts rather than of windows)")):
-    if present:
-      raise FlagError("--doc_stride=%d (windows over long texts) cannot be used with %s: "
-                      "that is not built. Drop one of the two" % (model.doc_stride, what))
+  if training.calibrate:
+    raise FlagError("--doc_stride=%d (windows over long texts) cannot be used with "
+                    "--calibrate (a temperature fitted on windows aggregated): that is not "
+                    "built. Drop one of the two" % model.doc_stride)
   if reads_pairs:
     raise FlagError(PAIRS_REFUSED)
   problem = model.window_aggregation == "max" and max_problem(label_spec.loss,

@@ -12,7 +12,7 @@ from data.data_error import DataError
 from data.files import write_whole
 from data.reread import read_again
 from modeling.checkpoint import checkpoint_global_step
-from pipeline import eval_report, thresholds
+from pipeline import calibration, eval_report, thresholds
 from pipeline.build import make_processor
 from pipeline.card import record_label_spec
 from pipeline.outputs import (FoldsRun, json_text, paired, write_eval_results,
@@ -69,13 +69,22 @@ def folder_trained(training, output_dir):
   return output_dir
 
 
+def decided_out_of_fold(training):
+  """Whether the folds' models decide by what every fold's out-of-fold outputs fit (a
+  temperature, thresholds): their cards, files and exports are then written after all."""
+  return bool(training.calibrate or training.tune_thresholds)
+
+
 def fold_config(c, i):
   """The configuration of fold i: its own folders under --output_dir (and --cache_dir,
-  --export_dir), evaluated on its held-out rows."""
+  --export_dir), evaluated on its held-out rows. (--calibrate and --tune_thresholds fit
+  on every fold's out-of-fold outputs, after all folds, not on a fold's own: each fold's
+  export waits for them.)"""
   outputs = c.outputs
-  return c.replace(  # (--tune_thresholds tunes on every fold's out-of-fold outputs)
+  return c.replace(
       output_dir=os.path.join(outputs.output_dir, "fold_%d" % i), do_eval=True,
       tune_thresholds=None,
+      do_export=c.modes.do_export and not decided_out_of_fold(c.training),
       cache_dir=os.path.join(outputs.cache_dir, "fold_%d" % i) if outputs.cache_dir else None,
       export_dir=os.path.join(outputs.export_dir, "fold_%d" % i) if outputs.export_dir else None)
 
@@ -90,6 +99,7 @@ def run_folds(c, run_model):
   num_folds, output_dir = c.training.num_folds, c.outputs.output_dir
   processor = make_processor(c.data, c.training.sample_weight_column)
   thresholds.check_head(processor.label_spec, c.training.tune_thresholds)
+  calibration.check_head(processor.label_spec, c.training.calibrate)
   check_hashed_then_read(processor, ["train"] + (["test"] if c.modes.do_predict else []))
   examples = processor.get_examples("train")
   assignment = folds_lib.assign_folds(fold_strata(examples, processor.label_spec), num_folds,
@@ -114,9 +124,13 @@ def run_folds(c, run_model):
     rows = [r for r, a in enumerate(assignment) if a == i]
     by_row.update(zip(rows, runs[i].oof))
   oof = [by_row[r] for r in range(len(examples))]
+  if c.training.calibrate:  # (then the thresholds tune on, and every fold divides by, it)
+    result.summary["calibration"], oof = calibrate_out_of_fold(
+        processor.label_spec, examples, assignment, runs)
   if c.training.tune_thresholds:  # (then the folds' cards and mean predictions use them)
     result.summary["thresholds"] = thresholds.tune_out_of_fold(
         c.training.tune_thresholds, processor.label_spec, examples, oof)
+  if decided_out_of_fold(c.training):
     for i in chosen:
       decide_fold_again(fold_config(c, i), processor, i,
                         FoldPlan(num_folds, i, assignment).split(examples)[1], runs[i])
@@ -139,14 +153,41 @@ def run_folds(c, run_model):
   if c.modes.do_predict:
     result.predictions = write_fold_mean_predictions(output_dir, processor,
                                                      [runs[i] for i in chosen])
+  if c.modes.do_export and decided_out_of_fold(c.training):
+    for i in chosen:  # (each fold's card now has what its export's graph decides by)
+      run_model(fold_config(c, i).replace(do_train=False, do_eval=False, do_predict=False,
+                                          do_export=True))
   return result
 
 
+def calibrate_out_of_fold(label_spec, examples, assignment, runs):
+  """--calibrate with k-fold: one temperature fitted on every train row's out-of-fold
+  logits, given to label_spec; each fold's held-out and test outputs become those of its
+  logits divided by it (what its graph gives once its card has it). Returns
+  (folds_summary.json's "calibration" figures, the out-of-fold outputs in row order)."""
+  def in_row_order(per_fold):
+    by_row = {}
+    for i, run in runs.items():
+      by_row.update(zip([r for r, a in enumerate(assignment) if a == i], per_fold(run)))
+    return numpy.array([by_row[r] for r in range(len(examples))])
+  figures = calibration.calibrate(label_spec, examples,
+                                  in_row_order(lambda run: run.oof_logits),
+                                  where="the out-of-fold predictions")
+  temperatures = label_spec.temperatures() or [1.0] * label_spec.num_outputs
+  for run in runs.values():
+    run.oof = calibration.scaled_outputs(label_spec, run.oof_logits, temperatures)
+    if run.test_logits is not None:
+      run.test_outputs = calibration.scaled_outputs(label_spec, run.test_logits, temperatures)
+  oof = in_row_order(lambda run: run.oof)
+  figures.update(calibration.calibration_errors(label_spec, examples, oof))
+  return figures, list(oof)
+
+
 def decide_fold_again(c, processor, index, held_out, run):
-  """A fold's card and files, written before the out-of-fold tuning, again at the tuned
-  thresholds (processor's label spec has them): its card keeps them, and its
-  oof_predictions.tsv, eval_results.json's figures at them, report and test_results.tsv
-  decide by them."""
+  """A fold's card and files, written before the out-of-fold fits, again at the fitted
+  temperature and tuned thresholds (processor's label spec has them): its card keeps
+  them, and its oof_predictions.tsv, eval_results.json's figures, report and
+  test_results.tsv are those of the outputs and decisions they give."""
   label_spec, output_dir = processor.label_spec, c.outputs.output_dir
   record_label_spec(output_dir, label_spec)
   write_fold_predictions(os.path.join(output_dir, "oof_predictions.tsv"), held_out,
@@ -159,17 +200,18 @@ def decide_fold_again(c, processor, index, held_out, run):
     rows = read_again(processor, "test", run.test_sha256)
     write_test_results(output_dir, processor, paired(rows, run.test_outputs), {
         "checkpoint": run.checkpoint, "global_step": checkpoint_global_step(run.checkpoint),
-        "thresholds": "tuned on every fold's out-of-fold predictions"})
+        "decisions": "the temperature and thresholds fitted on every fold's out-of-fold "
+                     "predictions"})
 
 
 def predict_held_out(evaluator, split, checkpoint, fold):
   """A fold's outputs on its held-out rows (its dev split), also written into its folder
-  as oof_predictions.tsv. Returns them."""
+  as oof_predictions.tsv. Returns them, and their logits before any temperature."""
   outputs = evaluator.dev_outputs(split, checkpoint)
   write_fold_predictions(os.path.join(evaluator.output_dir, "oof_predictions.tsv"),
                          split.examples, [fold.index] * len(split.examples), outputs,
                          evaluator.label_spec)
-  return outputs
+  return outputs, evaluator.dev_logits(split, checkpoint)
 
 
 def write_fold_mean_predictions(output_dir, processor, runs):

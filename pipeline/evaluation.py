@@ -113,16 +113,17 @@ class Evaluator(object):
 
   def predict(self, split, checkpoint):
     """test_results.tsv of the test split, whose examples are not held: the predict file
-    is read again as the lines are written. Returns (its path, the outputs)."""
+    is read again as the lines are written. Returns (its path, the outputs, their logits
+    before any temperature)."""
     log.info("predicting %d examples (+%d padding) with %s", split.num_texts,
              split.metadata["num_padding"], describe_checkpoint(checkpoint))
-    outputs = self.predict_outputs(split, checkpoint)
+    outputs, logits = self.predict_outputs(split, checkpoint, logits=True)
     processor = self.task.processor
     rows = read_again(processor, "test", split.metadata["source_sha256"])
     path = write_test_results(self.output_dir, processor, paired(rows, outputs),
                               {"checkpoint": checkpoint,
                                "global_step": checkpoint and checkpoint_global_step(checkpoint)})
-    return path, outputs
+    return path, outputs, logits
 
   def dev_outputs(self, split, checkpoint):
     """predict_outputs of the dev split at checkpoint, predicted once for what reads them

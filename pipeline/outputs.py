@@ -36,6 +36,8 @@ class ModelRun(object):
   train_progress: List[tuple] = dataclasses.field(default_factory=list)  # (step, loss, ex/s)
   train_losses: List[tuple] = dataclasses.field(default_factory=list)  # (step, loss)
   oof: Any = None  # a fold's outputs on its held-out rows (a float32 array)
+  oof_logits: Any = None  # their logits, before any temperature divides them
+  test_logits: Any = None  # the test rows' logits, before any temperature divides them
   evaluated_to_step: Optional[int] = None  # a cluster's evaluator: the last step it evaluated
   windows: Optional[Dict[str, Any]] = None  # --doc_stride: each split's texts and windows
 

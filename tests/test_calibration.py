@@ -188,10 +188,10 @@ def test_calibration_is_refused_where_it_cannot_work(tmp_path, tiny_checkpoint):
   for extra, message in (
       (["--do_train", "--calibrate"],
        "--calibrate fits the temperature on the dev split: add --do_eval"),
-      (["--do_train", "--num_folds=3", "--calibrate"],
-       "--calibrate fits one model's temperature on its dev split; with --num_folds each "
-       "fold's model would need its own, which is not built: drop --calibrate (or "
-       "calibrate one model, without --num_folds)"),
+      (["--do_train", "--num_folds=3", "--fold=1", "--calibrate"],
+       "--calibrate with --num_folds fits one temperature on every fold's out-of-fold "
+       "predictions; --fold=1 runs one fold: drop --fold (or calibrate one model, without "
+       "--num_folds)"),
       (["--do_train", "--do_eval", "--calibrate", "--task_name=csv", "--head=regression",
         "--text_column=comment_text", "--label_column=toxic"],
        "--calibrate scales the logits of a head with probabilities; a regression head on "

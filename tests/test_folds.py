@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 import pytest
+import scipy.optimize
 
 from conftest import JIGSAW, assert_auc_of_scores, common_flags, run_flags, sample_path
 from data import fold_assignment
@@ -55,7 +56,7 @@ def test_three_folds_in_one_command(tmp_path, tiny_checkpoint):
   result = run_flags(*common_flags(tiny_checkpoint, output_dir) + [
       "--num_folds=3", "--do_train", "--do_predict", "--num_train_steps=3",
       "--eval_batch_size=16", "--predict_batch_size=16", "--tune_thresholds=f1",
-      "--eval_report"])
+      "--eval_report", "--calibrate", "--do_export"])
   train = os.path.join(JIGSAW, "train.csv")
   with io.open(train, encoding="utf-8", newline="") as f:
     truth = list(csv.DictReader(f))
@@ -80,10 +81,28 @@ def test_three_folds_in_one_command(tmp_path, tiny_checkpoint):
     assert_auc_of_scores(results["auc"], *zip(*rows))
     aucs.append(results["auc"])
     assert os.path.exists(os.path.join(fold_dir, "model_card.json"))
-  # --tune_thresholds: tuned on every train row's out-of-fold probability (read back as the
-  # float32 each was), the best F1 of every candidate, recorded in every fold's card.
+  # --calibrate: one temperature fitted on every train row's out-of-fold logits, recorded
+  # in every fold's card: the written out-of-fold probabilities are those no further
+  # scaling of their log-odds makes more likely (scipy's minimum is at 1).
   scores = [float(np.float32(r["probability_1"])) for r in oof]
   positives = [t["toxic"] == "1" for t in truth]
+  calibrated = summary["calibration"]
+  assert 0.01 < calibrated["temperature"] < 100
+  assert calibrated["nll_calibrated"] < calibrated["nll_uncalibrated"]
+  log_odds = np.log(np.float64(scores)) - np.log1p(-np.float64(scores))
+  truth_01 = np.array(positives, np.float64)
+  def nll(s):
+    return float(np.mean(np.logaddexp(0, -s * log_odds) * truth_01 +
+                         np.logaddexp(0, s * log_odds) * (1 - truth_01)))
+  assert scipy.optimize.minimize_scalar(nll, bounds=(0.2, 5), method="bounded",
+                                        options={"xatol": 1e-9}).x == pytest.approx(1, abs=2e-3)
+  assert nll(1) == pytest.approx(calibrated["nll_calibrated"], abs=1e-6)
+  for i in range(3):
+    with open(os.path.join(output_dir, "fold_%d" % i, "model_card.json")) as f:
+      assert json.load(f)["label_spec"]["temperature"] == calibrated["temperature"]
+  # --tune_thresholds: tuned on every train row's out-of-fold probability (calibrated, and
+  # read back as the float32 each was), the best F1 of every candidate, recorded in every
+  # fold's card.
   threshold = summary["thresholds"]["threshold"]
   best = max(thresholds.figures_at(scores, positives, t)[2] for t in set(scores))
   assert thresholds.figures_at(scores, positives, threshold)[2] == best
@@ -107,6 +126,14 @@ def test_three_folds_in_one_command(tmp_path, tiny_checkpoint):
       assert row["prediction"] == ("1" if np.float32(row["probability_1"]) >= threshold
                                    else "0")
   assert [r["prediction"] for r in oof] == ["1" if p >= threshold else "0" for p in scores]
+  # --do_export: each fold's export is made after the fits, and decides by them.
+  for i in range(3):
+    exports = os.path.join(output_dir, "fold_%d" % i, "export")
+    (only,) = os.listdir(exports)
+    with open(os.path.join(exports, only, "assets", "model_card.json")) as f:
+      spec = json.load(f)["label_spec"]
+    assert (spec["temperature"], spec["thresholds"]) == (calibrated["temperature"],
+                                                         {"1": threshold})
   assert summary["metrics"]["auc"]["mean"] == pytest.approx(np.mean(aucs))
   assert summary["metrics"]["auc"]["std"] == pytest.approx(np.std(aucs, ddof=1))
   assert result.oof_predictions.endswith("oof_predictions.tsv")

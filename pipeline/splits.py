@@ -80,8 +80,9 @@ class Splits(object):
 
   def windows(self):
     """{split: {"texts": n, "windows": m}} of a run with --doc_stride (run_summary.json's
-    count of the windows), else None."""
-    counted = {name: {"texts": split.num_texts, "windows": split.num_examples}
+    count of the windows, of the texts read: --train_fraction trains on some), else
+    None."""
+    counted = {name: {"texts": split.num_texts, "windows": int(sum(split.window_counts))}
                for name, split in (("train", self.train), ("dev", self.dev),
                                    ("test", self.test))
                if split is not None and split.window_counts is not None}

@@ -66,10 +66,17 @@ class TrainingOrder(object):
     """(the staged examples' indices in training order, their weights or None)."""
     training = self.training
     num_examples = staged.num_examples
-    chosen = fraction_indices(num_examples, training.train_fraction, training.seed)
+    windows = self.inputs.first if self.inputs is not None and self.inputs.windowed else None
+    if windows is None:
+      chosen = fraction_indices(num_examples, training.train_fraction, training.seed)
+      num_rows, kept = num_examples, len(chosen)
+    else:  # (the subset's texts, each with all its windows)
+      chosen, num_rows, kept = windows_of_texts(windows, training.train_fraction,
+                                                training.seed)
     if len(chosen) != num_examples:
-      log.info("--train_fraction=%g: training on %d of %d rows", training.train_fraction,
-               len(chosen), num_examples)
+      log.info("--train_fraction=%g: training on %d of %d rows%s", training.train_fraction,
+               kept, num_rows, "" if windows is None else " (%d of %d windows)" % (
+                   len(chosen), num_examples))
     weights = None
     if self.inputs is not None:
       inputs, self.inputs = self.inputs.subset(chosen), None
@@ -77,8 +84,7 @@ class TrainingOrder(object):
         self.class_weights = resolved_class_weights(
             training, self.task.processor.label_spec, inputs.texts(),
             weights_lib.TRAIN_FILE_ROWS if len(chosen) == num_examples else
-            "the %d rows --train_fraction=%g keeps have" % (len(chosen),
-                                                            training.train_fraction))
+            "the %d rows --train_fraction=%g keeps have" % (kept, training.train_fraction))
       if self.weighted:
         weights = training_weights(training, self.task, inputs, self.class_weights)
     positions, weights = in_training_order(chosen, weights, training.seed)
@@ -189,6 +195,18 @@ def fraction_indices(num_examples, fraction, seed):
     return range(num_examples)
   keep = max(1, int(round(num_examples * fraction)))
   return sorted(random.Random(seed).sample(range(num_examples), keep))
+
+
+def windows_of_texts(first, fraction, seed):
+  """(the windows of fraction_indices' texts, in file order; the number of texts; the
+  number kept) of windows in file order, first[i] true where window i opens its text: the
+  texts a run without windows would train on, each with all its windows."""
+  text_of, texts = [], -1
+  for opens in first:
+    texts += bool(opens)
+    text_of.append(texts)
+  kept = set(fraction_indices(texts + 1, fraction, seed))
+  return [i for i, text in enumerate(text_of) if text in kept], texts + 1, len(kept)
 
 
 def take_fraction(examples, fraction, seed):

@@ -125,6 +125,19 @@ def test_a_text_s_windows_carry_its_label_guid_and_a_share_of_its_weight():
                               "of texts (text_b): drop --doc_stride")
 
 
+@settings(max_examples=50, deadline=None)
+@given(counts=st.lists(st.integers(1, 4), min_size=1, max_size=30),
+       fraction=st.floats(0.01, 1.0), seed=st.integers(0, 99))
+def test_a_train_fraction_of_windows_keeps_whole_texts_those_of_a_run_without(counts,
+                                                                             fraction, seed):
+  from pipeline.training_order import fraction_indices, windows_of_texts
+  first = [k == 0 for count in counts for k in range(count)]
+  text_of = [t for t, count in enumerate(counts) for _ in range(count)]
+  kept = set(fraction_indices(len(counts), fraction, seed))
+  assert windows_of_texts(first, fraction, seed) == (
+      [i for i, t in enumerate(text_of) if t in kept], len(counts), len(kept))
+
+
 def test_windows_outputs_are_aggregated_into_one_row_per_text_as_by_hand():
   outputs = np.array([[0.9, 0.1], [0.3, 0.7], [0.6, 0.4], [0.2, 0.8], [0.2, 0.8],
                       [0.5, 0.5]], np.float32)
@@ -202,7 +215,8 @@ def test_a_run_with_windows_trains_evaluates_predicts_and_exports_one_row_per_te
   weigh each text's k windows 1/k of its balanced class weight (counted over texts);
   eval_results and test_results are one row per text,
   equal to the Predictor's windows of the same texts (which the export's card tells it to
-  make) and to scikit-learn's metrics of them; the export takes ids only."""
+  make) and to scikit-learn's metrics of them; the export takes ids only. With mean,
+  --train_fraction=0.5 trains on the texts a run without windows would, each whole."""
   import pandas
   from serving.predictor import Predictor
   output_dir = str(tmp_path / "out")
@@ -210,9 +224,9 @@ def test_a_run_with_windows_trains_evaluates_predicts_and_exports_one_row_per_te
   result, log = run_with_log(RunConfig(
       init_checkpoint=tiny_checkpoint, output_dir=output_dir, do_train=True, do_eval=True,
       do_predict=True, do_export=True, doc_stride=10, window_aggregation=aggregation,
-      class_weights=("balanced",),
+      class_weights=("balanced",), train_fraction=0.5 if aggregation == "mean" else 1.0,
       **dict(TINY_JIGSAW_RUN, max_seq_length=16, num_train_steps=4)))
-  train = pandas.read_csv(os.path.join(JIGSAW, "train.csv"))
+  train = everything = pandas.read_csv(os.path.join(JIGSAW, "train.csv"))
   dev = pandas.read_csv(os.path.join(JIGSAW, "valid.csv"))
   splitter = WindowSplitter(Windowing(10, aggregation, 16), FullTokenizer(TINY_VOCAB, True))
   counts = [len(splitter.texts(t)) for t in train.comment_text]
@@ -221,10 +235,17 @@ def test_a_run_with_windows_trains_evaluates_predicts_and_exports_one_row_per_te
   assert summary["results"]["windows"]["train"] == {"texts": len(train), "windows": sum(counts)}
   assert [summary["results"]["windows"][s]["texts"] for s in ("dev", "test")] == [25, 33]
   assert sum(counts) > 3 * len(counts)  # (most texts are long here)
+  if aggregation == "mean":  # (the half of the texts fraction_indices takes, all windows)
+    from pipeline.training_order import fraction_indices
+    kept = list(fraction_indices(len(train), 0.5, 12345))
+    assert "--train_fraction=0.5: training on 134 of 267 rows (%d of %d windows)" % (
+        sum(counts[i] for i in kept), sum(counts)) in log
+    train, counts = train.iloc[kept], [counts[i] for i in kept]
   # Balanced class weights count texts, not windows; a text's k windows share its weight.
   card = json.load(open(os.path.join(output_dir, "model_card.json")))
   texts_of = train.toxic.value_counts()
   balanced = {str(c): len(train) / (2.0 * texts_of[c]) for c in (0, 1)}
+  assert len(train) == (134 if aggregation == "mean" else len(everything))
   assert card["training"]["data"][0]["class_weights"] == pytest.approx(balanced)
   weights = _record_weights(os.path.join(output_dir, "features", "train.tf_record"))
   scale = sum(counts) / float(len(counts))  # (so that the window weights average 1)
@@ -276,6 +297,30 @@ def test_a_run_with_windows_trains_evaluates_predicts_and_exports_one_row_per_te
       'edited): restore the card, or train again into a new --output_dir' % aggregation)
 
 
+@pytest.mark.one_runtime("tf2")
+def test_k_fold_with_windows_gives_one_out_of_fold_row_per_text(tmp_path, tiny_checkpoint):
+  """Folds of texts (each text's windows in its fold): oof_predictions.tsv has every train
+  text once, in file order, each fold's eval counts its texts, and the folds' mean
+  predictions are one row per test text."""
+  import pandas
+  output_dir = str(tmp_path / "cv")
+  run_flags(*common_flags(tiny_checkpoint, output_dir) + [
+      "--num_folds=2", "--do_train", "--do_predict", "--num_train_steps=2",
+      "--max_seq_length=16", "--doc_stride=10"])
+  train = pandas.read_csv(os.path.join(JIGSAW, "train.csv"))
+  with open(os.path.join(output_dir, "oof_predictions.tsv")) as f:
+    oof = list(csv.DictReader(f, delimiter="\t"))
+  assert [r["id"] for r in oof] == list(train.id)
+  summary = json.load(open(os.path.join(output_dir, "folds_summary.json")))
+  for i in range(2):
+    results = json.load(open(os.path.join(output_dir, "fold_%d" % i, "eval_results.json")))
+    assert results["num_examples"] == summary["fold_sizes"][i] == sum(
+        1 for r in oof if r["fold"] == str(i))
+  with open(os.path.join(output_dir, "test_results.tsv")) as f:
+    assert [r["id"] for r in csv.DictReader(f, delimiter="\t")] == list(
+        pandas.read_csv(os.path.join(JIGSAW, "test.csv")).id)
+
+
 @pytest.mark.one_runtime("tf1")
 def test_windows_are_refused_where_they_are_not_built(tmp_path, tiny_checkpoint):
   base = common_flags(tiny_checkpoint, str(tmp_path / "out")) + [
@@ -289,10 +334,8 @@ def test_windows_are_refused_where_they_are_not_built(tmp_path, tiny_checkpoint)
   for extra, message in (
       (["--do_eval", "--calibrate"],
        not_built % "--calibrate (a temperature fitted on windows aggregated)"),
-      (["--num_folds=2"],
-       not_built % "--num_folds (out-of-fold windows aggregated per text)"),
-      (["--train_fraction=0.5"],
-       not_built % "--train_fraction (a subset of texts rather than of windows)"),
+      (["--num_folds=2", "--calibrate"],
+       not_built % "--calibrate (a temperature fitted on windows aggregated)"),
       (mrpc, "--doc_stride windows single texts, and this task reads pairs of texts "
              "(text_b): drop --doc_stride"),
       (davidson + ["--window_aggregation=max"],

@@ -28,11 +28,14 @@ log = logging.getLogger(__name__)
 EXPORT_CHUNK_ROWS = 4096
 
 
-def export_model(outputs, model_fn, label_spec, checkpoint, export_card, vocab_file):
+def export_model(outputs, model_fn, label_spec, checkpoint, export_card, vocab_file,
+                 held_out=None):
   """The SavedModel of checkpoint and a serving model_fn (build.model_fn_of(serving=True):
   built on this machine's CPU, also after a TPU run), into --export_dir or a new version
   folder under <output_dir>/export, with the card and the vocabulary as assets, taking text
-  or token ids; with the other --export_format formats inside it. Returns its path."""
+  or token ids; with the other --export_format formats inside it (held_out: the dev
+  split's examples, when the run evaluated, for the ONNX int8 model's quality). Returns
+  its path."""
   export_dir = outputs.export_dir or export_graph.versioned_export_dir(
       os.path.join(outputs.output_dir, "export"))
   if "hf" in outputs.export_format:
@@ -48,7 +51,7 @@ def export_model(outputs, model_fn, label_spec, checkpoint, export_card, vocab_f
                                 export_card, vocab_text, vocab)
     if "onnx" in outputs.export_format:
       onnx_export.write_onnx_folder(os.path.join(folder, signature.ONNX_FOLDER), model_fn,
-                                    checkpoint, export_card, vocab_text, vocab)
+                                    checkpoint, export_card, vocab_text, vocab, held_out)
     write_manifest(folder)
 
   export_graph.export_saved_model(

@@ -33,6 +33,7 @@ from data.fast_tokenization import tokenizer_json
 from data.vocabulary import vocab_size
 from data.files import write_manifest
 from modeling import export_graph
+from pipeline import int8_quality
 from pipeline.hf_export import tokenizer_truncation
 from spec import labels as label_specs
 from spec import model_card, signature
@@ -60,11 +61,14 @@ def check_onnx_export():
         "unchanged: %s" % (e.name or e, signature.ONNX_EXPORT_COMMAND))
 
 
-def write_onnx_folder(folder, model_fn, checkpoint, card, vocab_text, vocab):
+def write_onnx_folder(folder, model_fn, checkpoint, card, vocab_text, vocab, held_out=None):
   """Writes the ONNX folder of checkpoint (a fine-tuned model of card; model_fn its
   serving model_fn) into folder, which must not exist: vocab_text is the vocabulary's
-  text, vocab that text read ({token: id}). Returns folder."""
-  output_name = signature.output_name(label_specs.from_card(card["label_spec"]))
+  text, vocab that text read ({token: id}); held_out, the dev split's examples of a run
+  that evaluated, on which the int8 model's quality is measured (int8_quality). Returns
+  folder."""
+  label_spec = label_specs.from_card(card["label_spec"])
+  output_name = signature.output_name(label_spec)
   samples = check_batches(vocab_size(vocab), card["max_seq_length"])
   graph_def, expected = export_graph.frozen_ids_graph(model_fn, checkpoint, output_name, samples)
   # Staged beside the export when it is local (a full disk is then the export's, and
@@ -92,7 +96,10 @@ def write_onnx_folder(folder, model_fn, checkpoint, card, vocab_text, vocab):
     for name, text in texts.items():
       with open(os.path.join(staging, name), "w", encoding="utf-8") as f:
         f.write(text)
-    write_manifest(staging)
+    write_manifest(staging)  # (the predictors that measure the int8 model check it)
+    int8_quality.write(staging, label_spec, held_out)
+    if held_out is not None:  # (int8_quality.json joins the list)
+      write_manifest(staging)
     if local:
       os.rename(staging, folder)
     else:

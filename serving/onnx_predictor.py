@@ -97,6 +97,32 @@ class OnnxPredictor(ExportPredictor):
     return outputs
 
 
+def int8_problem(folder):
+  """Why a server does not serve the int8 model of an ONNX folder (whose files are
+  checked), or None: the export measured no held-out quality of it, or measured it more
+  than INT8_AUC_BOUND below the fp32 model's ROC-AUC. The figures are logged when it
+  serves."""
+  path = os.path.join(folder, signature.ONNX_INT8_QUALITY)
+  fix = "serve the fp32 model (drop --int8)"
+  if not gfile.exists(path):
+    return ("--int8: %s records no held-out quality of its int8 model (its outputs differ "
+            "from the fp32 model's), so it is not served: export in a run that evaluates "
+            "(--do_eval --do_export --export_format=onnx) to measure it, or %s" % (folder, fix))
+  with gfile.GFile(path, "r") as f:
+    figures = json.load(f)
+  if figures["fp32"] is None:
+    return ("--int8: no held-out ROC-AUC measures this model's head on its %d dev rows "
+            "(%s), so its int8 model is not served: %s" % (figures["rows"], path, fix))
+  if not signature.int8_keeps_quality(figures):
+    return ("--int8: the int8 model's held-out ROC-AUC is %.4f against the fp32 model's "
+            "%.4f on the %d dev rows its export measured (%s), more than %g below, so it "
+            "is not served: %s" % (figures["int8"], figures["fp32"], figures["rows"], path,
+                                   signature.INT8_AUC_BOUND, fix))
+  log.info("serving the int8 model: its held-out ROC-AUC is %.4f against the fp32 model's "
+           "%.4f on %d dev rows", figures["int8"], figures["fp32"], figures["rows"])
+  return None
+
+
 class InputError(ValueError):
   """A line of the texts to predict that cannot be one input; the message names it."""
 

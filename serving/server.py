@@ -322,8 +322,13 @@ def load_predictor(args):
   """The predictor of the server's backend (its import after the arguments are checked:
   TensorFlow's takes seconds)."""
   if args.backend == "onnx":
-    from serving.onnx_predictor import OnnxPredictor
-    return OnnxPredictor(args.path, batch_size=args.max_batch)
+    from serving.onnx_predictor import OnnxPredictor, int8_problem
+    predictor = OnnxPredictor(args.path, int8=args.int8, batch_size=args.max_batch)
+    problem = args.int8 and int8_problem(predictor.export_dir)
+    if problem:
+      from spec.run_errors import FlagError
+      raise FlagError(problem)
+    return predictor
   from serving.predictor import Predictor
   return Predictor(args.path, batch_size=args.max_batch)
 

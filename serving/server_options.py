@@ -35,7 +35,7 @@ def parse_args(argv=None):
       "runs it in the ONNX environment)"))
   parser.add_argument("--int8", action="store_true", help=(
       "with --backend=onnx: the int8 model, where the export records that it keeps the "
-      "fp32 model's held-out quality"))
+      "fp32 model's held-out quality (its dev split's ROC-AUC at most 0.002 below)"))
   return parser.parse_args(argv)
 
 
@@ -48,11 +48,6 @@ def problem(args):
   takes), or None."""
   if args.int8 and args.backend != "onnx":
     return "--int8 serves an export's int8 ONNX model: add --backend=onnx"
-  if args.int8:
-    return ("--int8: the export records no held-out quality of its int8 model (its outputs "
-            "differ from the fp32 model's), so it is not served; serve the fp32 model (drop "
-            "--int8), or use it from Python (serving.onnx_predictor.OnnxPredictor(path, "
-            "int8=True))")
   if not MODEL_NAME.match(args.model_name):
     return ("--model_name=%r cannot be part of the URL /v1/models/<name>:predict: use 1 to 64 "
             "letters, digits, '.', '_' or '-' (not '.' or '..' alone), e.g. "

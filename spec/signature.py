@@ -23,6 +23,18 @@ VOCAB_ASSET = "vocab.txt"
 ONNX_FOLDER = "onnx"
 ONNX_MODEL = "model.onnx"
 ONNX_INT8_MODEL = "model.int8.onnx"
+# What an export that evaluated measured of its int8 model against its fp32 model on the
+# dev split (pipeline/int8_quality.py), and how far below the fp32 model's ROC-AUC the
+# int8 model's may be for a server to serve it.
+ONNX_INT8_QUALITY = "int8_quality.json"
+INT8_AUC_BOUND = 0.002
+
+
+def int8_keeps_quality(figures):
+  """Whether int8_quality.json's figures say the int8 model keeps the fp32 model's
+  quality: a held-out ROC-AUC at most INT8_AUC_BOUND below the fp32 model's."""
+  return (figures.get("fp32") is not None and figures.get("int8") is not None and
+          figures["int8"] >= figures["fp32"] - INT8_AUC_BOUND)
 # How an export gets its ONNX folder: on TF 2.15, from the training run's folder.
 ONNX_EXPORT_COMMAND = ("./run.sh shell tf2 -- python run_classifier.py --do_export "
                        "--export_format=saved_model,onnx --output_dir=<its output_dir>")

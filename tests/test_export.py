@@ -598,8 +598,8 @@ def test_an_export_is_checked_before_it_is_loaded(jigsaw_model, tmp_path):
   hf = ["hf/" + name for name in ("config.json", "model.safetensors", "special_tokens_map.json",
                                    "tokenizer.json", "tokenizer_config.json", "vocab.txt")]
   onnx = [] if IS_TF1 else ["onnx/" + name for name in (  # (the ONNX folder's own list too)
-      "files.json", "model.int8.onnx", "model.onnx", "model_card.json", "tokenizer.json",
-      "vocab.txt")]
+      "files.json", "int8_quality.json", "model.int8.onnx", "model.onnx", "model_card.json",
+      "tokenizer.json", "vocab.txt")]
   assert sorted(listed) == ["assets/model_card.json", "assets/vocab.txt"] + hf + onnx + [
       "saved_model.pb", data, "variables/variables.index"]
   size = os.path.getsize(os.path.join(export_dir, data))

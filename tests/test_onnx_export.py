@@ -378,14 +378,73 @@ def test_the_server_on_onnxruntime_answers_as_the_tensorflow_predictor(jigsaw_mo
               e["label"] for e in expected if abs(e["probabilities"]["1"] - threshold) > 1e-4]
 
 
+@pytest.mark.tf2_only
+def test_the_int8_model_is_served_only_where_its_export_measured_its_quality_held(
+    jigsaw_model, tmp_path):
+  """An export made by a run that evaluated records the fp32 and int8 ONNX models' ROC-AUC
+  on the dev rows (scikit-learn's, of the ONNX predictor's outputs of valid.csv); the
+  server loads the int8 model only where it is at most 0.002 below, and otherwise, or
+  with no figures, refuses in one line."""
+  import sklearn.metrics as sk
+  from data.features import InputExample
+  from data.files import write_manifest
+  from serving import server
+  from serving.onnx_predictor import OnnxPredictor, int8_problem
+  folder = os.path.join(jigsaw_model.result.export, "onnx")
+  with open(os.path.join(folder, "int8_quality.json")) as f:
+    figures = json.load(f)
+  with open(os.path.join(JIGSAW, "valid.csv"), encoding="utf-8", newline="") as f:
+    dev = list(csv.DictReader(f))
+  examples = [InputExample(i, row["comment_text"]) for i, row in enumerate(dev)]
+  truth = [row["toxic"] == "1" for row in dev]
+  for name, int8 in (("fp32", False), ("int8", True)):
+    outputs = np.array(OnnxPredictor(folder, int8=int8).predict_outputs(examples))
+    assert figures[name] == pytest.approx(sk.roc_auc_score(truth, outputs[:, 1]), abs=1e-12)
+  assert (figures["rows"], figures["split"], figures["bound"]) == (25, "dev", 0.002)
+
+  def load(path):
+    return server.load_predictor(server.server_options.parse_args(
+        [path, "--backend=onnx", "--int8"]))
+  if figures["int8"] >= figures["fp32"] - 0.002:
+    assert int8_problem(folder) is None
+    assert load(folder).model_path.endswith("model.int8.onnx")
+  else:
+    with pytest.raises(FlagError, match="more than 0.002 below, so it is not served"):
+      load(folder)
+  copy = str(tmp_path / "onnx")  # (what another export would have measured)
+  shutil.copytree(folder, copy)
+  quality = os.path.join(copy, "int8_quality.json")
+  for written, problem in (
+      (dict(figures, fp32=0.9, int8=0.8975), "--int8: the int8 model's held-out ROC-AUC is "
+       "0.8975 against the fp32 model's 0.9000 on the 25 dev rows its export measured (%s), "
+       "more than 0.002 below, so it is not served: serve the fp32 model (drop --int8)"
+       % quality),
+      (dict(figures, fp32=None, int8=None), "--int8: no held-out ROC-AUC measures this "
+       "model's head on its 25 dev rows (%s), so its int8 model is not served: serve the "
+       "fp32 model (drop --int8)" % quality),
+      (None, "--int8: %s records no held-out quality of its int8 model (its outputs differ "
+       "from the fp32 model's), so it is not served: export in a run that evaluates "
+       "(--do_eval --do_export --export_format=onnx) to measure it, or serve the fp32 "
+       "model (drop --int8)" % copy)):
+    if written is None:
+      os.remove(quality)
+    else:
+      with open(quality, "w") as f:
+        json.dump(written, f)
+    write_manifest(copy)
+    with pytest.raises(FlagError) as error:
+      load(copy)
+    assert str(error.value) == problem
+  with open(quality, "w") as f:
+    json.dump(dict(figures, fp32=0.9, int8=0.8985), f)
+  write_manifest(copy)
+  assert load(copy).model_path.endswith("model.int8.onnx")
+
+
 def test_the_servers_backend_options_are_checked_before_anything_loads(tmp_path):
   from serving import server
   for argv, message in (
-      (["--int8"], "serve: --int8 serves an export's int8 ONNX model: add --backend=onnx"),
-      (["--backend=onnx", "--int8"], "serve: --int8: the export records no held-out quality "
-       "of its int8 model (its outputs differ from the fp32 model's), so it is not served; "
-       "serve the fp32 model (drop --int8), or use it from Python "
-       "(serving.onnx_predictor.OnnxPredictor(path, int8=True))")):
+      (["--int8"], "serve: --int8 serves an export's int8 ONNX model: add --backend=onnx"),):
     done = subprocess.run([sys.executable, "-m", "serving.server", str(tmp_path)] + argv,
                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, timeout=120)

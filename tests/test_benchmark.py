@@ -162,9 +162,10 @@ def test_the_devices_found_choose_the_extra_rows(gpus, tpu, rows, notes):
 
 def test_hf_names_every_hugging_face_path_and_unknown_variants_are_refused():
   from tools.benchmark import requested_variants
-  assert requested_variants("google,hf,ours") == ["google", "hf_random", "hf_grouped",
-                                                  "hf_loop", "ours"]
-  assert requested_variants("hf_grouped,hf") == ["hf_grouped", "hf_random", "hf_loop"]
+  assert requested_variants("google,hf,ours") == [
+      "google", "hf_random", "hf_grouped", "hf_loop", "hf_grouped_bf16", "hf_loop_bf16", "ours"]
+  assert requested_variants("hf_grouped,hf") == ["hf_grouped", "hf_random", "hf_loop",
+                                                 "hf_grouped_bf16", "hf_loop_bf16"]
   assert requested_variants("ours,ours_2gpus") == ["ours", "ours_2gpus"]
   with pytest.raises(SystemExit) as error:
     requested_variants("ours,fast")
@@ -185,6 +186,11 @@ def test_speedups_are_over_google_and_the_best_hugging_face_path():
   add_ratios(rows)
   by_variant = {r["variant"]: r for r in rows}
   assert by_variant["ours"]["speedup_vs_hf"] == pytest.approx(2.0)  # over the loop, the fastest
+  # Hugging Face's best in either precision: its bfloat16 loop, where that is faster.
+  with_bf16 = [measured_row("hf_loop", 25.0), measured_row("hf_loop_bf16", 40.0),
+               measured_row("ours", 50.0)]
+  add_ratios(with_bf16)
+  assert with_bf16[2]["speedup_vs_hf"] == pytest.approx(1.25)
   assert by_variant["ours_fixed"]["speedup_vs_google"] == pytest.approx(3.0)
   assert by_variant["ours_2gpus"]["scaling_efficiency"] == pytest.approx(0.8)
   # A GPU row is not compared with Hugging Face on the CPU.

@@ -65,6 +65,10 @@ def parse_args(argv=None):
                       help="grouped: Trainer's length-grouped sampler (group_by_length); "
                            "loop: a plain PyTorch loop on that sampler's batches, its "
                            "measured steps as long as whole epochs' batches")
+  parser.add_argument("--bf16", action="store_true",
+                      help="speed mode: train under torch.autocast(\"cpu\", bfloat16), "
+                           "Hugging Face's fastest CPU path where the CPU has bfloat16 "
+                           "instructions (the Trainer's bf16=True; the loop's own autocast)")
   parser.add_argument("--data", help="CSV of text,label rows without a header")
   parser.add_argument("--train_file", help="time-to-quality: train on every row of this CSV")
   parser.add_argument("--eval_file", help="time-to-quality: hold out every row of this CSV")
@@ -257,7 +261,8 @@ def speed_config(model):
                     hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, num_labels=2)
 
 
-def training_arguments(output_dir, batch, learning_rate, warmup_steps, max_steps, grouped):
+def training_arguments(output_dir, batch, learning_rate, warmup_steps, max_steps, grouped,
+                       bf16=False):
   import dataclasses
   from transformers import TrainingArguments
   names = {field.name for field in dataclasses.fields(TrainingArguments)}
@@ -268,7 +273,7 @@ def training_arguments(output_dir, batch, learning_rate, warmup_steps, max_steps
       output_dir=output_dir, per_device_train_batch_size=batch, learning_rate=learning_rate,
       warmup_steps=warmup_steps, lr_scheduler_type="linear", max_steps=max_steps,
       max_grad_norm=MAX_GRAD_NORM, weight_decay=WEIGHT_DECAY, optim="adamw_torch",
-      use_cpu=True, seed=SEED,
+      use_cpu=True, seed=SEED, bf16=bf16,  # (bf16 on the CPU: torch.autocast)
       report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True,
       dataloader_num_workers=0, dataloader_pin_memory=False,  # (no GPU to pin for)
       # Every step trains on a whole batch, as the TensorFlow paths do: a partial last
@@ -346,11 +351,13 @@ def adamw_with_linear_schedule(model, learning_rate, warmup_steps, total_steps):
   return optimizer, get_linear_schedule_with_warmup(optimizer, warmup_steps, total_steps)
 
 
-def train_plain_loop(model, tokenizer, features, window, warmup_steps, clock):
+def train_plain_loop(model, tokenizer, features, window, warmup_steps, clock, bf16=False):
   """Trains on the window's batches (lists of row indices), one step each, in a plain
   PyTorch loop: what the Trainer's step does (forward, backward, clipping, AdamW, the
-  schedule), without its callbacks, logging and accounting. Returns the recorder of the
-  batches the collator padded."""
+  schedule), without its callbacks, logging and accounting; bf16: its forward pass under
+  torch.autocast("cpu", bfloat16), as the Trainer's bf16=True. Returns the recorder of
+  the batches the collator padded."""
+  import contextlib
   import torch
   from transformers import DataCollatorWithPadding
   recorder = PaddedBatchRecorder(DataCollatorWithPadding(tokenizer))
@@ -361,7 +368,10 @@ def train_plain_loop(model, tokenizer, features, window, warmup_steps, clock):
   clock.began_training()
   for inputs in loader:  # (as the Trainer, the batch is collated before its step begins)
     clock.began_step()
-    model(**inputs).loss.backward()
+    with (torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else
+          contextlib.nullcontext()):
+      loss = model(**inputs).loss
+    loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
     optimizer.step()
     scheduler.step()
@@ -378,12 +388,13 @@ def train_speed(args, model, tokenizer, features, lengths, clock):
   if args.order == "loop":  # measured on the epochs it draws its steps from
     _, window = representative_window(orders, lengths, args.batch, args.warmup, args.steps,
                                       SEED)
-    recorder = train_plain_loop(model, tokenizer, features, window, args.warmup, clock)
+    recorder = train_plain_loop(model, tokenizer, features, window, args.warmup, clock,
+                                args.bf16)
     assert recorder.widths == padded_widths(window, lengths), "the collator padded otherwise"
   else:  # (the Trainer draws its own orders, from the same sampler)
     with tempfile.TemporaryDirectory(prefix="bench_hf_") as work:
       arguments = training_arguments(work, args.batch, LEARNING_RATE, args.warmup,
-                                     clock.total_steps, args.order == "grouped")
+                                     clock.total_steps, args.order == "grouped", args.bf16)
       recorder = train(model, tokenizer, features, arguments, clock)
   return recorder, epoch_figures(orders, lengths, args.batch)
 
@@ -404,6 +415,7 @@ def run_speed(args):
   recorder, epoch_lengths = train_speed(args, model, tokenizer, features, lengths, clock)
   return dict(
       runtime_info(), impl="hf", order=args.order, model=args.model, seq=args.seq,
+      precision="bfloat16 (torch.autocast)" if args.bf16 else "float32",
       batch=args.batch, steps=args.steps, warmup_steps=args.warmup, dynamic_padding=True,
       startup_seconds=clock.train_begin - PROCESS_START,
       first_step_wait_seconds=clock.first_step_begin - clock.train_begin,

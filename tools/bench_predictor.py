@@ -251,7 +251,9 @@ def onnxruntime_version():
 
 
 def machine():
-  return "%s, %d cores" % (platform.processor() or platform.machine(), os.cpu_count())
+  """The host, with its matmul peaks (tools.benchmark.machine_description)."""
+  from tools.benchmark import machine_description
+  return machine_description()
 
 
 def write_results(out_dir, figures, table):

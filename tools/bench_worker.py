@@ -68,7 +68,8 @@ def parse_args(argv=None):
                       help="after training, time the measured steps' matrix multiplies alone "
                            "this many times per length (the matmul floor; 0: not measured)")
   parser.add_argument("--measure_peak", action="store_true",
-                      help="only measure the float32 matrix-multiply peak")
+                      help="only measure the matrix-multiply peaks: float32, and bfloat16 "
+                           "where the CPU has instructions for it")
   parser.add_argument("--featurise_only", choices=["google", "python", "fast"],
                       help="only measure featurisation (to TFRecords) with this tokenizer path")
   parser.add_argument("--workers", type=int, default=1, help="featurisation processes (ours)")
@@ -91,12 +92,46 @@ def runtime_info(args=None):
                                     args.num_gpus if args is not None else None)}
 
 
-def matmul_peak_gflops(n=2048, repeats=10, rounds=5):
-  """Best observed GFLOP/s of an n x n float32 matmul chain, on this runtime and machine."""
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo's flags of bfloat16 matmul units
+
+
+def bf16_instructions():
+  """The CPU's bfloat16 matrix-multiply instructions (of BF16_FLAGS) that /proc/cpuinfo
+  lists; none where it lists none (or there is no /proc/cpuinfo)."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      flags = next((line.split(":", 1)[1].split() for line in f
+                    if line.startswith("flags")), [])
+  except OSError:
+    return []
+  return [flag for flag in BF16_FLAGS if flag in flags]
+
+
+def peaks():
+  """The float32 matmul peak, and the bfloat16 one where the CPU has instructions for it
+  and the runtime computes in it (TF 2), else None with why."""
+  import tensorflow as tf
+  result = dict(matmul_peak_gflops=matmul_peak_gflops(), bf16_matmul_peak_gflops=None)
+  units = bf16_instructions()
+  if not units:
+    result["bf16_note"] = "no bfloat16 matmul instructions (%s)" % ", ".join(
+        flag.upper() for flag in BF16_FLAGS)
+  elif not tf.__version__.startswith("2."):
+    result["bf16_note"] = "TF %s computes bfloat16 on the CPU without them" % tf.__version__
+  else:
+    result["bf16_matmul_peak_gflops"] = matmul_peak_gflops(dtype="bfloat16")
+    result["bf16_note"] = ", ".join(flag.upper() for flag in units)
+  return result
+
+
+def matmul_peak_gflops(n=2048, repeats=10, rounds=5, dtype="float32"):
+  """Best observed GFLOP/s of an n x n matmul chain in dtype, on this runtime and
+  machine."""
   import numpy as np
   import tensorflow.compat.v1 as tf
   with tf.Graph().as_default():
     a = tf.Variable(np.random.RandomState(0).rand(n, n).astype(np.float32) / n)
+    a = a if dtype == "float32" else tf.cast(a, dtype)
     product = a
     for _ in range(repeats):
       product = tf.matmul(product, a)
@@ -566,7 +601,7 @@ def main(argv=None):
     if tf.io.gfile.isdir(args.workdir):  # (on a TPU, a gs:// folder)
       tf.io.gfile.rmtree(args.workdir)
   if args.measure_peak:
-    result = dict(runtime_info(), matmul_peak_gflops=matmul_peak_gflops())
+    result = dict(runtime_info(), **peaks())
   elif args.featurise_only:
     result = featurise_only(args)
   elif args.compare_records:

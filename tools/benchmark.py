@@ -30,6 +30,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DATA = os.path.join(ROOT, "tests", "data", "datasets", "jigsaw_toxic_balanced",
@@ -45,19 +46,25 @@ VARIANTS = {  # name -> (impl, worker flags, runtimes it runs on)
     "ours_tpu": ("ours", [], ("tf1", "tf2")),  # with --tpu_name and its cores
     # Hugging Face transformers on PyTorch, in the optional .venvs/hf
     # (tools/requirements-hf.txt): the Trainer in both orders, and a plain loop; "hf" in
-    # --variants names all three.
+    # --variants names them all, the bfloat16 ones below too.
     "hf_random": ("hf", ["--order", "random"], ("hf",)),
     "hf_grouped": ("hf", ["--order", "grouped"], ("hf",)),
     "hf_loop": ("hf", ["--order", "loop"], ("hf",)),
+    # The same under torch.autocast("cpu", bfloat16): Hugging Face's fastest CPU path on a
+    # CPU with bfloat16 instructions, so that its best is its best in either precision.
+    "hf_grouped_bf16": ("hf", ["--order", "grouped", "--bf16"], ("hf",)),
+    "hf_loop_bf16": ("hf", ["--order", "loop", "--bf16"], ("hf",)),
 }
-HF_VARIANTS = ("hf_random", "hf_grouped", "hf_loop")
+HF_VARIANTS = ("hf_random", "hf_grouped", "hf_loop", "hf_grouped_bf16", "hf_loop_bf16")
 LABELS = {"google": "Google run_classifier", "ours_fixed": "this project, fixed padding",
           "ours": "this project, dynamic padding", "ours_xla": "this project, fixed padding, XLA",
           "ours_fp16": "this project, dynamic padding, float16",
           "ours_tpu": "this project, fixed padding, bfloat16, TPU",
           "hf_random": "Hugging Face Trainer, random order",
           "hf_grouped": "Hugging Face Trainer, group_by_length",
-          "hf_loop": "Hugging Face, plain PyTorch loop, length-grouped"}
+          "hf_loop": "Hugging Face, plain PyTorch loop, length-grouped",
+          "hf_grouped_bf16": "Hugging Face Trainer, group_by_length, bfloat16 autocast",
+          "hf_loop_bf16": "Hugging Face, plain PyTorch loop, length-grouped, bfloat16 autocast"}
 GPU_VARIANT = "ours_%dgpus"  # MirroredStrategy over that many GPUs, --batch_size rows on each
 
 
@@ -162,7 +169,36 @@ def requested_variants(text):
   return variants
 
 
-def machine_description():
+# The host's matmul peaks in words, measured once in a process (machine_description):
+# every table that names its host names them.
+_HOST_PEAKS = []
+
+
+def peaks_sentence(peak):
+  """A --measure_peak worker's result (tools/bench_worker.peaks) in words."""
+  bf16 = peak.get("bf16_matmul_peak_gflops")
+  return "matmul peak on %s (2048x2048, best of 5): float32 %.1f GFLOP/s, %s" % (
+      environment_label(peak), peak["matmul_peak_gflops"],
+      "bfloat16 %.1f GFLOP/s (%s)" % (bf16, peak["bf16_note"]) if bf16 else
+      "bfloat16 not measured: %s" % peak.get("bf16_note", "not asked"))
+
+
+def machine_description(runtime="tf2"):
+  """The host in words: system, CPU and cores, and its matmul peaks (measured by a worker
+  on runtime the first time a process asks): the figures that say how fast the host is,
+  beside figures that depend on it."""
+  if not _HOST_PEAKS:
+    if os.path.exists(python_of(runtime)):
+      with tempfile.TemporaryDirectory() as work:
+        _HOST_PEAKS.append(peaks_sentence(run_worker(
+            runtime, ["--measure_peak"], os.path.join(work, "peak.json"))))
+    else:
+      _HOST_PEAKS.append("matmul peak not measured (no .venvs/%s: ./run.sh setup)" % runtime)
+    print(_HOST_PEAKS[0])
+  return "%s; %s" % (_machine(), _HOST_PEAKS[0])
+
+
+def _machine():
   cpu = platform.processor() or "unknown CPU"
   try:
     with open("/proc/cpuinfo") as f:
@@ -325,7 +361,7 @@ def write_outputs(rows, peaks, featurisation, args, machine, device_notes=()):
         else "-"))
   with open(os.path.join(args.out_dir, "results.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
-  plot(rows, os.path.join(args.out_dir, "results.png"), machine)
+  plot(rows, os.path.join(args.out_dir, "results.png"), machine.split("; ")[0])
   return "\n".join(lines)
 
 
@@ -380,7 +416,7 @@ def replot(csv_path):
   with open(csv_path) as f:
     rows = list(csv.DictReader(f))
   path = os.path.join(os.path.dirname(csv_path), "results.png")
-  plot(rows, path, machine_description())
+  plot(rows, path, _machine())
   print("wrote %s" % path)
 
 
@@ -527,7 +563,7 @@ def main(argv=None):
       sys.exit("benchmark: the Hugging Face rows need the optional environment .venvs/hf; "
                "./run.sh benchmark --variants hf creates it (from tools/requirements-hf.txt)")
     runtimes += [] if "hf" in runtimes else ["hf"]
-  machine = machine_description()
+  machine = _machine()  # (and each runtime's peaks, measured below)
   work = args.work_dir  # records and checkpoints stay out of --out_dir
   os.makedirs(work, exist_ok=True)
   if "ours_tpu" in variants and not args.tpu_name:
@@ -536,12 +572,14 @@ def main(argv=None):
   if args.tpu_name and not (args.tpu_work_dir or "").startswith("gs://"):
     sys.exit("benchmark: --tpu_name needs --tpu_work_dir=gs://bucket/folder (a TPU reads and "
              "writes Cloud Storage only)")
-  peaks, gpu_counts = {}, {}
+  peaks, gpu_counts, sentences = {}, {}, []
   for runtime in [r for r in runtimes if r != "hf"]:
     peak = run_worker(runtime, ["--measure_peak"], os.path.join(work, "peak_%s.json" % runtime))
     peaks[environment_label(peak)] = peak["matmul_peak_gflops"]
     gpu_counts[runtime] = peak["device"]["count"] if peak["device"]["kind"] == "GPU" else 0
-    print("matmul peak on %s: %.1f GFLOP/s" % (environment_label(peak), peak["matmul_peak_gflops"]))
+    sentences.append(peaks_sentence(peak))
+    print(sentences[-1])
+  machine += "".join("; " + sentence for sentence in sentences)
   extra, device_notes = device_variants(gpu_counts, args.tpu_name)
   for note in device_notes:
     print(note)

@@ -29,7 +29,7 @@ def _lines(path):
 
 def _write(folder, split, texts, labels=None, mapping=("not-offensive", "offensive"),
            end="\n", last_end=True):
-  folder.mkdir(exist_ok=True)
+  folder.mkdir(parents=True, exist_ok=True)
   with io.open(str(folder / ("%s_text.txt" % split)), "w", encoding="utf-8", newline="") as f:
     f.write(end.join(texts) + (end if last_end else ""))
   if labels is not None:
@@ -97,13 +97,15 @@ def test_every_way_the_two_files_can_disagree_is_named_in_one_line(tmp_path):
   assert _refusal(tmp_path, three[:2], ["0", "1", "1"]) == (
       "train_labels.txt, line 3: line 3 gives a label, but train_text.txt ends at line 2. "
       "Fix: give both files a line for each tweet")
-  assert _refusal(tmp_path, ["one tweet", "", "a third"], ["0", "1", "1"]) == (
-      "train_text.txt, line 2: line 2 is empty, but line 2 of train_labels.txt gives it a "
-      "label (1). Fix: give the tweet, or remove the line from both files")
+  for labels in (["0", "1", "1"], ["0", "", "1"]):  # (with or without its label)
+    assert _refusal(tmp_path, ["one tweet", "", "a third"], labels) == (
+        "train_text.txt, line 2: line 2 is empty, where a tweet should be: a TweetEval file "
+        "holds a tweet a line, and the lines after it would lose their places. Fix: give "
+        "the tweet, or remove the line (and the same line of its labels file)")
   assert _refusal(tmp_path, three[:2] + [""], ["0", "1", "1"]) == (
       "train_text.txt, line 3: line 3 is empty, but line 3 of train_labels.txt gives it a "
       "label (1). Fix: give the tweet, or remove the line from both files")
-  for label in ("2", "-1", "offensive", "0.0"):
+  for label in ("2", "-1", "offensive", "0.0", u"\u00b2"):
     assert _refusal(tmp_path, three, ["0", label, "1"]) == (
         "train_labels.txt, line 2: task tweeteval: the label %r is no class index (0 to 1: "
         "not-offensive, offensive). Fix: give the index of the tweet's class" % label)
@@ -144,15 +146,32 @@ def test_the_classes_come_from_mapping_or_labels_and_never_two_disagreeing(tmp_p
       "no", "yes"]
   for text, problem in [(u"0\tno\n2\tyes\n", "line 2 is '2\\tyes', not `1<TAB><class name>`"),
                         (u"0 no\n", "line 1 is '0 no', not `0<TAB><class name>`"),
-                        (u"0\tonly\n", "it names 1 class; a classifier needs two or more")]:
-    with open(mapping, "w") as f:
-      f.write(text)
+                        (u"0\tonly\n", "it names 1 class; a classifier needs two or more"),
+                        (u"0\tno\n1\tno\n", "line 2 names class 'no' again (line 1 named it)"),
+                        (b"0\tn\xe9\n1\tyes\n", "line 1: byte 0xe9 is not UTF-8 text")]:
+    with open(mapping, "wb") as f:
+      f.write(text if isinstance(text, bytes) else text.encode("utf-8"))
     with pytest.raises(DataError) as error:
       get_processor("tweeteval", data_dir=data_dir).labels
     assert problem in str(error.value) and str(error.value).startswith(mapping)
-  with open(mapping, "w") as f:
-    f.write(u"0\tno\n\n1\tyes\n")
+  # Blank lines, a byte-order mark, CRLF and the emoji mapping's further fields.
+  with open(mapping, "wb") as f:
+    f.write(u"\ufeff0\tno\t_no_\t\r\n\r\n1\tyes\t_yes_\t\r\n".encode("utf-8"))
   assert get_processor("tweeteval", data_dir=data_dir).labels == ["no", "yes"]
+  # TweetEval's stance keeps mapping.txt above its targets' folders; two that disagree
+  # are refused.
+  target = tmp_path / "stance" / "abortion"
+  _write(target, "train", ["one", "two"], ["0", "1"], mapping=None)
+  (tmp_path / "stance" / "mapping.txt").write_text(u"0\tnone\n1\tagainst\n2\tfavor\n")
+  assert get_processor("tweeteval", data_dir=str(target)).labels == [
+      "none", "against", "favor"]
+  with pytest.raises(DataError) as error:
+    get_processor("tweeteval", data_dir=str(target), files={
+        "dev": os.path.join(data_dir, "train_text.txt")}).labels
+  assert str(error.value) == (
+      "%s: it names the classes no, yes, and %s names none, against, favor. Fix: read files "
+      "of one task: their label indices name the classes of one mapping" % (
+          mapping, tmp_path / "stance" / "mapping.txt"))
   assert get_processor("tweeteval", data_dir=data_dir, labels=["no", "yes"]).labels == [
       "no", "yes"]
   with pytest.raises(DataError) as error:

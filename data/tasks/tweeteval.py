@@ -3,11 +3,12 @@ emotion, emoji, stance). Each split is a file of tweets, one a line, beside a fi
 their labels, one class index a line; mapping.txt names the classes in index order."""
 
 import csv
-import io
 import os
+import re
 
 from data.data_error import DataError
 from data.examples import Columns, DataProcessor
+from data.gfile import gfile
 from data.table import Table
 from data.text_lines import open_binary
 from spec.labels import LabelError
@@ -47,14 +48,13 @@ class TweetEvalProcessor(DataProcessor):
     """The class names in index order: mapping.txt's, else --labels (or the card's). Both,
     naming other classes, are refused: the indices would name other classes."""
     if self._classes is None:
-      path = self._mapping_path()
+      path, mapping = self._mapping()
       given = self._given_labels
       if path is None and given is None:
         raise DataError(os.path.join(self.data_dir or ".", MAPPING), "no %s names the "
                         "classes of the label files' indices" % MAPPING, "put TweetEval's "
                         "%s beside the files, or pass --labels=<the class names in index "
                         "order>" % MAPPING)
-      mapping = read_mapping(path) if path is not None else None
       if mapping is not None and given is not None and mapping != given:
         raise DataError(path, "it names the classes %s, but %s names %s" % (
             ", ".join(mapping), "the model card %s" % self.classes_from if self.classes_from
@@ -63,16 +63,27 @@ class TweetEvalProcessor(DataProcessor):
       self._classes = mapping or given
     return self._classes
 
-  def _mapping_path(self):
-    """mapping.txt in --data_dir, else beside the first split file given; None if none."""
+  def _mapping(self):
+    """(the path, the class names) of the mapping.txt of the split files' folders:
+    --data_dir's and each given file's, each folder's own or else its parent's (TweetEval
+    keeps stance's above its five targets' folders); (None, None) if there is none. Two
+    that name other classes are refused."""
     folders = [self.data_dir] if self.data_dir else []
     folders += [os.path.dirname(self.files_of(split)[0]) for split in ("train", "dev", "test")
                 if self.files.get(split)]
+    found = []
     for folder in folders:
-      path = os.path.join(folder, MAPPING)
-      if os.path.exists(path):
-        return path
-    return None
+      for place in (folder, os.path.dirname(folder.rstrip("/"))):
+        path = os.path.join(place, MAPPING)
+        if place and gfile.exists(path):
+          found.append((path, read_mapping(path)))
+          break
+    for path, names in found[1:]:
+      if names != found[0][1]:
+        raise DataError(path, "it names the classes %s, and %s names %s" % (
+            ", ".join(names), found[0][0], ", ".join(found[0][1])), "read files of one "
+                        "task: their label indices name the classes of one mapping")
+    return found[0] if found else (None, None)
 
   def read_files(self, split):
     """Each text file, then its labels file (none for the predict split)."""
@@ -99,7 +110,7 @@ class TweetEvalProcessor(DataProcessor):
 
   def label_cell(self, cell, index):
     value = cell.strip()
-    if value.isdigit() and int(value) < len(self.labels):
+    if re.match(r"^[0-9]+$", value) and int(value) < len(self.labels):
       return self.labels[int(value)]
     classes = "0 to %d: %s" % (len(self.labels) - 1, ", ".join(self.labels))
     if not value:  # (which --skip_malformed_rows may skip)
@@ -117,7 +128,7 @@ def labels_path(text_path):
                     "in %s), which tells where its labels are" % (TEXT_END, LABELS_END),
                     "name the file <split>%s, its labels <split>%s" % (TEXT_END, LABELS_END))
   path = text_path[:-len(TEXT_END)] + LABELS_END
-  if "://" not in path and not os.path.exists(path):
+  if not gfile.exists(path):
     raise DataError(path, "the labels file of %s does not exist" % text_path,
                     "put the labels beside the tweets, a class index a line, or use the "
                     "file for predicting")
@@ -125,19 +136,32 @@ def labels_path(text_path):
 
 
 def read_mapping(path):
-  """The class names of a mapping.txt, in index order: `index<TAB>name` a line, the
-  indices 0, 1, ... in order."""
-  names = []
-  with io.TextIOWrapper(open_binary(path), encoding="utf-8") as f:
-    for line, text in enumerate(f, 1):
-      if not text.strip():
-        continue
-      fields = text.rstrip("\r\n").split("\t")
-      if len(fields) != 2 or fields[0].strip() != str(len(names)) or not fields[1].strip():
-        raise DataError(path, "line %d is %r, not `%d<TAB><class name>`" % (
-            line, text.rstrip("\r\n"), len(names)), "give each class's index and name, "
-            "in index order from 0", line=line)
-      names.append(fields[1].strip())
+  """The class names of a mapping.txt, in index order: `index<TAB>name` a line (more
+  tab-separated fields may follow, as in TweetEval's emoji mapping), the indices 0, 1, ...
+  in order, each name once."""
+  with open_binary(path) as f:
+    raw = f.read()
+  raw = raw[3:] if raw.startswith(b"\xef\xbb\xbf") else raw  # (UTF-8's byte-order mark)
+  try:
+    text = raw.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise DataError(path, "byte 0x%02x is not UTF-8 text" % raw[e.start],
+                    "save the file as UTF-8", line=raw[:e.start].count(b"\n") + 1)
+  names, lines = [], {}
+  for line, row in enumerate(text.splitlines(), 1):
+    if not row.strip():
+      continue
+    fields = row.split("\t")
+    if len(fields) < 2 or fields[0].strip() != str(len(names)) or not fields[1].strip():
+      raise DataError(path, "line %d is %r, not `%d<TAB><class name>`" % (
+          line, row, len(names)), "give each class's index and name, in index order from 0",
+                      line=line)
+    name = fields[1].strip()
+    if name in lines:
+      raise DataError(path, "line %d names class %r again (line %d named it)" % (
+          line, name, lines[name]), "give each class a name of its own", line=line)
+    lines[name] = line
+    names.append(name)
   if len(names) < 2:
     raise DataError(path, "it names %d class%s; a classifier needs two or more"
                     % (len(names), "" if len(names) == 1 else "es"),
@@ -147,12 +171,13 @@ def read_mapping(path):
 
 class LinedTable(Table):
   """A file of texts, one a line (read as they are, tabs and quotes included), each
-  paired with the same line of a labels file: records are (line, [text, label]). A label
-  for an empty text line, or labels past the texts' end, is an error naming the line; an
-  empty label line is a missing label."""
+  paired with the same line of a labels file: records are (line, [text, label]). An
+  empty line before the last text (every later text would lose its place), a label for
+  an empty line, or labels past the texts' end, is an error naming the line; an empty
+  label line is a missing label."""
 
   def __init__(self, path, labels_path=None):
-    self._labels = None
+    self._labels, self._last_line = None, 0
     if labels_path is not None:
       self._labels = Table(labels_path, "\t", False, csv.QUOTE_NONE)
       self._label_records = iter(self._labels)
@@ -170,6 +195,12 @@ class LinedTable(Table):
 
   def _paired(self, record):
     line, fields = record
+    if line > self._last_line + 1:  # (the csv reader passes over empty lines)
+      raise DataError(self.path, "line %d is empty, where a tweet should be: a TweetEval "
+                      "file holds a tweet a line, and the lines after it would lose their "
+                      "places" % (self._last_line + 1), "give the tweet, or remove the line "
+                      "(and the same line of its labels file)", line=self._last_line + 1)
+    self._last_line = line
     text = "\t".join(fields)  # (unquoted: the tab-split fields join back into the line)
     if self._labels is None:
       return line, [text]

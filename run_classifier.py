@@ -92,10 +92,11 @@ def run(c, cluster=None):
     return run_model(c, cluster=cluster)
 
 
-def run_model(c, fold=None, cluster=None):
+def run_model(c, fold=None, cluster=None, write_summary=True):
   """One model through Google's steps. With fold (pipeline.cross_validation.FoldPlan), the train
   file's rows of the other folds train it and its own fold's rows are its dev split; with
-  cluster, this task's part of a multi-worker run."""
+  cluster, this task's part of a multi-worker run. write_summary: run_summary.json (not
+  for a k-fold fold's export after the folds, which keeps its training's)."""
   started, seconds, result = time.time(), {}, outputs.ModelRun()
   # This task's part, and the settings of the model card (the folder's, or a fine-tuned
   # --init_checkpoint's).
@@ -217,9 +218,10 @@ def run_model(c, fold=None, cluster=None):
       result.export = export_run.export_model(
           c.outputs, serving_fn, label_spec, checkpoint, export_card, vocab_file,
           featurised.dev.examples if result.eval is not None else None)
-  result.summary = outputs.write_run_summary(
-      c, started, seconds, trainer and trainer.progress, bert_config, result,
-      eval_history.read_best(output_dir) if c.training.best_metric else None, cluster)
+  if write_summary:
+    result.summary = outputs.write_run_summary(
+        c, started, seconds, trainer and trainer.progress, bert_config, result,
+        eval_history.read_best(output_dir) if c.training.best_metric else None, cluster)
   return result
 
 

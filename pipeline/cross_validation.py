@@ -14,12 +14,13 @@ from data.reread import read_again
 from modeling.checkpoint import checkpoint_global_step
 from pipeline import calibration, eval_report, thresholds
 from pipeline.build import make_processor
-from pipeline.card import record_label_spec
+from pipeline.card import read_model_card, record_label_spec
 from pipeline.outputs import (FoldsRun, json_text, paired, write_eval_results,
                               write_fold_predictions, write_test_results)
 from pipeline.splits import check_hashed_then_read
 from pipeline.task_extras import task_of
 from pipeline.training_order import check_folds_balanced
+from spec import labels as label_specs
 from spec.run_errors import FlagError
 
 log = logging.getLogger(__name__)
@@ -124,9 +125,16 @@ def run_folds(c, run_model):
     rows = [r for r, a in enumerate(assignment) if a == i]
     by_row.update(zip(rows, runs[i].oof))
   oof = [by_row[r] for r in range(len(examples))]
+  carried = carried_decisions(c, chosen) if decided_out_of_fold(c.training) else None
+  if carried and not c.training.calibrate:  # (its outputs are at the cards' temperature)
+    processor.label_spec.set_temperature(carried.temperature)
   if c.training.calibrate:  # (then the thresholds tune on, and every fold divides by, it)
     result.summary["calibration"], oof = calibrate_out_of_fold(
         processor.label_spec, examples, assignment, runs)
+  if carried and carried.thresholds and not c.training.tune_thresholds:
+    processor.label_spec.set_thresholds(carried.thresholds)  # (deciding as they did)
+    if c.training.calibrate:
+      calibration.moved_thresholds(processor.label_spec, carried.temperatures())
   if c.training.tune_thresholds:  # (then the folds' cards and mean predictions use them)
     result.summary["thresholds"] = thresholds.tune_out_of_fold(
         c.training.tune_thresholds, processor.label_spec, examples, oof)
@@ -156,8 +164,28 @@ def run_folds(c, run_model):
   if c.modes.do_export and decided_out_of_fold(c.training):
     for i in chosen:  # (each fold's card now has what its export's graph decides by)
       run_model(fold_config(c, i).replace(do_train=False, do_eval=False, do_predict=False,
-                                          do_export=True))
+                                          do_export=True), write_summary=False)
   return result
+
+
+def carried_decisions(c, chosen):
+  """The label spec of the folds' cards after their runs, when it carries a temperature or
+  thresholds (folds trained by an earlier run keep its decisions, and predicted this
+  run's outputs by them): what this run keeps of them where it fits nothing new. None
+  when they carry none; the folds' cards disagreeing is refused."""
+  specs = []
+  for i in chosen:
+    found = read_model_card(fold_config(c, i).outputs.output_dir)
+    specs.append(label_specs.from_card(found["label_spec"]) if found else None)
+  decisions = set((None, None) if s is None else (
+      json_text(s.temperatures()), json_text(s.thresholds or None)) for s in specs)
+  if len(decisions) > 1:
+    raise FlagError("the folds' model cards in %s hold different temperatures or thresholds "
+                    "(a fold's card was edited, or written by another run): run the folds "
+                    "again into a new --output_dir" % c.outputs.output_dir)
+  first = specs[0]
+  return first if first is not None and (first.temperature is not None or
+                                         first.thresholds) else None
 
 
 def calibrate_out_of_fold(label_spec, examples, assignment, runs):
@@ -192,7 +220,8 @@ def decide_fold_again(c, processor, index, held_out, run):
   record_label_spec(output_dir, label_spec)
   write_fold_predictions(os.path.join(output_dir, "oof_predictions.tsv"), held_out,
                          [index] * len(held_out), run.oof, label_spec)
-  run.eval.update(thresholds.figures_at_card_thresholds(label_spec, held_out, run.oof))
+  if label_spec.thresholds:
+    run.eval.update(thresholds.figures_at_card_thresholds(label_spec, held_out, run.oof))
   write_eval_results(output_dir, run.eval)
   if c.outputs.eval_report:
     eval_report.write(output_dir, label_spec, held_out, run.oof)

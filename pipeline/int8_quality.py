@@ -53,9 +53,9 @@ def write(folder, label_spec, examples):
   """Writes int8_quality.json into the ONNX folder when the run evaluated (examples: the
   dev split's; None: it did not, and the int8 model is then not served)."""
   if examples is None:
-    log.info("ONNX: the int8 model's held-out quality is not measured (this run did not "
-             "evaluate), so a server will not serve it; export in a run with --do_eval to "
-             "measure it")
+    log.info("ONNX: the int8 model's held-out quality is not measured (no dev split was "
+             "evaluated with this export), so a server will not serve it; export in a run "
+             "with --do_eval to measure it")
     return
   figures = measure(folder, label_spec, examples)
   with open(os.path.join(folder, signature.ONNX_INT8_QUALITY), "w") as f:

@@ -126,8 +126,11 @@ def test_three_folds_in_one_command(tmp_path, tiny_checkpoint):
       assert row["prediction"] == ("1" if np.float32(row["probability_1"]) >= threshold
                                    else "0")
   assert [r["prediction"] for r in oof] == ["1" if p >= threshold else "0" for p in scores]
-  # --do_export: each fold's export is made after the fits, and decides by them.
+  # --do_export: each fold's export is made after the fits, and decides by them; the
+  # fold's run_summary.json stays its training's.
   for i in range(3):
+    with open(os.path.join(output_dir, "fold_%d" % i, "run_summary.json")) as f:
+      assert json.load(f)["results"]["eval"]["num_examples"] == summary["fold_sizes"][i]
     exports = os.path.join(output_dir, "fold_%d" % i, "export")
     (only,) = os.listdir(exports)
     with open(os.path.join(exports, only, "assets", "model_card.json")) as f:
@@ -162,6 +165,21 @@ def test_three_folds_in_one_command(tmp_path, tiny_checkpoint):
   assert written["rows"] == len(test_ids)
   assert [os.path.dirname(p) for p in written["checkpoints"]] == [
       os.path.join(output_dir, "fold_%d" % i) for i in range(3)]
+  # The folds decided again, without a new fit of the temperature: trained already, they
+  # predict by their cards' temperature, which their cards keep beside the new thresholds
+  # (the same, up to float32's last digits between the graph's division by the temperature
+  # and numpy's, which wrote the first run's outputs).
+  run_flags(*common_flags(tiny_checkpoint, output_dir) + [
+      "--num_folds=3", "--do_train", "--num_train_steps=3", "--eval_batch_size=16",
+      "--tune_thresholds=f1"])
+  with open(os.path.join(output_dir, "folds_summary.json")) as f:
+    again = json.load(f)["thresholds"]["threshold"]
+  assert again == pytest.approx(threshold, abs=1e-6)
+  for i in range(3):
+    with open(os.path.join(output_dir, "fold_%d" % i, "model_card.json")) as f:
+      spec = json.load(f)["label_spec"]
+    assert (spec["temperature"], spec["thresholds"]) == (calibrated["temperature"],
+                                                         {"1": again})
   # One fold alone (as on its own machine) trains on the same rows: the same figures, up
   # to the CPU's multi-threaded rounding, which can flip near-ties of this barely trained
   # model.

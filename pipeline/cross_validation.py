@@ -120,11 +120,7 @@ def run_folds(c, run_model):
     return result
   result.summary = fold_summary(result.folds, num_folds, c.training.seed,
                                 [assignment.count(i) for i in range(num_folds)])
-  by_row = {}
-  for i in chosen:
-    rows = [r for r, a in enumerate(assignment) if a == i]
-    by_row.update(zip(rows, runs[i].oof))
-  oof = [by_row[r] for r in range(len(examples))]
+  oof = in_row_order(runs, assignment, lambda run: run.oof)
   carried = carried_decisions(c, chosen) if decided_out_of_fold(c.training) else None
   if carried and not c.training.calibrate:  # (its outputs are at the cards' temperature)
     processor.label_spec.set_temperature(carried.temperature)
@@ -193,22 +189,27 @@ def calibrate_out_of_fold(label_spec, examples, assignment, runs):
   logits, given to label_spec; each fold's held-out and test outputs become those of its
   logits divided by it (what its graph gives once its card has it). Returns
   (folds_summary.json's "calibration" figures, the out-of-fold outputs in row order)."""
-  def in_row_order(per_fold):
-    by_row = {}
-    for i, run in runs.items():
-      by_row.update(zip([r for r, a in enumerate(assignment) if a == i], per_fold(run)))
-    return numpy.array([by_row[r] for r in range(len(examples))])
-  figures = calibration.calibrate(label_spec, examples,
-                                  in_row_order(lambda run: run.oof_logits),
-                                  where="the out-of-fold predictions")
+  figures = calibration.calibrate(
+      label_spec, examples, numpy.array(in_row_order(runs, assignment,
+                                                     lambda run: run.oof_logits)),
+      where="the out-of-fold predictions")
   temperatures = label_spec.temperatures() or [1.0] * label_spec.num_outputs
   for run in runs.values():
     run.oof = calibration.scaled_outputs(label_spec, run.oof_logits, temperatures)
     if run.test_logits is not None:
       run.test_outputs = calibration.scaled_outputs(label_spec, run.test_logits, temperatures)
-  oof = in_row_order(lambda run: run.oof)
-  figures.update(calibration.calibration_errors(label_spec, examples, oof))
-  return figures, list(oof)
+  oof = in_row_order(runs, assignment, lambda run: run.oof)
+  figures.update(calibration.calibration_errors(label_spec, examples, numpy.array(oof)))
+  return figures, oof
+
+
+def in_row_order(runs, assignment, per_fold):
+  """per_fold(run) of every fold's run ({fold: ModelRun}; its held-out rows', in file
+  order) as one list of every train row's, in file order (assignment: each row's fold)."""
+  by_row = {}
+  for i, run in runs.items():
+    by_row.update(zip([r for r, a in enumerate(assignment) if a == i], per_fold(run)))
+  return [by_row[r] for r in range(len(assignment))]
 
 
 def decide_fold_again(c, processor, index, held_out, run):

@@ -190,11 +190,11 @@ def starts_of(counts):
       counts) else numpy.zeros(0, numpy.int64)
 
 
-def aggregate(outputs, counts, aggregation, loss):
+def aggregate(outputs, counts, aggregation, loss, dtype=numpy.float32):
   """One row per text from its windows' rows of outputs [windows, n] (counts: windows per
   text, in order), by aggregation; loss names the head's loss (LabelSpec.loss), which says
-  what max means. float32 [texts, n]."""
-  outputs = numpy.asarray(outputs, numpy.float32)
+  what max means. [texts, n] of dtype (float32, as the predictors give them)."""
+  outputs = numpy.asarray(outputs, dtype)
   counts = numpy.asarray(counts, numpy.int64)
   if int(counts.sum()) != len(outputs) or (counts < 1).any():
     raise ValueError("%d window rows for %d windows" % (len(outputs), int(counts.sum())))
@@ -205,7 +205,7 @@ def aggregate(outputs, counts, aggregation, loss):
     return outputs[starts]
   if aggregation == "mean":
     sums = numpy.add.reduceat(outputs.astype(numpy.float64), starts, axis=0)
-    return (sums / counts[:, None]).astype(numpy.float32)
+    return (sums / counts[:, None]).astype(dtype)
   if loss != "softmax_cross_entropy":
     return numpy.maximum.reduceat(outputs, starts, axis=0)
   problem = max_problem(loss, outputs.shape[1])
@@ -230,3 +230,39 @@ def logits_of(outputs, loss):
   if loss == "softmax_cross_entropy":
     return numpy.log(p).astype(numpy.float32)
   return (numpy.log(p) - numpy.log1p(-p)).astype(numpy.float32)
+
+
+class WindowLogits(object):
+  """The logits of a split's windows, before any temperature divides them, with what
+  puts their outputs back together: logits [windows, n], counts (windows per text, in
+  order), the aggregation and the head's loss. A temperature divides each window's logits
+  before its outputs are aggregated (as the graph and every predictor do), so fitting one
+  needs the windows' logits, not those of the texts' aggregated outputs. Iterating gives
+  each text's windows' rows."""
+
+  def __init__(self, logits, counts, aggregation, loss):
+    self.logits = numpy.asarray(logits, numpy.float32)
+    self.counts = numpy.asarray(counts, numpy.int64)
+    if int(self.counts.sum()) != len(self.logits) or (self.counts < 1).any():
+      raise ValueError("%d window rows for %d windows" % (len(self.logits),
+                                                          int(self.counts.sum())))
+    self.aggregation, self.loss = aggregation, loss
+
+  def __len__(self):
+    return len(self.counts)
+
+  def __iter__(self):
+    starts = starts_of(self.counts)
+    return (self.logits[s:s + k] for s, k in zip(starts, self.counts))
+
+  def of_texts(self, texts):
+    """WindowLogits of texts (each text's windows' rows, as iterating gives them), read
+    as these are."""
+    texts = list(texts)
+    width = self.logits.shape[1] if self.logits.ndim == 2 else 0
+    return WindowLogits(numpy.concatenate(texts) if texts else numpy.zeros((0, width)),
+                        [len(t) for t in texts], self.aggregation, self.loss)
+
+  def aggregated(self, window_outputs, dtype=numpy.float32):
+    """One row per text of the windows' outputs (of these logits, at some temperature)."""
+    return aggregate(window_outputs, self.counts, self.aggregation, self.loss, dtype)

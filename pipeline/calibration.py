@@ -2,7 +2,10 @@
 temperature T minimises the dev rows' negative log-likelihood of the head's probabilities
 at logits / T (softmax cross-entropy, or each column's sigmoid cross-entropy against its
 0/1 label or fraction). That likelihood is convex in 1/T, so a golden-section search over
-log T finds its one minimum. The fit is reported beside the eval's metrics (the negative
+log T finds its one minimum. With windows (--doc_stride) T divides each window's logits
+and the likelihood is that of the texts' aggregated outputs; the mean of several windows'
+probabilities need not be convex in 1/T, so the search starts from the best point of a
+grid over the range. The fit is reported beside the eval's metrics (the negative
 log-likelihood and the expected calibration error before and after) and kept by the label
 spec, which the model card carries to the graph of every later eval, predict and export.
 Plain numpy.
@@ -15,6 +18,7 @@ import os
 import numpy
 import tensorflow.compat.v1 as tf
 
+from data.long_texts import WindowLogits
 from pipeline.card import record_label_spec
 from pipeline.eval_report import calibration as reliability
 from pipeline.outputs import write_eval_results
@@ -23,7 +27,14 @@ from spec.run_errors import FlagError, NumericFault
 
 log = logging.getLogger("run_classifier")
 
+# Why a card's thresholds cannot follow a new temperature through windows' mean.
+MEAN_THRESHOLDS_REFUSED = (
+    "--calibrate would move the model card's tuned thresholds to the new temperature so "
+    "that they decide as before, and no threshold does that for windows aggregated by "
+    "their mean: add --tune_thresholds to tune them again at the new temperature")
+
 SEARCH_STEPS = 80  # golden-section steps: the bracket of log T shrinks to 1e-16 of its width
+GRID_POINTS = 41  # the grid over log T whose best point brackets the search
 AT_BOUND = 1e-3  # a fit this close (in log T) to an end of TEMPERATURE_RANGE found none
 
 
@@ -56,12 +67,16 @@ def sigmoid_nll(logits, targets, temperature):
 
 
 def fit_temperature(nll):
-  """The temperature in TEMPERATURE_RANGE that minimises nll(temperature) (a convex
-  function of 1/temperature), or None when the minimum lies at either end of the range
-  (the likelihood goes on falling beyond it: no temperature fits)."""
+  """The temperature in TEMPERATURE_RANGE that minimises nll(temperature), or None when
+  the minimum lies at either end of the range (the likelihood goes on falling beyond it:
+  no temperature fits). A golden-section search between the neighbours of the best point
+  of a grid over log T: the one minimum of a convex function of 1/T, the lowest of the
+  grid's dips otherwise."""
   low, high = (math.log(t) for t in TEMPERATURE_RANGE)
+  grid = numpy.linspace(low, high, GRID_POINTS)
+  best = int(numpy.argmin([nll(math.exp(x)) for x in grid]))
   ratio = (math.sqrt(5.0) - 1.0) / 2.0
-  a, b = low, high
+  a, b = grid[max(best - 1, 0)], grid[min(best + 1, GRID_POINTS - 1)]
   c, d = b - ratio * (b - a), a + ratio * (b - a)
   fc, fd = nll(math.exp(c)), nll(math.exp(d))
   for _ in range(SEARCH_STEPS):
@@ -79,19 +94,43 @@ def fit_temperature(nll):
   return math.exp(best)
 
 
-def scaled_outputs(label_spec, logits, temperatures):
-  """The head's probabilities (float32) at logits / temperatures (one per output), as
-  the graph of a calibrated head gives them."""
+def scaled_outputs(label_spec, logits, temperatures, dtype=numpy.float32):
+  """The head's probabilities at logits / temperatures (one per output), as the graph of
+  a calibrated head gives them: one row per text, a text's windows' outputs aggregated
+  where logits are WindowLogits."""
+  if isinstance(logits, WindowLogits):
+    return logits.aggregated(scaled_outputs(label_spec, logits.logits, temperatures,
+                                            numpy.float64), dtype)
   z = numpy.asarray(logits, numpy.float64) / numpy.asarray(temperatures, numpy.float64)
   if label_spec.calibrated_by() == "head":
     z = numpy.exp(z - z.max(axis=1, keepdims=True))
-    return (z / z.sum(axis=1, keepdims=True)).astype(numpy.float32)
-  return numpy.exp(_log_sigmoid(z)).astype(numpy.float32)
+    return (z / z.sum(axis=1, keepdims=True)).astype(dtype)
+  return numpy.exp(_log_sigmoid(z)).astype(dtype)
+
+
+def _held_off(p):
+  """Probabilities held off 0 and 1 (by float64's smallest steps), for their logarithms."""
+  return numpy.clip(p, numpy.finfo(numpy.float64).tiny, 1.0 - numpy.finfo(numpy.float64).epsneg)
+
+
+def _window_nll(label_spec, logits, truth, j):
+  """nll(temperature) of the texts' aggregated outputs, logits being WindowLogits: of the
+  true classes (softmax), or of column j against its targets (sigmoid)."""
+  def nll(t):
+    if j is None:
+      p = scaled_outputs(label_spec, logits, [t] * label_spec.num_outputs, numpy.float64)
+      return float(-numpy.mean(numpy.log(_held_off(p[numpy.arange(len(truth)), truth]))))
+    column = WindowLogits(logits.logits[:, j:j + 1], logits.counts, logits.aggregation,
+                          logits.loss)
+    p = _held_off(scaled_outputs(label_spec, column, [t], numpy.float64)[:, 0])
+    return float(-numpy.mean(truth * numpy.log(p) + (1.0 - truth) * numpy.log1p(-p)))
+  return nll
 
 
 def _problems(label_spec, examples, logits):
   """[(name, its suffix in eval_results.json, its dev targets, nll(temperature), ECE of
   outputs)]: what each temperature of the head is fitted to."""
+  windows = isinstance(logits, WindowLogits)
   if label_spec.calibrated_by() == "head":
     index = {name: i for i, name in enumerate(label_spec.classes)}
     truth = numpy.array([index[e.label] for e in examples], numpy.int64)
@@ -100,10 +139,13 @@ def _problems(label_spec, examples, logits):
         return reliability(outputs[:, 1], truth == 1)["expected_calibration_error"]
       return reliability(outputs.max(axis=1), outputs.argmax(axis=1) == truth)[
           "expected_calibration_error"]
-    return [("all classes", "", truth, lambda t: softmax_nll(logits, truth, t), ece)]
+    nll = (_window_nll(label_spec, logits, truth, None) if windows else
+           lambda t: softmax_nll(logits, truth, t))
+    return [("all classes", "", truth, nll, ece)]
   labels = numpy.array([e.label for e in examples], numpy.float64).reshape(len(examples), -1)
   several = label_spec.num_outputs > 1
   return [(name, "_" + name if several else "", labels[:, j],
+           _window_nll(label_spec, logits, labels[:, j], j) if windows else
            lambda t, j=j: sigmoid_nll(logits[:, j], labels[:, j], t),
            lambda outputs, j=j: reliability(outputs[:, j], labels[:, j])[
                "expected_calibration_error"])
@@ -117,8 +159,11 @@ def calibrate(label_spec, examples, logits, where="the dev split"):
   outputs (at the logits themselves) and the log-likelihood of the calibrated ones. A
   column whose dev targets are all one value, or whose fit ends at a bound of the range,
   keeps no temperature (1), and is reported as null."""
-  logits = numpy.asarray(logits, numpy.float64)
-  if len(examples) == 0 or not numpy.isfinite(logits).all():
+  if not isinstance(logits, WindowLogits):
+    logits = numpy.asarray(logits, numpy.float64)
+  if len(logits) != len(examples):
+    raise ValueError("%d rows of logits for %d examples" % (len(logits), len(examples)))
+  if len(examples) == 0 or not numpy.isfinite(getattr(logits, "logits", logits)).all():
     raise NumericFault("--calibrate: the logits of %s are %s: nothing to fit a temperature "
                        "to" % (where, "not all finite numbers" if len(examples) else "none"))
   fitted, figures = {}, {}
@@ -173,7 +218,7 @@ def calibrate_after_eval(evaluator, dev, checkpoint, results, output_dir):
   if earlier != label_spec.temperatures():
     evaluator.forget_dev_outputs()
     if label_spec.thresholds:
-      moved_thresholds(label_spec, earlier)
+      moved_thresholds(label_spec, earlier, dev.windowing and dev.windowing.aggregation)
   figures.update(calibration_errors(label_spec, dev.examples,
                                     evaluator.dev_outputs(dev, checkpoint)))
   results.update(figures)
@@ -186,12 +231,17 @@ def calibrate_after_eval(evaluator, dev, checkpoint, results, output_dir):
                 "divides by the new temperature", exports)
 
 
-def moved_thresholds(label_spec, earlier):
+def moved_thresholds(label_spec, earlier, aggregation=None):
   """Gives label_spec (calibrated anew) the thresholds that decide as its card's did at
   the earlier temperatures (None: none): a threshold p of a sigmoid column, or of a
   binary head's second class, is a logit of T log(p / (1 - p)), the same logit at the new
-  temperature. (--tune_thresholds, when asked, tunes them again after this.)"""
+  temperature. (--tune_thresholds, when asked, tunes them again after this.) The windows'
+  aggregation (None: no windows): the first window's output, or the max, moves with its
+  logit as one window does; a mean of several windows' outputs has no threshold that
+  decides as before, which is refused."""
   from pipeline.thresholds import decisions_of
+  if aggregation == "mean":
+    raise FlagError(MEAN_THRESHOLDS_REFUSED)
   new = label_spec.temperatures() or [1.0] * label_spec.num_outputs
   old = earlier or [1.0] * label_spec.num_outputs
   moved = {}

@@ -8,6 +8,7 @@ import os
 import numpy
 
 from data import fold_assignment as folds_lib
+from data.long_texts import WindowLogits
 from data.data_error import DataError
 from data.files import write_whole
 from data.reread import read_again
@@ -130,7 +131,8 @@ def run_folds(c, run_model):
   if carried and carried.thresholds and not c.training.tune_thresholds:
     processor.label_spec.set_thresholds(carried.thresholds)  # (deciding as they did)
     if c.training.calibrate:
-      calibration.moved_thresholds(processor.label_spec, carried.temperatures())
+      calibration.moved_thresholds(processor.label_spec, carried.temperatures(),
+                                   c.model.doc_stride and c.model.window_aggregation)
   if c.training.tune_thresholds:  # (then the folds' cards and mean predictions use them)
     result.summary["thresholds"] = thresholds.tune_out_of_fold(
         c.training.tune_thresholds, processor.label_spec, examples, oof)
@@ -189,9 +191,11 @@ def calibrate_out_of_fold(label_spec, examples, assignment, runs):
   logits, given to label_spec; each fold's held-out and test outputs become those of its
   logits divided by it (what its graph gives once its card has it). Returns
   (folds_summary.json's "calibration" figures, the out-of-fold outputs in row order)."""
+  texts = in_row_order(runs, assignment, lambda run: run.oof_logits)
+  some = next(iter(runs.values())).oof_logits
   figures = calibration.calibrate(
-      label_spec, examples, numpy.array(in_row_order(runs, assignment,
-                                                     lambda run: run.oof_logits)),
+      label_spec, examples,
+      some.of_texts(texts) if isinstance(some, WindowLogits) else numpy.array(texts),
       where="the out-of-fold predictions")
   temperatures = label_spec.temperatures() or [1.0] * label_spec.num_outputs
   for run in runs.values():

@@ -13,7 +13,7 @@ from modeling.checkpoint import (EARLIER_CHECKPOINT_FIX, checkpoint_global_step,
                                  newest_checkpoint, values_problem)
 from modeling.checkpoint import files_problem as checkpoint_files_problem
 from data.features import label_value
-from data.long_texts import logits_of
+from data.long_texts import WindowLogits, logits_of
 from modeling.metrics import metric_names, metrics_of
 from pipeline import eval_history, stopping
 from pipeline.outputs import paired, write_eval_results, write_test_results
@@ -152,8 +152,9 @@ class Evaluator(object):
     rows are dropped, and a row lost or predicted twice is an error. Batches are taken
     whole (not row by row, which cost more than BERT-Tiny's own computation); a progress
     line every 30 s. logits: (the outputs, the logits) instead. A split of windows
-    (--doc_stride) gives one row per text, its windows aggregated (logits: those of the
-    aggregated outputs)."""
+    (--doc_stride) gives one row per text, its windows aggregated (logits: the windows'
+    own, as data.long_texts.WindowLogits, which a temperature divides before their outputs
+    are aggregated)."""
     total = split.num_examples
     rows = seen = logit_rows = None
     done = 0
@@ -183,7 +184,8 @@ class Evaluator(object):
     check_finite_outputs(rows, split, checkpoint)
     if split.window_counts is not None:
       rows = split.per_text(rows)
-      logit_rows = logits_of(rows, self.label_spec.loss) if logits else None
+      logit_rows = WindowLogits(logit_rows, split.window_counts, split.windowing.aggregation,
+                                self.label_spec.loss) if logits else None
     return (rows, logit_rows) if logits else rows
 
 

@@ -272,3 +272,139 @@ def test_a_run_fits_on_the_dev_logits_and_its_graph_reads_by_the_fit(jigsaw_mode
   assert again["temperature"] == pytest.approx(temperature, rel=1e-4)
   assert again["loss"] == pytest.approx(results["nll_calibrated"], rel=1e-4)
   assert again["nll_uncalibrated"] == pytest.approx(results["nll_uncalibrated"], rel=1e-4)
+
+
+def _aggregated_by_hand(p, counts, aggregation, softmax):
+  """Each text's row of its windows' outputs p (counts windows per text, in order): their
+  mean, the first's, or the max (a softmax head's window most likely of its second class,
+  the first of equal ones; a sigmoid head's max per column)."""
+  rows, start = [], 0
+  for k in counts:
+    windows = p[start:start + k]
+    start += k
+    if aggregation == "mean":
+      rows.append(windows.mean(axis=0))
+    elif aggregation == "first":
+      rows.append(windows[0])
+    elif softmax:
+      rows.append(windows[int(np.argmax(windows[:, 1]))])
+    else:
+      rows.append(windows.max(axis=0))
+  return np.array(rows)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2 ** 31 - 1), st.sampled_from(["mean", "max", "first"]),
+       st.booleans())
+def test_with_windows_the_fit_minimises_the_log_loss_of_the_texts_aggregated_outputs(
+    seed, aggregation, softmax):
+  """Windows (--doc_stride): the temperature divides each window's logits, and the fit
+  minimises the log-loss of the texts' outputs aggregated by hand (scipy's bounded
+  minimiser about the best point of a fine grid: a mean of windows need not be convex
+  in 1/T); the calibrated outputs are those aggregated at it. With first, or a max, it is
+  the fit of the one window each text reads."""
+  from collections import namedtuple
+  from scipy.optimize import minimize_scalar
+  from data.long_texts import WindowLogits
+  rng = np.random.RandomState(seed)
+  counts = rng.randint(1, 5, 120)
+  logits = rng.normal(0, 2.5, (int(counts.sum()), 2))
+  Example = namedtuple("Example", "label")
+  if softmax:
+    spec, loss = SingleLabel(["y"], ["0", "1"]), "softmax_cross_entropy"
+    truth = (rng.rand(120) < 0.4).astype(int)
+    logits[:, 1] += 1.5 * np.repeat(truth, counts)  # (some signal)
+    examples = [Example(str(t)) for t in truth]
+    targets = truth
+  else:
+    spec, loss = MultiLabel(["a", "b"]), "sigmoid_cross_entropy"
+    targets = (rng.rand(120, 2) < 0.4).astype(float)
+    logits += 1.5 * np.repeat(targets, counts, axis=0)
+    examples = [Example(tuple(t)) for t in targets]
+  logits = logits.astype(np.float32).astype(np.float64)  # (the graph's logits are float32)
+  windows = WindowLogits(logits, counts, aggregation, loss)
+  figures = calibration.calibrate(spec, examples, windows)
+
+  def texts_at(t):
+    z = logits / t
+    p = _softmax(z) if softmax else np.exp(-np.logaddexp(0.0, -z))
+    return _aggregated_by_hand(p, counts, aggregation, softmax)
+
+  def nll(u, j):
+    p = np.clip(texts_at(np.exp(u)), 1e-300, 1 - 1e-16)
+    if softmax:
+      return -np.mean(np.log(p[np.arange(120), truth]))
+    return -np.mean(targets[:, j] * np.log(p[:, j]) + (1 - targets[:, j]) * np.log(1 - p[:, j]))
+  grid = np.linspace(np.log(0.01), np.log(100.0), 2001)
+  for j, suffix in ([(None, "")] if softmax else [(0, "_a"), (1, "_b")]):
+    assert figures["nll_uncalibrated" + suffix] == pytest.approx(nll(0.0, j), rel=1e-9)
+    best = grid[int(np.argmin([nll(u, j) for u in grid]))]
+    reference = minimize_scalar(lambda u: nll(u, j), bounds=(max(best - 0.005, grid[0]),
+                                                             min(best + 0.005, grid[-1])),
+                                method="bounded", options={"xatol": 1e-11})
+    fitted = figures["temperature" + suffix]
+    if min(abs(reference.x - grid[[0, -1]])) < 0.01:
+      assert fitted is None
+      continue
+    assert fitted == pytest.approx(np.exp(reference.x), rel=1e-4)
+    assert figures["nll_calibrated" + suffix] <= reference.fun + 1e-12
+  temperatures = spec.temperatures() or [1.0, 1.0]
+  if not softmax:
+    expected = np.column_stack([_aggregated_by_hand(
+        1 / (1 + np.exp(-logits[:, j:j + 1] / temperatures[j])), counts, aggregation,
+        False)[:, 0] for j in range(2)])
+  else:
+    expected = texts_at(temperatures[0])
+  np.testing.assert_allclose(calibration.scaled_outputs(spec, windows, temperatures),
+                             expected, atol=1e-6)
+  if aggregation != "mean":  # (first, or max: the one window each text reads)
+    one = np.array([w[0] if aggregation == "first" else
+                    (w[int(np.argmax(w[:, 1] - w[:, 0]))] if softmax else w.max(axis=0))
+                    for w in windows])
+    plain = type(spec)(*([["y"], ["0", "1"]] if softmax else [["a", "b"]]))
+    calibration.calibrate(plain, examples, one)
+    assert plain.temperatures() == pytest.approx(spec.temperatures(), rel=1e-6) if (
+        spec.temperatures()) else plain.temperatures() is None
+
+
+def test_thresholds_follow_a_new_temperature_through_one_window_but_not_a_mean():
+  """A card's thresholds move with a new temperature and decide every text as before
+  where a text's output is one window's (first, max); through a mean no threshold does,
+  which is refused, before any work when the card says so."""
+  from data.long_texts import WindowLogits
+  from pipeline.checks import check_windows
+  from spec.config import RunConfig
+  rng = np.random.RandomState(4)
+  counts = rng.randint(1, 5, 300)
+  logits = rng.normal(0, 3, (int(counts.sum()), 2))
+  for aggregation in ("first", "max"):
+    windows = WindowLogits(logits, counts, aggregation, "sigmoid_cross_entropy")
+    spec = MultiLabel(["a", "b"])
+    spec.set_temperature({"a": 2.0, "b": 0.7})
+    spec.set_thresholds({"a": 0.3, "b": 0.8})
+    before = calibration.scaled_outputs(spec, windows, spec.temperatures())
+    decided = [spec.result(["a", "b"], row)["labels"] for row in before.tolist()]
+    earlier = spec.temperatures()
+    spec.set_temperature({"a": 0.5, "b": 1.9})
+    calibration.moved_thresholds(spec, earlier, aggregation)
+    after = calibration.scaled_outputs(spec, windows, spec.temperatures())
+    assert [spec.result(["a", "b"], row)["labels"] for row in after.tolist()] == decided
+  with pytest.raises(FlagError) as error:
+    calibration.moved_thresholds(spec, earlier, "mean")
+  assert str(error.value) == calibration.MEAN_THRESHOLDS_REFUSED == (
+      "--calibrate would move the model card's tuned thresholds to the new temperature so "
+      "that they decide as before, and no threshold does that for windows aggregated by "
+      "their mean: add --tune_thresholds to tune them again at the new temperature")
+  spec = SingleLabel(["y"], ["0", "1"])
+  spec.set_thresholds({"1": 0.4})
+  for calibrate, tune, aggregation, refused in (
+      (True, None, "mean", True), (True, "f1", "mean", False), (True, None, "max", False),
+      (False, None, "mean", False)):
+    c = RunConfig(doc_stride=8, window_aggregation=aggregation, calibrate=calibrate,
+                  tune_thresholds=tune)
+    if refused:
+      with pytest.raises(FlagError) as error:
+        check_windows(c, spec, reads_pairs=False)
+      assert str(error.value) == calibration.MEAN_THRESHOLDS_REFUSED
+    else:
+      check_windows(c, spec, reads_pairs=False)

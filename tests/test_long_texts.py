@@ -224,7 +224,7 @@ def test_a_run_with_windows_trains_evaluates_predicts_and_exports_one_row_per_te
   result, log = run_with_log(RunConfig(
       init_checkpoint=tiny_checkpoint, output_dir=output_dir, do_train=True, do_eval=True,
       do_predict=True, do_export=True, doc_stride=10, window_aggregation=aggregation,
-      class_weights=("balanced",), train_fraction=0.5 if aggregation == "mean" else 1.0,
+      calibrate=True, class_weights=("balanced",), train_fraction=0.5 if aggregation == "mean" else 1.0,
       **dict(TINY_JIGSAW_RUN, max_seq_length=16, num_train_steps=4)))
   train = everything = pandas.read_csv(os.path.join(JIGSAW, "train.csv"))
   dev = pandas.read_csv(os.path.join(JIGSAW, "valid.csv"))
@@ -260,6 +260,11 @@ def test_a_run_with_windows_trains_evaluates_predicts_and_exports_one_row_per_te
         predictor._session, ["serve"], predictor.export_dir).signature_def
     dev_outputs = np.array(predictor.predict_outputs(
         [InputExample(i, t) for i, t in enumerate(dev.comment_text)]))
+    # Each dev window as a text of its own: its outputs at the card's temperature T, so
+    # T log p are its logits (up to a constant that softmax ignores).
+    dev_windows = [splitter.texts(t) for t in dev.comment_text]
+    window_outputs = np.array(predictor.predict_outputs(
+        [InputExample(i, w) for i, w in enumerate(sum(dev_windows, []))]), np.float64)
     test = pandas.read_csv(os.path.join(JIGSAW, "test.csv"))
     examples = [InputExample(i, t) for i, t in enumerate(test.comment_text)]
     test_outputs = np.array(predictor.predict_outputs(examples))
@@ -275,12 +280,39 @@ def test_a_run_with_windows_trains_evaluates_predicts_and_exports_one_row_per_te
         "request (the model reads long texts in windows of 14 tokens): send shorter texts "
         "or fewer of them (or start it with a larger --max_windows)" % (test_windows - 1))
   results = json.load(open(os.path.join(output_dir, "eval_results.json")))
+  temperature = results["temperature"]
+  assert json.load(open(os.path.join(output_dir, "model_card.json")))["label_spec"][
+      "temperature"] == temperature
+  window_logits = temperature * np.log(window_outputs)
+  owner = np.repeat(np.arange(len(dev)), [len(w) for w in dev_windows])
+
+  def by_hand(t):
+    """The texts' outputs at temperature t: each window's softmax, then the windows'
+    mean, or the window most likely toxic (the first of equal ones)."""
+    z = np.exp(window_logits / t - (window_logits / t).max(axis=1, keepdims=True))
+    p = z / z.sum(axis=1, keepdims=True)
+    return np.array([p[owner == k].mean(axis=0) if aggregation == "mean" else
+                     p[owner == k][np.argmax(p[owner == k][:, 1])] for k in range(len(dev))])
   y = dev.toxic.values
+  # The evaluation's metrics are of the model before the temperature; its predictions,
+  # through the card's graph, at it; the temperature minimises the log-loss of the texts'
+  # aggregated outputs (scipy's bounded minimiser about the best point of a fine grid).
+  at_one = by_hand(1.0)
   assert results["num_examples"] == len(dev) == 25
   assert results["global_step"] == 4
-  assert results["auc"] == pytest.approx(sk.roc_auc_score(y, dev_outputs[:, 1]), abs=1e-5)
-  assert results["loss"] == pytest.approx(sk.log_loss(y, dev_outputs[:, 1]), rel=1e-4)
-  assert results["accuracy"] == pytest.approx(sk.accuracy_score(y, dev_outputs.argmax(1)))
+  assert results["auc"] == pytest.approx(sk.roc_auc_score(y, at_one[:, 1]), abs=1e-5)
+  assert results["loss"] == pytest.approx(sk.log_loss(y, at_one[:, 1]), rel=1e-4)
+  assert results["nll_uncalibrated"] == pytest.approx(results["loss"], rel=1e-4)
+  assert results["accuracy"] == pytest.approx(sk.accuracy_score(y, at_one.argmax(1)))
+  np.testing.assert_allclose(dev_outputs, by_hand(temperature), atol=2e-5)
+  from scipy.optimize import minimize_scalar
+  nll = lambda u: sk.log_loss(y, by_hand(np.exp(u))[:, 1])
+  grid = np.linspace(np.log(0.01), np.log(100.0), 801)
+  best = grid[int(np.argmin([nll(u) for u in grid]))]
+  reference = minimize_scalar(nll, bounds=(best - 0.02, best + 0.02), method="bounded",
+                              options={"xatol": 1e-9})
+  assert temperature == pytest.approx(np.exp(reference.x), rel=1e-3)
+  assert results["nll_calibrated"] == pytest.approx(reference.fun, rel=1e-4)
   with open(os.path.join(output_dir, "test_results.tsv")) as f:
     rows = list(csv.reader(f, delimiter="\t"))[1:]
   assert [r[0] for r in rows] == list(test.id)
@@ -301,21 +333,26 @@ def test_a_run_with_windows_trains_evaluates_predicts_and_exports_one_row_per_te
 def test_k_fold_with_windows_gives_one_out_of_fold_row_per_text(tmp_path, tiny_checkpoint):
   """Folds of texts (each text's windows in its fold): oof_predictions.tsv has every train
   text once, in file order, each fold's eval counts its texts, and the folds' mean
-  predictions are one row per test text."""
+  predictions are one row per test text. --calibrate fits one temperature on every
+  text's out-of-fold windows, which every fold's card keeps."""
   import pandas
   output_dir = str(tmp_path / "cv")
   run_flags(*common_flags(tiny_checkpoint, output_dir) + [
       "--num_folds=2", "--do_train", "--do_predict", "--num_train_steps=2",
-      "--max_seq_length=16", "--doc_stride=10"])
+      "--max_seq_length=16", "--doc_stride=10", "--calibrate"])
   train = pandas.read_csv(os.path.join(JIGSAW, "train.csv"))
   with open(os.path.join(output_dir, "oof_predictions.tsv")) as f:
     oof = list(csv.DictReader(f, delimiter="\t"))
   assert [r["id"] for r in oof] == list(train.id)
   summary = json.load(open(os.path.join(output_dir, "folds_summary.json")))
+  temperature = summary["calibration"]["temperature"]
+  assert 0.01 < temperature < 100
   for i in range(2):
     results = json.load(open(os.path.join(output_dir, "fold_%d" % i, "eval_results.json")))
     assert results["num_examples"] == summary["fold_sizes"][i] == sum(
         1 for r in oof if r["fold"] == str(i))
+    card = json.load(open(os.path.join(output_dir, "fold_%d" % i, "model_card.json")))
+    assert card["label_spec"]["temperature"] == temperature
   with open(os.path.join(output_dir, "test_results.tsv")) as f:
     assert [r["id"] for r in csv.DictReader(f, delimiter="\t")] == list(
         pandas.read_csv(os.path.join(JIGSAW, "test.csv")).id)
@@ -329,13 +366,7 @@ def test_windows_are_refused_where_they_are_not_built(tmp_path, tiny_checkpoint)
   davidson = ["--task_name=csv", "--train_file=" + os.path.join(
       SAMPLES, "davidson_hate_offensive", "labeled_data.csv"), "--text_column=tweet",
               "--label_column=class"]
-  not_built = ("--doc_stride=8 (windows over long texts) cannot be used with %s: that is "
-               "not built. Drop one of the two")
   for extra, message in (
-      (["--do_eval", "--calibrate"],
-       not_built % "--calibrate (a temperature fitted on windows aggregated)"),
-      (["--num_folds=2", "--calibrate"],
-       not_built % "--calibrate (a temperature fitted on windows aggregated)"),
       (mrpc, "--doc_stride windows single texts, and this task reads pairs of texts "
              "(text_b): drop --doc_stride"),
       (davidson + ["--window_aggregation=max"],

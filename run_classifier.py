@@ -116,7 +116,7 @@ def run_model(c, fold=None, cluster=None, write_summary=True):
       card.apply_card_reading(found_card, label_spec)
   thresholds.check_head(label_spec, c.training.tune_thresholds)
   calibration.check_head(label_spec, c.training.calibrate)
-  checks.check_windows(c, label_spec, processor.reads_pairs)
+  checks.check_windows(c, label_spec)
   eval_report.check_head(label_spec, c.outputs.eval_report)
   tokenizer, vocab_file = build.make_tokenizer(c.model)
   log.info("task %s: %s", processor.name, label_spec.describe())

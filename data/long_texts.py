@@ -7,7 +7,8 @@ neighbours overlap by about max_seq_length - 2 - doc_stride tokens and no token 
 out. Each window is an
 example carrying its text's label, guid and extras, and a window_weight of 1/k (k
 windows), so a long text weighs in training as much as a short one. A text that fits is
-one window, unchanged.
+one window, unchanged. A pair of texts that does not fit keeps its shorter text in
+every window and splits the longer (WindowSplitter.windows_of).
 
 A window's text is the text itself from its first word to its last, verbatim (words as
 the basic tokenizer splits them: on whitespace, punctuation and CJK characters), so the
@@ -29,11 +30,6 @@ import numpy
 from data.tokenization import _char_class
 from spec.model_card import WINDOW_AGGREGATIONS as AGGREGATIONS
 from spec.run_errors import FlagError
-
-
-# Why windows refuse pairs of texts (the run's check, and the splitter's own).
-PAIRS_REFUSED = ("--doc_stride windows single texts, and this task reads pairs of texts "
-                 "(text_b): drop --doc_stride")
 
 
 def max_problem(loss, num_outputs):
@@ -86,11 +82,35 @@ class WindowSplitter(object):
     self._word_lengths = {}
     self._classes = {}
 
-  def texts(self, text):
-    """The texts of text's windows, in order (one, text itself, when it fits)."""
-    room = self.windowing.room
+  def texts(self, text, room=None):
+    """The texts of text's windows of room tokens (default: the windowing's), in order
+    (one, text itself, when it fits)."""
+    room = self.windowing.room if room is None else room
     if len(self.tokenizer.encode(text)) <= room:
       return [text]
+    return self._split(text, room)
+
+  def windows_of(self, example):
+    """[(text_a, text_b)] of an example's windows, in order (text_b None for a single
+    text). A pair (text_b) shares the room with the separator between its texts: one
+    token less. A pair that does not fit keeps its shorter text (the first of equal ones)
+    whole in every window, up to half the room (the featuriser cuts it to that, as
+    Google's rule cuts a pair), and splits the longer into windows of the room left."""
+    if example.text_b is None:
+      return [(text, None) for text in self.texts(example.text_a)]
+    room = self.windowing.room - 1
+    a, b = example.text_a, example.text_b
+    length_a, length_b = len(self.tokenizer.encode(a)), len(self.tokenizer.encode(b))
+    if length_a + length_b <= room:
+      return [(a, b)]
+    # (the shorter keeps up to half the room, rounded up: Google's rule, cutting the
+    # longer of the two a token at a time, then cuts only the shorter text, never a window)
+    half = (room + 1) // 2
+    if length_b > length_a:
+      return [(a, window) for window in self._split(b, room - min(length_a, half))]
+    return [(window, b) for window in self._split(a, room - min(length_b, half))]
+
+  def _split(self, text, room):
     bounds = self.word_bounds(text)
     lengths = [self._length(text[start:end]) for start, end in bounds]
     return [text[bounds[first][0]:bounds[last - 1][1]]
@@ -134,18 +154,16 @@ class WindowSplitter(object):
     """Each example's windows as examples (window_weight 1/k), in order; counts gets each
     example's number of windows appended as it is read."""
     for example in examples:
-      if example.text_b is not None:
-        raise FlagError(PAIRS_REFUSED)
-      texts = self.texts(example.text_a)
-      counts.append(len(texts))
-      for i, text in enumerate(texts):
-        yield window_example(example, text, 1.0 / len(texts), i == 0)
+      windows = self.windows_of(example)
+      counts.append(len(windows))
+      for i, (text_a, text_b) in enumerate(windows):
+        yield window_example(example, text_a, text_b, 1.0 / len(windows), i == 0)
 
 
-def window_example(example, text, weight, start):
-  """example with text_a = text, window_weight = weight and window_start = start (whether
-  it is its text's first window); its other fields shared."""
-  window = type(example)(example.guid, text, None, example.label, example.extras)
+def window_example(example, text_a, text_b, weight, start):
+  """example with text_a and text_b (a window's), window_weight = weight and window_start
+  = start (whether it is its text's first window); its other fields shared."""
+  window = type(example)(example.guid, text_a, text_b, example.label, example.extras)
   window.window_weight, window.window_start = weight, start
   return window
 

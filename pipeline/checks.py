@@ -6,7 +6,7 @@ import os
 import tensorflow.compat.v1 as tf
 
 from data import fast_tokenization
-from data.long_texts import PAIRS_REFUSED, max_problem
+from data.long_texts import max_problem
 from pipeline.calibration import MEAN_THRESHOLDS_REFUSED
 from data.processors import processor_class
 from modeling.checkpoint import files_problem as checkpoint_files_problem
@@ -137,19 +137,16 @@ def check_calibration(training, modes):
     raise FlagError("--calibrate fits the temperature on the dev split: add --do_eval")
 
 
-def check_windows(c, label_spec, reads_pairs):
-  """--doc_stride (given, or the model card's) with what windows are not built for, on
-  pairs of texts, or max over a softmax head of more than two classes, and --calibrate
-  that would move the card's thresholds through a mean of windows: refused before any
-  work."""
+def check_windows(c, label_spec):
+  """--doc_stride (given, or the model card's) with what windows are not built for, max
+  over a softmax head of more than two classes, and --calibrate that would move the
+  card's thresholds through a mean of windows: refused before any work."""
   model, training = c.model, c.training
   if not model.doc_stride:
     return
   if (training.calibrate and label_spec.thresholds and not training.tune_thresholds and
       model.window_aggregation == "mean"):
     raise FlagError(MEAN_THRESHOLDS_REFUSED)
-  if reads_pairs:
-    raise FlagError(PAIRS_REFUSED)
   problem = model.window_aggregation == "max" and max_problem(label_spec.loss,
                                                               label_spec.num_outputs)
   if problem:

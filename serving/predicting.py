@@ -230,7 +230,7 @@ class ExportPredictor(object):
       return len(examples)
     splitter, total = WindowSplitter(self.windowing, self.tokenizer), 0
     for example in examples:
-      total += len(splitter.texts(example.text_a))
+      total += len(splitter.windows_of(example))
       if total > limit:
         break
     return total

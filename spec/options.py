@@ -180,7 +180,8 @@ class ModelOptions(object):
       "such text is split into windows of whole words, of up to max_seq_length - 2 tokens, "
       "one starting every doc_stride tokens; every window trains with its text's label and "
       "1/k of its weight, and eval and predict aggregate the windows' outputs into one row "
-      "per text (--window_aggregation). 0: no windows. Single texts only.",
+      "per text (--window_aggregation). A pair of texts keeps its shorter text in every "
+      "window and splits the longer. 0: no windows.",
       check=lambda value: None if value >= 0 else "must be 0 (no windows) or more")
   window_aggregation: str = option(
       "mean", "How a text's windows' outputs become its own (--doc_stride): their mean, "

@@ -404,7 +404,7 @@ def test_thresholds_follow_a_new_temperature_through_one_window_but_not_a_mean()
                   tune_thresholds=tune)
     if refused:
       with pytest.raises(FlagError) as error:
-        check_windows(c, spec, reads_pairs=False)
+        check_windows(c, spec)
       assert str(error.value) == calibration.MEAN_THRESHOLDS_REFUSED
     else:
-      check_windows(c, spec, reads_pairs=False)
+      check_windows(c, spec)

@@ -119,10 +119,57 @@ def test_a_text_s_windows_carry_its_label_guid_and_a_share_of_its_weight():
   assert [(w.guid, w.label, w.extras, w.window_weight, w.window_start) for w in windows] == [
       ("a", "1", {"x": 1}, 1 / 3, True), ("a", "1", {"x": 1}, 1 / 3, False),
       ("a", "1", {"x": 1}, 1 / 3, False), ("b", "0", {}, 1.0, True)]
-  with pytest.raises(FlagError) as error:
-    list(splitter.examples([InputExample("c", "one", "two")], []))
-  assert str(error.value) == ("--doc_stride windows single texts, and this task reads pairs "
-                              "of texts (text_b): drop --doc_stride")
+  # A pair keeps its shorter text whole in each window and splits the longer.
+  pair = InputExample("c", "the cat runs the cat runs the cat", "short", label="1")
+  pairs = list(splitter.examples([pair, InputExample("d", "short", "cat", label="0")],
+                                 counts))
+  assert counts[2:] == [4, 1]  # (the pair's 3 tokens: "short" 1, each window 2)
+  assert [(w.text_a, w.text_b, w.window_weight) for w in pairs[:4]] == [
+      ("the cat", "short", 1 / 4), ("runs the", "short", 1 / 4),
+      ("cat runs", "short", 1 / 4), ("the cat", "short", 1 / 4)]
+  assert (pairs[-1].text_a, pairs[-1].text_b, pairs[-1].window_weight) == ("short", "cat", 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(WORDS), min_size=1, max_size=40),
+       st.lists(st.sampled_from(WORDS), min_size=1, max_size=40), st.integers(4, 24),
+       st.data(), st.booleans())
+def test_a_pair_s_windows_keep_the_shorter_text_and_split_the_longer_whole(
+    words_a, words_b, room, data, lower):
+  """A pair that fits is one window. One that does not: each window's featurised ids are
+  [CLS] the shorter text's first tokens (all of them, or at least half the room) [SEP] a
+  window's ids, exactly the longer text's from its first word to its last (never cut)
+  [SEP], within max_seq_length; the windows are the longer text's windows of the room left,
+  which cover its tokens in order; the shorter text keeps its place (text_a or text_b)."""
+  from data.features import convert_example
+  stride = data.draw(st.integers(1, room))
+  a, b = " ".join(words_a), " ".join(words_b)
+  for tokenizer in tokenizers(lower):
+    splitter = WindowSplitter(Windowing(stride, "mean", room + 2), tokenizer)
+    ids_a, ids_b = tokenizer.encode(a), tokenizer.encode(b)
+    windows = splitter.windows_of(InputExample("p", a, b))
+    if len(ids_a) + len(ids_b) <= room - 1:
+      assert windows == [(a, b)]
+      continue
+    long_is_b = len(ids_b) > len(ids_a)
+    short, long_text = (ids_a, b) if long_is_b else (ids_b, a)
+    half = (room - 1 + 1) // 2  # (of the pair's room, rounded up)
+    kept = short[:half]
+    assert [w[1] if long_is_b else w[0] for w in windows] == splitter.texts(
+        long_text, room - 1 - len(kept))
+    assert all((w[0] if long_is_b else w[1]) == (a if long_is_b else b) for w in windows)
+    cls, sep = [tokenizer.vocab["[CLS]"]], [tokenizer.vocab["[SEP]"]]
+    for window in windows:
+      feature = convert_example(InputExample("p", window[0], window[1]), 0,
+                                SingleLabel(["y"], ["0", "1"]), room + 2, tokenizer)
+      part = tokenizer.encode(window[1] if long_is_b else window[0])
+      ids = list(feature.token_ids)
+      assert len(ids) <= room + 2
+      if len(part) + len(kept) <= room - 1:  # (else one word longer than the room left)
+        # (a last window shorter than the rest leaves the shorter text more of the room)
+        kept_here = short[:room - 1 - len(part)]
+        assert ids == (cls + kept_here + sep + part + sep if long_is_b else
+                       cls + part + sep + kept_here + sep)
 
 
 @settings(max_examples=50, deadline=None)
@@ -359,16 +406,49 @@ def test_k_fold_with_windows_gives_one_out_of_fold_row_per_text(tmp_path, tiny_c
 
 
 @pytest.mark.one_runtime("tf1")
+def test_pairs_with_windows_give_one_row_per_pair_as_the_predictor_and_server_count(
+    tmp_path, tiny_checkpoint):
+  """MRPC's sample at max_seq_length 20: most pairs do not fit, and each is read in
+  windows of its longer sentence beside the shorter. eval_results and test_results are
+  one row per pair, in the file's order, equal to the Predictor's windows of the same
+  pairs; the server counts the windows the run did."""
+  import pandas
+  from serving.predictor import Predictor
+  output_dir = str(tmp_path / "mrpc")
+  mrpc = os.path.join(SAMPLES, "glue", "MRPC")
+  from spec.config import RunConfig
+  _, log = run_with_log(RunConfig(
+      init_checkpoint=tiny_checkpoint, output_dir=output_dir, do_train=True, do_eval=True,
+      do_predict=True, do_export=True, doc_stride=6, **dict(
+          TINY_JIGSAW_RUN, task_name="mrpc", data_dir=mrpc, max_seq_length=20,
+          num_train_steps=2)))
+  test = pandas.read_csv(os.path.join(mrpc, "msr_paraphrase_test.txt"), sep="\t",
+                         quoting=csv.QUOTE_NONE, encoding="utf-8-sig", dtype=str)
+  examples = [InputExample(i, a, b) for i, (a, b) in enumerate(
+      zip(test["#1 String"], test["#2 String"]))]
+  splitter = WindowSplitter(Windowing(6, "mean", 20), FullTokenizer(TINY_VOCAB, True))
+  windows = sum(len(splitter.windows_of(e)) for e in examples)
+  assert windows > 2 * len(examples)
+  assert "test: %d texts in %d windows (--doc_stride=6)" % (len(examples), windows) in log
+  results = json.load(open(os.path.join(output_dir, "eval_results.json")))
+  assert results["num_examples"] == len(examples)
+  with open(os.path.join(output_dir, "test_results.tsv")) as f:
+    rows = list(csv.reader(f, delimiter="\t"))[1:]
+  assert len(rows) == len(examples)
+  with Predictor(output_dir) as predictor:
+    assert predictor.count_windows(examples, 10 ** 6) == windows
+    outputs = np.array(predictor.predict_outputs(examples))
+  np.testing.assert_allclose([[float(v) for v in r[1:3]] for r in rows], outputs, atol=1e-5)
+
+
+@pytest.mark.one_runtime("tf1")
 def test_windows_are_refused_where_they_are_not_built(tmp_path, tiny_checkpoint):
   base = common_flags(tiny_checkpoint, str(tmp_path / "out")) + [
       "--num_train_steps=1", "--doc_stride=8", "--do_train"]
-  mrpc = ["--task_name=mrpc", "--data_dir=" + os.path.join(SAMPLES, "glue", "MRPC")]
   davidson = ["--task_name=csv", "--train_file=" + os.path.join(
       SAMPLES, "davidson_hate_offensive", "labeled_data.csv"), "--text_column=tweet",
               "--label_column=class"]
   for extra, message in (
-      (mrpc, "--doc_stride windows single texts, and this task reads pairs of texts "
-             "(text_b): drop --doc_stride"),
       (davidson + ["--window_aggregation=max"],
        "--window_aggregation=max takes a softmax head's window most likely of its second "
        "class, and this head has 3 classes: use mean or first"),

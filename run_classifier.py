@@ -87,6 +87,10 @@ def run(c, cluster=None):
                               holds=trains_here):
     if c.model.saved_model:
       return export_run.predict_with_export(c)
+    c, precision, slower = build.with_chosen_precision(c, cluster)  # (bfloat16 where it pays)
+    log.info(precision)
+    if slower:
+      log.warning(slower)
     if c.training.num_folds:
       return cross_validation.run_folds(c, run_model)
     return run_model(c, cluster=cluster)

@@ -16,6 +16,7 @@ from modeling.bert import BertConfig, BertConfigError
 from modeling.checkpoint import encoder_problem
 from modeling.estimator import BatchSplitError, build_estimator
 from modeling.model_fn import ModelSettings, model_fn_builder
+from pipeline import machine
 from spec.run_errors import FlagError
 from spec.model_card import CardError
 
@@ -166,6 +167,50 @@ def model_fn_of(model, training, device, summary_dir, bert_config, label_spec,
       xla_global_step_fix=device.use_xla and not serving,
       summary_dir=summary_dir, save_summary_steps=training.save_summary_steps,
       fused_kernels=fused_kernels and not serving, classifier_dropout=model.classifier_dropout))
+
+
+def with_chosen_precision(c, cluster=None, instructions=None, tf_version=None, gpus=None,
+                          environ=None):
+  """(c, the log line of the precision the encoder computes in, and a warning or None).
+  Where --use_bf16 is not given, a CPU whose matmul units take bfloat16 (AVX512_BF16 or
+  AMX, machine.bf16_instructions) on a runtime that computes in them (TF 2's oneDNN)
+  trains and predicts in bfloat16, float32 master weights and loss: c then has
+  use_bf16 set. Not beside a GPU or an option that computes otherwise (--use_tpu,
+  --use_fp16, --use_xla, --fused_kernels=on, a hub encoder). A given --use_bf16 on a CPU
+  that would emulate bfloat16 runs, with a warning that it is slower than float32. Not
+  chosen in a cluster (cluster: its TF_CONFIG), whose machines may differ.
+  instructions, tf_version, gpus, environ: what this machine has, found when None."""
+  device = c.device
+  if device.use_tpu:
+    return c, "encoder precision on the TPU: %s (%s)" % (
+        device.precision(), "--use_bf16" if device.use_bf16 else "no --use_bf16"), None
+  if device.use_fp16:
+    return c, "encoder precision: float16 (--use_fp16)", None
+  instructions = machine.bf16_instructions() if instructions is None else instructions
+  units = ", ".join(i.upper() for i in instructions)
+  problem = machine.onednn_problem(tf.__version__ if tf_version is None else tf_version,
+                                   environ)
+  if device.use_bf16:
+    slow = ("this CPU has no bfloat16 matmul instructions (%s)" % ", ".join(
+        f.upper() for f in machine.BF16_FLAGS) if not instructions else problem)
+    return c, "encoder precision: bfloat16 (--use_bf16)", slow and (
+        "--use_bf16 on this CPU: %s, so bfloat16 is emulated and slower than float32 "
+        "(it trains in bfloat16 all the same)" % slow)
+  obstacle = ("--use_bf16=false" if "use_bf16" in c.given else
+              "this CPU has no bfloat16 matmul instructions" if not instructions else
+              problem or ("--use_xla" if device.use_xla else
+                          "--fused_kernels=on" if device.fused_kernels == "on" else
+                          "--bert_hub_module_handle" if c.model.bert_hub_module_handle
+                          else "a cluster (TF_CONFIG)" if cluster is not None else None))
+  if obstacle is None:
+    if gpus is None:
+      gpus = tf.config.experimental.list_physical_devices("GPU")
+    obstacle = "a GPU that TensorFlow sees" if gpus else None
+  if obstacle:
+    return c, "encoder precision: float32 (%s)" % obstacle, None
+  return c.replace(use_bf16=True), (
+      "encoder precision: bfloat16, chosen: this CPU has %s and TensorFlow computes in it "
+      "(float32 master weights and loss; --use_bf16=false keeps float32)" % units), None
 
 
 def fused_kernel_obstacles(model, training, device, cluster=None):

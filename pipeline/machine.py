@@ -29,6 +29,34 @@ def cpu_model():
   return platform.processor() or platform.machine()
 
 
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo's flags of bfloat16 matmul units
+
+
+def bf16_instructions(cpuinfo="/proc/cpuinfo"):
+  """The CPU's bfloat16 matrix-multiply instructions (of BF16_FLAGS) that cpuinfo lists;
+  none where it lists none (or there is no such file)."""
+  try:
+    with open(cpuinfo) as f:
+      flags = next((line.split(":", 1)[1].split() for line in f
+                    if line.startswith("flags")), [])
+  except OSError:
+    return []
+  return [flag for flag in BF16_FLAGS if flag in flags]
+
+
+def onednn_problem(tf_version, environ=None):
+  """Why this runtime's CPU kernels do not compute bfloat16 matmuls in bfloat16, or None:
+  TF 1.15's wheel has no oneDNN (its CPU kernels convert bfloat16 to float32 and back),
+  and TF 2's oneDNN kernels are off where TF_ENABLE_ONEDNN_OPTS=0."""
+  environ = os.environ if environ is None else environ
+  if int(tf_version.split(".")[0]) < 2:
+    return ("TF %s's CPU kernels have no oneDNN: they convert bfloat16 to float32 and back"
+            % tf_version)
+  if environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip().lower() in ("0", "false"):
+    return "TF_ENABLE_ONEDNN_OPTS=0 turns TensorFlow's oneDNN kernels off"
+  return None
+
+
 def describe_cpu():
   """{"kind": "CPU", "count": cores, "description": "<model>, <cores> cores"}."""
   return {"kind": "CPU", "count": os.cpu_count(),

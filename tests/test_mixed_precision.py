@@ -85,3 +85,105 @@ def test_float16_encoder_is_close_to_float32():
       a, b = session.run([full.get_sequence_output(), half.get_sequence_output()])
   np.testing.assert_allclose(b, a, atol=3e-2)
   assert np.abs(a - b).max() > 0  # really computed in half precision
+
+
+def test_bf16_instructions_are_read_from_the_cpu_s_flags(tmp_path):
+  from pipeline.machine import bf16_instructions
+  info = tmp_path / "cpuinfo"
+  info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f amx_bf16 avx512_bf16\n"
+                  "processor\t: 1\nflags\t\t: fpu\n")
+  assert bf16_instructions(str(info)) == ["avx512_bf16", "amx_bf16"]
+  info.write_text("flags\t\t: fpu avx2 avx512f avx512_bf16x\n")
+  assert bf16_instructions(str(info)) == []
+  assert bf16_instructions(str(tmp_path / "none")) == []
+
+
+def test_bfloat16_is_chosen_on_a_cpu_that_computes_in_it_unless_told_otherwise():
+  """Each case: what the machine has and what was given -> the precision and the log."""
+  from pipeline.build import with_chosen_precision
+  from spec.config import RunConfig
+  units = ["avx512_bf16", "amx_bf16"]
+  chosen = ("encoder precision: bfloat16, chosen: this CPU has AVX512_BF16, AMX_BF16 and "
+            "TensorFlow computes in it (float32 master weights and loss; --use_bf16=false "
+            "keeps float32)")
+  tf1 = "TF 1.15.5's CPU kernels have no oneDNN: they convert bfloat16 to float32 and back"
+  off = "TF_ENABLE_ONEDNN_OPTS=0 turns TensorFlow's oneDNN kernels off"
+  emulated = ("--use_bf16 on this CPU: %s, so bfloat16 is emulated and slower than float32 "
+              "(it trains in bfloat16 all the same)")
+  cases = [  # (given options, instructions, TF, GPUs, environment, cluster) -> expected
+      ({}, units, "2.15.1", [], {}, None, True, chosen, None),
+      ({}, [], "2.15.1", [], {}, None, False,
+       "encoder precision: float32 (this CPU has no bfloat16 matmul instructions)", None),
+      ({}, units, "1.15.5", [], {}, None, False, "encoder precision: float32 (%s)" % tf1, None),
+      ({}, units, "2.15.1", [], {"TF_ENABLE_ONEDNN_OPTS": "0"}, None, False,
+       "encoder precision: float32 (%s)" % off, None),
+      ({"use_bf16": False}, units, "2.15.1", [], {}, None, False,
+       "encoder precision: float32 (--use_bf16=false)", None),
+      ({"use_xla": True}, units, "2.15.1", [], {}, None, False,
+       "encoder precision: float32 (--use_xla)", None),
+      ({"fused_kernels": "on"}, units, "2.15.1", [], {}, None, False,
+       "encoder precision: float32 (--fused_kernels=on)", None),
+      ({"bert_hub_module_handle": "https://tfhub.dev/x"}, units, "2.15.1", [], {}, None, False,
+       "encoder precision: float32 (--bert_hub_module_handle)", None),
+      ({}, units, "2.15.1", [], {}, "a cluster", False,
+       "encoder precision: float32 (a cluster (TF_CONFIG))", None),
+      ({}, units, "2.15.1", ["GPU:0"], {}, None, False,
+       "encoder precision: float32 (a GPU that TensorFlow sees)", None),
+      ({"use_fp16": True}, units, "2.15.1", [], {}, None, False,
+       "encoder precision: float16 (--use_fp16)", None),
+      ({"use_tpu": True, "use_bf16": True}, [], "2.15.1", [], {}, None, True,
+       "encoder precision on the TPU: bfloat16 (--use_bf16)", None),
+      ({"use_tpu": True}, units, "2.15.1", [], {}, None, False,
+       "encoder precision on the TPU: float32 (no --use_bf16)", None),
+      ({"use_bf16": True}, units, "2.15.1", [], {}, None, True,
+       "encoder precision: bfloat16 (--use_bf16)", None),
+      ({"use_bf16": True}, [], "2.15.1", [], {}, None, True,
+       "encoder precision: bfloat16 (--use_bf16)", emulated % (
+           "this CPU has no bfloat16 matmul instructions (AVX512_BF16, AMX_BF16)")),
+      ({"use_bf16": True}, units, "1.15.5", [], {}, None, True,
+       "encoder precision: bfloat16 (--use_bf16)", emulated % tf1),
+  ]
+  for given, instructions, version, gpus, environ, cluster, bf16, line, warning in cases:
+    c = RunConfig(given=frozenset(given), **given)
+    got, said, warned = with_chosen_precision(c, cluster, instructions, version, gpus, environ)
+    assert (got.device.use_bf16, said, warned) == (bf16, line, warning), given
+    assert got.given == c.given
+
+
+def test_a_run_on_a_bfloat16_cpu_trains_and_predicts_in_bfloat16_and_says_so(
+    tmp_path, tiny_checkpoint, monkeypatch):
+  """This machine's CPU said to have AMX (and TF_ENABLE_ONEDNN_OPTS unset): TF 2 chooses
+  bfloat16, which rules out the fused kernels, and the run summary records it; its
+  predictions are finite and those of a float32 graph of the same checkpoint to
+  bfloat16's precision. TF 1.15 keeps float32 and says why."""
+  import csv
+  import json
+  import os
+  from conftest import TINY_JIGSAW_RUN, run_with_log
+  from pipeline import machine
+  from spec.config import RunConfig
+  monkeypatch.setattr(machine, "bf16_instructions", lambda cpuinfo=None: ["amx_bf16"])
+  monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+  output_dir = str(tmp_path / "out")
+  _, log = run_with_log(RunConfig(init_checkpoint=tiny_checkpoint, output_dir=output_dir,
+                                  do_train=True, do_predict=True, **TINY_JIGSAW_RUN))
+  summary = json.load(open(os.path.join(output_dir, "run_summary.json")))
+  if tf.__version__.startswith("1."):
+    assert ("encoder precision: float32 (TF %s's CPU kernels have no oneDNN: they convert "
+            "bfloat16 to float32 and back)" % tf.__version__) in log
+    assert summary["flags"]["use_bf16"] is False
+    return
+  assert ("encoder precision: bfloat16, chosen: this CPU has AMX_BF16 and TensorFlow "
+          "computes in it") in log
+  assert "fused CPU kernels: off (--use_bf16)" in log
+  assert summary["flags"]["use_bf16"] is True
+  with open(os.path.join(output_dir, "test_results.tsv")) as f:
+    bf16 = np.array([[float(v) for v in r[1:3]] for r in list(csv.reader(f, delimiter="\t"))[1:]])
+  _, log = run_with_log(RunConfig(output_dir=output_dir, do_predict=True, use_bf16=False,
+                                  given=frozenset(["use_bf16"]), **dict(
+                                      TINY_JIGSAW_RUN, num_train_steps=6)))
+  assert "encoder precision: float32 (--use_bf16=false)" in log
+  with open(os.path.join(output_dir, "test_results.tsv")) as f:
+    fp32 = np.array([[float(v) for v in r[1:3]] for r in list(csv.reader(f, delimiter="\t"))[1:]])
+  assert np.isfinite(bf16).all() and bf16.shape == fp32.shape == (33, 2)
+  np.testing.assert_allclose(bf16, fp32, atol=0.02)

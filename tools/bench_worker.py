@@ -27,6 +27,7 @@ import platform
 import sys
 import time
 
+from pipeline.machine import BF16_FLAGS, bf16_instructions, onednn_problem  # (plain Python)
 from tools.windows import InputError, mean, pool_size, stratified_window  # (plain Python)
 
 MODELS = {  # BERT shapes: layers, hidden, heads, intermediate
@@ -92,32 +93,17 @@ def runtime_info(args=None):
                                     args.num_gpus if args is not None else None)}
 
 
-BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo's flags of bfloat16 matmul units
-
-
-def bf16_instructions():
-  """The CPU's bfloat16 matrix-multiply instructions (of BF16_FLAGS) that /proc/cpuinfo
-  lists; none where it lists none (or there is no /proc/cpuinfo)."""
-  try:
-    with open("/proc/cpuinfo") as f:
-      flags = next((line.split(":", 1)[1].split() for line in f
-                    if line.startswith("flags")), [])
-  except OSError:
-    return []
-  return [flag for flag in BF16_FLAGS if flag in flags]
-
-
 def peaks():
   """The float32 matmul peak, and the bfloat16 one where the CPU has instructions for it
-  and the runtime computes in it (TF 2), else None with why."""
+  and the runtime computes in it (TF 2 with oneDNN), else None with why."""
   import tensorflow as tf
   result = dict(matmul_peak_gflops=matmul_peak_gflops(), bf16_matmul_peak_gflops=None)
   units = bf16_instructions()
   if not units:
     result["bf16_note"] = "no bfloat16 matmul instructions (%s)" % ", ".join(
         flag.upper() for flag in BF16_FLAGS)
-  elif not tf.__version__.startswith("2."):
-    result["bf16_note"] = "TF %s computes bfloat16 on the CPU without them" % tf.__version__
+  elif onednn_problem(tf.__version__):
+    result["bf16_note"] = onednn_problem(tf.__version__)
   else:
     result["bf16_matmul_peak_gflops"] = matmul_peak_gflops(dtype="bfloat16")
     result["bf16_note"] = ", ".join(flag.upper() for flag in units)

@@ -51,6 +51,8 @@ from tools.time_to_quality import (GOOGLE_LAYOUT, drop_checkpoints,  # noqa: E40
 PATHS = {
     "reference": (["--fused_kernels=off"], "TensorFlow's own ops"),
     "fused": (["--fused_kernels=on"], "the fused CPU kernels (modeling/kernels)"),
+    "bf16": (["--fused_kernels=off", "--use_bf16"],
+             "the encoder in bfloat16, float32 master weights and loss (--use_bf16)"),
 }
 RUNTIMES = ("tf1", "tf2")
 DEFAULT_DATA = os.path.join(os.path.dirname(ROOT), "shared", "datasets",

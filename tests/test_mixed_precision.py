@@ -150,12 +150,13 @@ def test_bfloat16_is_chosen_on_a_cpu_that_computes_in_it_unless_told_otherwise()
     assert got.given == c.given
 
 
+@pytest.mark.one_runtime("tf2")  # (TF 1.15 keeps float32: the choice's own test says so)
 def test_a_run_on_a_bfloat16_cpu_trains_and_predicts_in_bfloat16_and_says_so(
     tmp_path, tiny_checkpoint, monkeypatch):
   """This machine's CPU said to have AMX (and TF_ENABLE_ONEDNN_OPTS unset): TF 2 chooses
   bfloat16, which rules out the fused kernels, and the run summary records it; its
   predictions are finite and those of a float32 graph of the same checkpoint to
-  bfloat16's precision. TF 1.15 keeps float32 and says why."""
+  bfloat16's precision."""
   import csv
   import json
   import os
@@ -168,11 +169,6 @@ def test_a_run_on_a_bfloat16_cpu_trains_and_predicts_in_bfloat16_and_says_so(
   _, log = run_with_log(RunConfig(init_checkpoint=tiny_checkpoint, output_dir=output_dir,
                                   do_train=True, do_predict=True, **TINY_JIGSAW_RUN))
   summary = json.load(open(os.path.join(output_dir, "run_summary.json")))
-  if tf.__version__.startswith("1."):
-    assert ("encoder precision: float32 (TF %s's CPU kernels have no oneDNN: they convert "
-            "bfloat16 to float32 and back)" % tf.__version__) in log
-    assert summary["flags"]["use_bf16"] is False
-    return
   assert ("encoder precision: bfloat16, chosen: this CPU has AMX_BF16 and TensorFlow "
           "computes in it") in log
   assert "fused CPU kernels: off (--use_bf16)" in log

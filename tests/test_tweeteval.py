@@ -204,6 +204,7 @@ def test_the_labels_file_is_part_of_what_names_the_cached_records(tmp_path):
   assert files_sha256(processor.read_files("train")) != before
 
 
+@pytest.mark.one_runtime("tf1")  # (the suites' balance: the task reads no TensorFlow)
 def test_a_run_trains_evaluates_and_predicts_tweets_and_its_card_names_the_classes(
     tmp_path, tiny_checkpoint):
   """From the command line: train, eval and predict on the sample; then predict with the

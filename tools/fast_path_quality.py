@@ -49,7 +49,8 @@ from tools.time_to_quality import (GOOGLE_LAYOUT, drop_checkpoints,  # noqa: E40
 
 # Each path: (its flags, what it is). `reference` is what every other path is held to.
 PATHS = {
-    "reference": (["--fused_kernels=off"], "TensorFlow's own ops"),
+    "reference": (["--fused_kernels=off", "--use_bf16=false"],
+                  "TensorFlow's own ops in float32"),
     "fused": (["--fused_kernels=on"], "the fused CPU kernels (modeling/kernels)"),
     "bf16": (["--fused_kernels=off", "--use_bf16"],
              "the encoder in bfloat16, float32 master weights and loss (--use_bf16)"),

@@ -87,10 +87,6 @@ def run(c, cluster=None):
                               holds=trains_here):
     if c.model.saved_model:
       return export_run.predict_with_export(c)
-    c, precision, slower = build.with_chosen_precision(c, cluster)  # (bfloat16 where it pays)
-    log.info(precision)
-    if slower:
-      log.warning(slower)
     if c.training.num_folds:
       return cross_validation.run_folds(c, run_model)
     return run_model(c, cluster=cluster)
@@ -105,6 +101,10 @@ def run_model(c, fold=None, cluster=None, write_summary=True):
   # This task's part, and the settings of the model card (the folder's, or a fine-tuned
   # --init_checkpoint's).
   c, found_card, card_path = card.settle(c, cluster)
+  c, precision, slower = build.with_chosen_precision(c, cluster)  # (bfloat16 where it pays)
+  log.info(precision)
+  if slower:
+    log.warning(slower)
   modes, output_dir = c.modes, c.outputs.output_dir
   checks.check_task(c.data, c.given, needs_labels=modes.do_train or modes.do_eval,
                     reads_files=modes.do_train or modes.do_eval or modes.do_predict)
@@ -198,7 +198,7 @@ def run_model(c, fold=None, cluster=None, write_summary=True):
   # (before the thresholds, which tune on its outputs; k-fold fits on every fold's at once)
   if c.training.calibrate and result.eval is not None and fold is None:
     calibration.calibrate_after_eval(evaluator, featurised.dev, checkpoint, result.eval,
-                                     output_dir)
+                                     output_dir, retune=bool(c.training.tune_thresholds))
   if c.training.tune_thresholds and result.eval is not None:  # (on the checkpoint used)
     thresholds.tune_after_eval(c.training.tune_thresholds, evaluator, featurised.dev,
                                checkpoint, result.eval, output_dir)

@@ -93,8 +93,8 @@ class WindowSplitter(object):
   def windows_of(self, example):
     """[(text_a, text_b)] of an example's windows, in order (text_b None for a single
     text). A pair (text_b) shares the room with the separator between its texts: one
-    token less. A pair that does not fit keeps its shorter text (the first of equal ones)
-    whole in every window, up to half the room (the featuriser cuts it to that, as
+    token less. A pair that does not fit keeps its shorter text (text_b, of two of equal
+    length) whole in every window, up to half the room (the featuriser cuts it to that, as
     Google's rule cuts a pair), and splits the longer into windows of the room left."""
     if example.text_b is None:
       return [(text, None) for text in self.texts(example.text_a)]

@@ -37,8 +37,9 @@ class ModelSettings(object):
   a TF2 encoder's excepted.
   gradient_accumulation_steps > 1: the mean gradient of that many batches is applied
   (num_train_steps then counts updates, not batches).
-  precision "float16" (GPU, with dynamic loss scaling) or "bfloat16" (TPU) runs the
-  encoder in that precision.
+  precision "float16" (GPU, with dynamic loss scaling) or "bfloat16" (TPU, or a CPU
+  with bfloat16 units) runs the encoder in that precision; train_only_precision: only
+  in training, eval and predict in float32, as an export computes (a CPU's bfloat16).
   xla_global_step_fix: read the global step outside XLA's clusters (modeling.estimator).
   pooling "cls" feeds the head BERT's pooled output (tanh(dense([CLS])), Google's
   classifier); "mean" feeds it the mean of the last layer over the real tokens (the
@@ -66,6 +67,7 @@ class ModelSettings(object):
   hub_module_handle: Optional[str] = None
   gradient_accumulation_steps: int = 1
   precision: str = "float32"
+  train_only_precision: bool = False
   xla_global_step_fix: bool = False
   pooling: str = "cls"
   summary_dir: Optional[str] = None
@@ -119,7 +121,9 @@ def model_fn_builder(bert_config, label_spec, settings):
     kernels = fused_kernels_of_step() if s.fused_kernels else None
     pooled = encode(bert_config, features, is_training and not s.freeze_encoder,
                     s.one_hot_embeddings, s.hub_module_handle,
-                    compute_dtype=tf.as_dtype(s.precision), pooling=s.pooling,
+                    compute_dtype=tf.as_dtype(s.precision if is_training or not
+                                              s.train_only_precision else "float32"),
+                    pooling=s.pooling,
                     trainable=not s.freeze_encoder, fused_kernels=kernels)
     logits = head.head_logits(
         pooled, num_outputs, is_training, bert_config.initializer_range,

@@ -164,6 +164,9 @@ def model_fn_of(model, training, device, summary_dir, bert_config, label_spec,
       freeze_encoder=model.freeze_encoder,
       gradient_accumulation_steps=training.gradient_accumulation_steps,
       precision="float32" if serving else device.precision(),
+      # (a CPU evaluates and predicts in float32, as its exports do: the CLI's outputs,
+      # and what calibration and thresholds are fitted on, are every predictor's)
+      train_only_precision=device.use_bf16 and not device.use_tpu,
       xla_global_step_fix=device.use_xla and not serving,
       summary_dir=summary_dir, save_summary_steps=training.save_summary_steps,
       fused_kernels=fused_kernels and not serving, classifier_dropout=model.classifier_dropout))
@@ -172,28 +175,38 @@ def model_fn_of(model, training, device, summary_dir, bert_config, label_spec,
 def with_chosen_precision(c, cluster=None, instructions=None, tf_version=None, gpus=None,
                           environ=None):
   """(c, the log line of the precision the encoder computes in, and a warning or None).
-  Where --use_bf16 is not given, a CPU whose matmul units take bfloat16 (AVX512_BF16 or
-  AMX, machine.bf16_instructions) on a runtime that computes in them (TF 2's oneDNN)
-  trains and predicts in bfloat16, float32 master weights and loss: c then has
-  use_bf16 set. Not beside a GPU or an option that computes otherwise (--use_tpu,
-  --use_fp16, --use_xla, --fused_kernels=on, a hub encoder). A given --use_bf16 on a CPU
-  that would emulate bfloat16 runs, with a warning that it is slower than float32. Not
-  chosen in a cluster (cluster: its TF_CONFIG), whose machines may differ.
-  instructions, tf_version, gpus, environ: what this machine has, found when None."""
+  Where --use_bf16 is not given, a training on a CPU whose matmul units take bfloat16
+  (AVX512_BF16 or AMX, machine.bf16_instructions) on a runtime that computes in them
+  (TF 2's oneDNN) runs the encoder in bfloat16, float32 master weights and loss: c then
+  has use_bf16 set. Not beside a GPU or an option that computes otherwise (--use_xla,
+  --fused_kernels=on, a hub encoder), nor in a cluster (cluster: its TF_CONFIG), whose
+  machines may differ. Off a TPU, eval and predict compute in float32, as the exports
+  do (model_fn_of). A given --use_bf16 on a CPU that would emulate bfloat16 runs, with a
+  warning that it is slower than float32. instructions, tf_version, gpus, environ: what
+  this machine has, found when None."""
   device = c.device
   if device.use_tpu:
     return c, "encoder precision on the TPU: %s (%s)" % (
         device.precision(), "--use_bf16" if device.use_bf16 else "no --use_bf16"), None
   if device.use_fp16:
     return c, "encoder precision: float16 (--use_fp16)", None
+  if not c.modes.do_train:
+    return c, ("encoder precision: float32 (off a TPU, eval and predict compute in "
+               "float32, as the exports do)"), None
   instructions = machine.bf16_instructions() if instructions is None else instructions
-  units = ", ".join(i.upper() for i in instructions)
   problem = machine.onednn_problem(tf.__version__ if tf_version is None else tf_version,
                                    environ)
+
+  def gpu_seen():
+    return bool(tf.config.experimental.list_physical_devices("GPU") if gpus is None
+                else gpus)
   if device.use_bf16:
     slow = ("this CPU has no bfloat16 matmul instructions (%s)" % ", ".join(
         f.upper() for f in machine.BF16_FLAGS) if not instructions else problem)
-    return c, "encoder precision: bfloat16 (--use_bf16)", slow and (
+    if slow and not device.use_xla and gpu_seen():  # (the encoder computes on the GPU)
+      slow = None
+    return c, ("encoder precision: bfloat16 in training (--use_bf16), float32 in eval and "
+               "predict"), slow and (
         "--use_bf16 on this CPU: %s, so bfloat16 is emulated and slower than float32 "
         "(it trains in bfloat16 all the same)" % slow)
   obstacle = ("--use_bf16=false" if "use_bf16" in c.given else
@@ -202,15 +215,27 @@ def with_chosen_precision(c, cluster=None, instructions=None, tf_version=None, g
                           "--fused_kernels=on" if device.fused_kernels == "on" else
                           "--bert_hub_module_handle" if c.model.bert_hub_module_handle
                           else "a cluster (TF_CONFIG)" if cluster is not None else None))
-  if obstacle is None:
-    if gpus is None:
-      gpus = tf.config.experimental.list_physical_devices("GPU")
-    obstacle = "a GPU that TensorFlow sees" if gpus else None
+  if obstacle is None and gpu_seen():
+    obstacle = "a GPU that TensorFlow sees"
   if obstacle:
     return c, "encoder precision: float32 (%s)" % obstacle, None
   return c.replace(use_bf16=True), (
-      "encoder precision: bfloat16, chosen: this CPU has %s and TensorFlow computes in it "
-      "(float32 master weights and loss; --use_bf16=false keeps float32)" % units), None
+      "encoder precision: bfloat16 in training, chosen: this CPU has %s and TensorFlow "
+      "computes in it (float32 master weights and loss; float32 in eval and predict, as "
+      "the exports; --use_bf16=false keeps float32)" % ", ".join(
+          i.upper() for i in instructions)), None
+
+
+def training_choices(**device):
+  """(the encoder's precision in training, whether it runs the fused CPU kernels, why
+  not, the precision's log line) of a training with these device options (the others'
+  defaults), as run_classifier decides them: for a benchmark's own training loop."""
+  from spec.config import RunConfig
+  c, said, _ = with_chosen_precision(RunConfig(
+      do_train=True, given=frozenset(["use_bf16"] if device.get("use_tpu") else []),
+      **device))
+  fused, why_not = fused_kernels_for(c.model, c.training, c.device)
+  return c.device.precision(), fused, why_not, said
 
 
 def fused_kernel_obstacles(model, training, device, cluster=None):

@@ -204,20 +204,22 @@ def calibration_errors(label_spec, examples, outputs):
           if not isinstance(temperature, dict) or name in temperature}
 
 
-def calibrate_after_eval(evaluator, dev, checkpoint, results, output_dir):
+def calibrate_after_eval(evaluator, dev, checkpoint, results, output_dir, retune=False):
   """Fits the temperature on the dev split's logits at checkpoint (the one results
   evaluated), adds its figures to results and eval_results.json, and gives it to the
   evaluator's label spec (this run's later reads of the dev outputs, its predictions and
   its export use it) and the folder's model card. The dev split is then predicted again,
   through the graph that divides by the temperature: what the thresholds are tuned on and
-  the report reads are the outputs every later use of the model gives."""
+  the report reads are the outputs every later use of the model gives. The card's
+  thresholds move with the temperature (moved_thresholds), unless retune: they are then
+  tuned again after this."""
   label_spec = evaluator.label_spec
   earlier = label_spec.temperatures()  # (a card's earlier fit: this one replaces it)
   label_spec.set_temperature(None)
   figures = calibrate(label_spec, dev.examples, evaluator.dev_logits(dev, checkpoint))
   if earlier != label_spec.temperatures():
     evaluator.forget_dev_outputs()
-    if label_spec.thresholds:
+    if label_spec.thresholds and not retune:
       moved_thresholds(label_spec, earlier, dev.windowing and dev.windowing.aggregation)
   figures.update(calibration_errors(label_spec, dev.examples,
                                     evaluator.dev_outputs(dev, checkpoint)))

@@ -144,8 +144,9 @@ def check_windows(c, label_spec):
   model, training = c.model, c.training
   if not model.doc_stride:
     return
-  if (training.calibrate and label_spec.thresholds and not training.tune_thresholds and
-      model.window_aggregation == "mean"):
+  if (training.calibrate and c.modes.do_eval and not training.num_folds and
+      label_spec.thresholds and not training.tune_thresholds and
+      model.window_aggregation == "mean"):  # (k-fold's: cross_validation.run_folds)
     raise FlagError(MEAN_THRESHOLDS_REFUSED)
   problem = model.window_aggregation == "max" and max_problem(label_spec.loss,
                                                               label_spec.num_outputs)
@@ -207,7 +208,7 @@ def check_periodic_eval(training, modes):
 def check_device(device, training, modes, output_dir, given=frozenset()):
   """The tokenizer, the precision, and the device's own needs (GPUs, a TPU)."""
   if device.use_fp16 and device.use_bf16:
-    raise FlagError("pass one of --use_fp16 (GPU) and --use_bf16 (TPU), not both")
+    raise FlagError("pass one of --use_fp16 (GPU) and --use_bf16 (TPU or CPU), not both")
   if device.use_fp16 and training.gradient_accumulation_steps > 1:
     raise FlagError("--use_fp16 cannot be combined with --gradient_accumulation_steps yet: "
                     "drop one of them")

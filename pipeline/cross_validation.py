@@ -108,6 +108,10 @@ def run_folds(c, run_model):
                                       c.training.seed)
   check_folds_balanced(c.training, task_of(processor), examples, assignment, num_folds)
   chosen = list(range(num_folds)) if c.training.fold == -1 else [c.training.fold]
+  aggregation = cards_window_aggregation(c, chosen)
+  if (c.training.calibrate and not c.training.tune_thresholds and aggregation == "mean" and
+      carried_decisions(c, chosen, thresholds_only=True)):
+    raise FlagError(calibration.MEAN_THRESHOLDS_REFUSED)
   runs = {}
   for i in chosen:
     log.info("fold %d of %d (0-based): training on %d rows, evaluating on %d", i, num_folds,
@@ -132,7 +136,7 @@ def run_folds(c, run_model):
     processor.label_spec.set_thresholds(carried.thresholds)  # (deciding as they did)
     if c.training.calibrate:
       calibration.moved_thresholds(processor.label_spec, carried.temperatures(),
-                                   c.model.doc_stride and c.model.window_aggregation)
+                                   aggregation)
   if c.training.tune_thresholds:  # (then the folds' cards and mean predictions use them)
     result.summary["thresholds"] = thresholds.tune_out_of_fold(
         c.training.tune_thresholds, processor.label_spec, examples, oof)
@@ -166,11 +170,26 @@ def run_folds(c, run_model):
   return result
 
 
-def carried_decisions(c, chosen):
+def cards_window_aggregation(c, chosen):
+  """How the folds' models aggregate windows: --window_aggregation with --doc_stride,
+  else as the first fold card that records windows says (a rerun reads them from the
+  cards); None without windows."""
+  if c.model.doc_stride:
+    return c.model.window_aggregation
+  for i in chosen:
+    found = read_model_card(fold_config(c, i).outputs.output_dir)
+    windows = found and found["truncation"].get("windows")
+    if windows:
+      return windows["aggregation"]
+  return None
+
+
+def carried_decisions(c, chosen, thresholds_only=False):
   """The label spec of the folds' cards after their runs, when it carries a temperature or
   thresholds (folds trained by an earlier run keep its decisions, and predicted this
   run's outputs by them): what this run keeps of them where it fits nothing new. None
-  when they carry none; the folds' cards disagreeing is refused."""
+  when they carry none; the folds' cards disagreeing is refused. thresholds_only: when
+  it carries thresholds (a temperature alone: None)."""
   specs = []
   for i in chosen:
     found = read_model_card(fold_config(c, i).outputs.output_dir)
@@ -182,8 +201,8 @@ def carried_decisions(c, chosen):
                     "(a fold's card was edited, or written by another run): run the folds "
                     "again into a new --output_dir" % c.outputs.output_dir)
   first = specs[0]
-  return first if first is not None and (first.temperature is not None or
-                                         first.thresholds) else None
+  return first if first is not None and ((first.temperature is not None and
+                                          not thresholds_only) or first.thresholds) else None
 
 
 def calibrate_out_of_fold(label_spec, examples, assignment, runs):

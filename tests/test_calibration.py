@@ -397,11 +397,13 @@ def test_thresholds_follow_a_new_temperature_through_one_window_but_not_a_mean()
       "their mean: add --tune_thresholds to tune them again at the new temperature")
   spec = SingleLabel(["y"], ["0", "1"])
   spec.set_thresholds({"1": 0.4})
-  for calibrate, tune, aggregation, refused in (
-      (True, None, "mean", True), (True, "f1", "mean", False), (True, None, "max", False),
-      (False, None, "mean", False)):
+  for calibrate, tune, aggregation, more, refused in (
+      (True, None, "mean", {}, True), (True, "f1", "mean", {}, False),
+      (True, None, "max", {}, False), (False, None, "mean", {}, False),
+      (True, None, "mean", {"do_eval": False}, False),  # (no fit: a k-fold fold's export)
+      (True, None, "mean", {"num_folds": 3}, False)):  # (k-fold's own check: run_folds)
     c = RunConfig(doc_stride=8, window_aggregation=aggregation, calibrate=calibrate,
-                  tune_thresholds=tune)
+                  tune_thresholds=tune, **dict(dict(do_eval=True), **more))
     if refused:
       with pytest.raises(FlagError) as error:
         check_windows(c, spec)

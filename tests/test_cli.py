@@ -242,7 +242,7 @@ def test_speed_flag_conflicts(tmp_path, tiny_checkpoint):
   assert _refused(tmp_path, tiny_checkpoint, *tpu + ["--use_fp16"]) == (
       "--use_fp16 is for GPUs; on a TPU pass --use_bf16")
   assert _refused(tmp_path, tiny_checkpoint, "--do_train", "--use_fp16", "--use_bf16") == (
-      "pass one of --use_fp16 (GPU) and --use_bf16 (TPU), not both")
+      "pass one of --use_fp16 (GPU) and --use_bf16 (TPU or CPU), not both")
 
 
 @pytest.mark.slow

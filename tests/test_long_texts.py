@@ -4,6 +4,7 @@ against hand-computed rows, the per-text metrics against scikit-learn, and a run
 trains, evaluates, predicts and exports with windows, checked against the Predictor."""
 
 import csv
+import glob
 import json
 import os
 
@@ -381,12 +382,23 @@ def test_k_fold_with_windows_gives_one_out_of_fold_row_per_text(tmp_path, tiny_c
   """Folds of texts (each text's windows in its fold): oof_predictions.tsv has every train
   text once, in file order, each fold's eval counts its texts, and the folds' mean
   predictions are one row per test text. --calibrate fits one temperature on every
-  text's out-of-fold windows, which every fold's card keeps."""
+  text's out-of-fold windows, which every fold's card and export keep (tuned thresholds
+  too). Calibrating the folds again would move their thresholds through a mean of
+  windows: refused before any fold runs, whether or not --doc_stride is repeated (the
+  cards record it)."""
   import pandas
   output_dir = str(tmp_path / "cv")
-  run_flags(*common_flags(tiny_checkpoint, output_dir) + [
-      "--num_folds=2", "--do_train", "--do_predict", "--num_train_steps=2",
-      "--max_seq_length=16", "--doc_stride=10", "--calibrate"])
+  flags = common_flags(tiny_checkpoint, output_dir) + [
+      "--num_folds=2", "--do_train", "--num_train_steps=2", "--max_seq_length=16"]
+  run_flags(*flags + ["--do_predict", "--do_export", "--doc_stride=10", "--calibrate",
+                      "--tune_thresholds=f1"])
+  for again in (["--doc_stride=10"], []):
+    with pytest.raises(FlagError) as error:
+      run_flags(*flags + again + ["--calibrate"])
+    assert str(error.value) == (
+        "--calibrate would move the model card's tuned thresholds to the new temperature "
+        "so that they decide as before, and no threshold does that for windows aggregated "
+        "by their mean: add --tune_thresholds to tune them again at the new temperature")
   train = pandas.read_csv(os.path.join(JIGSAW, "train.csv"))
   with open(os.path.join(output_dir, "oof_predictions.tsv")) as f:
     oof = list(csv.DictReader(f, delimiter="\t"))
@@ -400,6 +412,10 @@ def test_k_fold_with_windows_gives_one_out_of_fold_row_per_text(tmp_path, tiny_c
         1 for r in oof if r["fold"] == str(i))
     card = json.load(open(os.path.join(output_dir, "fold_%d" % i, "model_card.json")))
     assert card["label_spec"]["temperature"] == temperature
+    assert card["label_spec"]["thresholds"] == {"1": summary["thresholds"]["threshold"]}
+    exported = glob.glob(os.path.join(output_dir, "fold_%d" % i, "export", "*",
+                                      "assets", "model_card.json"))
+    assert [json.load(open(e))["label_spec"] for e in exported] == [card["label_spec"]]
   with open(os.path.join(output_dir, "test_results.tsv")) as f:
     assert [r["id"] for r in csv.DictReader(f, delimiter="\t")] == list(
         pandas.read_csv(os.path.join(JIGSAW, "test.csv")).id)

@@ -103,13 +103,16 @@ def test_bfloat16_is_chosen_on_a_cpu_that_computes_in_it_unless_told_otherwise()
   from pipeline.build import with_chosen_precision
   from spec.config import RunConfig
   units = ["avx512_bf16", "amx_bf16"]
-  chosen = ("encoder precision: bfloat16, chosen: this CPU has AVX512_BF16, AMX_BF16 and "
-            "TensorFlow computes in it (float32 master weights and loss; --use_bf16=false "
-            "keeps float32)")
+  chosen = ("encoder precision: bfloat16 in training, chosen: this CPU has AVX512_BF16, "
+            "AMX_BF16 and TensorFlow computes in it (float32 master weights and loss; "
+            "float32 in eval and predict, as the exports; --use_bf16=false keeps float32)")
   tf1 = "TF 1.15.5's CPU kernels have no oneDNN: they convert bfloat16 to float32 and back"
   off = "TF_ENABLE_ONEDNN_OPTS=0 turns TensorFlow's oneDNN kernels off"
+  given_bf16 = ("encoder precision: bfloat16 in training (--use_bf16), float32 in eval and "
+                "predict")
   emulated = ("--use_bf16 on this CPU: %s, so bfloat16 is emulated and slower than float32 "
               "(it trains in bfloat16 all the same)")
+  no_units = "this CPU has no bfloat16 matmul instructions (AVX512_BF16, AMX_BF16)"
   cases = [  # (given options, instructions, TF, GPUs, environment, cluster) -> expected
       ({}, units, "2.15.1", [], {}, None, True, chosen, None),
       ({}, [], "2.15.1", [], {}, None, False,
@@ -135,51 +138,64 @@ def test_bfloat16_is_chosen_on_a_cpu_that_computes_in_it_unless_told_otherwise()
        "encoder precision on the TPU: bfloat16 (--use_bf16)", None),
       ({"use_tpu": True}, units, "2.15.1", [], {}, None, False,
        "encoder precision on the TPU: float32 (no --use_bf16)", None),
-      ({"use_bf16": True}, units, "2.15.1", [], {}, None, True,
-       "encoder precision: bfloat16 (--use_bf16)", None),
-      ({"use_bf16": True}, [], "2.15.1", [], {}, None, True,
-       "encoder precision: bfloat16 (--use_bf16)", emulated % (
-           "this CPU has no bfloat16 matmul instructions (AVX512_BF16, AMX_BF16)")),
-      ({"use_bf16": True}, units, "1.15.5", [], {}, None, True,
-       "encoder precision: bfloat16 (--use_bf16)", emulated % tf1),
+      ({"use_bf16": True}, units, "2.15.1", [], {}, None, True, given_bf16, None),
+      ({"use_bf16": True}, [], "2.15.1", [], {}, None, True, given_bf16, emulated % no_units),
+      ({"use_bf16": True}, [], "2.15.1", ["GPU:0"], {}, None, True, given_bf16, None),
+      ({"use_bf16": True}, units, "1.15.5", [], {}, None, True, given_bf16, emulated % tf1),
+      ({"do_train": False}, units, "2.15.1", [], {}, None, False,
+       "encoder precision: float32 (off a TPU, eval and predict compute in float32, as the "
+       "exports do)", None),
   ]
   for given, instructions, version, gpus, environ, cluster, bf16, line, warning in cases:
-    c = RunConfig(given=frozenset(given), **given)
+    c = RunConfig(given=frozenset(given), **dict(dict(do_train=True), **given))
     got, said, warned = with_chosen_precision(c, cluster, instructions, version, gpus, environ)
     assert (got.device.use_bf16, said, warned) == (bf16, line, warning), given
     assert got.given == c.given
 
 
 @pytest.mark.one_runtime("tf2")  # (TF 1.15 keeps float32: the choice's own test says so)
-def test_a_run_on_a_bfloat16_cpu_trains_and_predicts_in_bfloat16_and_says_so(
+def test_a_run_on_a_bfloat16_cpu_trains_in_bfloat16_and_predicts_as_its_export(
     tmp_path, tiny_checkpoint, monkeypatch):
-  """This machine's CPU said to have AMX (and TF_ENABLE_ONEDNN_OPTS unset): TF 2 chooses
-  bfloat16, which rules out the fused kernels, and the run summary records it; its
-  predictions are finite and those of a float32 graph of the same checkpoint to
-  bfloat16's precision."""
+  """This machine's CPU said to have AMX (and TF_ENABLE_ONEDNN_OPTS unset): TF 2 trains
+  in bfloat16, which rules out the fused kernels, and the run summary records it. Its
+  predictions are those of its float32 export (eval and predict compute in float32),
+  and differ from those of the same training in float32 by bfloat16's rounding only."""
   import csv
   import json
   import os
   from conftest import TINY_JIGSAW_RUN, run_with_log
+  from data.features import InputExample
   from pipeline import machine
+  from serving.predictor import Predictor
   from spec.config import RunConfig
   monkeypatch.setattr(machine, "bf16_instructions", lambda cpuinfo=None: ["amx_bf16"])
   monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
-  output_dir = str(tmp_path / "out")
-  _, log = run_with_log(RunConfig(init_checkpoint=tiny_checkpoint, output_dir=output_dir,
-                                  do_train=True, do_predict=True, **TINY_JIGSAW_RUN))
-  summary = json.load(open(os.path.join(output_dir, "run_summary.json")))
-  assert ("encoder precision: bfloat16, chosen: this CPU has AMX_BF16 and TensorFlow "
-          "computes in it") in log
+
+  def predictions(output_dir):
+    with open(os.path.join(output_dir, "test_results.tsv")) as f:
+      return np.array([[float(v) for v in r[1:3]]
+                       for r in list(csv.reader(f, delimiter="\t"))[1:]])
+  runs = {}
+  for name, given in (("bf16", {}), ("fp32", {"use_bf16": False})):
+    output_dir = str(tmp_path / name)
+    _, log = run_with_log(RunConfig(
+        init_checkpoint=tiny_checkpoint, output_dir=output_dir, do_train=True,
+        do_predict=True, do_export=name == "bf16", given=frozenset(given),
+        **dict(TINY_JIGSAW_RUN, **given)))
+    runs[name] = (output_dir, log, predictions(output_dir))
+  output_dir, log, bf16 = runs["bf16"]
+  assert ("encoder precision: bfloat16 in training, chosen: this CPU has AMX_BF16 and "
+          "TensorFlow computes in it") in log
   assert "fused CPU kernels: off (--use_bf16)" in log
-  assert summary["flags"]["use_bf16"] is True
-  with open(os.path.join(output_dir, "test_results.tsv")) as f:
-    bf16 = np.array([[float(v) for v in r[1:3]] for r in list(csv.reader(f, delimiter="\t"))[1:]])
-  _, log = run_with_log(RunConfig(output_dir=output_dir, do_predict=True, use_bf16=False,
-                                  given=frozenset(["use_bf16"]), **dict(
-                                      TINY_JIGSAW_RUN, num_train_steps=6)))
-  assert "encoder precision: float32 (--use_bf16=false)" in log
-  with open(os.path.join(output_dir, "test_results.tsv")) as f:
-    fp32 = np.array([[float(v) for v in r[1:3]] for r in list(csv.reader(f, delimiter="\t"))[1:]])
-  assert np.isfinite(bf16).all() and bf16.shape == fp32.shape == (33, 2)
-  np.testing.assert_allclose(bf16, fp32, atol=0.02)
+  assert json.load(open(os.path.join(output_dir, "run_summary.json")))["flags"]["use_bf16"]
+  assert "encoder precision: float32 (--use_bf16=false)" in runs["fp32"][1]
+  import pandas
+  from conftest import JIGSAW
+  test = pandas.read_csv(os.path.join(JIGSAW, "test.csv"))
+  with Predictor(output_dir) as predictor:
+    exported = np.array(predictor.predict_outputs(
+        [InputExample(i, t) for i, t in enumerate(test.comment_text)]))
+  np.testing.assert_allclose(bf16, exported, atol=1e-5)
+  difference = np.abs(bf16 - runs["fp32"][2]).max()
+  assert np.isfinite(bf16).all() and bf16.shape == (33, 2)
+  assert 0 < difference < 0.05, difference

@@ -109,8 +109,8 @@ def write_csv(path, header, rows=("1,a comment,0.0",)):
             "./run.sh setup --cuda (and check nvidia-smi), or --device=cpu"),
     ("tpu", "input error: --device=tpu: no TPU named and none on this machine. Fix: "
             "--tpu_name=NAME (or --tpu_name=local on a TPU VM)"),
-    ("cpu fp16", "input error: --mixed_precision is fp16 on a GPU and bf16 on a TPU: a CPU "
-                 "trains in float32; drop it"),
+    ("cpu fp16", "input error: --mixed_precision is fp16 on a GPU and bf16 on a TPU: the "
+                 "CPU's row trains in float32, as the recipe; drop it"),
     ("a used folder", "input error: --output_dir={out} already holds a run: give a new "
                       "folder for each run (./run.sh benchmark table makes the table of runs "
                       "already done)"),

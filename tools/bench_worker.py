@@ -326,13 +326,13 @@ def our_model_and_input(args, record_path, total_steps):
   prepare()  # (graph mode on either runtime; the C allocator as a run sets it)
   config = BertConfig(**bert_shape(args.model))
   on_tpu = bool(args.tpu_name)
-  args.fused, why_not = fused_kernels_of(args)
+  precision, args.fused, why_not, said = precision_and_kernels_of(args)
+  print(said, flush=True)
   print("fused CPU kernels: %s" % ("on" if args.fused else "off (%s)" % why_not), flush=True)
   model_fn = model_fn_builder(config, binary_label_spec(), ModelSettings(
       learning_rate=2e-5, num_train_steps=total_steps, num_warmup_steps=args.warmup,
       use_tpu=on_tpu, xla_global_step_fix=args.xla,
-      summary_dir=os.path.join(args.workdir, "model"),
-      precision="float16" if args.fp16 else "bfloat16" if on_tpu else "float32",
+      summary_dir=os.path.join(args.workdir, "model"), precision=precision,
       fused_kernels=args.fused))
   input_fn = input_fn_builder(record_path, args.seq, True, binary_label_spec(), seed=SEED,
                               dynamic_padding=args.dynamic_padding)
@@ -340,14 +340,13 @@ def our_model_and_input(args, record_path, total_steps):
   return model_fn, input_fn, None if on_tpu else SEQ_LENGTH_NAME
 
 
-def fused_kernels_of(args):
-  """(whether ours runs the fused CPU kernels, why not), as run_classifier decides."""
-  from pipeline.build import fused_kernels_for
-  from spec.options import DeviceOptions, ModelOptions, TrainingOptions
-  device = DeviceOptions(fused_kernels=args.fused_kernels, use_tpu=bool(args.tpu_name),
-                         use_fp16=args.fp16, use_bf16=bool(args.tpu_name), use_xla=args.xla,
-                         num_gpus=args.num_gpus)
-  return fused_kernels_for(ModelOptions(), TrainingOptions(), device)
+def precision_and_kernels_of(args):
+  """(the encoder's precision in training, whether ours runs the fused CPU kernels, why
+  not, the precision's log line), as run_classifier decides for a training."""
+  from pipeline.build import training_choices
+  return training_choices(fused_kernels=args.fused_kernels, use_tpu=bool(args.tpu_name),
+                          use_fp16=args.fp16, use_bf16=bool(args.tpu_name),
+                          use_xla=args.xla, num_gpus=args.num_gpus)
 
 
 def windowed(args):

@@ -108,8 +108,10 @@ def device_flags(args):
     if args.mixed_precision:
       flags.append("--use_bf16")
   elif args.mixed_precision:
-    raise InputError("--mixed_precision is fp16 on a GPU and bf16 on a TPU: a CPU trains in "
-                     "float32; drop it")
+    raise InputError("--mixed_precision is fp16 on a GPU and bf16 on a TPU: the CPU's row "
+                     "trains in float32, as the recipe; drop it")
+  else:  # (float32 on any CPU: never bfloat16 chosen for it)
+    flags.append("--use_bf16=false")
   return flags
 
 

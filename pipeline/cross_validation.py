@@ -110,8 +110,9 @@ def run_folds(c, run_model):
   chosen = list(range(num_folds)) if c.training.fold == -1 else [c.training.fold]
   aggregation = cards_window_aggregation(c, chosen)
   if (c.training.calibrate and not c.training.tune_thresholds and aggregation == "mean" and
-      carried_decisions(c, chosen, thresholds_only=True)):
-    raise FlagError(calibration.MEAN_THRESHOLDS_REFUSED)
+      any((found or {}).get("label_spec", {}).get("thresholds") for found in (
+          read_model_card(fold_config(c, i).outputs.output_dir) for i in chosen))):
+    raise FlagError(calibration.MEAN_THRESHOLDS_REFUSED)  # (before any fold runs)
   runs = {}
   for i in chosen:
     log.info("fold %d of %d (0-based): training on %d rows, evaluating on %d", i, num_folds,
@@ -184,12 +185,11 @@ def cards_window_aggregation(c, chosen):
   return None
 
 
-def carried_decisions(c, chosen, thresholds_only=False):
+def carried_decisions(c, chosen):
   """The label spec of the folds' cards after their runs, when it carries a temperature or
   thresholds (folds trained by an earlier run keep its decisions, and predicted this
   run's outputs by them): what this run keeps of them where it fits nothing new. None
-  when they carry none; the folds' cards disagreeing is refused. thresholds_only: when
-  it carries thresholds (a temperature alone: None)."""
+  when they carry none; the folds' cards disagreeing is refused."""
   specs = []
   for i in chosen:
     found = read_model_card(fold_config(c, i).outputs.output_dir)
@@ -201,8 +201,8 @@ def carried_decisions(c, chosen, thresholds_only=False):
                     "(a fold's card was edited, or written by another run): run the folds "
                     "again into a new --output_dir" % c.outputs.output_dir)
   first = specs[0]
-  return first if first is not None and ((first.temperature is not None and
-                                          not thresholds_only) or first.thresholds) else None
+  return first if first is not None and (first.temperature is not None or
+                                         first.thresholds) else None
 
 
 def calibrate_out_of_fold(label_spec, examples, assignment, runs):

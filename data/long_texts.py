@@ -208,14 +208,20 @@ def starts_of(counts):
       counts) else numpy.zeros(0, numpy.int64)
 
 
+def _checked_counts(counts, rows):
+  """counts (windows per text) as an array, checked against the rows of the windows."""
+  counts = numpy.asarray(counts, numpy.int64)
+  if int(counts.sum()) != rows or (counts < 1).any():
+    raise ValueError("%d window rows for %d windows" % (rows, int(counts.sum())))
+  return counts
+
+
 def aggregate(outputs, counts, aggregation, loss, dtype=numpy.float32):
   """One row per text from its windows' rows of outputs [windows, n] (counts: windows per
   text, in order), by aggregation; loss names the head's loss (LabelSpec.loss), which says
   what max means. [texts, n] of dtype (float32, as the predictors give them)."""
   outputs = numpy.asarray(outputs, dtype)
-  counts = numpy.asarray(counts, numpy.int64)
-  if int(counts.sum()) != len(outputs) or (counts < 1).any():
-    raise ValueError("%d window rows for %d windows" % (len(outputs), int(counts.sum())))
+  counts = _checked_counts(counts, len(outputs))
   starts = starts_of(counts)
   if not len(counts):
     return outputs[:0]
@@ -260,10 +266,7 @@ class WindowLogits(object):
 
   def __init__(self, logits, counts, aggregation, loss):
     self.logits = numpy.asarray(logits, numpy.float32)
-    self.counts = numpy.asarray(counts, numpy.int64)
-    if int(self.counts.sum()) != len(self.logits) or (self.counts < 1).any():
-      raise ValueError("%d window rows for %d windows" % (len(self.logits),
-                                                          int(self.counts.sum())))
+    self.counts = _checked_counts(counts, len(self.logits))
     self.aggregation, self.loss = aggregation, loss
 
   def __len__(self):

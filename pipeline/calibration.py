@@ -116,12 +116,14 @@ def _held_off(p):
 def _window_nll(label_spec, logits, truth, j):
   """nll(temperature) of the texts' aggregated outputs, logits being WindowLogits: of the
   true classes (softmax), or of column j against its targets (sigmoid)."""
+  if j is not None:  # (column j's windows alone, made once for every temperature tried)
+    column = WindowLogits(logits.logits[:, j:j + 1], logits.counts, logits.aggregation,
+                          logits.loss)
+
   def nll(t):
     if j is None:
       p = scaled_outputs(label_spec, logits, [t] * label_spec.num_outputs, numpy.float64)
       return float(-numpy.mean(numpy.log(_held_off(p[numpy.arange(len(truth)), truth]))))
-    column = WindowLogits(logits.logits[:, j:j + 1], logits.counts, logits.aggregation,
-                          logits.loss)
     p = _held_off(scaled_outputs(label_spec, column, [t], numpy.float64)[:, 0])
     return float(-numpy.mean(truth * numpy.log(p) + (1.0 - truth) * numpy.log1p(-p)))
   return nll

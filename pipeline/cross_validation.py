@@ -108,10 +108,10 @@ def run_folds(c, run_model):
                                       c.training.seed)
   check_folds_balanced(c.training, task_of(processor), examples, assignment, num_folds)
   chosen = list(range(num_folds)) if c.training.fold == -1 else [c.training.fold]
-  aggregation = cards_window_aggregation(c, chosen)
+  earlier = [found for found in fold_cards(c, chosen) if found]  # (a rerun's)
+  aggregation = window_aggregation_of(c, earlier)
   if (c.training.calibrate and not c.training.tune_thresholds and aggregation == "mean" and
-      any((found or {}).get("label_spec", {}).get("thresholds") for found in (
-          read_model_card(fold_config(c, i).outputs.output_dir) for i in chosen))):
+      any(found["label_spec"].get("thresholds") for found in earlier)):
     raise FlagError(calibration.MEAN_THRESHOLDS_REFUSED)  # (before any fold runs)
   runs = {}
   for i in chosen:
@@ -171,15 +171,19 @@ def run_folds(c, run_model):
   return result
 
 
-def cards_window_aggregation(c, chosen):
+def fold_cards(c, chosen):
+  """The model card of each chosen fold's folder (None where it has none)."""
+  return [read_model_card(fold_config(c, i).outputs.output_dir) for i in chosen]
+
+
+def window_aggregation_of(c, cards):
   """How the folds' models aggregate windows: --window_aggregation with --doc_stride,
-  else as the first fold card that records windows says (a rerun reads them from the
-  cards); None without windows."""
+  else as the first of the folds' cards that records windows says (a rerun reads them
+  from the cards); None without windows."""
   if c.model.doc_stride:
     return c.model.window_aggregation
-  for i in chosen:
-    found = read_model_card(fold_config(c, i).outputs.output_dir)
-    windows = found and found["truncation"].get("windows")
+  for found in cards:
+    windows = found["truncation"].get("windows")
     if windows:
       return windows["aggregation"]
   return None
@@ -190,10 +194,8 @@ def carried_decisions(c, chosen):
   thresholds (folds trained by an earlier run keep its decisions, and predicted this
   run's outputs by them): what this run keeps of them where it fits nothing new. None
   when they carry none; the folds' cards disagreeing is refused."""
-  specs = []
-  for i in chosen:
-    found = read_model_card(fold_config(c, i).outputs.output_dir)
-    specs.append(label_specs.from_card(found["label_spec"]) if found else None)
+  specs = [label_specs.from_card(found["label_spec"]) if found else None
+           for found in fold_cards(c, chosen)]
   decisions = set((None, None) if s is None else (
       json_text(s.temperatures()), json_text(s.thresholds or None)) for s in specs)
   if len(decisions) > 1:

@@ -20,7 +20,8 @@ from data.file_lists import expand_files
 from data.table import Table, quoting_for, refuse_bom_cell, total_account
 from data.weights import read_weight
 from spec.run_errors import FlagError
-from spec.labels import SPECS, LabelError, build_spec
+from spec.heads import SPECS, build_spec
+from spec.labels import LabelError
 from spec.rows import row_ranges_of
 
 

@@ -28,7 +28,7 @@ from data.forked import ForkedWorkers, received
 from data.features import (InputExample, Truncation, TruncationCount, convert_examples,
                            padding_features)
 from data.record_format import ExampleSerializer
-from spec import labels as label_specs
+from spec.heads import from_card
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class Featurisation(object):
   Pure Python (tokenizer, serialiser), so forked workers run it without TensorFlow."""
 
   def __init__(self, settings, tokenizer, weighted=False):
-    self.label_spec = label_specs.from_card(settings["label_spec"])
+    self.label_spec = from_card(settings["label_spec"])
     self.strategy = Truncation.from_dict(settings.get("truncation") or {"mode": "head"})
     self.max_seq_length = settings["max_seq_length"]
     self.tokenizer = tokenizer

@@ -26,7 +26,7 @@ from modeling import hf_folder
 from modeling.hf_folder import ConversionError
 from modeling.bert import BertConfig, BertConfigError
 from modeling.checkpoint import encoder_variable_shapes
-from spec.labels import SPECS
+from spec.heads import SPECS
 
 # Buffers that some exports carry; they hold no learnt weights.
 IGNORED_BUFFERS = ("embeddings.position_ids",)

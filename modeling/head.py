@@ -84,14 +84,27 @@ LOSSES = {"softmax_cross_entropy": classification_loss, "sigmoid_cross_entropy":
 
 
 def loss_and_outputs(label_spec, logits, labels, positive_weights=None):
-  """The spec's loss (positive_weights: sigmoid_loss's, of a sigmoid head). Returns
-  (per_example_loss [batch], outputs [batch, num_outputs]): outputs are probabilities, or
-  the predicted values of a regression head."""
+  """The spec's loss: its own graph_loss where it has one, else the loss its `loss` names
+  (positive_weights: sigmoid_loss's, of a sigmoid head). Returns (per_example_loss
+  [batch], outputs [batch, num_outputs]): outputs are probabilities, or the predicted
+  values of a regression head."""
   if positive_weights is not None:
-    if label_spec.loss != "sigmoid_cross_entropy":
+    if label_spec.loss != "sigmoid_cross_entropy" or label_spec.class_weights_weigh != (
+        "positives"):
       raise ValueError("positive weights weigh a sigmoid head's outputs; a %s has none"
                        % label_spec.describe())
     return sigmoid_loss(logits, labels, positive_weights)
+  own = label_spec.graph_loss(tf, logits, labels)
+  if own is not None:
+    per_example_loss, outputs = own
+    n = static_shape(logits)[-1]
+    if per_example_loss.shape.ndims != 1 or outputs.shape.ndims != 2 or (
+        outputs.shape.as_list()[-1] != n):
+      raise ValueError("the %s's graph_loss gives a loss of shape %s and outputs of shape %s "
+                       "for logits of shape %s (it must give [batch] and [batch, %d])" % (
+                           label_spec.describe(), per_example_loss.shape,
+                           outputs.shape, logits.shape, n))
+    return per_example_loss, outputs
   return LOSSES[label_spec.loss](logits, labels)
 
 
@@ -101,7 +114,8 @@ OUTPUTS = {"softmax_cross_entropy": lambda logits: tf.nn.softmax(logits, axis=-1
 
 
 def outputs_of(label_spec, logits):
-  """The head's outputs [batch, num_outputs] without a loss: those loss_and_outputs gives."""
+  """The head's outputs [batch, num_outputs] without a loss: those loss_and_outputs gives
+  (a head's own graph_loss keeps the outputs of the family its `loss` names)."""
   return OUTPUTS[label_spec.loss](logits)
 
 

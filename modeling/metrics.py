@@ -48,26 +48,29 @@ def _real_only(tensor, weights):
 
 
 def metric_fn_for(label_spec):
-  """The eval metric_fn of a label spec's metric family (spec/labels.py LabelSpec.metrics).
+  """The eval metric_fn of a label spec's head: the classification metrics for a head with
+  classes, else each statistic the head names (LabelSpec.column_statistics) per label
+  column.
 
   It takes the tensors model_fn hands to eval_metrics: per_example_loss [batch],
   labels (class ids [batch] or values [batch, n]), logits and outputs [batch, n]
   (probabilities, or a regression head's values) and is_real_example [batch].
   """
-  if label_spec.metrics == "classification":
+  if label_spec.has_classes:
     def classification(per_example_loss, labels, logits, outputs, is_real_example):
       del outputs
       return classification_metrics(per_example_loss, labels, logits, is_real_example)
     return classification
 
-  # The heads with one output per label column share one signature.
-  family = {"multi_label": multi_label_metrics, "soft_target": soft_target_metrics,
-            "regression": regression_metrics}[label_spec.metrics]
-  columns = list(label_spec.columns)
+  columns, names = list(label_spec.columns), label_spec.column_statistics
+  unknown = [name for name in names if name not in STATISTICS]
+  if unknown or not names:
+    raise ValueError("the %s names statistics %s; the evaluation has %s" % (
+        label_spec.describe(), ", ".join(unknown) or "none", ", ".join(sorted(STATISTICS))))
 
   def per_column(per_example_loss, labels, logits, outputs, is_real_example):
     del logits
-    return family(per_example_loss, labels, outputs, is_real_example, columns)
+    return column_metrics(per_example_loss, labels, outputs, is_real_example, columns, names)
   return per_column
 
 
@@ -157,34 +160,21 @@ def _auc_at_half(scores, targets):
   return roc_auc(scores, np.asarray(targets) >= 0.5)
 
 
-def multi_label_metrics(per_example_loss, labels, probabilities, is_real_example, columns):
-  """Per column: ROC-AUC and F1 at 0.5; their means (mean ROC-AUC is the Jigsaw Toxic
-  Kaggle metric); the loss and the count."""
-  metrics, predicted, actual, updates = _common(per_example_loss, probabilities, labels,
+# The statistics a head can name per label column, each fn(predicted, actual) -> float on
+# one column's real rows. auc: ROC-AUC against actual >= 0.5 (mean ROC-AUC over columns is
+# the Jigsaw Toxic Kaggle metric); f1: at 0.5; spearman (its mean over columns is the
+# Google QUEST metric), pearson and mse against the values themselves.
+STATISTICS = {"auc": _auc_at_half, "f1": f1_at_half, "spearman": spearman, "pearson": pearson,
+              "mse": mean_squared_error}
+
+
+def column_metrics(per_example_loss, labels, outputs, is_real_example, columns, names):
+  """Each named statistic per column and its mean over columns; the loss and the count."""
+  metrics, predicted, actual, updates = _common(per_example_loss, outputs, labels,
                                                 is_real_example)
-  metrics.update(_per_column("auc", _auc_at_half, predicted, actual, columns, updates, True))
-  metrics.update(_per_column("f1", f1_at_half, predicted, actual, columns, updates, True))
-  return metrics
-
-
-def soft_target_metrics(per_example_loss, targets, probabilities, is_real_example, columns):
-  """Per column: ROC-AUC against target >= 0.5, Spearman and MSE against the fraction; their
-  means (mean column-wise Spearman is the Google QUEST metric); the loss and the count."""
-  metrics, predicted, actual, updates = _common(per_example_loss, probabilities, targets,
-                                                is_real_example)
-  metrics.update(_per_column("auc", _auc_at_half, predicted, actual, columns, updates, True))
-  metrics.update(_per_column("spearman", spearman, predicted, actual, columns, updates, True))
-  metrics.update(_per_column("mse", mean_squared_error, predicted, actual, columns, updates,
-                             True))
-  return metrics
-
-
-def regression_metrics(per_example_loss, targets, predictions, is_real_example, columns):
-  """Per column: Pearson, Spearman and MSE, and their means; the loss and the count."""
-  metrics, predicted, actual, updates = _common(per_example_loss, predictions, targets,
-                                                is_real_example)
-  for name, fn in (("pearson", pearson), ("spearman", spearman), ("mse", mean_squared_error)):
-    metrics.update(_per_column(name, fn, predicted, actual, columns, updates, True))
+  for name in names:
+    metrics.update(_per_column(name, STATISTICS[name], predicted, actual, columns, updates,
+                               True))
   return metrics
 
 
@@ -194,7 +184,7 @@ def metric_names(label_spec):
   scratch graph, so they cannot drift from what an evaluation reports."""
   n = label_spec.num_outputs
   with tf.Graph().as_default():
-    labels = (tf.placeholder(tf.int32, [None]) if label_spec.metrics == "classification"
+    labels = (tf.placeholder(tf.int32, [None]) if label_spec.record_width is None
               else tf.placeholder(tf.float32, [None, n]))
     metrics = metric_fn_for(label_spec)(
         tf.placeholder(tf.float32, [None]), labels, tf.placeholder(tf.float32, [None, n]),
@@ -211,8 +201,8 @@ def metrics_of(label_spec, logits, labels):
   logits = np.asarray(logits, np.float32)
   with tf.Graph().as_default():
     read = tf.constant(logits)
-    targets = tf.constant(np.asarray(labels, np.int32 if label_spec.metrics ==
-                                     "classification" else np.float32))
+    targets = tf.constant(np.asarray(labels, np.int32 if label_spec.record_width is None
+                                     else np.float32))
     per_example_loss, outputs = loss_and_outputs(label_spec, read, targets)
     metrics = metric_fn_for(label_spec)(per_example_loss, targets, read, outputs,
                                         tf.ones([len(logits)], tf.int32))

@@ -49,13 +49,17 @@ def _log_sigmoid(z):
   return -numpy.logaddexp(0.0, -z)
 
 
-def softmax_nll(logits, classes, temperature):
-  """The mean negative log-likelihood of the true classes (indices) under
-  softmax(logits / temperature)."""
+def softmax_nll(logits, targets, temperature):
+  """The mean cross-entropy of softmax(logits / temperature) against targets: each row's
+  true class (indices [rows]), or its shares of the outputs ([rows, outputs], summing
+  to 1)."""
   z = numpy.asarray(logits, numpy.float64) / temperature
   top = z.max(axis=1, keepdims=True)
   log_norm = top[:, 0] + numpy.log(numpy.exp(z - top).sum(axis=1))
-  return float(numpy.mean(log_norm - z[numpy.arange(len(z)), classes]))
+  targets = numpy.asarray(targets)
+  if targets.ndim == 1:
+    return float(numpy.mean(log_norm - z[numpy.arange(len(z)), targets]))
+  return float(numpy.mean(log_norm - (targets * z).sum(axis=1)))
 
 
 def sigmoid_nll(logits, targets, temperature):
@@ -121,9 +125,9 @@ def _window_nll(label_spec, logits, truth, j):
                           logits.loss)
 
   def nll(t):
-    if j is None:
+    if j is None:  # (truth: each text's shares of the outputs)
       p = scaled_outputs(label_spec, logits, [t] * label_spec.num_outputs, numpy.float64)
-      return float(-numpy.mean(numpy.log(_held_off(p[numpy.arange(len(truth)), truth]))))
+      return float(-numpy.mean((truth * numpy.log(_held_off(p))).sum(axis=1)))
     p = _held_off(scaled_outputs(label_spec, column, [t], numpy.float64)[:, 0])
     return float(-numpy.mean(truth * numpy.log(p) + (1.0 - truth) * numpy.log1p(-p)))
   return nll
@@ -133,13 +137,15 @@ def _problems(label_spec, examples, logits):
   """[(name, its suffix in eval_results.json, its dev targets, nll(temperature), ECE of
   outputs)]: what each temperature of the head is fitted to."""
   windows = isinstance(logits, WindowLogits)
-  if label_spec.calibrated_by() == "head":
-    index = {name: i for i, name in enumerate(label_spec.classes)}
-    truth = numpy.array([index[e.label] for e in examples], numpy.int64)
+  if label_spec.calibrated_by() == "head":  # (truth: each row's shares of the outputs, 1
+    # for a row's class)
+    truth = numpy.array([label_spec.output_targets(e.label) for e in examples],
+                        numpy.float64).reshape(len(examples), label_spec.num_outputs)
     def ece(outputs):
       if outputs.shape[1] == 2:  # (as the evaluation report reads a binary head)
-        return reliability(outputs[:, 1], truth == 1)["expected_calibration_error"]
-      return reliability(outputs.max(axis=1), outputs.argmax(axis=1) == truth)[
+        return reliability(outputs[:, 1], truth[:, 1])["expected_calibration_error"]
+      return reliability(outputs.max(axis=1), truth[numpy.arange(len(truth)),
+                                                    outputs.argmax(axis=1)])[
           "expected_calibration_error"]
     nll = (_window_nll(label_spec, logits, truth, None) if windows else
            lambda t: softmax_nll(logits, truth, t))
@@ -174,7 +180,7 @@ def calibrate(label_spec, examples, logits, where="the dev split"):
   for name, suffix, targets, nll, ece in problems:
     figures["nll_uncalibrated" + suffix] = nll(1.0)
     figures["ece_uncalibrated" + suffix] = ece(uncalibrated.astype(numpy.float64))
-    one_value = targets.min() == targets.max()
+    one_value = bool((targets == targets[:1]).all())  # (every row one class, or one value)
     temperature = None if one_value else fit_temperature(nll)
     figures["temperature" + suffix] = temperature
     if temperature is None:

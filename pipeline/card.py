@@ -13,7 +13,7 @@ from modeling.bert import BertConfig, BertConfigError
 from modeling.checkpoint import head_shape
 from pipeline import build, multi_device, eval_history
 from spec import calibration, model_card
-from spec import labels as label_specs
+from spec.heads import from_card
 from spec.run_errors import FlagError
 from spec.model_card import LAYOUT_OPTIONS
 from spec.thresholds import DEFAULT_THRESHOLD, listed
@@ -104,7 +104,7 @@ def apply_model_card(c, card, where=None):
       not c.is_given("xnli_language") and card["flags"].get("xnli_language"):
     c = c.replace(xnli_language=card["flags"]["xnli_language"])  # (the language it learnt)
   log.info("model card %s: task %s, %s, max_seq_length %d, do_lower_case=%s", where,
-           card["task"], label_specs.from_card(card["label_spec"]).describe(),
+           card["task"], from_card(card["label_spec"]).describe(),
            card["max_seq_length"], card["do_lower_case"])
   return c
 

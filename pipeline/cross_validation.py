@@ -21,7 +21,7 @@ from pipeline.outputs import (FoldsRun, json_text, paired, write_eval_results,
 from pipeline.splits import check_hashed_then_read
 from pipeline.task_extras import task_of
 from pipeline.training_order import check_folds_balanced
-from spec import labels as label_specs
+from spec.heads import from_card
 from spec.run_errors import FlagError
 
 log = logging.getLogger(__name__)
@@ -194,7 +194,7 @@ def carried_decisions(c, chosen):
   thresholds (folds trained by an earlier run keep its decisions, and predicted this
   run's outputs by them): what this run keeps of them where it fits nothing new. None
   when they carry none; the folds' cards disagreeing is refused."""
-  specs = [label_specs.from_card(found["label_spec"]) if found else None
+  specs = [from_card(found["label_spec"]) if found else None
            for found in fold_cards(c, chosen)]
   decisions = set((None, None) if s is None else (
       json_text(s.temperatures()), json_text(s.thresholds or None)) for s in specs)

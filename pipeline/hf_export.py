@@ -24,7 +24,7 @@ from data.fast_tokenization import tokenizer_json
 from data.vocabulary import CLS_TOKEN, SEP_TOKEN, UNK_TOKEN
 from modeling.bert import BertConfig
 from modeling.convert_hf import HF_ACTIVATIONS, hf_config, hf_tensors
-from spec import labels as label_specs
+from spec.heads import from_card
 from spec.run_errors import FlagError
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def write_hf_folder(folder, checkpoint, card, vocab_text, vocab):
   ({token: id}). Returns folder."""
   from safetensors.numpy import save
   config = BertConfig.from_dict(card["bert_config"])
-  label_spec = label_specs.from_card(card["label_spec"])
+  label_spec = from_card(card["label_spec"])
   names = list(label_spec.classes or label_spec.columns)
   tensors = hf_tensors(checkpoint, config)
   temperatures = label_spec.temperatures()

@@ -17,22 +17,17 @@ log = logging.getLogger(__name__)
 
 
 def held_out_auc(label_spec, examples, outputs):
-  """The mean ROC-AUC of a head's outputs on labelled examples: a two-class head's second
-  class; each class against the others for more classes; each column's positives
-  (target >= 0.5) for multi-label and soft-target heads. None where it is undefined (a
-  head of values; a class or column whose rows are all of one kind)."""
+  """The mean ROC-AUC of a head's outputs on labelled examples: of a two-output softmax
+  head's second output; else of each output, its positives the rows whose target for it
+  (LabelSpec.output_targets: 1 for a row's class) is at least 0.5. None where it is
+  undefined (a head of values; an output whose rows are all of one kind)."""
   by = label_spec.calibrated_by()
   outputs = np.asarray(outputs, np.float64)
   if by is None or not len(examples):
     return None
-  if by == "head":
-    index = {name: i for i, name in enumerate(label_spec.classes)}
-    truth = np.array([index[e.label] for e in examples])
-    columns = [1] if outputs.shape[1] == 2 else range(outputs.shape[1])
-    aucs = [roc_auc(outputs[:, j], truth == j) for j in columns]
-  else:
-    targets = np.array([e.label for e in examples], np.float64).reshape(len(examples), -1)
-    aucs = [roc_auc(outputs[:, j], targets[:, j] >= 0.5) for j in range(outputs.shape[1])]
+  targets = np.array([label_spec.output_targets(e.label) for e in examples], np.float64)
+  columns = [1] if by == "head" and outputs.shape[1] == 2 else range(outputs.shape[1])
+  aucs = [roc_auc(outputs[:, j], targets[:, j] >= 0.5) for j in columns]
   return None if np.isnan(aucs).any() else float(np.mean(aucs))
 
 

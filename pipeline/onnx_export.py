@@ -35,7 +35,7 @@ from data.files import write_manifest
 from modeling import export_graph
 from pipeline import int8_quality
 from pipeline.hf_export import tokenizer_truncation
-from spec import labels as label_specs
+from spec.heads import from_card
 from spec import model_card, signature
 from spec.run_errors import FlagError
 
@@ -67,7 +67,7 @@ def write_onnx_folder(folder, model_fn, checkpoint, card, vocab_text, vocab, hel
   text, vocab that text read ({token: id}); held_out, the dev split's examples of a run
   that evaluated, on which the int8 model's quality is measured (int8_quality). Returns
   folder."""
-  label_spec = label_specs.from_card(card["label_spec"])
+  label_spec = from_card(card["label_spec"])
   output_name = signature.output_name(label_spec)
   samples = check_batches(vocab_size(vocab), card["max_seq_length"])
   graph_def, expected = export_graph.frozen_ids_graph(model_fn, checkpoint, output_name, samples)

@@ -20,7 +20,7 @@ from data.long_texts import Windowing, WindowSplitter, aggregate
 from data.files import MANIFEST, NO_MANIFEST, file_sha256, manifest_problem
 from data.gfile import gfile
 from spec import calibration, model_card, signature
-from spec import labels as label_specs
+from spec.heads import from_card
 from spec.run_errors import FlagError, NumericFault
 from spec.thresholds import listed
 
@@ -134,7 +134,7 @@ class ExportPredictor(object):
   def __init__(self, card, tokenizer="auto", batch_size=32):
     self.batch_size = check_batch_size(batch_size)
     self.card = card
-    self.label_spec = label_specs.from_card(card["label_spec"])
+    self.label_spec = from_card(card["label_spec"])
     self.max_seq_length = card["max_seq_length"]
     self.truncation = Truncation.from_dict(card["truncation"])
     self.windowing = Windowing.from_dict(card["truncation"].get("windows"),

@@ -11,7 +11,7 @@ settings come from the model itself rather than from flags that may disagree.
 import json
 import os
 
-from spec.labels import SPECS, from_card
+from spec.heads import SPECS, from_card
 from spec.run_errors import FlagError
 
 CARD_NAME = "model_card.json"

@@ -17,7 +17,7 @@ import os
 from typing import Optional, Tuple
 
 from spec.run_errors import FlagError
-from spec.labels import HEAD_KINDS
+from spec.heads import HEAD_KINDS
 from spec.model_card import POOLINGS, TRUNCATION_MODES, WINDOW_AGGREGATIONS
 from spec.option_checks import delimiter_problem, export_format_problem
 from spec.rows import rows_problem
@@ -115,12 +115,12 @@ class DataOptions(object):
       False, "Skip rows with too few or too many fields or a missing label, count them by "
       "cause and report the counts, instead of stopping with an error.")
   head: str = option(
-      "auto", "What the labels are: 'classification' (one column naming a class; softmax), "
-      "'multi_label' (several 0/1 columns; sigmoid each), 'soft_target' (fractions in "
-      "[0, 1]; sigmoid cross-entropy against the fraction), 'regression' (numbers; squared "
-      "error), or 'auto': the task's own (csv and jigsaw_toxic: classification for one "
-      "label column, multi_label for several; jigsaw_bias: soft_target; sts-b: regression).",
-      ("auto",) + HEAD_KINDS)
+      "auto", "What the labels are: a head from the table of heads in docs/guide/heads.md "
+      "(classification, multi_label, soft_target, regression, ...), or 'auto': the task's "
+      "own (csv and jigsaw_toxic: classification for one label column, multi_label for "
+      "several; jigsaw_bias: soft_target; sts-b: regression); an unknown head is refused "
+      "with the list.", check=lambda value: None if value in ("auto",) + HEAD_KINDS else
+      "is no head; the heads: auto, %s" % ", ".join(HEAD_KINDS))
   auxiliary_targets: bool = option(
       False, "jigsaw_bias: add soft-target outputs for the auxiliary toxicity columns "
       "(%s) that the train file fills on every row." % ", ".join(JIGSAW_BIAS_AUXILIARY_COLUMNS))

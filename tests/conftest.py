@@ -20,7 +20,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from modeling.compat import setup_tensorflow
-from spec.labels import SingleLabel
+from spec.heads.classification import SingleLabel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_DATA = os.path.join(ROOT, "tests", "data")

@@ -16,7 +16,11 @@ from conftest import JIGSAW, common_flags, model_features, run_flags, small_conf
 from data.features import InputExample
 from modeling.model_fn import ModelSettings, model_fn_builder
 from pipeline import calibration
-from spec.labels import MultiLabel, Regression, SingleLabel, SoftTarget, from_card
+from spec.heads import from_card
+from spec.heads.classification import SingleLabel
+from spec.heads.multi_label import MultiLabel
+from spec.heads.regression import Regression
+from spec.heads.soft_target import SoftTarget
 from spec.model_card import CardError, from_json
 from spec.run_errors import FlagError
 

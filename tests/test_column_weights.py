@@ -21,7 +21,8 @@ from modeling.model_fn import ModelSettings, model_fn_builder
 from pipeline import task_extras
 from pipeline.training_order import TrainingOrder, fraction_indices
 from spec.config import RunConfig
-from spec.labels import MultiLabel, SingleLabel
+from spec.heads.classification import SingleLabel
+from spec.heads.multi_label import MultiLabel
 from spec.run_errors import FlagError
 
 TOXIC = ["toxic", "severe_toxic", "obscene", "threat", "insult", "identity_hate"]

@@ -17,7 +17,9 @@ from pipeline.evaluation import metric_names_of
 from pipeline.task_extras import task_of
 from run_classifier import parse_flags
 from spec.run_errors import FlagError
-from spec.labels import MultiLabel, Regression, SingleLabel
+from spec.heads.classification import SingleLabel
+from spec.heads.multi_label import MultiLabel
+from spec.heads.regression import Regression
 from test_summaries import scalars_in
 
 

@@ -14,7 +14,10 @@ from hypothesis import given, settings, strategies as st
 from conftest import JIGSAW, common_flags, pairwise_auc, run_flags
 from data.features import InputExample
 from pipeline import eval_report
-from spec.labels import MultiLabel, Regression, SingleLabel, SoftTarget
+from spec.heads.classification import SingleLabel
+from spec.heads.multi_label import MultiLabel
+from spec.heads.regression import Regression
+from spec.heads.soft_target import SoftTarget
 from spec.run_errors import FlagError
 
 TOXIC = ["toxic", "severe_toxic", "obscene", "threat", "insult", "identity_hate"]

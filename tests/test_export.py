@@ -26,16 +26,18 @@ from pipeline import export_run as pipeline_export
 from spec.run_errors import FlagError
 from serving.predicting import ExportNotFound, find_export
 from serving.predictor import Predictor
-from spec import labels as label_specs
+from spec.heads.multi_label import MultiLabel
+from spec.heads.regression import Regression
+from spec.heads.classification import SingleLabel
 from spec import model_card, signature
 
 TEXTS = ["you are great", "What a STUPID idea!!", "ok", "a much longer comment about the "
          "article, which goes on and on about nothing in particular " * 3,
          u"caf\u00e9 na\u00efve \u4e2d\u6587 text"]
 SPECS = {
-    "classification": label_specs.SingleLabel(["label"], ["neg", "neutral", "pos"]),
-    "multi_label": label_specs.MultiLabel(["toxic", "insult"]),
-    "regression": label_specs.Regression(["score"]),
+    "classification": SingleLabel(["label"], ["neg", "neutral", "pos"]),
+    "multi_label": MultiLabel(["toxic", "insult"]),
+    "regression": Regression(["score"]),
 }
 MAX_LEN = 24
 

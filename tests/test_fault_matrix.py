@@ -106,7 +106,7 @@ def within(seconds, function, *args):
 
 def _head_checkpoint(folder):
   from pipeline.evaluation import head_checkpoint
-  from spec.labels import SingleLabel
+  from spec.heads.classification import SingleLabel
   used = head_checkpoint(folder, None, False, "predict", SingleLabel(["toxic"], ["0", "1"]))
   return os.path.basename(used)
 

@@ -16,7 +16,9 @@ from data.features import (InputExample, convert_example, convert_examples, num_
 from data.input_fn import input_fn_builder
 from data.processors import get_processor
 from data.tfrecord import build_records, metadata_path
-from spec.labels import MultiLabel, Regression, SingleLabel
+from spec.heads.classification import SingleLabel
+from spec.heads.multi_label import MultiLabel
+from spec.heads.regression import Regression
 
 
 

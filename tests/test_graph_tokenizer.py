@@ -14,7 +14,7 @@ from data.features import InputExample, Truncation, convert_examples
 from data.graph_tokenizer import GraphTokenizer, pair_lengths
 from data.tokenization import FullTokenizer
 from serving.predicting import padded_batch
-from spec.labels import SingleLabel
+from spec.heads.classification import SingleLabel
 from test_tokenization import _code_point_texts
 
 HAND_MADE = [u"", u"   ", u"a" * 200, u"a" * 201, u"\u0434" * 200, u"\u0434" * 201,

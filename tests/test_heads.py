@@ -14,7 +14,10 @@ import tensorflow.compat.v1 as tf
 from conftest import (JIGSAW, SAMPLES, TINY, TINY_VOCAB, assert_auc_of_scores, common_flags,
                       pairwise_auc, run_flags, sample_path)
 from modeling import head, metrics
-from spec.labels import MultiLabel, Regression, SingleLabel, SoftTarget
+from spec.heads.classification import SingleLabel
+from spec.heads.multi_label import MultiLabel
+from spec.heads.regression import Regression
+from spec.heads.soft_target import SoftTarget
 
 TOXIC_COLUMNS = ["toxic", "severe_toxic", "obscene", "threat", "insult", "identity_hate"]
 BIAS = os.path.join(SAMPLES, "jigsaw_bias_davidson")

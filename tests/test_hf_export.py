@@ -23,7 +23,7 @@ from modeling.convert_hf import ConversionError, convert, hf_head
 from pipeline.hf_export import write_hf_folder
 from serving.predictor import Predictor
 from spec import model_card
-from spec.labels import MultiLabel
+from spec.heads.multi_label import MultiLabel
 from test_export import SPECS, TEXTS, export_tiny
 
 HF_PYTHON = os.path.join(ROOT, ".venvs", "hf", "bin", "python")

@@ -18,7 +18,7 @@ from data.data_error import DataError
 from data.features import InputExample
 from data.processors import get_processor
 from data.tfrecord import build_records
-from spec.labels import SingleLabel
+from spec.heads.classification import SingleLabel
 
 SST2_TRAIN = sample_path("glue", "SST-2", "train.tsv")
 JIGSAW_TRAIN = sample_path("jigsaw_toxic_sample", "train.csv")

@@ -7,8 +7,12 @@ import io
 import pytest
 
 from conftest import sample_path
-from spec import labels
-from spec.labels import LabelError, MultiLabel, Regression, SingleLabel, SoftTarget
+from spec import heads, labels
+from spec.heads.classification import SingleLabel
+from spec.heads.multi_label import MultiLabel
+from spec.heads.regression import Regression
+from spec.heads.soft_target import SoftTarget
+from spec.labels import LabelError
 
 TOXIC_COLUMNS = ["toxic", "severe_toxic", "obscene", "threat", "insult", "identity_hate"]
 
@@ -94,16 +98,16 @@ def test_regression_takes_any_finite_number():
                          ids=lambda s: s.kind)
 def test_the_card_entry_rebuilds_the_same_spec(spec):
   entry = spec.to_card()
-  assert labels.from_card(entry) == spec
+  assert heads.from_card(entry) == spec
   assert entry["kind"] == spec.kind and entry["columns"] == list(spec.columns)
 
 
 def test_build_spec_names_what_is_wrong():
   with pytest.raises(ValueError, match="unknown head 'softmax'; heads: classification, "
-                                       "multi_label, soft_target, regression"):
-    labels.build_spec("softmax", ["y"])
+                                       "multi_label, regression, soft_target"):
+    heads.build_spec("softmax", ["y"])
   with pytest.raises(ValueError, match="a regression head has no class list .*drop --labels"):
-    labels.build_spec("regression", ["y"], ["0", "1"])
+    heads.build_spec("regression", ["y"], ["0", "1"])
   with pytest.raises(ValueError, match="label column listed twice: toxic, toxic"):
     MultiLabel(["toxic", "toxic"])
 

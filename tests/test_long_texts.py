@@ -22,7 +22,9 @@ from data.long_texts import (Windowing, WindowSplitter, aggregate, logits_of, st
                              word_spans)
 from data.tokenization import FullTokenizer
 from modeling.metrics import metrics_of
-from spec.labels import MultiLabel, Regression, SingleLabel
+from spec.heads.classification import SingleLabel
+from spec.heads.multi_label import MultiLabel
+from spec.heads.regression import Regression
 from spec.model_card import CardError, from_json
 from spec.run_errors import FlagError
 

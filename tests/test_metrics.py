@@ -108,9 +108,10 @@ def test_streamed_regression_metrics():
   targets = rng.rand(21).astype(np.float32) * 5
   predictions = (targets + rng.randn(21) * 0.5).astype(np.float32)
   real = np.array([1] * 19 + [0, 0], np.int32)
-  result = _stream(functools.partial(metrics.regression_metrics, columns=["score"]), _split(
-      {"per_example_loss": (predictions - targets) ** 2, "targets": targets[:, None],
-       "predictions": predictions[:, None], "is_real_example": real}, 4))
+  result = _stream(functools.partial(metrics.column_metrics, columns=["score"],
+                                     names=("pearson", "spearman", "mse")), _split(
+      {"per_example_loss": (predictions - targets) ** 2, "labels": targets[:, None],
+       "outputs": predictions[:, None], "is_real_example": real}, 4))
   assert result["num_examples"] == 19
   assert result["pearson"] == pytest.approx(np.corrcoef(predictions[:19], targets[:19])[0, 1],
                                             1e-5)

@@ -20,7 +20,7 @@ from data.vocabulary import load_vocab
 from pipeline import onnx_export
 from serving.predicting import ExportNotFound
 from serving.predictor import Predictor
-from spec import labels as label_specs
+from spec.heads.soft_target import SoftTarget
 from spec.run_errors import FlagError
 from test_export import SPECS as EXPORT_SPECS
 from test_export import TEXTS, export_tiny, tiny_card, tiny_model_fn
@@ -38,7 +38,7 @@ def real_comments(count):
 # capitals), a long one and an empty one.
 ONNX_TEXTS = real_comments(12) + TEXTS + [" ".join("word%d" % i for i in range(60)), ""]
 # test_export's heads, and the one it leaves out.
-SPECS = dict(EXPORT_SPECS, soft_target=label_specs.SoftTarget(["toxic", "insult"]))
+SPECS = dict(EXPORT_SPECS, soft_target=SoftTarget(["toxic", "insult"]))
 
 
 def onnx_environment():

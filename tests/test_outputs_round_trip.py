@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from data.features import InputExample
 from pipeline.outputs import check_tsv, tsv_cell, write_fold_predictions, write_predictions
-from spec.labels import build_spec, canonical_label
+from spec.heads import build_spec
+from spec.labels import canonical_label
 
 # Any text an input file can hold: UTF-8 (no surrogates) without NUL, which the readers
 # refuse; with the characters that end a TSV cell or line for some reader made likely.

@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 from conftest import JIGSAW, common_flags, run_flags
 from spec import thresholds
-from spec.labels import MultiLabel, SingleLabel, from_card
+from spec.heads import from_card
+from spec.heads.classification import SingleLabel
+from spec.heads.multi_label import MultiLabel
 from spec.run_errors import FlagError
 
 

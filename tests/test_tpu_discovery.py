@@ -16,7 +16,7 @@ from modeling.model_fn import ModelSettings, model_fn_builder
 from pipeline import multi_device
 from pipeline.checks import check_run
 from run_classifier import parse_flags
-from spec import labels as label_specs
+from spec.heads.classification import SingleLabel
 from spec.run_errors import FlagError
 
 TPU_FLAGS = ["--task_name=jigsaw_toxic", "--data_dir=" + JIGSAW, "--do_train",
@@ -78,7 +78,7 @@ def test_each_platform_gives_the_resolver_its_tpu(platform, tmp_path, caplog):
     return
   check_run(found)
   RecordingResolver.calls = []
-  spec = label_specs.SingleLabel(["label"], ["0", "1"])
+  spec = SingleLabel(["label"], ["0", "1"])
   model_fn = model_fn_builder(small_config(), spec, ModelSettings(
       learning_rate=1e-3, num_train_steps=10, use_tpu=True))
   estimator = build_estimator(model_fn, str(tmp_path), found.device, found.training,

@@ -249,7 +249,7 @@ def featurise_google(rows, args, path):
 
 
 def binary_label_spec():
-  from spec.labels import SingleLabel
+  from spec.heads.classification import SingleLabel
   return SingleLabel(["label"], ["0", "1"])
 
 

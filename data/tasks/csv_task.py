@@ -9,6 +9,7 @@ from data.examples import Columns, DataProcessor, flag_for_split
 from data.row_ranges import in_range
 from data.table import (USUAL_WIDTH_RECORDS, Table, delimiter_for, is_position, quoting_for,
                         refuse_bom_cell)
+from spec.heads import HEAD_KINDS
 from spec.run_errors import FlagError
 from spec.labels import MISSING_VALUES, canonical_label, class_order
 
@@ -23,7 +24,7 @@ class CsvProcessor(DataProcessor):
   fields in .csv files but are plain characters in .tsv/.txt files unless quoting says
   otherwise."""
   name = "csv"
-  heads = ("classification", "multi_label", "soft_target", "regression")
+  heads = HEAD_KINDS  # (every head: a file's columns can hold any head's labels)
   split_files = {"train": ("train.csv", "train.tsv"),
                  "dev": ("dev.csv", "dev.tsv", "valid.csv", "valid.tsv"),
                  "test": ("test.csv", "test.tsv")}

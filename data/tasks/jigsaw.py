@@ -9,7 +9,8 @@ from data.examples import HeaderProcessor
 from data.reread import check_rereadable
 from data.table import Table
 from spec.run_errors import FlagError
-from spec.labels import MISSING_VALUES, SoftTarget
+from spec.heads.soft_target import SoftTarget
+from spec.labels import MISSING_VALUES
 from spec.task_names import (JIGSAW_BIAS_AUXILIARY_COLUMNS, JIGSAW_BIAS_TARGET,
                         JIGSAW_IDENTITY_COLUMNS, JIGSAW_TOXIC_LABEL_COLUMNS)
 

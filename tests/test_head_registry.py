@@ -1,0 +1,117 @@
+"""The heads' registry (spec/heads/): every head found, each held to what the rest of the
+project reads of a head, so a head added as one module is checked by these tests the day
+it is written: its card, records, prediction columns, predictor result, graph loss and
+outputs, evaluation statistics, Hugging Face problem, --head and the guide's row."""
+
+import os
+import re
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+from conftest import ROOT
+from modeling import head, metrics
+from modeling.convert_hf import HEAD_KIND_OF_PROBLEM
+from spec import heads
+from spec.heads.multi_label import MultiLabel
+from spec.labels import LabelSpec
+from spec.config import RunConfig
+
+
+def _built(kind):
+  """A spec of the head over the fewest label columns it takes (a, then a and b; classes
+  x, y and z where it has classes)."""
+  problems = []
+  for columns in (["a"], ["a", "b"]):
+    try:
+      return heads.build_spec(kind, columns, ["x", "y", "z"] if heads.SPECS[kind].has_classes
+                              else None)
+    except ValueError as e:
+      problems.append(str(e))
+  raise AssertionError("the %s head builds over neither one nor two columns: %s" % (
+      kind, problems))
+
+
+@pytest.fixture(params=heads.HEAD_KINDS)
+def spec(request):
+  return _built(request.param)
+
+
+def test_every_module_of_the_package_gives_a_head():
+  names = sorted(name[:-3] for name in os.listdir(os.path.join(ROOT, "spec", "heads"))
+                 if name.endswith(".py") and name != "__init__.py")
+  assert sorted({heads.SPECS[kind].__module__.split(".")[-1] for kind in heads.HEAD_KINDS}) == \
+      names
+  assert heads.HEAD_KINDS == tuple(sorted(heads.SPECS))
+
+
+def test_the_registry_refuses_heads_that_clash_or_say_too_little():
+  classes = [heads.SPECS[kind] for kind in heads.HEAD_KINDS]
+  with pytest.raises(TypeError, match=r"two heads are of kind 'multi_label': MultiLabel and "
+                     r"Twice"):
+    heads._registry(classes + [type("Twice", (MultiLabel,), {})])
+  with pytest.raises(TypeError, match=r"the head Shouting's kind 'Loud' is not a lower-case "
+                     r"word"):
+    heads._registry(classes + [type("Shouting", (MultiLabel,), {"kind": "Loud"})])
+  with pytest.raises(TypeError, match=r"the head Mute names no loss"):
+    heads._registry(classes + [type("Mute", (LabelSpec,), {"kind": "mute"})])
+  assert "other" in heads._registry(classes + [type("Other", (MultiLabel,), {
+      "kind": "other"})])
+
+
+def test_the_card_gives_the_same_head_back(spec):
+  entry = spec.to_card()
+  assert heads.from_card(entry) == spec and entry["kind"] == spec.kind
+
+
+def test_records_and_prediction_columns_fit_the_outputs(spec):
+  value = spec.unlabelled_value()
+  if spec.record_width is None:
+    assert spec.record_dtype == "int64" and isinstance(value, int)
+  else:
+    assert spec.record_dtype == "float32" and len(value) == spec.record_width
+  outputs = list(np.linspace(0.1, 0.9, spec.num_outputs))
+  assert len(spec.prediction_header()) == len(spec.prediction_cells(outputs))
+  names = list(spec.classes or spec.columns)
+  assert len(names) == spec.num_outputs
+  assert spec.result(names, outputs)[spec.output_name] == dict(zip(names, outputs))
+
+
+def test_the_graph_loss_is_finite_and_keeps_the_outputs_serving_computes(spec):
+  """Training and evaluation take the outputs loss_and_outputs gives; serving and the
+  exports take outputs_of: they must be one and the same."""
+  rng = np.random.RandomState(3)
+  logits = rng.randn(4, spec.num_outputs).astype(np.float32) * 3
+  targets = np.array([spec.record_value(spec.unlabelled_value()) if spec.record_width else 0
+                      for _ in range(4)], np.int32 if spec.record_width is None else np.float32)
+  with tf.Graph().as_default(), tf.Session() as session:
+    loss, outputs = head.loss_and_outputs(spec, tf.constant(logits), tf.constant(targets))
+    served = head.outputs_of(spec, tf.constant(logits))
+    loss, outputs, served = session.run([loss, outputs, served])
+  assert loss.shape == (4,) and np.isfinite(loss).all()
+  np.testing.assert_allclose(outputs, served, rtol=1e-6)
+
+
+def test_the_evaluation_has_its_statistics_and_hugging_face_its_problem(spec):
+  names = metrics.metric_names(spec)
+  assert "eval_loss" in names and "num_examples" in names
+  for statistic in spec.column_statistics:
+    assert statistic in metrics.STATISTICS
+    assert statistic in names or "mean_%s" % statistic in names
+  assert spec.loss in head.LOSSES
+  assert spec.hf_problem_type in HEAD_KIND_OF_PROBLEM
+  assert spec.calibrated_by() in ("head", "column", None)
+
+
+def test_every_head_is_in_the_guide_and_head_takes_it():
+  with open(os.path.join(ROOT, "docs", "guide", "heads.md")) as f:
+    table = f.read().split("\n## Heads\n")[1].split("\n### ")[0]
+  listed = [re.findall(r"`([^`]+)`", row.split(" | ")[0])[0]
+            for row in table.splitlines() if row.startswith("| `") and "--head" not in row]
+  assert sorted(listed) == list(heads.HEAD_KINDS)
+  for kind in ("auto",) + heads.HEAD_KINDS:
+    assert RunConfig(head=kind).data.head == kind
+  with pytest.raises(ValueError, match=r"^--head='softmax' is no head; the heads: auto, "
+                     r"classification, multi_label, regression, soft_target"):
+    RunConfig(head="softmax")

@@ -186,6 +186,7 @@ class ExportPredictor(object):
     generator. A mapping, a set or a table (DataFrame) is refused (a TypeError that says
     what to pass): iterating one gives its keys, no order, or its column names.
 
+    Each result is the head's (its class's `result` in spec/heads/), for example
     classification: {"label": the most probable class, "probabilities": {class: p}};
     multi_label: {"labels": the columns with p >= 0.5, "probabilities": {column: p}};
     soft_target: {"probabilities": {column: p}}; regression: {"values": {column: v}}.

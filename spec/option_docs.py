@@ -28,6 +28,7 @@ GROUP_TITLES = {
 # that every text and list option has one.
 EXAMPLES = {
     "task_name": "--task_name=csv",
+    "head": "--head=multi_label",
     "xnli_language": "--xnli_language=de",
     "data_dir": "--data_dir=/data/jigsaw",
     "train_file": "--train_file='train-*.csv'",

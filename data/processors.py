@@ -71,7 +71,7 @@ def processor_class(task_name):
 
 def get_processor(task_name, weight_column=None, **settings):
   """The processor of a task, built with settings: those every processor takes (data_dir,
-  files, skip_malformed_rows, quoting, head: a head kind of spec/labels.py, None for the
+  files, skip_malformed_rows, quoting, head: a head kind of spec/heads/, None for the
   task's default) and the task's own (jigsaw_toxic: label_columns; jigsaw_bias:
   label_columns, auxiliary_targets; xnli: language; csv: text_column, text_b_column,
   label_columns, id_column, has_header, split_headers, delimiter, labels). weight_column

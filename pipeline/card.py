@@ -196,17 +196,19 @@ def check_matches_task(card, processor, where):
   """The task's head and labels must be the model's: the same kind, the same classes in
   the same order, and as many outputs; single texts or pairs as the model read them; and
   the same label columns where their names say
-  what the outputs mean (a Jigsaw column). Where they only say where a file keeps its
-  labels (csv: the file's layout), another file may keep them in a column named otherwise.
+  what the outputs mean (a Jigsaw column), and in the same order wherever they are the
+  card's names. Where they only say where a file keeps its labels (csv: the file's
+  layout), another file may keep them in columns named otherwise.
   where: the card's file, for messages."""
   spec = processor.label_spec
   model_card.check_agrees(card, where, head=spec.kind, labels=spec.classes,
                           num_outputs=spec.num_outputs)
   model_card.check_text_pairs(card, where, processor.reads_pairs)
-  if not card["label_columns"] or not processor.label_columns_name_outputs:
+  if not card["label_columns"]:
     return
+  # The same names in another order would name each output after another's column.
   same_names = set(spec.columns) == set(card["label_columns"])
-  if processor.name == card["task"] or same_names:
+  if same_names or (processor.label_columns_name_outputs and processor.name == card["task"]):
     model_card.check_agrees(card, where, label_columns=list(spec.columns))
 
 

@@ -5,25 +5,10 @@ A task is one module of data/tasks/ (or one class in one): it is found there, so
 else lists it. Each processor class reads the options of its own task (settings_of).
 """
 
-import importlib
-import pkgutil
-
 from data import tasks
 from data.examples import DataProcessor
+from spec.found import classes_in
 from spec.run_errors import FlagError
-
-
-def _task_classes():
-  """The processor classes defined in data/tasks/'s modules that carry a task name (a base
-  class that carries none, such as jigsaw's, is no task), module by module."""
-  classes = []
-  for module_info in sorted(pkgutil.iter_modules(tasks.__path__), key=lambda m: m.name):
-    module = importlib.import_module("%s.%s" % (tasks.__name__, module_info.name))
-    for value in vars(module).values():
-      if (isinstance(value, type) and issubclass(value, DataProcessor) and
-          value.__module__ == module.__name__ and value.name is not None):
-        classes.append(value)
-  return classes
 
 
 def _registry(classes):
@@ -46,7 +31,8 @@ def _registry(classes):
   return registry, aliases
 
 
-PROCESSORS, TASK_ALIASES = _registry(_task_classes())
+# (a class that carries no name, such as jigsaw's base class, is no task)
+PROCESSORS, TASK_ALIASES = _registry(classes_in(tasks, DataProcessor, "name"))
 TASK_NAMES = tuple(sorted(PROCESSORS))
 
 

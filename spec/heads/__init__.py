@@ -10,23 +10,11 @@ calibrated and decided (spec/calibration.py, spec/thresholds.py). docs/guide/hea
 gives each head's row.
 """
 
-import importlib
-import pkgutil
+import sys
 
+from spec.found import classes_in
 from spec.labels import LabelSpec
 from spec.run_errors import FlagError
-
-
-def _head_classes():
-  """The head classes of this package's modules, module by module (sorted by name)."""
-  classes = []
-  for module_info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-    module = importlib.import_module("%s.%s" % (__name__, module_info.name))
-    for value in vars(module).values():
-      if (isinstance(value, type) and issubclass(value, LabelSpec) and
-          value.__module__ == module.__name__ and value.kind is not None):
-        classes.append(value)
-  return classes
 
 
 def _registry(classes):
@@ -47,7 +35,7 @@ def _registry(classes):
   return registry
 
 
-SPECS = _registry(_head_classes())
+SPECS = _registry(classes_in(sys.modules[__name__], LabelSpec, "kind"))
 HEAD_KINDS = tuple(sorted(SPECS))
 
 

@@ -51,8 +51,10 @@ def test_given_names_the_flags_on_the_command_line():
 
 def test_values_are_checked_for_type_and_choice():
   for bad, message in ((dict(max_seq_length="64"), "max_seq_length must be int, not '64'"),
-                       (dict(head="softmax"), "head='softmax' is not one of auto, "
-                                              "classification, multi_label"),
+                       (dict(window_aggregation="median"), "window_aggregation='median' is "
+                                                            "not one of mean, max, first"),
+                       (dict(head="softmax"), "--head='softmax' is no head; the heads: auto, "
+                                              "classification, "),
                        (dict(do_train=1), "do_train must be bool, not 1"),
                        (dict(labels=["0", "1"]), "labels must be a tuple of strings"),
                        (dict(learning_rate=True), "learning_rate must be float, not True"),

@@ -69,7 +69,8 @@ TWEET = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters
 
 
 @settings(max_examples=60, deadline=None)
-@given(rows=st.lists(st.tuples(TWEET, st.integers(0, 2)), min_size=1, max_size=12),
+@given(rows=st.lists(st.tuples(TWEET, st.integers(0, 2)), min_size=1, max_size=12).filter(
+    lambda rows: any(not text.isspace() for text, _ in rows)),  # (else the file is empty)
        end=st.sampled_from(["\n", "\r\n"]), last_end=st.booleans())
 def test_any_tweets_and_labels_come_back_as_written(tmp_path_factory, rows, end, last_end):
   folder = tmp_path_factory.mktemp("tweets")
@@ -86,6 +87,14 @@ def _refusal(tmp_path, texts, labels, split="train", **settings):
   with pytest.raises((DataError, FlagError)) as error:
     get_processor("tweeteval", data_dir=data_dir, **settings).get_examples(split)
   return str(error.value).replace(data_dir + os.sep, "")
+
+
+def test_a_tweets_file_of_whitespace_alone_is_empty(tmp_path):
+  """A tweet of whitespace among others comes back as written (above); a file with nothing
+  else holds no text, and is refused as empty."""
+  assert _refusal(tmp_path, ["\t", " "], ["0", "1"]) == (
+      "train_text.txt: the file is empty. Fix: give a file with rows, or point at the right "
+      "file")
 
 
 def test_every_way_the_two_files_can_disagree_is_named_in_one_line(tmp_path):

@@ -160,13 +160,25 @@ def test_the_devices_found_choose_the_extra_rows(gpus, tpu, rows, notes):
   assert label_of("ours_4gpus") == "this project, dynamic padding, 4 GPUs"
 
 
-def test_hf_names_every_hugging_face_path_and_unknown_variants_are_refused():
-  from tools.benchmark import requested_variants
+def test_hf_names_every_hugging_face_path_and_unknown_variants_are_refused(capsys):
+  from tools.benchmark import HF_VARIANTS, requested_variants
   assert requested_variants("google,hf,ours") == [
       "google", "hf_random", "hf_grouped", "hf_loop", "hf_grouped_bf16", "hf_loop_bf16", "ours"]
   assert requested_variants("hf_grouped,hf") == ["hf_grouped", "hf_random", "hf_loop",
                                                  "hf_grouped_bf16", "hf_loop_bf16"]
   assert requested_variants("ours,ours_2gpus") == ["ours", "ours_2gpus"]
+  # A CPU without bfloat16 instructions: "hf" leaves the bfloat16 rows out, and says so;
+  # named, one still runs. With them (or unknown), "hf" names all five.
+  assert requested_variants("google,hf", bf16_units=[]) == [
+      "google", "hf_random", "hf_grouped", "hf_loop"]
+  assert "Hugging Face's bfloat16 rows skipped: this CPU has no bfloat16 matmul " \
+      "instructions" in capsys.readouterr().out
+  assert requested_variants("hf_loop_bf16,hf", bf16_units=[]) == [
+      "hf_loop_bf16", "hf_random", "hf_grouped", "hf_loop"]
+  assert requested_variants("hf", bf16_units=["avx512_bf16"]) == list(HF_VARIANTS)
+  assert capsys.readouterr().out == "Hugging Face's bfloat16 rows skipped: this CPU has no " \
+      "bfloat16 matmul instructions (AVX512_BF16, AMX_BF16), where PyTorch emulates them far " \
+      "slower than float32; name hf_grouped_bf16 or hf_loop_bf16 in --variants to run them\n"
   with pytest.raises(SystemExit) as error:
     requested_variants("ours,fast")
   assert str(error.value).startswith("benchmark: unknown variant 'fast'; known: hf, google, ")

@@ -157,11 +157,20 @@ def python_of(runtime):
   return os.path.join(ROOT, ".venvs", runtime, "bin", "python")
 
 
-def requested_variants(text):
-  """--variants as a list, with "hf" standing for every Hugging Face path."""
+def requested_variants(text, bf16_units=None):
+  """--variants as a list, with "hf" standing for every Hugging Face path; without the
+  bfloat16 ones where bf16_units (the CPU's bfloat16 matmul instructions) is empty: there
+  PyTorch emulates bfloat16 far slower than float32 (a 1024x1024 matmul at 0.8 against
+  113 GFLOP/s on an AVX2 host), so they cannot be Hugging Face's fastest (named one by one, they still run)."""
   variants = []
+  skip_bf16 = bf16_units is not None and not bf16_units
+  if skip_bf16 and "hf" in text.split(","):
+    print("Hugging Face's bfloat16 rows skipped: this CPU has no bfloat16 matmul "
+          "instructions (AVX512_BF16, AMX_BF16), where PyTorch emulates them far "
+          "slower than float32; name hf_grouped_bf16 or hf_loop_bf16 in --variants to run them")
   for name in text.split(","):
-    for variant in HF_VARIANTS if name == "hf" else [name]:
+    for variant in ([v for v in HF_VARIANTS if not (skip_bf16 and v.endswith("_bf16"))]
+                    if name == "hf" else [name]):
       if variant not in VARIANTS and not gpu_count_of(variant):
         sys.exit("benchmark: unknown variant %r; known: hf, %s" % (variant, ", ".join(VARIANTS)))
       if variant not in variants:
@@ -557,7 +566,8 @@ def main(argv=None):
   runtimes = [r for r in args.runtimes.split(",") if os.path.exists(python_of(r))]
   if not runtimes:
     sys.exit("benchmark: no environment in .venvs; run ./run.sh setup first")
-  variants = requested_variants(args.variants)
+  from pipeline.machine import bf16_instructions
+  variants = requested_variants(args.variants, bf16_instructions())
   if any(v in HF_VARIANTS for v in variants):
     if not os.path.exists(python_of("hf")):
       sys.exit("benchmark: the Hugging Face rows need the optional environment .venvs/hf; "

@@ -68,6 +68,11 @@ def class_order(names):
   return sorted(names, key=key)
 
 
+def highest(values):
+  """The index of the highest value (the first of equal ones): a head's predicted class."""
+  return max(range(len(values)), key=lambda k: values[k])
+
+
 def float32_text(value):
   """A float32 output as text that reads back as the same float32 (9 significant digits):
   fixed decimals would turn small probabilities into ties or zeros."""

@@ -1,7 +1,8 @@
 """The classification head: one label column naming one of several classes, learnt by
 softmax cross-entropy; its outputs are the classes' probabilities."""
 
-from spec.labels import MISSING_VALUES, LabelError, LabelSpec, canonical_label, float32_text
+from spec.labels import (MISSING_VALUES, LabelError, LabelSpec, canonical_label,
+                         float32_text, highest)
 from spec.run_errors import FlagError
 
 
@@ -88,7 +89,7 @@ class SingleLabel(LabelSpec):
     if self.thresholds:
       positive = self._classes[1]
       return positive if outputs[1] >= self.threshold(positive) else self._classes[0]
-    return self._classes[_best(outputs)]
+    return self._classes[highest(outputs)]
 
   def result(self, names, outputs):
     result = dict(super(SingleLabel, self).result(names, outputs), label=self.decide(outputs))
@@ -98,8 +99,3 @@ class SingleLabel(LabelSpec):
 
   def describe(self):
     return "labels %s" % ",".join(self._classes)
-
-
-def _best(outputs):
-  """The index of the highest output (the first of equal ones)."""
-  return max(range(len(outputs)), key=lambda k: outputs[k])

@@ -12,7 +12,7 @@ one class.
 
 import math
 
-from spec.labels import LabelError, LabelSpec, float32_text, parse_number
+from spec.labels import LabelError, LabelSpec, float32_text, highest, parse_number
 from spec.run_errors import FlagError
 
 
@@ -66,14 +66,14 @@ class Distribution(LabelSpec):
     return ["probability_%s" % c for c in self.columns] + ["prediction"]
 
   def prediction_cells(self, outputs):
-    return [float32_text(p) for p in outputs] + [self.columns[_most(outputs)]]
+    return [float32_text(p) for p in outputs] + [self.columns[highest(outputs)]]
 
   def stratum(self, label):  # (k-fold keeps each most-chosen class's share of rows)
-    return self.columns[_most(label)]
+    return self.columns[highest(label)]
 
   def result(self, names, outputs):
     return dict(super(Distribution, self).result(names, outputs),
-                label=names[_most(outputs)])
+                label=names[highest(outputs)])
 
 
 def _sum(values):
@@ -82,8 +82,3 @@ def _sum(values):
     return math.fsum(values)
   except OverflowError:
     return math.inf
-
-
-def _most(values):
-  """The index of the highest value (the first of equal ones)."""
-  return max(range(len(values)), key=lambda k: values[k])

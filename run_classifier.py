@@ -112,7 +112,7 @@ def run_model(c, fold=None, cluster=None, write_summary=True):
 
   # The processor reads the task's files into InputExamples; the tokenizer makes their ids.
   processor = build.make_processor(c.data, c.training.sample_weight_column,
-                                   card.classes_source(found_card, card_path, c.given))
+                                   card.classes_source(found_card, card_path, c.given), c.heads)
   label_spec, task = processor.label_spec, task_extras.task_of(processor)
   if found_card:
     card.check_matches_task(found_card, processor, card_path)

@@ -17,6 +17,7 @@ from modeling.checkpoint import encoder_problem
 from modeling.estimator import BatchSplitError, build_estimator
 from modeling.model_fn import ModelSettings, model_fn_builder
 from pipeline import machine
+from spec.heads import apply_options
 from spec.run_errors import FlagError
 from spec.model_card import CardError
 
@@ -47,14 +48,15 @@ def reading_entry(model):
   return dict(entry, windows=windowing.as_dict()) if windowing else entry
 
 
-def make_processor(data, weight_column=None, classes_from=None):
+def make_processor(data, weight_column=None, classes_from=None, head_options=None):
   """The processor (data/processors.py) of the DataOptions, with its label spec settled:
   for csv, the classes are read from the train file unless --labels gives them.
   weight_column: --sample_weight_column, read into the train examples. classes_from: the
-  model card whose classes --labels holds, for the errors of a row with another label."""
+  model card whose classes --labels holds, for the errors of a row with another label.
+  head_options: the run's `heads` group, the head's own options (None: their defaults)."""
   processor = processor_for(data, weight_column)
   processor.classes_from = classes_from
-  processor.label_spec  # pylint: disable=pointless-statement  (refused now, not later)
+  apply_options(processor.label_spec, head_options)  # (refused now, not later)
   return processor
 
 

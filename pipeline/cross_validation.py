@@ -99,7 +99,7 @@ def run_folds(c, run_model):
   writes only into its own folder. Returns a FoldsRun."""
   check_folds(c.training, c.modes.do_train)
   num_folds, output_dir = c.training.num_folds, c.outputs.output_dir
-  processor = make_processor(c.data, c.training.sample_weight_column)
+  processor = make_processor(c.data, c.training.sample_weight_column, head_options=c.heads)
   thresholds.check_head(processor.label_spec, c.training.tune_thresholds)
   calibration.check_head(processor.label_spec, c.training.calibrate)
   check_hashed_then_read(processor, ["train"] + (["test"] if c.modes.do_predict else []))

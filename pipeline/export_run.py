@@ -107,7 +107,7 @@ def predict_with_export(c):
     where = os.path.join(predictor.export_dir, "assets", signature.CARD_ASSET)
     c = card.apply_model_card(c, dict(predictor.card, hub_module=None), where)
     build.truncation_of(c.model)
-    processor = build.make_processor(c.data)
+    processor = build.make_processor(c.data, head_options=c.heads)
     card.check_matches_task(predictor.card, processor, where)
     card.apply_card_reading(predictor.card, processor.label_spec)  # (the rows' predictions)
     tf.io.gfile.makedirs(c.outputs.output_dir)

@@ -23,8 +23,9 @@ class ConfigError(FlagError):
 
 
 class RunConfig(object):
-  """Every option's value, in its group (modes, data, model, training, device, outputs),
-  and `given`, the options set explicitly. Immutable: replace() makes a changed copy."""
+  """Every option's value, in its group (modes, data, model, training, device, outputs,
+  heads), and `given`, the options set explicitly. Immutable: replace() makes a changed
+  copy."""
 
   __slots__ = tuple(group for group, _ in GROUPS) + ("given",)
 

@@ -112,6 +112,10 @@ class LabelSpec(Thresholds, Calibration):
   hf_problem_type = None  # Hugging Face's problem_type for this head's config.json
   strata_by_quantile = False  # k-fold stratifies by quintiles of stratum() (numbers)
   class_weights_weigh = None  # "classes", or each label column's "positives"
+  # The head's own options: a frozen dataclass of spec/option_field.py options, each a
+  # flag (spec/heads/ collects them); its values are `self.options` (the defaults until
+  # spec/heads/ apply_options gives the run's).
+  Options = None
 
   def __init__(self, columns):
     self.columns = tuple(str(c) for c in columns)
@@ -119,6 +123,7 @@ class LabelSpec(Thresholds, Calibration):
       raise FlagError("a label specification needs at least one label column")
     if len(set(self.columns)) != len(self.columns):
       raise FlagError("label column listed twice: %s" % ", ".join(self.columns))
+    self.options = self.Options() if self.Options is not None else None
 
   @property
   def num_outputs(self):

@@ -21,10 +21,13 @@ GROUP_TITLES = {
     "device": ("Device", "where the graph runs and how fast: TPU, GPUs, clusters, "
                          "precision, padding, record files"),
     "outputs": ("Outputs", "where results, records and exports go, and logging"),
+    "heads": ("Heads", "the options a head declares in its own module (spec/heads/), each "
+                       "for the heads its help names"),
 }
 
 # An example of every option whose format a name and a type do not make obvious (the
-# others' are made from their type: a switch, a number). tests/test_option_docs.py checks
+# others' are made from their type: a switch, a number; a head's option gives its own as
+# option(example=...)). tests/test_option_docs.py checks
 # that every text and list option has one.
 EXAMPLES = {
     "task_name": "--task_name=csv",
@@ -65,9 +68,9 @@ EXAMPLES = {
 
 def example(name):
   """An example of the option on a command line."""
-  if name in EXAMPLES:
-    return EXAMPLES[name]
   field = option_index.option_field(name)
+  if name in EXAMPLES or field.metadata.get("example"):
+    return EXAMPLES.get(name) or field.metadata["example"]
   kind, default = option_index.base_type(field), field.default
   if kind is bool:
     return "--no%s" % name if default else "--%s" % name
@@ -101,11 +104,14 @@ def default_text(name):
 
 
 def groups():
-  """[(group, title, purpose, [option names])] in definition order."""
+  """[(group, title, purpose, [option names])] in definition order; a group with no
+  options (the heads' while no head declares one) is left out."""
   found = []
   for group, cls in options.GROUPS:
     title, purpose = GROUP_TITLES[group]
-    found.append((group, title, purpose, [f.name for f in dataclasses.fields(cls)]))
+    names = [f.name for f in dataclasses.fields(cls)]
+    if names:
+      found.append((group, title, purpose, names))
   return found
 
 
@@ -113,8 +119,9 @@ def reference_markdown():
   """docs/reference/flags.md: every option by group, with its type, default and example."""
   lines = ["# Flags of run_classifier.py", "",
            "Every option, in the groups `--help` shows them, generated from "
-           "`spec/options.py` by `python -m spec.option_docs` (a test fails when this page "
-           "and the code disagree). A switch is given as `--name` or `--noname`; any flag "
+           "`spec/options.py` and the heads' own options (`spec/heads/`) by "
+           "`python -m spec.option_docs` (a test fails when this page and the code "
+           "disagree). A switch is given as `--name` or `--noname`; any flag "
            "may come from a file with `--flagfile=FILE` (one flag a line, a later flag "
            "wins).", ""]
   for _, title, purpose, names in groups():

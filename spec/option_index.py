@@ -16,7 +16,18 @@ def option_names():
   return [field.name for _, field in option_fields()]
 
 
-_GROUP_OF = {field.name: group for group, field in option_fields()}
+def _unique(fields):
+  """{name: group}; an option defined twice (a head's named as another's) stops the import."""
+  found = {}
+  for group, field in fields:
+    if field.name in found:
+      raise TypeError("the option %s is defined twice: in the groups %s and %s" % (
+          field.name, found[field.name], group))
+    found[field.name] = group
+  return found
+
+
+_GROUP_OF = _unique(option_fields())
 _FIELD = {field.name: field for _, field in option_fields()}
 
 

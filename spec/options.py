@@ -10,6 +10,8 @@ values in these groups, so a function's signature shows which options it reads:
             training weights and cross-validation
   device    where and how fast: TPU, GPUs, precision, XLA, padding, record files
   outputs   where the results go, and logging
+  heads     the options a head declares in its own module (spec/heads/: its class's
+            `Options`), collected here; each acts on the heads that declare it
 """
 
 import dataclasses
@@ -17,9 +19,10 @@ import os
 from typing import Optional, Tuple
 
 from spec.run_errors import FlagError
-from spec.heads import HEAD_KINDS
+from spec.heads import HEAD_KINDS, HEAD_OPTIONS
 from spec.model_card import POOLINGS, TRUNCATION_MODES, WINDOW_AGGREGATIONS
 from spec.option_checks import delimiter_problem, export_format_problem
+from spec.option_field import option
 from spec.rows import rows_problem
 from spec.task_names import (JIGSAW_BIAS_AUXILIARY_COLUMNS, JIGSAW_BIAS_TARGET,
                              JIGSAW_TOXIC_LABEL_COLUMNS, XNLI_DEFAULT_LANGUAGE, XNLI_LANGUAGES)
@@ -28,13 +31,6 @@ TOKENIZERS = ("auto", "fast", "python")
 QUOTINGS = ("auto", "csv", "none")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 FUSED_KERNEL_MODES = ("auto", "on", "off")
-
-
-def option(default, help, choices=None, check=None):
-  """An option's default, its help (the flag's) and, for a closed set, its choices; check:
-  a function of a value that says what is wrong with it (None when nothing is)."""
-  return dataclasses.field(default=default, metadata={"help": help, "choices": choices,
-                                                      "check": check})
 
 
 def _has_header_help(split):
@@ -259,8 +255,8 @@ class TrainingOptions(object):
       "soft-target head) that divides the logits so that the probabilities match how often "
       "they come true (temperature scaling). eval_results.json gets the temperature and "
       "the dev split's log-loss and expected calibration error uncalibrated and "
-      "calibrated; the model card keeps it, and every later eval, prediction and export uses it. Fitted "
-      "before --tune_thresholds, which then tunes on the calibrated probabilities.")
+      "calibrated; the model card keeps it, and every later eval, prediction and export "
+      "uses it. Fitted before --tune_thresholds, which then tunes on the calibrated probabilities.")
   sample_weight_column: Optional[str] = option(
       None, "Training: a train-file column (name or 0-based position) of per-row weights "
       ">= 0 that multiply each row's loss.")
@@ -376,4 +372,5 @@ class OutputOptions(object):
 
 
 GROUPS = (("modes", Modes), ("data", DataOptions), ("model", ModelOptions),
-          ("training", TrainingOptions), ("device", DeviceOptions), ("outputs", OutputOptions))
+          ("training", TrainingOptions), ("device", DeviceOptions), ("outputs", OutputOptions),
+          ("heads", HEAD_OPTIONS))

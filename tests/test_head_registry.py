@@ -1,8 +1,10 @@
 """The heads' registry (spec/heads/): every head found, each held to what the rest of the
 project reads of a head, so a head added as one module is checked by these tests the day
 it is written: its card, records, prediction columns, predictor result, graph loss and
-outputs, evaluation statistics, Hugging Face problem, --head and the guide's row."""
+outputs, evaluation statistics, Hugging Face problem, --head and the guide's row, and its
+own options (flags of the heads group that other heads refuse)."""
 
+import dataclasses
 import os
 import re
 
@@ -13,10 +15,13 @@ import tensorflow.compat.v1 as tf
 from conftest import ROOT
 from modeling import head, metrics
 from modeling.convert_hf import HEAD_KIND_OF_PROBLEM
-from spec import heads
+from run_classifier import parse_flags
+from spec import heads, option_docs, option_index
 from spec.heads.multi_label import MultiLabel
 from spec.labels import LabelSpec
 from spec.config import RunConfig
+from spec.option_field import option
+from spec.run_errors import FlagError
 
 
 def _built(kind):
@@ -115,3 +120,69 @@ def test_every_head_is_in_the_guide_and_head_takes_it():
   with pytest.raises(ValueError, match="^%s$" % re.escape(
       "--head='softmax' is no head; the heads: auto, " + ", ".join(heads.HEAD_KINDS))):
     RunConfig(head="softmax")
+
+# -- a head's own options ------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class _Smoothing(object):
+  smoothing: float = option(0.0, "How much to smooth.",
+                            check=lambda v: None if 0 <= v < 1 else "must be in [0, 1)",
+                            example="--smoothing=0.1")
+
+
+def _fake_heads():
+  """A registry in which two heads share one option class and a third declares none."""
+  return {"one": type("One", (MultiLabel,), {"kind": "one", "Options": _Smoothing}),
+          "two": type("Two", (MultiLabel,), {"kind": "two", "Options": _Smoothing}),
+          "plain": type("Plain", (MultiLabel,), {"kind": "plain"})}
+
+
+def test_the_heads_options_are_collected_into_one_group():
+  declared, fields = heads._declared_options(_fake_heads())
+  assert declared == {"smoothing": ("one", "two")} and [f.name for f in fields] == ["smoothing"]
+  group = heads._options_group(declared, fields)
+  (field,) = dataclasses.fields(group)
+  assert field.metadata["help"] == "How much to smooth. Heads: one, two."
+  assert field.metadata["example"] == "--smoothing=0.1" and group().smoothing == 0.0
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    group().smoothing = 0.5
+  other = dataclasses.make_dataclass("Other", [("smoothing", float, option(0.0, "Other."))])
+  with pytest.raises(TypeError, match="^the heads one and three define the option smoothing "
+                                      "differently$"):
+    heads._declared_options(dict(_fake_heads(), three=type("Three", (MultiLabel,), {
+        "kind": "three", "Options": other})))
+
+
+def test_a_head_gets_its_options_and_another_head_refuses_them(monkeypatch):
+  declared, fields = heads._declared_options(_fake_heads())
+  monkeypatch.setattr(heads, "DECLARED_BY", declared)
+  monkeypatch.setattr(heads, "HEAD_OPTIONS", heads._options_group(declared, fields))
+  one, plain = _fake_heads()["one"](["a"]), _fake_heads()["plain"](["a", "b"])
+  assert one.options == _Smoothing(0.0) and plain.options is None
+  assert heads.apply_options(one, heads.HEAD_OPTIONS(smoothing=0.25)).options.smoothing == 0.25
+  assert heads.apply_options(plain, heads.HEAD_OPTIONS()).options is None  # (the default)
+  assert heads.apply_options(plain, None) is plain
+  with pytest.raises(FlagError, match="^%s$" % re.escape(
+      "--smoothing is an option of the one and two heads; this run's head is plain: drop "
+      "--smoothing, or choose one of those with --head")):
+    heads.apply_options(plain, heads.HEAD_OPTIONS(smoothing=0.25))
+
+
+def test_every_head_option_is_a_flag_that_its_heads_take_and_the_others_refuse():
+  """Over the options the real heads declare: each is in the heads group with its heads
+  named, takes its example, and only its heads take it."""
+  for name, kinds in heads.DECLARED_BY.items():
+    assert option_index.group_of(name) == "heads"
+    assert option_index.help_of(name).endswith(": %s." % ", ".join(kinds))
+    example = option_docs.example(name)
+    c = parse_flags(["run_classifier.py", example.split(" ")[0]])
+    assert c.given == {name} and c.value(name) != option_index.default(name)
+    for kind in heads.HEAD_KINDS:
+      spec = _built(kind)
+      if kind in kinds:
+        assert getattr(heads.apply_options(spec, c.heads).options, name) == c.value(name)
+      else:
+        with pytest.raises(FlagError, match="^--%s is an option of the " % name):
+          heads.apply_options(spec, c.heads)
+  assert sorted(f.name for f in dataclasses.fields(heads.HEAD_OPTIONS)) == sorted(
+      heads.DECLARED_BY)

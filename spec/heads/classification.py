@@ -1,9 +1,25 @@
 """The classification head: one label column naming one of several classes, learnt by
-softmax cross-entropy; its outputs are the classes' probabilities."""
+softmax cross-entropy (with --label_smoothing, against smoothed targets); its outputs are
+the classes' probabilities."""
+
+import dataclasses
 
 from spec.labels import (MISSING_VALUES, LabelError, LabelSpec, canonical_label,
                          float32_text, highest)
+from spec.option_field import option
 from spec.run_errors import FlagError
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassificationOptions(object):
+  """The classification head's own options."""
+  label_smoothing: float = option(
+      0.0, "Label smoothing e, as Keras's and Hugging Face's: training learns 1 - e + e/K "
+      "for a row's class and e/K for each other of the K classes; 0 learns the labels as "
+      "they are. The eval loss is the same smoothed loss; the outputs are the model's "
+      "probabilities.",
+      check=lambda value: None if 0.0 <= value < 1.0 else "must be at least 0 and below 1",
+      example="--label_smoothing=0.1")
 
 
 class SingleLabel(LabelSpec):
@@ -15,6 +31,7 @@ class SingleLabel(LabelSpec):
   has_classes = True
   hf_problem_type = "single_label_classification"
   class_weights_weigh = "classes"
+  Options = ClassificationOptions
 
   def __init__(self, columns, classes):
     super(SingleLabel, self).__init__(columns)
@@ -70,6 +87,18 @@ class SingleLabel(LabelSpec):
 
   def unlabelled_value(self):
     return 0
+
+  def graph_loss(self, tf, logits, targets):
+    """Softmax cross-entropy against the class ids' one-hot targets smoothed by
+    --label_smoothing (None without it: modeling/head.py's plain loss)."""
+    smoothing = self.options.label_smoothing
+    if not smoothing:
+      return None
+    k = self.num_outputs
+    smoothed = tf.one_hot(targets, k, on_value=1.0 - smoothing + smoothing / k,
+                          off_value=smoothing / k, dtype=tf.float32)
+    log_probs = tf.nn.log_softmax(logits, axis=-1)
+    return -tf.reduce_sum(smoothed * log_probs, axis=-1), tf.nn.softmax(logits, axis=-1)
 
   def prediction_header(self):
     return ["probability_%s" % c for c in self._classes] + ["prediction"]

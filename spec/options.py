@@ -19,7 +19,7 @@ import os
 from typing import Optional, Tuple
 
 from spec.run_errors import FlagError
-from spec.heads import HEAD_KINDS, HEAD_OPTIONS
+from spec.heads import HEAD_KINDS, HeadOptions
 from spec.model_card import POOLINGS, TRUNCATION_MODES, WINDOW_AGGREGATIONS
 from spec.option_checks import delimiter_problem, export_format_problem
 from spec.option_field import option
@@ -373,4 +373,4 @@ class OutputOptions(object):
 
 GROUPS = (("modes", Modes), ("data", DataOptions), ("model", ModelOptions),
           ("training", TrainingOptions), ("device", DeviceOptions), ("outputs", OutputOptions),
-          ("heads", HEAD_OPTIONS))
+          ("heads", HeadOptions))

@@ -156,16 +156,16 @@ def test_the_heads_options_are_collected_into_one_group():
 def test_a_head_gets_its_options_and_another_head_refuses_them(monkeypatch):
   declared, fields = heads._declared_options(_fake_heads())
   monkeypatch.setattr(heads, "DECLARED_BY", declared)
-  monkeypatch.setattr(heads, "HEAD_OPTIONS", heads._options_group(declared, fields))
+  monkeypatch.setattr(heads, "HeadOptions", heads._options_group(declared, fields))
   one, plain = _fake_heads()["one"](["a"]), _fake_heads()["plain"](["a", "b"])
   assert one.options == _Smoothing(0.0) and plain.options is None
-  assert heads.apply_options(one, heads.HEAD_OPTIONS(smoothing=0.25)).options.smoothing == 0.25
-  assert heads.apply_options(plain, heads.HEAD_OPTIONS()).options is None  # (the default)
+  assert heads.apply_options(one, heads.HeadOptions(smoothing=0.25)).options.smoothing == 0.25
+  assert heads.apply_options(plain, heads.HeadOptions()).options is None  # (the default)
   assert heads.apply_options(plain, None) is plain
   with pytest.raises(FlagError, match="^%s$" % re.escape(
       "--smoothing is an option of the one and two heads; this run's head is plain: drop "
       "--smoothing, or choose one of those with --head")):
-    heads.apply_options(plain, heads.HEAD_OPTIONS(smoothing=0.25))
+    heads.apply_options(plain, heads.HeadOptions(smoothing=0.25))
 
 
 def test_every_head_option_is_a_flag_that_its_heads_take_and_the_others_refuse():
@@ -184,5 +184,16 @@ def test_every_head_option_is_a_flag_that_its_heads_take_and_the_others_refuse()
       else:
         with pytest.raises(FlagError, match="^--%s is an option of the " % name):
           heads.apply_options(spec, c.heads)
-  assert sorted(f.name for f in dataclasses.fields(heads.HEAD_OPTIONS)) == sorted(
+  assert sorted(f.name for f in dataclasses.fields(heads.HeadOptions)) == sorted(
       heads.DECLARED_BY)
+
+
+def test_the_heads_group_pickles_with_its_values():
+  """A run's options cross to worker processes (featurisation, k-fold) as pickles."""
+  import pickle
+  values = heads.HeadOptions(**{name: getattr(parse_flags(
+      ["run_classifier.py", option_docs.example(name).split(" ")[0]]).heads, name)
+      for name in heads.DECLARED_BY})
+  assert pickle.loads(pickle.dumps(values)) == values
+  spec = heads.apply_options(_built("classification"), values)
+  assert pickle.loads(pickle.dumps(spec)).options == spec.options

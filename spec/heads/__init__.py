@@ -11,7 +11,7 @@ gives each head's row.
 
 A head's own options are fields of its class's `Options` (a frozen dataclass of
 spec/option_field.py's options), read as `self.options.<name>`. They are collected here
-into HEAD_OPTIONS, the `heads` group of the run's options, so each is a flag, a RunConfig
+into HeadOptions, the `heads` group of the run's options, so each is a flag, a RunConfig
 value and a row of docs/reference/flags.md with nothing else naming it; a run whose head
 does not declare an option it gives is refused.
 """
@@ -77,18 +77,19 @@ def _options_group(declared, fields):
 
 
 DECLARED_BY, _FIELDS = _declared_options(SPECS)
-HEAD_OPTIONS = _options_group(DECLARED_BY, _FIELDS)
-HEAD_OPTIONS.__doc__ = "The options heads declare (each head's `Options`)."
+HeadOptions = _options_group(DECLARED_BY, _FIELDS)
+HeadOptions.__module__ = __name__  # (where pickle finds it)
+HeadOptions.__doc__ = "The options heads declare (each head's `Options`)."
 
 
 def apply_options(spec, values):
   """Gives spec its own options' values from the run's `heads` group (values: a
-  HEAD_OPTIONS; None keeps the defaults). An option another head declares, given a value
+  HeadOptions; None keeps the defaults). An option another head declares, given a value
   other than its default, is refused: this run's head would not read it."""
   if values is None:
     return spec
   for name, kinds in sorted(DECLARED_BY.items()):
-    if spec.kind not in kinds and getattr(values, name) != getattr(HEAD_OPTIONS(), name):
+    if spec.kind not in kinds and getattr(values, name) != getattr(HeadOptions(), name):
       raise FlagError("--%s is an option of the %s head%s; this run's head is %s: drop "
                       "--%s, or choose %s with --head" % (
                           name, " and ".join(kinds), "s" if len(kinds) > 1 else "",

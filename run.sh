@@ -21,6 +21,8 @@
 #   ./run.sh benchmark predictor [ARGS]   the predictor against --do_predict (tools/bench_predictor.py)
 #   ./run.sh benchmark serve [ARGS]   the HTTP server: requests/s, p50/p99 at 1, 8, 32 clients
 #   ./run.sh benchmark table SUMMARIES...   runs' run_summary.json as a wall-time table (tools/run_table.py)
+#   ./run.sh benchmark hosts [RESULTS.csv...]   the benchmark's ratios over every committed run,
+#                               each run's host named by its matmul peak (tools/host_ratios.py)
 #   ./run.sh benchmark profile [ARGS]   where a training step's time goes (tools/profile_step.py)
 #   ./run.sh benchmark scale [ARGS]   Jigsaw at Kaggle's size: featurisation time, peak memory,
 #                    warm-cache start, prediction rows/s (tools/bench_scale.py)
@@ -393,6 +395,9 @@ cmd_benchmark() {
   elif [ "${1:-}" = table ]; then
     shift
     "$VENVS/$runner/bin/python" -m tools.run_table "$@"
+  elif [ "${1:-}" = hosts ]; then
+    shift
+    "$VENVS/$runner/bin/python" -m tools.host_ratios "$@"
   elif [ "${1:-}" = scale ]; then
     shift
     TF_CPP_MIN_LOG_LEVEL=2 "$VENVS/$runner/bin/python" -m tools.bench_scale "$@"

@@ -1,0 +1,162 @@
+"""The fine-tuning benchmark's ratios over every run committed (or given), one column per
+run with its host's matmul peak, and each ratio's range over them: the figures that
+depend on the host beside the one that says how fast the host is.
+
+  ./run.sh benchmark hosts [RESULTS.csv ...] [--out docs/benchmark/hosts.md]
+
+Without files it reads every results.csv under docs/benchmark/ (the first run's and each
+later run's folder). Each ratio comes from one run, whose rows ran side by side on one
+host; a run without a row a ratio needs leaves its cell empty.
+"""
+
+import argparse
+import csv
+import glob
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCHMARK_DOCS = os.path.join(ROOT, "docs", "benchmark")
+RUNTIMES = (("TF 1.15", "TF 1.15"), ("TF 2.15", "TF 2.15"))
+
+# (title, the variant whose rows carry the figure, the results.csv column, runtimes,
+# how a cell is written)
+RATIOS = (
+    ("this project, dynamic padding, over the fastest Hugging Face path", "ours",
+     "speedup_vs_hf", ("TF 1.15", "TF 2.15"), "%.2fx"),
+    ("this project, fixed padding, over Google's run_classifier", "ours_fixed",
+     "speedup_vs_google", ("TF 1.15", "TF 2.15"), "%.2fx"),
+    ("this project, dynamic padding, over Google's run_classifier", "ours",
+     "speedup_vs_google", ("TF 1.15", "TF 2.15"), "%.2fx"),
+    ("this project, dynamic padding: its step over its own matmul floor (host-free)", "ours",
+     "step_over_matmul_floor", ("TF 1.15", "TF 2.15"), "%.2fx"),
+    ("this project, dynamic padding: its fraction of the host's float32 matmul peak", "ours",
+     "fraction_of_peak", ("TF 1.15", "TF 2.15"), "%.0f%%"),
+)
+
+
+def read_run(path):
+  """One run: {"name", "rows", "peaks": {runtime: float32 GFLOP/s}, "bf16": words}."""
+  with open(path, newline="") as f:
+    rows = list(csv.DictReader(f))
+  if not rows or "speedup_vs_hf" not in rows[0]:
+    raise SystemExit("%s is not a results.csv of ./run.sh benchmark (no speedup_vs_hf "
+                     "column)" % path)
+  folder = os.path.dirname(os.path.abspath(path))
+  if folder == BENCHMARK_DOCS:
+    name = "first run"
+  elif os.path.dirname(folder) == BENCHMARK_DOCS:
+    name = os.path.basename(folder).replace("_", " ")  # (second_run: "second run")
+  else:
+    name = os.path.dirname(path) or "."
+  peaks = {}
+  for row in rows:
+    for runtime, _ in RUNTIMES:
+      if row["environment"].startswith(runtime) and row["matmul_peak_gflops"]:
+        peaks.setdefault(runtime, float(row["matmul_peak_gflops"]))
+  return {"name": name, "rows": rows,
+          "peaks": peaks, "bf16": _bf16_words(os.path.join(folder, "results.md"))}
+
+
+def _bf16_words(results_md):
+  """The run's bfloat16 peak as its results.md names it, or why it has none."""
+  if not os.path.exists(results_md):
+    return "not recorded"
+  with open(results_md) as f:
+    text = f.read()
+  found = re.search(r"bfloat16 (?:([0-9][0-9.]* GFLOP/s)|(not measured: .*?)(?:\. Data:|\n|$))",
+                    text)
+  return (found.group(1) or found.group(2)) if found else "not recorded"
+
+
+def figure(run, variant, column, runtime, model, seq):
+  for row in run["rows"]:
+    if (row["variant"], row["model"], row["seq"]) == (variant, model, seq) and \
+        row["environment"].startswith(runtime) and row.get(column):
+      return float(row[column])
+  return None
+
+
+def cases(runs):
+  """(model, seq) of every run, in the order first met."""
+  found = []
+  for run in runs:
+    for row in run["rows"]:
+      if (row["model"], row["seq"]) not in found:
+        found.append((row["model"], row["seq"]))
+  return found
+
+
+def _cell(value, fmt):
+  if value is None:
+    return "-"
+  return fmt % (100 * value) if fmt.endswith("%%") else fmt % value
+
+
+def markdown(runs):
+  lines = ["# Ratios over hosts", "",
+           "Every committed run of `./run.sh benchmark`, side by side: each column is one run "
+           "on one host, named by its float32 matrix-multiply peak (2048x2048, best of 5) "
+           "and its bfloat16 one; a range is the lowest and highest over the runs that "
+           "have the figure. Made by `./run.sh benchmark hosts` from the runs' results.csv "
+           "(a test fails when this page and those files disagree).", "",
+           "| run | float32 peak, TF 1.15 | float32 peak, TF 2.15 | bfloat16 peak |",
+           "|---|---|---|---|"]
+  for run in runs:
+    lines.append("| %s | %s | %s | %s |" % (
+        run["name"], *["%.0f GFLOP/s" % run["peaks"][r] if r in run["peaks"] else "-"
+                       for r, _ in RUNTIMES], run["bf16"]))
+  for title, variant, column, runtimes, fmt in RATIOS:
+    table = []
+    for model, seq in cases(runs):
+      for runtime in runtimes:
+        values = [figure(run, variant, column, runtime, model, seq) for run in runs]
+        known = [v for v in values if v is not None]
+        if not known:
+          continue
+        span = (_cell(min(known), fmt) if len(known) == 1 else
+                "%s to %s" % (_cell(min(known), fmt), _cell(max(known), fmt)))
+        table.append("| %s | %s | %s | %s | %s |" % (
+            model, seq, runtime, " | ".join(_cell(v, fmt) for v in values), span))
+    if table:  # (a figure no run has, no section)
+      lines += ["", "## %s" % title, "",
+                "| model | seq | runtime | %s | range |" % " | ".join(r["name"] for r in runs),
+                "|---|---|---|%s---|" % ("---|" * len(runs))] + table
+  return "\n".join(lines) + "\n"
+
+
+def committed_results():
+  return sorted(glob.glob(os.path.join(BENCHMARK_DOCS, "results.csv")) +
+                glob.glob(os.path.join(BENCHMARK_DOCS, "*_run", "results.csv")),
+                key=lambda p: (os.path.dirname(p) != BENCHMARK_DOCS, _run_order(p)))
+
+
+_ORDINALS = ("second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth")
+
+
+def _run_order(path):
+  name = os.path.basename(os.path.dirname(path)).split("_")[0]
+  return (_ORDINALS.index(name) if name in _ORDINALS else len(_ORDINALS), name)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("results", nargs="*", help="results.csv files (default: docs/benchmark's)")
+  parser.add_argument("--out", help="write the page here (default: print it)")
+  args = parser.parse_args(argv)
+  paths = args.results or committed_results()
+  missing = [p for p in paths if not os.path.exists(p)]
+  if missing:
+    parser.error("no such file: %s" % ", ".join(missing))
+  page = markdown([read_run(p) for p in paths])
+  if args.out:
+    with open(args.out, "w") as f:
+      f.write(page)
+    print("wrote %s" % args.out)
+  else:
+    sys.stdout.write(page)
+
+
+if __name__ == "__main__":
+  main()

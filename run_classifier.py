@@ -116,6 +116,7 @@ def run_model(c, fold=None, cluster=None, write_summary=True):
   label_spec, task = processor.label_spec, task_extras.task_of(processor)
   if found_card:
     card.check_matches_task(found_card, processor, card_path)
+    c = card.settle_head_options(found_card, label_spec, c, card_path)
     if not modes.do_train:  # (a training's: card.carry_over)
       card.apply_card_reading(found_card, label_spec)
   thresholds.check_head(label_spec, c.training.tune_thresholds)

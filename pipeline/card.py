@@ -218,6 +218,29 @@ def classes_source(card, where, given):
   return where if card and card["labels"] and "labels" not in given else None
 
 
+def settle_head_options(card, label_spec, c, where):
+  """The head's own options are the card's model's (an older card's are the defaults)
+  where no flag gives them. A flag that gives another value is refused where the run
+  scores or goes on training that model (its --output_dir's), so that a resumed training
+  and a later evaluation learn and score as it did; a training that starts from the
+  fine-tuned --init_checkpoint into a new folder trains by the flag. Returns the
+  configuration with the values the head takes (as the run's card records its flags)."""
+  recorded = from_card(card["label_spec"]).options
+  if recorded is None or label_spec.options is None:
+    return c
+  new_model = c.modes.do_train and where != model_card.card_path(c.outputs.output_dir)
+  values = {}
+  for name in sorted(vars(recorded)):
+    ours, theirs = getattr(label_spec.options, name), getattr(recorded, name)
+    if c.is_given(name) and ours != theirs and not new_model:
+      raise FlagError("--%s=%r contradicts %s: its model was trained with %s=%r. Drop the "
+                      "flag (the card's value is used), or train a new model into another "
+                      "--output_dir" % (name, ours, where, name, theirs))
+    values[name] = ours if c.is_given(name) else theirs
+  label_spec.options = type(recorded)(**values)
+  return c.replace(**values)
+
+
 def apply_card_reading(card, label_spec):
   """The card's temperature (--calibrate) scales label_spec's logits, and its tuned
   thresholds (--tune_thresholds) decide its labels."""

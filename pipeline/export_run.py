@@ -109,6 +109,7 @@ def predict_with_export(c):
     build.truncation_of(c.model)
     processor = build.make_processor(c.data, head_options=c.heads)
     card.check_matches_task(predictor.card, processor, where)
+    c = card.settle_head_options(predictor.card, processor.label_spec, c, where)
     card.apply_card_reading(predictor.card, processor.label_spec)  # (the rows' predictions)
     tf.io.gfile.makedirs(c.outputs.output_dir)
     log.info("predicting the rows of %s with the export %s, %d rows at a time",

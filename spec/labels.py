@@ -183,12 +183,24 @@ class LabelSpec(Thresholds, Calibration):
   def describe(self):
     return "%s head on %s" % (self.kind, ", ".join(self.columns))
 
+  def options_entry(self):
+    """The head's own options that differ from their defaults, by name: how the model was
+    trained, which the card keeps."""
+    if self.options is None:
+      return {}
+    defaults = self.Options()
+    return {name: getattr(self.options, name) for name in sorted(vars(defaults))
+            if getattr(self.options, name) != getattr(defaults, name)}
+
   def head_entry(self):
     """What the head is (the card's entry without its temperature and thresholds)."""
     return {"kind": self.kind, "columns": list(self.columns), "classes": self.classes}
 
   def to_card(self):
     entry = self.head_entry()
+    options = self.options_entry()
+    if options:
+      entry["options"] = options
     if self.thresholds:
       entry["thresholds"] = dict(self.thresholds)
     if self.temperature is not None:

@@ -154,6 +154,15 @@ def _checked(card, where):
                         "or %s again with --do_eval %s" % (
                             where, name, error, "tune" if name == "thresholds" else
                             "calibrate", flag))
+  if spec.get("options") is not None:  # (how the head was trained: its own options)
+    try:
+      if not isinstance(spec["options"], dict):
+        raise FlagError("%s is no object of option values" % json.dumps(spec["options"]))
+      from_card({k: v for k, v in spec.items() if k in ("kind", "columns", "classes",
+                                                        "options")})
+    except FlagError as error:
+      raise CardError("%s: label_spec's options: %s (the file was edited): restore the card, "
+                      "or train again into a new --output_dir" % (where, error))
   _check_windows(card, where)
   if card["training"] is not None:
     _check_entries(card["training"], TRAINING_FIELDS, where, "training.")

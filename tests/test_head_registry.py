@@ -139,13 +139,26 @@ def _fake_heads():
 
 def test_the_heads_options_are_collected_into_one_group():
   declared, fields = heads._declared_options(_fake_heads())
-  assert declared == {"smoothing": ("one", "two")} and [f.name for f in fields] == ["smoothing"]
+  assert declared == {"smoothing": ("one", "two")}
+  assert [(kind, f.name) for kind, f in fields] == [(float, "smoothing")]
   group = heads._options_group(declared, fields)
   (field,) = dataclasses.fields(group)
   assert field.metadata["help"] == "How much to smooth. Heads: one, two."
   assert field.metadata["example"] == "--smoothing=0.1" and group().smoothing == 0.0
   with pytest.raises(dataclasses.FrozenInstanceError):
     group().smoothing = 0.5
+  # A field that is no option; an annotation written as text (from __future__ import
+  # annotations) is read as its type.
+  bare = dataclasses.make_dataclass("Bare", [("smoothing", float, dataclasses.field(
+      default=0.0))], frozen=True)
+  with pytest.raises(TypeError, match="^the head one's option smoothing is no option: "
+                                      "declare it with spec.option_field.option"):
+    heads._declared_options({"one": type("One", (MultiLabel,), {"kind": "one",
+                                                                "Options": bare})})
+  text = dataclasses.make_dataclass("Text", [("smoothing", "float", option(0.0, "Text."))],
+                                    frozen=True)
+  assert heads._declared_options({"one": type("One", (MultiLabel,), {
+      "kind": "one", "Options": text})})[1][0][0] is float
   other = dataclasses.make_dataclass("Other", [("smoothing", float, option(0.0, "Other."))])
   with pytest.raises(TypeError, match="^the heads one and three define the option smoothing "
                                       "differently$"):
@@ -164,7 +177,7 @@ def test_a_head_gets_its_options_and_another_head_refuses_them(monkeypatch):
   assert heads.apply_options(plain, None) is plain
   with pytest.raises(FlagError, match="^%s$" % re.escape(
       "--smoothing is an option of the one and two heads; this run's head is plain: drop "
-      "--smoothing, or choose one of those with --head")):
+      "--smoothing")):
     heads.apply_options(plain, heads.HeadOptions(smoothing=0.25))
 
 
@@ -181,6 +194,15 @@ def test_every_head_option_is_a_flag_that_its_heads_take_and_the_others_refuse()
       spec = _built(kind)
       if kind in kinds:
         assert getattr(heads.apply_options(spec, c.heads).options, name) == c.value(name)
+        entry = spec.to_card()  # (the card keeps how the model was trained)
+        assert entry["options"] == {name: c.value(name)}
+        assert heads.from_card(entry).options == spec.options
+        assert "options" not in _built(kind).to_card()  # (defaults: cards as before)
+        for bad, message in ((dict(entry["options"], unknown=1),
+                              "the %s head has no option unknown" % kind),
+                             ({name: "text"}, "its option %s is 'text', not a " % name)):
+          with pytest.raises(FlagError, match="^" + re.escape(message)):
+            heads.from_card(dict(entry, options=bad))
       else:
         with pytest.raises(FlagError, match="^--%s is an option of the " % name):
           heads.apply_options(spec, c.heads)

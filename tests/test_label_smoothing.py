@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from conftest import TINY, TINY_VOCAB, run_flags, sample_path
 from modeling import head
 from spec.config import ConfigError, RunConfig
 from spec.heads import apply_options, build_spec
+from spec.model_card import CardError
 from spec.run_errors import FlagError
 
 CLASSES = ["0", "1", "2"]
@@ -75,7 +77,8 @@ def test_a_run_s_eval_loss_is_the_smoothed_cross_entropy_of_its_predictions(
     tmp_path, tiny_checkpoint):
   """Davidson's 300 tweets and their class (0 hate speech, 1 offensive, 2 neither): the
   eval loss is the smoothed cross-entropy of test_results.tsv's probabilities on the same
-  rows, not the plain one; the card records the option."""
+  rows, not the plain one; the card records the option, later runs on the model take it
+  from there and refuse another, and a new model from its checkpoint trains by the flag."""
   output_dir = str(tmp_path / "out")
   data = sample_path("davidson_hate_offensive", "labeled_data.csv")
   run_flags(*_flags(tiny_checkpoint, output_dir, data) + [
@@ -97,6 +100,42 @@ def test_a_run_s_eval_loss_is_the_smoothed_cross_entropy_of_its_predictions(
   assert abs(smoothed - plain) > 1e-3
   card = json.load(open(os.path.join(output_dir, "model_card.json")))
   assert card["flags"]["label_smoothing"] == 0.2
+  assert card["label_spec"]["options"] == {"label_smoothing": 0.2}
+
+  # The card's smoothing is the model's: an evaluation without the flag scores as the
+  # training's did, and a flag that says otherwise is refused, resuming too.
+  again = run_flags(*_flags(tiny_checkpoint, output_dir, data) + [
+      "--label_column=class", "--do_eval"])
+  assert again.eval["loss"] == pytest.approx(results["loss"], rel=1e-6)
+  for extra in (["--do_eval", "--label_smoothing=0.9"],
+                ["--do_train", "--num_train_steps=24", "--label_smoothing=0.5"],
+                ["--do_predict", "--label_smoothing=0.0"]):
+    with pytest.raises(FlagError, match="^%s$" % re.escape(
+        "--label_smoothing=%r contradicts %s: its model was trained with "
+        "label_smoothing=0.2. Drop the flag (the card's value is used), or train a new "
+        "model into another --output_dir" % (float(extra[-1].split("=")[1]),
+                                             os.path.join(output_dir, "model_card.json")))):
+      run_flags(*_flags(tiny_checkpoint, output_dir, data) + ["--label_column=class"] + extra)
+
+  # A new model from the fine-tuned checkpoint, in a new folder, trains by the flag.
+  second = str(tmp_path / "second")
+  run_flags(*_flags(tf.train.latest_checkpoint(output_dir), second, data) + [
+      "--label_column=class", "--label_smoothing=0.05", "--do_train", "--num_train_steps=2"])
+  card = json.load(open(os.path.join(second, "model_card.json")))
+  assert card["label_spec"]["options"] == {"label_smoothing": 0.05}
+
+  # An edited card's smoothing is refused as the edit it is.
+  path = os.path.join(output_dir, "model_card.json")
+  first = json.load(open(path))
+  edited = dict(first, label_spec=dict(first["label_spec"], options={"label_smoothing": 2}))
+  with open(path, "w") as f:
+    json.dump(edited, f)
+  with pytest.raises(CardError, match="^%s$" % re.escape(
+      "%s: label_spec's options: its option label_smoothing=2 must be at least 0 and below 1 "
+      "(the file was edited): restore the card, or train again into a new --output_dir"
+      % path)):
+    run_flags(*_flags(tiny_checkpoint, output_dir, data) + ["--label_column=class",
+                                                            "--do_eval"])
 
 
 @pytest.mark.parametrize("extra", [[], ["--num_folds=2"]])
@@ -105,7 +144,7 @@ def test_another_head_refuses_it_before_any_work(tmp_path, tiny_checkpoint, extr
   data = sample_path("davidson_hate_offensive", "labeled_data.csv")
   with pytest.raises(FlagError, match="^--label_smoothing is an option of the classification "
                                       "head; this run's head is multi_label: drop "
-                                      "--label_smoothing, or choose it with --head$"):
+                                      "--label_smoothing$"):
     run_flags(*_flags(tiny_checkpoint, output_dir, data) + [
         "--label_column=hate_speech,offensive_language", "--head=multi_label",
         "--label_smoothing=0.1", "--do_train", "--num_train_steps=2"] + extra)

@@ -18,6 +18,7 @@ does not declare an option it gives is refused.
 
 import dataclasses
 import sys
+import typing
 
 from spec.found import classes_in
 from spec.labels import LabelSpec
@@ -47,20 +48,23 @@ HEAD_KINDS = tuple(sorted(SPECS))
 
 
 def _declared_options(specs):
-  """({option name: the kinds of the heads declaring it}, [its field, in the order of the
-  heads' kinds]). Heads may share an option only as one definition (the same class's
-  field, or an equal one); two different ones stop the import naming the heads."""
+  """({option name: the kinds of the heads declaring it}, [(its type, its field)] in the
+  order of the heads' kinds). Heads may share an option only as one definition (one
+  Options class, shared or inherited); two definitions stop the import naming the heads,
+  as does a field that is no option (made without spec/option_field.py's option)."""
   declared, fields = {}, {}
   for kind in sorted(specs):
     if specs[kind].Options is None:
       continue
+    types = typing.get_type_hints(specs[kind].Options)  # (annotations written as text too)
     for field in dataclasses.fields(specs[kind].Options):
-      if field.name in fields and (fields[field.name].default, fields[field.name].type,
-                                   fields[field.name].metadata) != (
-                                       field.default, field.type, field.metadata):
+      if "help" not in field.metadata:
+        raise TypeError("the head %s's option %s is no option: declare it with "
+                        "spec.option_field.option(default, help, ...)" % (kind, field.name))
+      if field.name in fields and fields[field.name][1] is not field:
         raise TypeError("the heads %s and %s define the option %s differently" % (
             declared[field.name][0], kind, field.name))
-      fields.setdefault(field.name, field)
+      fields.setdefault(field.name, (types[field.name], field))
       declared.setdefault(field.name, []).append(kind)
   return {name: tuple(kinds) for name, kinds in declared.items()}, list(fields.values())
 
@@ -69,11 +73,11 @@ def _options_group(declared, fields):
   """The `heads` group of the run's options: every head's own options, each one's help
   ending with the heads it acts on."""
   return dataclasses.make_dataclass("HeadOptions", [
-      (f.name, f.type, dataclasses.field(default=f.default, metadata=dict(
+      (f.name, kind, dataclasses.field(default=f.default, metadata=dict(
           f.metadata, help="%s Head%s: %s." % (f.metadata["help"],
                                                "s" if len(declared[f.name]) > 1 else "",
                                                ", ".join(declared[f.name])))))
-      for f in fields], frozen=True)
+      for kind, f in fields], frozen=True)
 
 
 DECLARED_BY, _FIELDS = _declared_options(SPECS)
@@ -91,9 +95,8 @@ def apply_options(spec, values):
   for name, kinds in sorted(DECLARED_BY.items()):
     if spec.kind not in kinds and getattr(values, name) != getattr(HeadOptions(), name):
       raise FlagError("--%s is an option of the %s head%s; this run's head is %s: drop "
-                      "--%s, or choose %s with --head" % (
-                          name, " and ".join(kinds), "s" if len(kinds) > 1 else "",
-                          spec.kind, name, "one of those" if len(kinds) > 1 else "it"))
+                      "--%s" % (name, " and ".join(kinds), "s" if len(kinds) > 1 else "",
+                                spec.kind, name))
   if spec.Options is not None:
     spec.options = spec.Options(**{f.name: getattr(values, f.name)
                                    for f in dataclasses.fields(spec.Options)})
@@ -113,10 +116,38 @@ def build_spec(kind, columns, classes=None):
   return SPECS[kind](columns)
 
 
+def _of_type(value, kind):
+  """Whether a JSON value is of an option's type (a whole number is a float too; a
+  switch is no number)."""
+  if kind is float:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+  return isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+
+
+def options_of(spec, recorded):
+  """The spec's Options with the values recorded ({name: value}, a model card's
+  "options"); a name the head does not declare, or a value its option refuses, is a
+  FlagError naming it."""
+  fields = {f.name: f for f in dataclasses.fields(spec.Options)} if spec.Options else {}
+  types = typing.get_type_hints(spec.Options) if spec.Options else {}
+  for name, value in sorted(recorded.items()):
+    if name not in fields:
+      raise FlagError("the %s head has no option %s" % (spec.kind, name))
+    kind = types[name]
+    if isinstance(kind, type) and not _of_type(value, kind):
+      raise FlagError("its option %s is %r, not a %s" % (name, value, kind.__name__))
+    problem = fields[name].metadata["check"] and fields[name].metadata["check"](value)
+    if problem:
+      raise FlagError("its option %s=%r %s" % (name, value, problem))
+  return spec.Options(**recorded) if spec.Options else None
+
+
 def from_card(entry):
-  """The spec a model card's "label_spec" entry describes, with its temperature and tuned
-  thresholds."""
+  """The spec a model card's "label_spec" entry describes, with its own options, its
+  temperature and its tuned thresholds."""
   spec = build_spec(entry["kind"], entry["columns"], entry.get("classes"))
+  if entry.get("options"):
+    spec.options = options_of(spec, entry["options"])
   spec.set_thresholds(entry.get("thresholds"))
   spec.set_temperature(entry.get("temperature"))
   return spec

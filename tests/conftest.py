@@ -332,6 +332,18 @@ def run_flags(*args):
   return run(parse_flags(["run_classifier.py"] + list(args)))
 
 
+def tiny_tweet_flags(checkpoint, output_dir, data):
+  """A small csv run of BERT-Tiny from checkpoint on a tweets file (Davidson's: its text
+  column tweet, its ids the first column) for train, eval and predict alike; a test adds
+  its labels' flags and the modes."""
+  return ["--bert_config_file=" + os.path.join(TINY, "bert_config.json"),
+          "--vocab_file=" + TINY_VOCAB, "--init_checkpoint=" + checkpoint,
+          "--output_dir=" + output_dir, "--max_seq_length=32", "--train_batch_size=8",
+          "--eval_batch_size=8", "--predict_batch_size=8", "--learning_rate=1e-3",
+          "--task_name=csv", "--train_file=" + data, "--eval_file=" + data,
+          "--predict_file=" + data, "--text_column=tweet", "--id_column=0"]
+
+
 class TrainedModel(object):
   """A run that trained a model, and what it left: output_dir, result (its ModelRun) and
   log (the text of its log lines)."""

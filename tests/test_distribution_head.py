@@ -16,7 +16,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 from hypothesis import given, settings, strategies as st
 
-from conftest import IS_TF1, TINY, TINY_VOCAB, run_flags, sample_path
+from conftest import IS_TF1, run_flags, sample_path, tiny_tweet_flags
 from modeling import head
 from spec.heads import build_spec, from_card
 from spec.heads.distribution import Distribution
@@ -93,13 +93,8 @@ def test_its_loss_is_the_cross_entropy_against_the_shares():
 
 
 def _flags(checkpoint, output_dir, data):
-  return ["--bert_config_file=" + os.path.join(TINY, "bert_config.json"),
-          "--vocab_file=" + TINY_VOCAB, "--init_checkpoint=" + checkpoint,
-          "--output_dir=" + output_dir, "--max_seq_length=32", "--train_batch_size=8",
-          "--eval_batch_size=8", "--predict_batch_size=8", "--learning_rate=1e-3",
-          "--task_name=csv", "--train_file=" + data, "--eval_file=" + data,
-          "--predict_file=" + data, "--text_column=tweet", "--id_column=0",
-          "--label_column=" + ",".join(COLUMNS), "--head=distribution"]
+  return tiny_tweet_flags(checkpoint, output_dir, data) + [
+      "--label_column=" + ",".join(COLUMNS), "--head=distribution"]
 
 
 def _softmax(z):

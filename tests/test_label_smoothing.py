@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import TINY, TINY_VOCAB, run_flags, sample_path
+from conftest import run_flags, sample_path, tiny_tweet_flags
 from modeling import head
 from spec.config import ConfigError, RunConfig
 from spec.heads import apply_options, build_spec
@@ -64,15 +64,6 @@ def test_a_smoothing_outside_0_to_1_is_refused(value):
     RunConfig(label_smoothing=value)
 
 
-def _flags(checkpoint, output_dir, data):
-  return ["--bert_config_file=" + os.path.join(TINY, "bert_config.json"),
-          "--vocab_file=" + TINY_VOCAB, "--init_checkpoint=" + checkpoint,
-          "--output_dir=" + output_dir, "--max_seq_length=32", "--train_batch_size=8",
-          "--eval_batch_size=8", "--predict_batch_size=8", "--learning_rate=1e-3",
-          "--task_name=csv", "--train_file=" + data, "--eval_file=" + data,
-          "--predict_file=" + data, "--text_column=tweet", "--id_column=0"]
-
-
 def test_a_run_s_eval_loss_is_the_smoothed_cross_entropy_of_its_predictions(
     tmp_path, tiny_checkpoint):
   """Davidson's 300 tweets and their class (0 hate speech, 1 offensive, 2 neither): the
@@ -81,7 +72,7 @@ def test_a_run_s_eval_loss_is_the_smoothed_cross_entropy_of_its_predictions(
   from there and refuse another, and a new model from its checkpoint trains by the flag."""
   output_dir = str(tmp_path / "out")
   data = sample_path("davidson_hate_offensive", "labeled_data.csv")
-  run_flags(*_flags(tiny_checkpoint, output_dir, data) + [
+  run_flags(*tiny_tweet_flags(tiny_checkpoint, output_dir, data) + [
       "--label_column=class", "--label_smoothing=0.2", "--do_train", "--do_eval",
       "--do_predict", "--num_train_steps=12"])
   truth = list(csv.DictReader(io.open(data, encoding="utf-8", newline="")))
@@ -104,7 +95,7 @@ def test_a_run_s_eval_loss_is_the_smoothed_cross_entropy_of_its_predictions(
 
   # The card's smoothing is the model's: an evaluation without the flag scores as the
   # training's did, and a flag that says otherwise is refused, resuming too.
-  again = run_flags(*_flags(tiny_checkpoint, output_dir, data) + [
+  again = run_flags(*tiny_tweet_flags(tiny_checkpoint, output_dir, data) + [
       "--label_column=class", "--do_eval"])
   assert again.eval["loss"] == pytest.approx(results["loss"], rel=1e-6)
   for extra in (["--do_eval", "--label_smoothing=0.9"],
@@ -115,11 +106,12 @@ def test_a_run_s_eval_loss_is_the_smoothed_cross_entropy_of_its_predictions(
         "label_smoothing=0.2. Drop the flag (the card's value is used), or train a new "
         "model into another --output_dir" % (float(extra[-1].split("=")[1]),
                                              os.path.join(output_dir, "model_card.json")))):
-      run_flags(*_flags(tiny_checkpoint, output_dir, data) + ["--label_column=class"] + extra)
+      run_flags(*tiny_tweet_flags(tiny_checkpoint, output_dir, data) + [
+          "--label_column=class"] + extra)
 
   # A new model from the fine-tuned checkpoint, in a new folder, trains by the flag.
   second = str(tmp_path / "second")
-  run_flags(*_flags(tf.train.latest_checkpoint(output_dir), second, data) + [
+  run_flags(*tiny_tweet_flags(tf.train.latest_checkpoint(output_dir), second, data) + [
       "--label_column=class", "--label_smoothing=0.05", "--do_train", "--num_train_steps=2"])
   card = json.load(open(os.path.join(second, "model_card.json")))
   assert card["label_spec"]["options"] == {"label_smoothing": 0.05}
@@ -134,8 +126,8 @@ def test_a_run_s_eval_loss_is_the_smoothed_cross_entropy_of_its_predictions(
       "%s: label_spec's options: its option label_smoothing=2 must be at least 0 and below 1 "
       "(the file was edited): restore the card, or train again into a new --output_dir"
       % path)):
-    run_flags(*_flags(tiny_checkpoint, output_dir, data) + ["--label_column=class",
-                                                            "--do_eval"])
+    run_flags(*tiny_tweet_flags(tiny_checkpoint, output_dir, data) + [
+        "--label_column=class", "--do_eval"])
 
 
 @pytest.mark.parametrize("extra", [[], ["--num_folds=2"]])
@@ -145,7 +137,7 @@ def test_another_head_refuses_it_before_any_work(tmp_path, tiny_checkpoint, extr
   with pytest.raises(FlagError, match="^--label_smoothing is an option of the classification "
                                       "head; this run's head is multi_label: drop "
                                       "--label_smoothing$"):
-    run_flags(*_flags(tiny_checkpoint, output_dir, data) + [
+    run_flags(*tiny_tweet_flags(tiny_checkpoint, output_dir, data) + [
         "--label_column=hate_speech,offensive_language", "--head=multi_label",
         "--label_smoothing=0.1", "--do_train", "--num_train_steps=2"] + extra)
   assert not os.path.exists(os.path.join(output_dir, "model_card.json"))

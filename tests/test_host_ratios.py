@@ -1,6 +1,6 @@
 """tools/host_ratios.py: the benchmark's ratios over runs on several hosts, each run named
-by its matmul peaks, with each ratio's range; and docs/benchmark/hosts.md is what it makes
-of the committed runs."""
+by its matmul peaks, and the README's row of their ranges; docs/benchmark/hosts.md and
+that row are what it makes of the committed runs."""
 
 import csv
 import os
@@ -27,10 +27,11 @@ def _run(folder, peak, rows, bf16):
       writer.writerow(dict(figures, variant=variant, environment=environment_label(runtime),
                            device="AMD EPYC, 2 cores", model=model, seq=seq,
                            matmul_peak_gflops=peak))
-  sentence = peaks_sentence(dict(TF2, matmul_peak_gflops=peak, **bf16))
+  sentences = "; ".join(peaks_sentence(dict(runtime, matmul_peak_gflops=peak, **bf16))
+                        for runtime in (TF1, TF2))  # (as the machine line names each)
   with open(os.path.join(folder, "results.md"), "w") as f:
     f.write("# Fine-tuning speed\n\nMachine: Linux, AMD EPYC x2, 2 cores; %s. Data: "
-            "`comments.csv`, 12180 rows.\n" % sentence)
+            "`comments.csv`, 12180 rows.\n" % sentences)
   return os.path.join(folder, "results.csv")
 
 
@@ -53,13 +54,20 @@ def test_each_ratio_has_a_column_per_run_and_its_range(tmp_path):
           "(AVX512_BF16, AMX_BF16) |" % names[1]) in page
   sections = page.split("\n## ")[1:]
   hf, fixed, google, floor, peak = sections
-  assert "| minilm | 128 | TF 1.15 | 2.50x | 1.60x | 1.60x to 2.50x |" in hf
-  assert "| minilm | 128 | TF 2.15 | - | 1.50x | 1.50x |" in hf
-  assert "| minilm | 128 | TF 1.15 | 2.03x | - | 2.03x |" in fixed
+  assert "| minilm | 128 | TF 1.15 | 2.50x | 1.60x |" in hf
+  assert "| minilm | 128 | TF 2.15 | - | 1.50x |" in hf
+  assert "| minilm | 128 | TF 1.15 | 2.03x | - |" in fixed
   assert "TF 2.15" not in fixed  # (no run has the figure)
-  assert "| minilm | 128 | TF 1.15 | 4.40x | 4.10x | 4.10x to 4.40x |" in google
-  assert "| minilm | 128 | TF 1.15 | 1.30x | 1.25x | 1.25x to 1.30x |" in floor
-  assert "| minilm | 128 | TF 1.15 | 70% | 66% | 66% to 70% |" in peak
+  assert "| minilm | 128 | TF 1.15 | 4.40x | 4.10x |" in google
+  assert "| minilm | 128 | TF 1.15 | 1.30x | 1.25x |" in floor
+  assert "| minilm | 128 | TF 1.15 | 70% | 66% |" in peak
+  runs = [host_ratios.read_run(p) for p in (fast, slow)]
+  assert host_ratios.readme_line(runs) == (
+      "| speed | MiniLM at 128 and 220 tokens on a 2-core CPU: with dynamic padding 1.50x to "
+      "2.50x the fastest Hugging Face path and 4.10x to 4.40x Google's `run_classifier`; "
+      "with fixed padding (a TPU's shapes) 2.03x to 2.03x Google's; 66% to 70% of the "
+      "host's float32 matmul peak. Over 2 runs (1 with fixed padding) on hosts whose peak "
+      "was 110 to 480 GFLOP/s: [ratios over hosts](docs/benchmark/hosts.md) |")
 
 
 def test_a_file_that_is_no_benchmark_result_is_refused(tmp_path):
@@ -71,9 +79,12 @@ def test_a_file_that_is_no_benchmark_result_is_refused(tmp_path):
     host_ratios.main([str(tmp_path / "missing.csv")])
 
 
-def test_the_committed_page_is_made_from_the_committed_runs():
+def test_the_committed_page_and_the_readme_s_row_are_made_from_the_committed_runs():
+  runs = [host_ratios.read_run(p) for p in host_ratios.committed_results()]
   with open(os.path.join(ROOT, "docs", "benchmark", "hosts.md")) as f:
-    assert f.read() == host_ratios.markdown(
-        [host_ratios.read_run(p) for p in host_ratios.committed_results()]), (
-            "docs/benchmark/hosts.md is stale: ./run.sh benchmark hosts --out "
-            "docs/benchmark/hosts.md")
+    assert f.read() == host_ratios.markdown(runs), (
+        "docs/benchmark/hosts.md is stale: ./run.sh benchmark hosts --out "
+        "docs/benchmark/hosts.md")
+  with open(os.path.join(ROOT, "README.md")) as f:
+    assert host_ratios.readme_line(runs) in f.read().splitlines(), (
+        "README.md's row of speed is stale: ./run.sh benchmark hosts prints it")

@@ -1,6 +1,6 @@
 """The fine-tuning benchmark's ratios over every run committed (or given), one column per
-run with its host's matmul peak, and each ratio's range over them: the figures that
-depend on the host beside the one that says how fast the host is.
+run with its host's matmul peak (the figures that depend on the host beside the one that
+says how fast the host is), and the README's row of their ranges.
 
   ./run.sh benchmark hosts [RESULTS.csv ...] [--out docs/benchmark/hosts.md]
 
@@ -65,8 +65,8 @@ def _bf16_words(results_md):
     return "not recorded"
   with open(results_md) as f:
     text = f.read()
-  found = re.search(r"bfloat16 (?:([0-9][0-9.]* GFLOP/s)|(not measured: .*?)(?:\. Data:|\n|$))",
-                    text)
+  found = re.search(r"bfloat16 (?:([0-9][0-9.]* GFLOP/s)|"
+                    r"(not measured: [^;\n]*?)(?:\. Data:|;|\n|$))", text)
   return (found.group(1) or found.group(2)) if found else "not recorded"
 
 
@@ -98,8 +98,7 @@ def markdown(runs):
   lines = ["# Ratios over hosts", "",
            "Every committed run of `./run.sh benchmark`, side by side: each column is one run "
            "on one host, named by its float32 matrix-multiply peak (2048x2048, best of 5) "
-           "and its bfloat16 one; a range is the lowest and highest over the runs that "
-           "have the figure. Made by `./run.sh benchmark hosts` from the runs' results.csv "
+           "and its bfloat16 one. The README gives each ratio's range for MiniLM. Made by `./run.sh benchmark hosts` from the runs' results.csv "
            "(a test fails when this page and those files disagree).", "",
            "| run | float32 peak, TF 1.15 | float32 peak, TF 2.15 | bfloat16 peak |",
            "|---|---|---|---|"]
@@ -115,15 +114,42 @@ def markdown(runs):
         known = [v for v in values if v is not None]
         if not known:
           continue
-        span = (_cell(min(known), fmt) if len(known) == 1 else
-                "%s to %s" % (_cell(min(known), fmt), _cell(max(known), fmt)))
-        table.append("| %s | %s | %s | %s | %s |" % (
-            model, seq, runtime, " | ".join(_cell(v, fmt) for v in values), span))
+        table.append("| %s | %s | %s | %s |" % (
+            model, seq, runtime, " | ".join(_cell(v, fmt) for v in values)))
     if table:  # (a figure no run has, no section)
       lines += ["", "## %s" % title, "",
-                "| model | seq | runtime | %s | range |" % " | ".join(r["name"] for r in runs),
-                "|---|---|---|%s---|" % ("---|" * len(runs))] + table
+                "| model | seq | runtime | %s |" % " | ".join(r["name"] for r in runs),
+                "|---|---|---|%s" % ("---|" * len(runs))] + table
   return "\n".join(lines) + "\n"
+
+
+def span(runs, index, model="minilm"):
+  """RATIOS[index]'s lowest and highest figure for model over every run, length and
+  runtime, written as its cells are."""
+  _, variant, column, runtimes, fmt = RATIOS[index]
+  known = [v for run in runs for m, seq in cases(runs) if m == model for runtime in runtimes
+           for v in [figure(run, variant, column, runtime, model, seq)] if v is not None]
+  return "%s to %s" % (_cell(min(known), fmt), _cell(max(known), fmt))
+
+
+def measured_in(runs, index, model="minilm"):
+  """How many runs have RATIOS[index] for model."""
+  _, variant, column, runtimes, _ = RATIOS[index]
+  return sum(1 for run in runs if any(
+      figure(run, variant, column, runtime, model, seq) is not None
+      for m, seq in cases(runs) if m == model for runtime in runtimes))
+
+
+def readme_line(runs):
+  """The README's row of speed: the ratios' ranges for MiniLM over the runs."""
+  peaks = [p for run in runs for p in run["peaks"].values()]
+  return ("| speed | MiniLM at 128 and 220 tokens on a 2-core CPU: with dynamic padding "
+          "%s the fastest Hugging Face path and %s Google's `run_classifier`; with fixed "
+          "padding (a TPU's shapes) %s Google's; %s of the host's float32 matmul peak. "
+          "Over %d runs (%d with fixed padding) on hosts whose peak was %.0f to %.0f "
+          "GFLOP/s: [ratios over hosts](docs/benchmark/hosts.md) |" % (
+              span(runs, 0), span(runs, 2), span(runs, 1), span(runs, 4), len(runs),
+              measured_in(runs, 1), min(peaks), max(peaks)))
 
 
 def committed_results():
@@ -149,7 +175,9 @@ def main(argv=None):
   missing = [p for p in paths if not os.path.exists(p)]
   if missing:
     parser.error("no such file: %s" % ", ".join(missing))
-  page = markdown([read_run(p) for p in paths])
+  runs = [read_run(p) for p in paths]
+  page = markdown(runs)
+  print("the README's row:\n%s" % readme_line(runs), file=sys.stderr)
   if args.out:
     with open(args.out, "w") as f:
       f.write(page)

@@ -197,6 +197,10 @@ def test_every_head_option_is_a_flag_that_its_heads_take_and_the_others_refuse()
         entry = spec.to_card()  # (the card keeps how the model was trained)
         assert entry["options"] == {name: c.value(name)}
         assert heads.from_card(entry).options == spec.options
+        if option_index.base_type(option_index.option_field(name)) is float:
+          # (a whole number in the card, as JSON may write one, is read as the float)
+          whole = heads.from_card(dict(entry, options={name: 0})).options
+          assert type(getattr(whole, name)) is float
         assert "options" not in _built(kind).to_card()  # (defaults: cards as before)
         for bad, message in ((dict(entry["options"], unknown=1),
                               "the %s head has no option unknown" % kind),

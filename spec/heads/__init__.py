@@ -139,7 +139,8 @@ def options_of(spec, recorded):
     problem = fields[name].metadata["check"] and fields[name].metadata["check"](value)
     if problem:
       raise FlagError("its option %s=%r %s" % (name, value, problem))
-  return spec.Options(**recorded) if spec.Options else None
+  return spec.Options(**{name: float(value) if types[name] is float else value
+                         for name, value in recorded.items()}) if spec.Options else None
 
 
 def from_card(entry):

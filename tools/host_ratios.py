@@ -18,21 +18,21 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHMARK_DOCS = os.path.join(ROOT, "docs", "benchmark")
-RUNTIMES = (("TF 1.15", "TF 1.15"), ("TF 2.15", "TF 2.15"))
+RUNTIMES = ("TF 1.15", "TF 2.15")  # (each ratio is given on both, as results.csv names them)
 
-# (title, the variant whose rows carry the figure, the results.csv column, runtimes,
-# how a cell is written)
+# (title, the variant whose rows carry the figure, the results.csv column, how a cell is
+# written)
 RATIOS = (
     ("this project, dynamic padding, over the fastest Hugging Face path", "ours",
-     "speedup_vs_hf", ("TF 1.15", "TF 2.15"), "%.2fx"),
+     "speedup_vs_hf", "%.2fx"),
     ("this project, fixed padding, over Google's run_classifier", "ours_fixed",
-     "speedup_vs_google", ("TF 1.15", "TF 2.15"), "%.2fx"),
+     "speedup_vs_google", "%.2fx"),
     ("this project, dynamic padding, over Google's run_classifier", "ours",
-     "speedup_vs_google", ("TF 1.15", "TF 2.15"), "%.2fx"),
+     "speedup_vs_google", "%.2fx"),
     ("this project, dynamic padding: its step over its own matmul floor (host-free)", "ours",
-     "step_over_matmul_floor", ("TF 1.15", "TF 2.15"), "%.2fx"),
+     "step_over_matmul_floor", "%.2fx"),
     ("this project, dynamic padding: its fraction of the host's float32 matmul peak", "ours",
-     "fraction_of_peak", ("TF 1.15", "TF 2.15"), "%.0f%%"),
+     "fraction_of_peak", "%.0f%%"),
 )
 
 
@@ -52,7 +52,7 @@ def read_run(path):
     name = os.path.dirname(path) or "."
   peaks = {}
   for row in rows:
-    for runtime, _ in RUNTIMES:
+    for runtime in RUNTIMES:
       if row["environment"].startswith(runtime) and row["matmul_peak_gflops"]:
         peaks.setdefault(runtime, float(row["matmul_peak_gflops"]))
   return {"name": name, "rows": rows,
@@ -105,11 +105,11 @@ def markdown(runs):
   for run in runs:
     lines.append("| %s | %s | %s | %s |" % (
         run["name"], *["%.0f GFLOP/s" % run["peaks"][r] if r in run["peaks"] else "-"
-                       for r, _ in RUNTIMES], run["bf16"]))
-  for title, variant, column, runtimes, fmt in RATIOS:
+                       for r in RUNTIMES], run["bf16"]))
+  for title, variant, column, fmt in RATIOS:
     table = []
     for model, seq in cases(runs):
-      for runtime in runtimes:
+      for runtime in RUNTIMES:
         values = [figure(run, variant, column, runtime, model, seq) for run in runs]
         known = [v for v in values if v is not None]
         if not known:
@@ -123,21 +123,24 @@ def markdown(runs):
   return "\n".join(lines) + "\n"
 
 
-def span(runs, index, model="minilm"):
-  """RATIOS[index]'s lowest and highest figure for model over every run, length and
-  runtime, written as its cells are."""
-  _, variant, column, runtimes, fmt = RATIOS[index]
-  known = [v for run in runs for m, seq in cases(runs) if m == model for runtime in runtimes
-           for v in [figure(run, variant, column, runtime, model, seq)] if v is not None]
+def _figures(run, runs, index, model="minilm"):
+  """RATIOS[index]'s figures for model in one run, over every length and runtime."""
+  _, variant, column, _ = RATIOS[index]
+  return [v for m, seq in cases(runs) if m == model for runtime in RUNTIMES
+          for v in [figure(run, variant, column, runtime, model, seq)] if v is not None]
+
+
+def span(runs, index):
+  """RATIOS[index]'s lowest and highest figure for MiniLM over every run, written as its
+  cells are."""
+  known = [v for run in runs for v in _figures(run, runs, index)]
+  fmt = RATIOS[index][-1]
   return "%s to %s" % (_cell(min(known), fmt), _cell(max(known), fmt))
 
 
-def measured_in(runs, index, model="minilm"):
-  """How many runs have RATIOS[index] for model."""
-  _, variant, column, runtimes, _ = RATIOS[index]
-  return sum(1 for run in runs if any(
-      figure(run, variant, column, runtime, model, seq) is not None
-      for m, seq in cases(runs) if m == model for runtime in runtimes))
+def measured_in(runs, index):
+  """How many runs have RATIOS[index] for MiniLM."""
+  return sum(1 for run in runs if _figures(run, runs, index))
 
 
 def readme_line(runs):

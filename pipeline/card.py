@@ -13,7 +13,7 @@ from modeling.bert import BertConfig, BertConfigError
 from modeling.checkpoint import head_shape
 from pipeline import build, multi_device, eval_history
 from spec import calibration, model_card
-from spec.heads import from_card
+from spec.heads import from_card, options_of
 from spec.run_errors import FlagError
 from spec.model_card import LAYOUT_OPTIONS
 from spec.thresholds import DEFAULT_THRESHOLD, listed
@@ -225,9 +225,9 @@ def settle_head_options(card, label_spec, c, where):
   and a later evaluation learn and score as it did; a training that starts from the
   fine-tuned --init_checkpoint into a new folder trains by the flag. Returns the
   configuration with the values the head takes (as the run's card records its flags)."""
-  recorded = from_card(card["label_spec"]).options
-  if recorded is None or label_spec.options is None:
+  if label_spec.options is None:
     return c
+  recorded = options_of(label_spec, card["label_spec"].get("options") or {})
   new_model = c.modes.do_train and where != model_card.card_path(c.outputs.output_dir)
   values = {}
   for name in sorted(vars(recorded)):

@@ -75,8 +75,16 @@ def test_a_file_that_is_no_benchmark_result_is_refused(tmp_path):
   other.write_text("a,b\n1,2\n")
   with pytest.raises(SystemExit, match="is not a results.csv of ./run.sh benchmark"):
     host_ratios.read_run(str(other))
-  with pytest.raises(SystemExit):
-    host_ratios.main([str(tmp_path / "missing.csv")])
+  for not_a_file in (str(tmp_path / "missing.csv"), str(tmp_path)):
+    with pytest.raises(SystemExit):
+      host_ratios.main([not_a_file])
+  tiny_only = _run(str(tmp_path / "tiny"), 100.0, [
+      ("ours", TF1, "tiny", 128, dict(speedup_vs_hf=3.0))], dict(bf16_note="none"))
+  assert "dynamic padding - the fastest" in host_ratios.readme_line(
+      [host_ratios.read_run(tiny_only)])  # (no MiniLM rows: no range, no traceback)
+  under_a_file = os.path.join(tiny_only, "hosts.md")  # (a folder that is a file)
+  with pytest.raises(SystemExit, match="^host_ratios: cannot write %s " % under_a_file):
+    host_ratios.main([tiny_only, "--out", under_a_file])
 
 
 def test_the_committed_page_and_the_readme_s_row_are_made_from_the_committed_runs():

@@ -98,8 +98,8 @@ def markdown(runs):
   lines = ["# Ratios over hosts", "",
            "Every committed run of `./run.sh benchmark`, side by side: each column is one run "
            "on one host, named by its float32 matrix-multiply peak (2048x2048, best of 5) "
-           "and its bfloat16 one. The README gives each ratio's range for MiniLM. Made by `./run.sh benchmark hosts` from the runs' results.csv "
-           "(a test fails when this page and those files disagree).", "",
+           "and its bfloat16 one. The README gives each ratio's range for MiniLM. Made by "
+           "`./run.sh benchmark hosts` from the runs' results.csv (a test fails when this page and those files disagree).", "",
            "| run | float32 peak, TF 1.15 | float32 peak, TF 2.15 | bfloat16 peak |",
            "|---|---|---|---|"]
   for run in runs:
@@ -135,6 +135,8 @@ def span(runs, index):
   cells are."""
   known = [v for run in runs for v in _figures(run, runs, index)]
   fmt = RATIOS[index][-1]
+  if not known:  # (runs without MiniLM rows)
+    return "-"
   return "%s to %s" % (_cell(min(known), fmt), _cell(max(known), fmt))
 
 
@@ -145,7 +147,7 @@ def measured_in(runs, index):
 
 def readme_line(runs):
   """The README's row of speed: the ratios' ranges for MiniLM over the runs."""
-  peaks = [p for run in runs for p in run["peaks"].values()]
+  peaks = [p for run in runs for p in run["peaks"].values()] or [float("nan")]
   return ("| speed | MiniLM at 128 and 220 tokens on a 2-core CPU: with dynamic padding "
           "%s the fastest Hugging Face path and %s Google's `run_classifier`; with fixed "
           "padding (a TPU's shapes) %s Google's; %s of the host's float32 matmul peak. "
@@ -175,15 +177,21 @@ def main(argv=None):
   parser.add_argument("--out", help="write the page here (default: print it)")
   args = parser.parse_args(argv)
   paths = args.results or committed_results()
-  missing = [p for p in paths if not os.path.exists(p)]
+  missing = [p for p in paths if not os.path.isfile(p)]
   if missing:
-    parser.error("no such file: %s" % ", ".join(missing))
+    parser.error("not a file: %s (give results.csv files of ./run.sh benchmark)"
+                 % ", ".join(missing))
   runs = [read_run(p) for p in paths]
   page = markdown(runs)
   print("the README's row:\n%s" % readme_line(runs), file=sys.stderr)
   if args.out:
-    with open(args.out, "w") as f:
-      f.write(page)
+    try:
+      with open(args.out + ".partial", "w") as f:
+        f.write(page)
+      os.replace(args.out + ".partial", args.out)  # (never a half-written page)
+    except OSError as error:
+      sys.exit("host_ratios: cannot write %s (%s): choose another --out"
+               % (args.out, error.strerror))
     print("wrote %s" % args.out)
   else:
     sys.stdout.write(page)

@@ -118,6 +118,37 @@ def padded_batch(features):
   return {"input_ids": ids, "input_mask": mask, "segment_ids": segments}
 
 
+def length_runs(lengths, batch_size, overhead):
+  """The runs of the model that predict texts of these token lengths in the least time:
+  lists of indices into lengths, each of at most batch_size texts, in order of length.
+
+  A run of n texts is padded to its longest, so it costs about overhead + n x longest
+  tokens' worth of time: texts of similar length share a run, and texts far apart in
+  length (as concurrent requests to a server are) run apart when the padding would cost
+  more than the extra run. Found exactly, over the texts sorted by length (a run is a
+  stretch of them): for each end, the cheapest start among the batch_size before it."""
+  batch_size = check_batch_size(batch_size)
+  if not (isinstance(overhead, (int, float)) and 0 <= overhead < math.inf):
+    raise ValueError("overhead=%r: give a run's cost in tokens, a number >= 0" % (overhead,))
+  order = sorted(range(len(lengths)), key=lengths.__getitem__)
+  longest = np.array([lengths[i] for i in order], np.float64)
+  # A run of texts start..end-1 costs best[start] + overhead + (end - start) x longest[end-1],
+  # which is (best[start] - start x longest[end-1]) + end x longest[end-1] + overhead.
+  best, cut = np.zeros(len(order) + 1), [0] * (len(order) + 1)
+  starts = np.arange(len(order) + 1, dtype=np.float64)
+  for end in range(1, len(order) + 1):
+    low = max(0, end - batch_size)
+    costs = best[low:end] - starts[low:end] * longest[end - 1]
+    first = int(np.argmin(costs))  # (of equal costs, the longest run)
+    best[end] = costs[first] + end * longest[end - 1] + overhead
+    cut[end] = low + first
+  runs, end = [], len(order)
+  while end:
+    runs.append(order[cut[end]:end])
+    end = cut[end]
+  return runs[::-1]
+
+
 def _shown(item):
   text = repr(item)
   return text if len(text) <= 60 else text[:57] + "..."
@@ -150,6 +181,10 @@ class ExportPredictor(object):
     if self.label_spec.thresholds:  # (each result names its threshold, too)
       log.info("labels are decided at the thresholds tuned on the dev split: %s",
                listed(self.label_spec.thresholds))
+
+  # What one run of the model costs beyond its texts' tokens, in tokens' worth of time
+  # (length_runs); each backend measures its own.
+  run_overhead_tokens = 32
 
   def run_batch(self, batch):
     """The model's outputs [rows, outputs] (a numpy array) for one padded_batch."""
@@ -205,11 +240,9 @@ class ExportPredictor(object):
       examples = list(WindowSplitter(self.windowing, self.tokenizer).examples(examples, counts))
     features = list(convert_examples(examples, self.label_spec, self.max_seq_length,
                                      self.tokenizer, strategy=self.truncation))
-    # Texts of similar length share a batch, so little of any batch is padding.
-    order = sorted(range(len(features)), key=lambda i: len(features[i].token_ids))
     outputs = [None] * len(features)
-    for start in range(0, len(order), batch_size):
-      rows = order[start:start + batch_size]
+    for rows in length_runs([len(f.token_ids) for f in features], batch_size,
+                            self.run_overhead_tokens):
       batch = padded_batch([features[i] for i in rows])
       values = self.run_batch(batch)
       for i, value in zip(rows, values.tolist()):

@@ -95,6 +95,25 @@ def test_onnx_gives_the_saved_models_outputs(tmp_path, kind, truncation, text_pa
   assert int8.model_path.endswith("model.int8.onnx")
   np.testing.assert_allclose(int8_outputs, expected_outputs, atol=0.05)
   assert not np.allclose(int8_outputs, expected_outputs, atol=1e-7)  # (really the int8 one)
+  assert_matrix_products_quantised_per_column(os.path.join(folder, "model.int8.onnx"))
+
+
+def assert_matrix_products_quantised_per_column(path):
+  """Every matrix product of the int8 model multiplies int8 weights with a zero point (and
+  so a scale) per output column; the embedding tables are looked up in fp32."""
+  import onnx
+  model = onnx.load(path)
+  weights = {tensor.name: tensor for tensor in model.graph.initializer}
+  products = [node for node in model.graph.node if node.op_type == "MatMulInteger"]
+  assert len(products) >= 6 * 2  # (BERT-Tiny: six of its layer's seven products, twice)
+  for node in products:
+    weight, zero_point = weights[node.input[1]], weights[node.input[3]]
+    assert weight.data_type == onnx.TensorProto.INT8
+    assert list(zero_point.dims) == [weight.dims[-1]]
+  assert not [node for node in model.graph.node if node.op_type == "DequantizeLinear"]
+  gathered = [node.input[0] for node in model.graph.node if node.op_type == "Gather"]
+  assert gathered and all(weights[name].data_type == onnx.TensorProto.FLOAT
+                          for name in gathered if name in weights)
 
 
 @pytest.mark.tf2_only

@@ -399,11 +399,32 @@ def test_the_serve_benchmark_takes_nearest_rank_percentiles_and_tables_its_runs(
   assert percentile(latencies, 0.5) == pytest.approx(0.50)
   assert percentile(latencies, 0.99) == pytest.approx(0.99)
   assert percentile([0.3, 0.1, 0.2], 0.5) == 0.2 and percentile([0.3], 0.99) == 0.3
-  table = results_markdown({"tensorflow": "2.15.1", "python": "3.11.7", "machine": "x, 2 cores",
-                            "runs": [{"clients": 8, "requests": 400, "requests_per_s": 41.25,
-                                      "p50_ms": 180.04, "p99_ms": 390.96}]})
-  assert table.splitlines()[-1] == "| 8 | 400 | 41.2 | 180.0 | 391.0 |"
-  assert "(TF 2.15.1, Python 3.11.7, x, 2 cores; " in table
-  onnx = results_markdown({"backend": "onnx", "tensorflow": "2.15.1", "python": "3.11.7",
-                           "machine": "x, 2 cores", "runs": []})
-  assert "(`--backend=onnx`: onnxruntime, the fp32 model, x, 2 cores; " in onnx
+  run = {"clients": 8, "requests": 400, "requests_per_s": 41.25, "p50_ms": 180.04,
+         "p99_ms": 390.96}
+  figures = {"tensorflow": "2.15.1", "python": "3.11.7", "machine": "x, 2 cores",
+             "max_seq_length": 128, "int8_quality": {"fp32": 0.93, "int8": 0.9291,
+                                                     "rows": 500},
+             "backends": {"tf": {"runs": [run]}, "onnx_int8": {"runs": [run]}}}
+  table = results_markdown(figures).splitlines()
+  assert table[0].endswith("(max_seq_length 128, Python 3.11.7, TF 2.15.1; x, 2 cores; the "
+                           "clients share the machine):")
+  assert table[4:6] == ["| tf | 8 | 400 | 41.2 | 180.0 | 391.0 |",
+                        "| onnx_int8 | 8 | 400 | 41.2 | 180.0 | 391.0 |"]
+  assert table[7:] == [
+      "- `tf`: the SavedModel in TensorFlow.",
+      "- `onnx_int8`: the int8 ONNX model in onnxruntime, served because its held-out ROC-AUC "
+      "(0.9291) is at most 0.002 below the fp32 model's (0.9300) on the 500 comments the "
+      "export scored."]
+  figures["backends"]["onnx_int8"] = {"refused": "--int8: 0.92 against 0.93 (drop --int8)."}
+  assert results_markdown(figures).splitlines()[5:] == [
+      "", "- `tf`: the SavedModel in TensorFlow.",
+      "- `onnx_int8`: not served: --int8: 0.92 against 0.93 (drop --int8)."]
+
+
+def test_the_serve_benchmark_takes_its_backends_by_name():
+  from tools.bench_serve import parse_args
+  assert parse_args([]).backends == ["tf", "onnx", "onnx_int8"]
+  assert parse_args(["--backends", "onnx"]).backends == ["onnx"]
+  for wrong in ("tf,gpu", ""):
+    with pytest.raises(SystemExit):
+      parse_args(["--backends", wrong])

@@ -1,13 +1,18 @@
 """The HTTP server's speed: requests/s and latency (p50, p99) under 1, 8 and 32 concurrent
-clients on loopback, on MiniLM (all-MiniLM-L6-v2 in Google's layout).
+clients on loopback, on MiniLM (all-MiniLM-L6-v2 in Google's layout), for each backend.
 
-  ./run.sh benchmark serve [--clients 1,8,32 --requests 400 --seconds 30 --out_dir docs/serve]
+  ./run.sh benchmark serve [--backends tf,onnx,onnx_int8 --clients 1,8,32 --requests 400
+                            --seconds 30 --out_dir docs/serve]
 
-It fine-tunes MiniLM for a few steps on real comments and exports it (not timed, as the
-predictor benchmark does), starts `python -m serving.server` on the export, then for each
-number of clients sends one-text requests (real comments, in turn) from that many
-threads until --requests have been answered or --seconds have passed, and checks every
-answer. The clients run on the same 2 cores as the server, so the figures are a floor.
+It fine-tunes MiniLM for a few steps on real comments and exports it with its ONNX model,
+evaluating it on held-out comments so that the export measures its int8 model's quality
+(not timed, as the predictor benchmark does). Then, for each backend in turn (tf: the
+SavedModel in TensorFlow; onnx: the fp32 ONNX model in onnxruntime; onnx_int8: the int8
+one, which the server serves only where that quality held), it starts `./run.sh serve` on
+the export and, for each number of clients, sends one-text requests (real comments, in
+turn) from that many threads until --requests have been answered or --seconds have
+passed, and checks every answer. The clients run on the same 2 cores as the server, so
+the figures are a floor.
 """
 
 import argparse
@@ -26,6 +31,7 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from spec.signature import INT8_AUC_BOUND  # noqa: E402
 from tools import assets, bench_predictor  # noqa: E402
 
 
@@ -37,10 +43,13 @@ def parse_args(argv=None):
   parser.add_argument("--clients", default="1,8,32", help="concurrent clients, per run")
   parser.add_argument("--requests", type=int, default=400, help="answers per run, at most")
   parser.add_argument("--seconds", type=float, default=30.0, help="time per run, at most")
-  parser.add_argument("--train_steps", type=int, default=10)
+  parser.add_argument("--train_steps", type=int, default=60)
   parser.add_argument("--max_seq_length", type=int, default=128)
-  parser.add_argument("--backend", choices=("tf", "onnx"), default="tf",
-                      help="the server's backend (./run.sh serve --backend)")
+  parser.add_argument("--backends", default=",".join(BACKENDS),
+                      help="the servers to measure, in turn: " + ", ".join(
+                          "%s (%s)" % item for item in BACKENDS.items()))
+  parser.add_argument("--eval_rows", type=int, default=500,
+                      help="held-out comments the export scores its fp32 and int8 models on")
   parser.add_argument("--out_dir", default=os.path.join(ROOT, "output", "bench_serve"))
   parser.add_argument("--work_dir", default=os.path.join(ROOT, ".cache", "bench_serve"))
   parser.add_argument("--cache_dir", default=assets.DEFAULT_CACHE)
@@ -48,7 +57,21 @@ def parse_args(argv=None):
   args.clients = [int(n) for n in args.clients.split(",")]
   if min(args.clients) < 1 or args.requests < 1 or args.seconds <= 0:
     parser.error("--clients, --requests and --seconds must be above 0")
+  args.backends = args.backends.split(",")
+  unknown = [name for name in args.backends if name not in BACKENDS]
+  if unknown or not args.backends:
+    parser.error("--backends=%s: give some of %s" % (",".join(args.backends),
+                                                     ",".join(BACKENDS)))
+  if args.eval_rows < 2:
+    parser.error("--eval_rows=%d: ROC-AUC needs at least 2 held-out rows" % args.eval_rows)
   return args
+
+
+# Each backend's name, what it serves, and the arguments of ./run.sh serve that serve it.
+BACKENDS = {"tf": "the SavedModel in TensorFlow",
+            "onnx": "the fp32 ONNX model in onnxruntime",
+            "onnx_int8": "the int8 ONNX model in onnxruntime"}
+SERVE_ARGUMENTS = {"tf": [], "onnx": ["--backend=onnx"], "onnx_int8": ["--backend=onnx", "--int8"]}
 
 
 def percentile(values, fraction):
@@ -108,9 +131,14 @@ def free_port():
     return s.getsockname()[1]
 
 
+class ServerRefused(Exception):
+  """The server stopped before serving, saying why in its one line (exit status 2)."""
+
+
 def serving(command, cwd, port, log_path, timeout=180):
   """Starts command, a server of the model "model" on port; returns (the process, its
-  status URL) once it answers. RuntimeError with the end of its log if it does not."""
+  status URL) once it answers. ServerRefused with its line if it refuses to serve;
+  RuntimeError with the end of its log if it fails otherwise."""
   log = open(log_path, "w")
   process = subprocess.Popen(command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
@@ -123,32 +151,70 @@ def serving(command, cwd, port, log_path, timeout=180):
       return process, status
     except (urllib.error.URLError, ConnectionError):
       time.sleep(0.5)
-  process.kill()
+  if process.poll() is None:
+    process.kill()
   process.wait()
   with open(log_path) as f:
-    raise RuntimeError("the server did not answer:\n" + f.read()[-3000:])
+    said = f.read()
+  refusal = [line for line in said.splitlines() if line.startswith("serve: ")]
+  if process.returncode == 2 and refusal:
+    raise ServerRefused(refusal[-1][len("serve: "):])
+  raise RuntimeError("the server did not answer:\n" + said[-3000:])
 
 
 def main(argv=None):
   args = parse_args(argv)
-  rows = bench_predictor.read_rows(args.data, 1000)
+  rows = bench_predictor.read_rows(args.data, TRAIN_ROWS + args.eval_rows, shuffle=True)
+  rows, held_out = rows[:TRAIN_ROWS], rows[TRAIN_ROWS:]
   texts = [text for text, _ in rows]
   shutil.rmtree(args.work_dir, ignore_errors=True)
   os.makedirs(args.work_dir)
   os.makedirs(args.out_dir, exist_ok=True)
-  train_file = os.path.join(args.work_dir, "rows.csv")
+  train_file, eval_file = (os.path.join(args.work_dir, name) for name in ("rows.csv",
+                                                                         "held_out.csv"))
   bench_predictor.write_rows(train_file, rows)
+  bench_predictor.write_rows(eval_file, held_out)
   model = os.path.join(args.work_dir, "model")
   print("fine-tuning MiniLM for %d steps and exporting it (not timed)" % args.train_steps)
   bench_predictor.fine_tune_and_export(
-      args, assets.minilm_google_dir(args.cache_dir), train_file, model,
-      "saved_model,onnx" if args.backend == "onnx" else "saved_model")
+      args, assets.minilm_google_dir(args.cache_dir), train_file, model, "saved_model,onnx",
+      eval_file)
+  figures = {"backends": {}, "python": platform.python_version(),
+             "machine": bench_predictor.machine(), "max_seq_length": args.max_seq_length,
+             "data": os.path.relpath(args.data, os.path.dirname(ROOT)),
+             "int8_quality": int8_quality(model)}
+  for backend in args.backends:
+    print("%s: %s" % (backend, BACKENDS[backend]), flush=True)
+    figures["backends"][backend] = measure(args, model, texts, backend)
+  import tensorflow as tf
+  figures["tensorflow"] = tf.__version__
+  bench_predictor.write_results(args.out_dir, figures, results_markdown(figures))
+
+
+TRAIN_ROWS = 1000  # (the rows fine-tuned on, whose texts the clients send)
+
+
+def int8_quality(model):
+  """The export's measure of its int8 model (onnx/int8_quality.json)."""
+  from serving.predicting import find_export
+  from spec import signature
+  with open(os.path.join(find_export(model), signature.ONNX_FOLDER,
+                         signature.ONNX_INT8_QUALITY)) as f:
+    return json.load(f)
+
+
+def measure(args, model, texts, backend):
+  """The runs of one backend's server: a figure per number of clients; or the server's
+  refusal, {"refused": its line}, when it does not serve (int8 whose quality did not
+  hold)."""
   port = free_port()
-  command = ([sys.executable, "-m", "serving.server"] if args.backend == "tf" else
-             [os.path.join(ROOT, "run.sh"), "serve", "--backend=onnx"])  # (its environment)
   try:
-    process, status = serving(command + [model, "--port", str(port)], ROOT, port,
-                              os.path.join(args.work_dir, "server.log"))
+    process, status = serving([os.path.join(ROOT, "run.sh"), "serve"] +
+                              SERVE_ARGUMENTS[backend] + [model, "--port", str(port)], ROOT,
+                              port, os.path.join(args.work_dir, "server_%s.log" % backend))
+  except ServerRefused as e:
+    print("  the server refused: %s" % e, flush=True)
+    return {"refused": str(e)}
   except RuntimeError as e:
     raise SystemExit("bench_serve: %s" % e)
   url = status + ":predict"
@@ -161,32 +227,44 @@ def main(argv=None):
                    "requests_per_s": answers / seconds,
                    "p50_ms": 1000 * percentile(latencies, 0.5),
                    "p99_ms": 1000 * percentile(latencies, 0.99)})
-      print("%2d clients: %d requests in %.1f s, %.1f/s, p50 %.1f ms, p99 %.1f ms" % (
+      print("  %2d clients: %d requests in %.1f s, %.1f/s, p50 %.1f ms, p99 %.1f ms" % (
           clients, answers, seconds, runs[-1]["requests_per_s"], runs[-1]["p50_ms"],
           runs[-1]["p99_ms"]), flush=True)
   finally:
     process.terminate()
     process.wait(30)
-  import tensorflow as tf
-  figures = {"runs": runs, "backend": args.backend, "tensorflow": tf.__version__,
-             "python": platform.python_version(),
-             "machine": bench_predictor.machine(), "max_seq_length": args.max_seq_length,
-             "data": os.path.relpath(args.data, os.path.dirname(ROOT))}
-  bench_predictor.write_results(args.out_dir, figures, results_markdown(figures))
+  return {"runs": runs}
 
 
 def results_markdown(figures):
-  backend = ("TF %s, Python %s" % (figures["tensorflow"], figures["python"])
-             if figures.get("backend", "tf") == "tf" else
-             "`--backend=onnx`: onnxruntime, the fp32 model")
   lines = ["MiniLM export served by `./run.sh serve` on loopback, one text per request "
-           "(%s, %s; the clients share the machine):" % (backend, figures["machine"]), "",
-           "| clients | requests | requests/s | p50 ms | p99 ms |", "|---|---|---|---|---|"]
-  for run in figures["runs"]:
-    lines.append("| %d | %d | %.1f | %.1f | %.1f |" % (
-        run["clients"], run["requests"], run["requests_per_s"], run["p50_ms"],
-        run["p99_ms"]))
+           "(max_seq_length %d, Python %s, TF %s; %s; the clients share the machine):" % (
+               figures["max_seq_length"], figures["python"], figures["tensorflow"],
+               figures["machine"]), "",
+           "| backend | clients | requests | requests/s | p50 ms | p99 ms |",
+           "|---|---|---|---|---|---|"]
+  for backend, measured in figures["backends"].items():
+    for run in measured.get("runs", []):
+      lines.append("| %s | %d | %d | %.1f | %.1f | %.1f |" % (
+          backend, run["clients"], run["requests"], run["requests_per_s"], run["p50_ms"],
+          run["p99_ms"]))
+  quality = figures["int8_quality"]
+  lines.append("")
+  for backend, measured in figures["backends"].items():
+    said = "- `%s`: %s" % (backend, BACKENDS[backend])
+    if backend == "onnx_int8":
+      said += (", served because its held-out ROC-AUC (%s) is at most %s below the fp32 "
+               "model's (%s) on the %d comments the export scored" % (
+                   _auc(quality["int8"]), INT8_AUC_BOUND, _auc(quality["fp32"]),
+                   quality["rows"]))
+    if "refused" in measured:
+      said = "- `%s`: not served: %s" % (backend, measured["refused"])
+    lines.append(said.rstrip(".") + ".")
   return "\n".join(lines) + "\n"
+
+
+def _auc(value):
+  return "none" if value is None else "%.4f" % value
 
 
 if __name__ == "__main__":

@@ -428,3 +428,33 @@ def test_the_serve_benchmark_takes_its_backends_by_name():
   for wrong in ("tf,gpu", ""):
     with pytest.raises(SystemExit):
       parse_args(["--backends", wrong])
+
+def test_the_serve_benchmark_refuses_onnx_backends_before_any_work(tmp_path, monkeypatch):
+  """Where this runtime cannot export an ONNX model (tf2onnx is on TF 2.15 only), asking
+  for an ONNX backend stops before the fine-tuning, naming why; tf alone exports none."""
+  from tools import bench_predictor, bench_serve
+  monkeypatch.setattr(bench_predictor, "onnx_unavailable", lambda: "no tf2onnx here")
+  for backends in ("tf,onnx", "onnx_int8"):
+    with pytest.raises(SystemExit) as stopped:
+      bench_serve.main(["--backends", backends, "--work_dir", str(tmp_path / "work")])
+    assert str(stopped.value) == ("bench_serve: --backends=%s: no tf2onnx here (or measure "
+                                  "--backends=tf alone)" % backends)
+  assert not (tmp_path / "work").exists()
+
+
+def test_the_serve_benchmark_holds_out_rows_it_does_not_fine_tune_on(tmp_path):
+  """The test sample's 400 rows: a third held out, the rest fine-tuned on, no row in both;
+  a larger file gives 1,000 and --eval_rows."""
+  from tools.bench_predictor import SAMPLE_COMMENTS, write_rows
+  from tools.bench_serve import split_rows
+  train, held_out = split_rows(SAMPLE_COMMENTS, 500)
+  assert (len(train), len(held_out)) == (267, 133)
+  with open(SAMPLE_COMMENTS, encoding="utf-8", newline="") as f:
+    rows = [tuple(row) for row in csv.reader(f)]
+  assert sorted(map(tuple, train + held_out)) == sorted(rows)
+  assert sorted(label for _, label in held_out) != ["0"] * 133  # (both labels: a seeded order)
+  larger = str(tmp_path / "rows.csv")
+  write_rows(larger, [("comment %d" % k, str(k % 2)) for k in range(2000)])
+  train, held_out = split_rows(larger, 300)
+  assert (len(train), len(held_out)) == (1000, 300)
+  assert not set(map(tuple, train)) & set(map(tuple, held_out))

@@ -4,21 +4,22 @@ clients on loopback, on MiniLM (all-MiniLM-L6-v2 in Google's layout), for each b
   ./run.sh benchmark serve [--backends tf,onnx,onnx_int8 --clients 1,8,32 --requests 400
                             --seconds 30 --out_dir docs/serve]
 
-It fine-tunes MiniLM for a few steps on real comments and exports it with its ONNX model,
-evaluating it on held-out comments so that the export measures its int8 model's quality
-(not timed, as the predictor benchmark does). Then, for each backend in turn (tf: the
-SavedModel in TensorFlow; onnx: the fp32 ONNX model in onnxruntime; onnx_int8: the int8
-one, which the server serves only where that quality held), it starts `./run.sh serve` on
-the export and, for each number of clients, sends one-text requests (real comments, in
-turn) from that many threads until --requests have been answered or --seconds have
-passed, and checks every answer. The clients run on the same 2 cores as the server, so
-the figures are a floor.
+It fine-tunes MiniLM for --train_steps steps on real comments and exports it with its
+ONNX model, evaluating it on held-out comments so that the export measures its int8
+model's quality (not timed, as the predictor benchmark does). Then, for each backend in
+turn (tf: the SavedModel in TensorFlow; onnx: the fp32 ONNX model in onnxruntime;
+onnx_int8: the int8 one, which the server serves only where that quality held), it starts
+`./run.sh serve` on the export and, for each number of clients, sends one-text requests
+(real comments, in turn) from that many threads until --requests have been answered or
+--seconds have passed, and checks every answer. The clients run on the same 2 cores as
+the server, so the figures are a floor.
 """
 
 import argparse
 import json
 import os
 import platform
+import random
 import shutil
 import socket
 import subprocess
@@ -32,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from spec.signature import INT8_AUC_BOUND  # noqa: E402
-from tools import assets, bench_predictor  # noqa: E402
+from tools import assets, bench_predictor, bench_worker  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -49,7 +50,8 @@ def parse_args(argv=None):
                       help="the servers to measure, in turn: " + ", ".join(
                           "%s (%s)" % item for item in BACKENDS.items()))
   parser.add_argument("--eval_rows", type=int, default=500,
-                      help="held-out comments the export scores its fp32 and int8 models on")
+                      help="held-out comments the export scores its fp32 and int8 models on "
+                      "(at most a third of the file's rows)")
   parser.add_argument("--out_dir", default=os.path.join(ROOT, "output", "bench_serve"))
   parser.add_argument("--work_dir", default=os.path.join(ROOT, ".cache", "bench_serve"))
   parser.add_argument("--cache_dir", default=assets.DEFAULT_CACHE)
@@ -164,8 +166,12 @@ def serving(command, cwd, port, log_path, timeout=180):
 
 def main(argv=None):
   args = parse_args(argv)
-  rows = bench_predictor.read_rows(args.data, TRAIN_ROWS + args.eval_rows, shuffle=True)
-  rows, held_out = rows[:TRAIN_ROWS], rows[TRAIN_ROWS:]
+  unavailable = any(backend != "tf" for backend in args.backends) and (
+      bench_predictor.onnx_unavailable())
+  if unavailable:  # (before any work)
+    raise SystemExit("bench_serve: --backends=%s: %s (or measure --backends=tf alone)"
+                     % (",".join(args.backends), unavailable))
+  rows, held_out = split_rows(args.data, args.eval_rows)
   texts = [text for text, _ in rows]
   shutil.rmtree(args.work_dir, ignore_errors=True)
   os.makedirs(args.work_dir)
@@ -175,14 +181,15 @@ def main(argv=None):
   bench_predictor.write_rows(train_file, rows)
   bench_predictor.write_rows(eval_file, held_out)
   model = os.path.join(args.work_dir, "model")
+  with_onnx = any(backend != "tf" for backend in args.backends)
   print("fine-tuning MiniLM for %d steps and exporting it (not timed)" % args.train_steps)
   bench_predictor.fine_tune_and_export(
-      args, assets.minilm_google_dir(args.cache_dir), train_file, model, "saved_model,onnx",
-      eval_file)
+      args, assets.minilm_google_dir(args.cache_dir), train_file, model,
+      "saved_model,onnx" if with_onnx else "saved_model", eval_file)
   figures = {"backends": {}, "python": platform.python_version(),
              "machine": bench_predictor.machine(), "max_seq_length": args.max_seq_length,
              "data": os.path.relpath(args.data, os.path.dirname(ROOT)),
-             "int8_quality": int8_quality(model)}
+             "int8_quality": int8_quality(model) if with_onnx else None}
   for backend in args.backends:
     print("%s: %s" % (backend, BACKENDS[backend]), flush=True)
     figures["backends"][backend] = measure(args, model, texts, backend)
@@ -191,7 +198,18 @@ def main(argv=None):
   bench_predictor.write_results(args.out_dir, figures, results_markdown(figures))
 
 
-TRAIN_ROWS = 1000  # (the rows fine-tuned on, whose texts the clients send)
+TRAIN_ROWS = 1000  # (the rows fine-tuned on, whose texts the clients send, at most)
+
+
+def split_rows(path, eval_rows):
+  """The rows to fine-tune on (up to TRAIN_ROWS) and eval_rows held-out rows after them
+  (at most a third of a smaller file, as the test sample is), in a seeded order of the
+  file's rows (as the predictor benchmark draws them)."""
+  rows = bench_worker.rows_or_exit(path, "bench_serve")
+  random.Random(0).shuffle(rows)
+  held = min(eval_rows, len(rows) // 3)
+  train = min(TRAIN_ROWS, len(rows) - held)
+  return rows[:train], rows[train:train + held]
 
 
 def int8_quality(model):
@@ -214,7 +232,7 @@ def measure(args, model, texts, backend):
                               port, os.path.join(args.work_dir, "server_%s.log" % backend))
   except ServerRefused as e:
     print("  the server refused: %s" % e, flush=True)
-    return {"refused": str(e)}
+    return {"refused": str(e).replace(args.work_dir, "<--work_dir>")}
   except RuntimeError as e:
     raise SystemExit("bench_serve: %s" % e)
   url = status + ":predict"
@@ -252,13 +270,13 @@ def results_markdown(figures):
   lines.append("")
   for backend, measured in figures["backends"].items():
     said = "- `%s`: %s" % (backend, BACKENDS[backend])
-    if backend == "onnx_int8":
+    if "refused" in measured:
+      said = "- `%s`: not served: %s" % (backend, measured["refused"])
+    elif backend == "onnx_int8":
       said += (", served because its held-out ROC-AUC (%s) is at most %s below the fp32 "
                "model's (%s) on the %d comments the export scored" % (
                    _auc(quality["int8"]), INT8_AUC_BOUND, _auc(quality["fp32"]),
                    quality["rows"]))
-    if "refused" in measured:
-      said = "- `%s`: not served: %s" % (backend, measured["refused"])
     lines.append(said.rstrip(".") + ".")
   return "\n".join(lines) + "\n"
 

@@ -14,6 +14,7 @@ type and choices; pipeline/checks.py checks what they mean together.
 import dataclasses
 
 from spec.run_errors import FlagError
+from spec.option_field import choice_problem, of_type
 from spec.option_index import base_type, default, group_of, is_optional, option_names
 from spec.options import GROUPS
 
@@ -82,9 +83,6 @@ def _plain(value):
   return list(value) if isinstance(value, tuple) else value
 
 
-_TYPES = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}
-
-
 def _check_type(field, value):
   if value is None:
     if is_optional(field):
@@ -97,12 +95,12 @@ def _check_type(field, value):
     if any(not v.strip() for v in value):  # ("0,,1": a class no row could name)
       raise ConfigError("--%s=%s has an empty item: list the values between commas, each "
                         "once" % (field.name, ",".join(value)))
-  elif isinstance(value, bool) and kind is not bool or not isinstance(value, _TYPES[kind]):
+  elif not of_type(value, kind):
     raise ConfigError("%s must be %s, not %r" % (field.name, kind.__name__, value))
   problem = field.metadata.get("check") and field.metadata["check"](value)
   if problem:  # (a list as on the command line)
     raise ConfigError("--%s=%s %s" % (field.name, ",".join(value) if kind is tuple else
                                       repr(value), problem))
-  allowed = field.metadata["choices"]
-  if allowed and value not in allowed:
-    raise ConfigError("%s=%r is not one of %s" % (field.name, value, ", ".join(allowed)))
+  problem = choice_problem(field, value)
+  if problem:
+    raise ConfigError("%s=%r %s" % (field.name, value, problem))

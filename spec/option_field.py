@@ -11,3 +11,20 @@ def option(default, help, choices=None, check=None, example=None):
   the option on a command line, where its format is not obvious from its type."""
   return dataclasses.field(default=default, metadata={"help": help, "choices": choices,
                                                       "check": check, "example": example})
+
+
+def of_type(value, kind):
+  """Whether value is of an option's type (bool, int, float or str): a whole number is a
+  float too; a switch (True, False) is no number. RunConfig's values and a model card's
+  recorded head options are both checked with it."""
+  if isinstance(value, bool):
+    return kind is bool
+  return isinstance(value, (int, float) if kind is float else kind)
+
+
+def choice_problem(field, value):
+  """What is wrong with value for an option of a closed set of choices, or None."""
+  allowed = field.metadata["choices"]
+  if allowed and value not in allowed:
+    return "is not one of %s" % ", ".join(allowed)
+  return None

@@ -181,6 +181,34 @@ def test_a_head_gets_its_options_and_another_head_refuses_them(monkeypatch):
     heads.apply_options(plain, heads.HeadOptions(smoothing=0.25))
 
 
+def test_a_cards_head_option_is_checked_as_a_flag_is():
+  """A recorded value is taken only of its option's type, passing its check and among its
+  choices (spec.option_field's checks, which RunConfig's values go through too)."""
+  Mode = dataclasses.make_dataclass("Mode", [("mode", str, option(
+      "mean", "How.", choices=("mean", "max")))], frozen=True)
+  modal = type("Modal", (MultiLabel,), {"kind": "modal", "Options": Mode})(["a"])
+  smoothing = _fake_heads()["one"](["a"])
+  assert heads.options_of(modal, {"mode": "max"}) == Mode("max")
+  assert heads.options_of(smoothing, {"smoothing": 0}) == _Smoothing(0.0)
+  for spec, recorded, message in (
+      (modal, {"mode": "sum"}, "its option mode='sum' is not one of mean, max"),
+      (modal, {"mode": 1}, "its option mode is 1, not a str"),
+      (smoothing, {"smoothing": True}, "its option smoothing is True, not a float"),
+      (smoothing, {"smoothing": "0.1"}, "its option smoothing is '0.1', not a float"),
+      (smoothing, {"smoothing": 2}, "its option smoothing=2 must be in [0, 1)")):
+    with pytest.raises(FlagError, match="^%s$" % re.escape(message)):
+      heads.options_of(spec, recorded)
+
+
+@pytest.mark.parametrize("value,kinds", [
+    (True, {bool}), (0, {int, float}), (2.5, {float}), ("2", {str}), (None, set()),
+    ((1,), set())])
+def test_an_options_type_takes_whole_numbers_as_floats_and_no_switch_as_a_number(value,
+                                                                                   kinds):
+  from spec.option_field import of_type
+  assert {kind for kind in (bool, int, float, str) if of_type(value, kind)} == kinds
+
+
 def test_every_head_option_is_a_flag_that_its_heads_take_and_the_others_refuse():
   """Over the options the real heads declare: each is in the heads group with its heads
   named, takes its example, and only its heads take it."""

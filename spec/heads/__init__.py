@@ -22,6 +22,7 @@ import typing
 
 from spec.found import classes_in
 from spec.labels import LabelSpec
+from spec.option_field import choice_problem, of_type
 from spec.run_errors import FlagError
 
 
@@ -116,14 +117,6 @@ def build_spec(kind, columns, classes=None):
   return SPECS[kind](columns)
 
 
-def _of_type(value, kind):
-  """Whether a JSON value is of an option's type (a whole number is a float too; a
-  switch is no number)."""
-  if kind is float:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-  return isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
-
-
 def options_of(spec, recorded):
   """The spec's Options with the values recorded ({name: value}, a model card's
   "options"); a name the head does not declare, or a value its option refuses, is a
@@ -134,9 +127,10 @@ def options_of(spec, recorded):
     if name not in fields:
       raise FlagError("the %s head has no option %s" % (spec.kind, name))
     kind = types[name]
-    if isinstance(kind, type) and not _of_type(value, kind):
+    if isinstance(kind, type) and not of_type(value, kind):
       raise FlagError("its option %s is %r, not a %s" % (name, value, kind.__name__))
-    problem = fields[name].metadata["check"] and fields[name].metadata["check"](value)
+    problem = (fields[name].metadata["check"] and fields[name].metadata["check"](value) or
+               choice_problem(fields[name], value))
     if problem:
       raise FlagError("its option %s=%r %s" % (name, value, problem))
   return spec.Options(**{name: float(value) if types[name] is float else value

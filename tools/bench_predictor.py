@@ -67,12 +67,14 @@ def parse_args(argv=None):
   return args
 
 
-def read_rows(path, limit, shuffle=False):
-  """The first limit rows of path; with shuffle, limit rows drawn in a seeded order (a file
-  sorted by label, as Jigsaw's balanced comments are, then gives both labels to the
-  training rows and to the held-out ones)."""
-  rows = bench_worker.rows_or_exit(path, "bench_predictor")
-  if len(rows) < limit:
+def read_rows(path, limit=None, shuffle=False, program="bench_predictor"):
+  """The first limit rows of path (None: all of them); with shuffle, drawn in a seeded
+  order (a file sorted by label, as Jigsaw's balanced comments are, then gives both labels
+  to the training rows and to the held-out ones). program: who stops, in its message."""
+  rows = bench_worker.rows_or_exit(path, program)
+  if limit is None:
+    limit = len(rows)
+  elif len(rows) < limit:
     raise SystemExit("%s has %d rows; --rows and --eval_rows ask for %d" % (
         path, len(rows), limit))
   if shuffle:

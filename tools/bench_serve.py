@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import platform
-import random
 import shutil
 import socket
 import subprocess
@@ -33,7 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from spec.signature import INT8_AUC_BOUND  # noqa: E402
-from tools import assets, bench_predictor, bench_worker  # noqa: E402
+from tools import assets, bench_predictor  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -205,8 +204,7 @@ def split_rows(path, eval_rows):
   """The rows to fine-tune on (up to TRAIN_ROWS) and eval_rows held-out rows after them
   (at most a third of a smaller file, as the test sample is), in a seeded order of the
   file's rows (as the predictor benchmark draws them)."""
-  rows = bench_worker.rows_or_exit(path, "bench_serve")
-  random.Random(0).shuffle(rows)
+  rows = bench_predictor.read_rows(path, shuffle=True, program="bench_serve")
   held = min(eval_rows, len(rows) // 3)
   train = min(TRAIN_ROWS, len(rows) - held)
   return rows[:train], rows[train:train + held]

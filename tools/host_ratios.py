@@ -99,7 +99,8 @@ def markdown(runs):
            "Every committed run of `./run.sh benchmark`, side by side: each column is one run "
            "on one host, named by its float32 matrix-multiply peak (2048x2048, best of 5) "
            "and its bfloat16 one. The README gives each ratio's range for MiniLM. Made by "
-           "`./run.sh benchmark hosts` from the runs' results.csv (a test fails when this page and those files disagree).", "",
+           "`./run.sh benchmark hosts` from the runs' results.csv (a test fails when this "
+           "page and those files disagree).", "",
            "| run | float32 peak, TF 1.15 | float32 peak, TF 2.15 | bfloat16 peak |",
            "|---|---|---|---|"]
   for run in runs:

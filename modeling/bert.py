@@ -124,11 +124,14 @@ def initializer(config):
   return tf.truncated_normal_initializer(stddev=config.initializer_range)
 
 
-def dense_variables(in_units, units, name, kernel_initializer, dtype):
-  with tf.variable_scope(name):  # `name/kernel` [in, units] and `name/bias` [units]
+def dense_variables(in_units, units, name, kernel_initializer, dtype, bias_dtype=None):
+  """`name/kernel` [in, units] and `name/bias` [units], read in dtype (the bias in
+  bias_dtype when given)."""
+  with tf.variable_scope(name):
     kernel = tf.get_variable("kernel", [in_units, units], dtype=dtype,
                              initializer=kernel_initializer)
-    bias = tf.get_variable("bias", [units], dtype=dtype, initializer=tf.zeros_initializer())
+    bias = tf.get_variable("bias", [units], dtype=bias_dtype or dtype,
+                           initializer=tf.zeros_initializer())
   return kernel, bias
 
 
@@ -146,8 +149,10 @@ def like_rows_of(y, x):
 
 def dense(x, units, name, kernel_initializer, activation=None, bias_activation=None):
   """x [..., in] -> [..., units], with variables `name/kernel` [in, units] and `name/bias`.
-  bias_activation(y, bias), if given, adds the bias and applies the activation at once."""
-  kernel, bias = dense_variables(static_shape(x)[-1], units, name, kernel_initializer, x.dtype)
+  bias_activation(y, bias), if given, adds the bias and applies the activation at once
+  (a fused kernel: its bias is read in float32 whatever x's dtype)."""
+  kernel, bias = dense_variables(static_shape(x)[-1], units, name, kernel_initializer, x.dtype,
+                                 tf.float32 if bias_activation else None)
   y = tf.matmul(as_matrix(x), kernel)
   if bias_activation:
     return like_rows_of(bias_activation(y, bias), x)
@@ -201,15 +206,18 @@ class BertModel(object):
   token, so pooled_output and every gradient are those of the full model, but the
   last layer costs about a sixth as much. sequence_output is then unavailable.
 
-  fused_kernels (modeling.fused.FusedKernels; float32, CPU) runs each layer's elementwise
-  work in fused kernels: the same function within float32 rounding, own dropout masks.
+  fused_kernels (modeling.fused.FusedKernels; CPU) runs each layer's elementwise work in
+  fused kernels: the same function within float32 rounding, own dropout masks. With
+  compute_dtype tf.bfloat16 they take and give bfloat16 activations but compute in float32
+  (layer norm, softmax and GELU included) and read their parameters in float32.
   """
 
   def __init__(self, config, is_training, input_ids, input_mask=None, token_type_ids=None,
                use_one_hot_embeddings=False, scope="bert", compute_dtype=tf.float32,
                pooled_only=False, fused_kernels=None):
-    if fused_kernels is not None and compute_dtype != tf.float32:
-      raise ValueError("the fused kernels compute in float32, not %s" % compute_dtype.name)
+    if fused_kernels is not None and compute_dtype not in (tf.float32, tf.bfloat16):
+      raise ValueError("the fused kernels take float32 or bfloat16, not %s"
+                       % compute_dtype.name)
     if not is_training:
       config = config.without_dropout()
     _, seq_length = _check_inputs(input_ids, config)
@@ -373,7 +381,7 @@ def _self_attention(config, queries, x, attention_bias, init, fused_site=None):
   if fused_site:
     fused, site = fused_site
     probs = fused.attention_softmax(tf.matmul(query, key, transpose_b=True),
-                                    attention_bias[:, 0, 0, :], scale,
+                                    tf.cast(attention_bias[:, 0, 0, :], tf.float32), scale,
                                     config.attention_probs_dropout_prob, site)
   else:
     scores = tf.matmul(query, key, transpose_b=True) * scale

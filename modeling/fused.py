@@ -5,7 +5,9 @@ each way: bias + GELU, dropout + bias + residual + layer norm, and the attention
 mask + softmax + dropout. The C++ file is compiled for the running TensorFlow the first
 time it is needed (a few seconds; `./run.sh setup` does it ahead), into .cache/kernels
 under the project, named by TensorFlow's version and the source's hash so that a changed
-source or another runtime never loads a stale library. They run on the CPU in float32;
+source or another runtime never loads a stale library. They run on the CPU, on
+activations in float32 or bfloat16, computing in float32 either way (in bfloat16 only
+the matrix multiplies between them run in bfloat16, and the parameters stay float32);
 modeling/bert.py uses them only when its caller asks (model_fn, while training).
 
 Dropout masks come from a hash of (seed, step, site, element), not from TensorFlow's
@@ -218,8 +220,8 @@ def _bias_gelu_gradient(op, dy):
 
 @tf.RegisterGradient("BertSplitHeads")
 def _split_heads_gradient(op, dy):
-  dx = library().bert_merge_heads(dy)
-  return dx, tf.reduce_sum(dx, [0, 1])
+  dx, dbias = library().bert_split_heads_grad(dy)
+  return dx, dbias
 
 
 @tf.RegisterGradient("BertMergeHeads")

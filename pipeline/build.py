@@ -180,8 +180,8 @@ def with_chosen_precision(c, cluster=None, instructions=None, tf_version=None, g
   Where --use_bf16 is not given, a training on a CPU whose matmul units take bfloat16
   (AVX512_BF16 or AMX, machine.bf16_instructions) on a runtime that computes in them
   (TF 2's oneDNN) runs the encoder in bfloat16, float32 master weights and loss: c then
-  has use_bf16 set. Not beside a GPU or an option that computes otherwise (--use_xla,
-  --fused_kernels=on, a hub encoder), nor in a cluster (cluster: its TF_CONFIG), whose
+  has use_bf16 set. Not beside a GPU or an option that computes otherwise (--use_xla, a
+  hub encoder), nor in a cluster (cluster: its TF_CONFIG), whose
   machines may differ. Off a TPU, eval and predict compute in float32, as the exports
   do (model_fn_of). A given --use_bf16 on a CPU that would emulate bfloat16 runs, with a
   warning that it is slower than float32. instructions, tf_version, gpus, environ: what
@@ -214,7 +214,6 @@ def with_chosen_precision(c, cluster=None, instructions=None, tf_version=None, g
   obstacle = ("--use_bf16=false" if "use_bf16" in c.given else
               "this CPU has no bfloat16 matmul instructions" if not instructions else
               problem or ("--use_xla" if device.use_xla else
-                          "--fused_kernels=on" if device.fused_kernels == "on" else
                           "--bert_hub_module_handle" if c.model.bert_hub_module_handle
                           else "a cluster (TF_CONFIG)" if cluster is not None else None))
   if obstacle is None and gpu_seen():
@@ -228,26 +227,27 @@ def with_chosen_precision(c, cluster=None, instructions=None, tf_version=None, g
           i.upper() for i in instructions)), None
 
 
-def training_choices(**device):
+def training_choices(given_bf16=False, **device):
   """(the encoder's precision in training, whether it runs the fused CPU kernels, why
   not, the precision's log line) of a training with these device options (the others'
-  defaults), as run_classifier decides them: for a benchmark's own training loop."""
+  defaults), as run_classifier decides them: for a benchmark's own training loop.
+  given_bf16: use_bf16 counts as given (as --use_bf16 or --use_bf16=false), as on a TPU."""
   from spec.config import RunConfig
+  given = given_bf16 or device.get("use_tpu")
   c, said, _ = with_chosen_precision(RunConfig(
-      do_train=True, given=frozenset(["use_bf16"] if device.get("use_tpu") else []),
-      **device))
+      do_train=True, given=frozenset(["use_bf16"] if given else []), **device))
   fused, why_not = fused_kernels_for(c.model, c.training, c.device)
   return c.device.precision(), fused, why_not, said
 
 
 def fused_kernel_obstacles(model, training, device, cluster=None):
   """The options that rule out the encoder's fused CPU kernels, as their flags name them.
-  They compute in float32 on one CPU device and key their dropout on the step, so a TPU,
-  float16, XLA, several GPUs, gradient accumulation (one step, several batches), a hub
-  encoder or a cluster rules them out. Looks at no device."""
+  They run on one CPU device, on float32 or bfloat16 activations, and key their dropout
+  on the step, so a TPU, float16, XLA, several GPUs, gradient accumulation (one step,
+  several batches), a hub encoder or a cluster rules them out. Looks at no device."""
   return [reason for reason, present in (
       ("--use_tpu", device.use_tpu), ("--use_fp16", device.use_fp16),
-      ("--use_bf16", device.use_bf16), ("--use_xla", device.use_xla),
+      ("--use_xla", device.use_xla),
       ("--num_gpus=%d" % device.num_gpus, device.num_gpus > 1),
       ("--gradient_accumulation_steps=%d" % training.gradient_accumulation_steps,
        training.gradient_accumulation_steps > 1),

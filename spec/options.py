@@ -322,9 +322,10 @@ class DeviceOptions(object):
       "auto", "CPU: run the encoder's elementwise work (bias and GELU; dropout, residual "
       "and layer norm; the attention's mask, softmax and dropout) in this project's fused "
       "kernels, built with g++ on first use (never in exports). auto: when running in "
-      "float32 on this machine's CPU alone (no TPU, GPU, XLA, cluster, several replicas or "
-      "gradient accumulation) and they build; on: the same, refusing the run where they "
-      "cannot be used; off: TensorFlow's own ops.", choices=FUSED_KERNEL_MODES)
+      "float32 or bfloat16 on this machine's CPU alone (no TPU, GPU, float16, XLA, cluster, "
+      "several replicas or gradient accumulation) and they build; on: the same, refusing "
+      "the run where they cannot be used; off: TensorFlow's own ops.",
+      choices=FUSED_KERNEL_MODES)
   dynamic_padding: bool = option(
       False, "CPU/GPU: compute each batch only as long as its longest example, and group "
       "training examples into length buckets. Faster when texts are shorter than "

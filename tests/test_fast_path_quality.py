@@ -31,11 +31,30 @@ def test_the_committed_measurement_is_of_the_kernels_as_they_are_and_backs_the_d
   assert set(committed["comparisons"]) == {"tf1", "tf2"}
   on_by_default = option_index.default("fused_kernels") in ("auto", "on")
   assert committed["verdicts"]["fused"] == "equal" or not on_by_default
-  for runtime in ("tf1", "tf2"):
-    for metric, _ in quality.METRICS:
-      comparison = committed["comparisons"][runtime]["fused"][metric]
-      assert comparison["seeds"] == committed["seeds"]
-      assert comparison["ci_low"] <= comparison["mean_difference"] <= comparison["ci_high"]
+  # bfloat16 (on the fused kernels) is chosen by default on a CPU with bfloat16 units, so it
+  # too must be measured, on TF 2.15 (TF 1.15 never chooses it), and hold.
+  assert committed["verdicts"]["bf16"] == "equal"
+  assert set(committed["comparisons"]["tf2"]) == {"fused", "bf16"}
+  assert set(committed["comparisons"]["tf1"]) == {"fused"}
+  bf16_auc = committed["comparisons"]["tf2"]["bf16"]["held_out_auc"]["mean_difference"]
+  assert bf16_auc >= -quality.BF16_AUC_BOUND
+  for runtime, paths in (("tf1", ["fused"]), ("tf2", ["fused", "bf16"])):
+    for path in paths:
+      for metric, _ in quality.METRICS:
+        comparison = committed["comparisons"][runtime][path][metric]
+        assert comparison["seeds"] == committed["seeds"]
+        assert comparison["ci_low"] <= comparison["mean_difference"] <= comparison["ci_high"]
+
+
+def test_a_bf16_path_that_loses_auc_past_the_bound_is_worse():
+  """Equal within the seeds' spread on every metric, yet 0.006 below the reference's
+  ROC-AUC on average: the bfloat16 path is worse all the same (the fused one is not)."""
+  reference = {1: 0.95, 2: 0.97, 3: 0.93, 4: 0.96, 5: 0.94}
+  lower = {s: v - 0.006 + 0.01 * (-1) ** s for s, v in reference.items()}
+  by_metric = {metric: quality.compare(reference, lower) for metric, _ in quality.METRICS}
+  assert {c["verdict"] for c in by_metric.values()} == {"equal within the seeds' spread"}
+  assert quality.verdicts({"tf2": {"fused": by_metric, "bf16": by_metric}}) == {
+      "fused": "equal", "bf16": "worse"}
 
 
 def test_the_verdict_holds_a_path_to_the_seeds_spread():
@@ -91,7 +110,7 @@ def test_bad_arguments_are_one_line(tmp_path):
   for argv, message in ((["--seeds", "1"], "--seeds=1: the seeds' spread needs at least 2"),
                         (["--seeds", "a,b"], "--seeds=a,b: give whole numbers"),
                         (["--runtimes", "tf3"], "--runtimes=tf3: choose from tf1, tf2"),
-                        (["--paths", "bf17"], "--paths=bf17: choose from reference, fused")):
+                        (["--paths", "bf17"], "--paths=bf17: choose from reference, fused, bf16")):
     with pytest.raises(quality.QualityError) as error:
       quality.parse_args(argv)
     assert str(error.value).startswith(message)

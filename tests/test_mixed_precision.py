@@ -37,14 +37,19 @@ def test_loss_scale_halves_on_overflow_and_grows_after_good_steps():
       assert step([1.0, 1.0, 1.0])[1] == [512.0, 0]  # grew after 3 good steps
 
 
-def _train_steps(precision, feed_inf=False):
+def _train_steps(precision, fused_kernels=False):
   config = small_config()
   with tf.Graph().as_default():
     features = model_features(config)
     model_fn = model_fn_builder(config, THREE_CLASSES, ModelSettings(
-        learning_rate=1e-3, num_train_steps=10, precision=precision))
+        learning_rate=1e-3, num_train_steps=10, precision=precision,
+        fused_kernels=fused_kernels))
     spec = model_fn(features, None, tf.estimator.ModeKeys.TRAIN, {})
     names = sorted((v.name, v.dtype.base_dtype.name) for v in tf.trainable_variables())
+    ops = tf.get_default_graph().get_operations()
+    # (The op types that compute in bfloat16: the precision is really the graph's.)
+    _BF16_OPS[(precision, fused_kernels)] = sorted({
+        op.type for op in ops if op.outputs and op.outputs[0].dtype == tf.bfloat16})
     with tf.Session() as session:
       session.run(tf.global_variables_initializer())
       before = session.run(tf.trainable_variables())
@@ -55,18 +60,34 @@ def _train_steps(precision, feed_inf=False):
 
 
 _FLOAT32_NAMES = []
+_BF16_OPS = {}
 
 
-@pytest.mark.parametrize("precision", ["float16", "bfloat16"])
-def test_low_precision_keeps_float32_variables_and_trains(precision):
+@pytest.mark.parametrize("precision, fused_kernels", [
+    ("float16", False), ("bfloat16", False), ("bfloat16", True)])
+def test_low_precision_keeps_float32_variables_and_trains(precision, fused_kernels):
   if not _FLOAT32_NAMES:  # (the float32 model's variables, built once for both precisions)
     _FLOAT32_NAMES.append(_train_steps("float32")[0])
   names32 = _FLOAT32_NAMES[0]
-  names, loss, before, after, step = _train_steps(precision)
+  names, loss, before, after, step = _train_steps(precision, fused_kernels)
   # Same checkpoint variables, all float32 master weights (plus the loss-scale state).
   assert names == names32 and {d for _, d in names} == {"float32"}
   assert np.isfinite(loss) and step == 1
   assert all(not np.array_equal(b, a) for b, a in zip(before, after))
+  computed = _BF16_OPS[(precision, fused_kernels)]
+  if precision == "bfloat16":
+    assert {"MatMul", "BatchMatMulV2"} <= set(computed), computed
+  if fused_kernels:  # the kernels take and give bfloat16; no elementwise op of TF's does,
+    # but the sums of gradients and the pooler's dense layer (one row of each text)
+    kernels = {"BertBiasGelu", "BertDropoutAddNorm", "BertAttentionSoftmax", "BertSplitHeads",
+               "BertMergeHeads"}
+    kernels |= {name + "Grad" for name in kernels - {"BertMergeHeads"}}
+    moves = {"Cast", "Reshape", "Identity", "StridedSlice", "StridedSliceGrad", "AddN"}
+    pooler = {"BiasAdd", "BiasAddGrad", "Tanh", "TanhGrad"}
+    assert kernels <= set(computed), computed
+    # (TF 1.15's batched matmul gradient sums over broadcast axes, none here: its Sum)
+    matmuls = {"MatMul", "BatchMatMulV2", "Sum"}
+    assert set(computed) <= kernels | moves | pooler | matmuls, computed
 
 
 def test_float16_encoder_is_close_to_float32():
@@ -124,8 +145,7 @@ def test_bfloat16_is_chosen_on_a_cpu_that_computes_in_it_unless_told_otherwise()
        "encoder precision: float32 (--use_bf16=false)", None),
       ({"use_xla": True}, units, "2.15.1", [], {}, None, False,
        "encoder precision: float32 (--use_xla)", None),
-      ({"fused_kernels": "on"}, units, "2.15.1", [], {}, None, False,
-       "encoder precision: float32 (--fused_kernels=on)", None),
+      ({"fused_kernels": "on"}, units, "2.15.1", [], {}, None, True, chosen, None),
       ({"bert_hub_module_handle": "https://tfhub.dev/x"}, units, "2.15.1", [], {}, None, False,
        "encoder precision: float32 (--bert_hub_module_handle)", None),
       ({}, units, "2.15.1", [], {}, "a cluster", False,
@@ -153,11 +173,11 @@ def test_bfloat16_is_chosen_on_a_cpu_that_computes_in_it_unless_told_otherwise()
     assert got.given == c.given
 
 
-@pytest.mark.one_runtime("tf2")  # (TF 1.15 keeps float32: the choice's own test says so)
+@pytest.mark.tf2_only  # (TF 1.15 keeps float32: the choice's own test says so)
 def test_a_run_on_a_bfloat16_cpu_trains_in_bfloat16_and_predicts_as_its_export(
     tmp_path, tiny_checkpoint, monkeypatch):
   """This machine's CPU said to have AMX (and TF_ENABLE_ONEDNN_OPTS unset): TF 2 trains
-  in bfloat16, which rules out the fused kernels, and the run summary records it. Its
+  in bfloat16, on the fused kernels, and the run summary records it. Its
   predictions are those of its float32 export (eval and predict compute in float32),
   and differ from those of the same training in float32 by bfloat16's rounding only."""
   import csv
@@ -186,7 +206,7 @@ def test_a_run_on_a_bfloat16_cpu_trains_in_bfloat16_and_predicts_as_its_export(
   output_dir, log, bf16 = runs["bf16"]
   assert ("encoder precision: bfloat16 in training, chosen: this CPU has AMX_BF16 and "
           "TensorFlow computes in it") in log
-  assert "fused CPU kernels: off (--use_bf16)" in log
+  assert "fused CPU kernels: on" in log
   assert json.load(open(os.path.join(output_dir, "run_summary.json")))["flags"]["use_bf16"]
   assert "encoder precision: float32 (--use_bf16=false)" in runs["fp32"][1]
   import pandas

@@ -10,10 +10,18 @@
 // Dropout here draws no random numbers from TensorFlow: whether element i is kept is a
 // hash of (seed, step, site, i), so the backward pass recomputes the mask instead of
 // storing it, and a resumed run draws the masks an uninterrupted one would have drawn.
+//
+// Activations (T) are float or bfloat16: in bfloat16 the matrix multiplies around these
+// kernels run in bfloat16 (a CPU's AMX or AVX512_BF16 units), while every kernel reads its
+// rows into float, computes in float, and rounds only what it writes back as T (to
+// nearest, ties to even, as TensorFlow's Cast). Parameters (bias, gamma, beta), their
+// gradients, and what a backward pass reads of the forward pass's statistics stay float.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "Eigen/Core"
@@ -35,6 +43,78 @@ typedef tensorflow::int64 int64;
 typedef Eigen::Array<float, Eigen::Dynamic, 1> Row;
 typedef Eigen::Map<Row> RowOut;
 typedef Eigen::Map<const Row> RowIn;
+using tensorflow::bfloat16;
+
+// ---- Rows of an activation type T read as float, and float rows written back as T.
+
+inline float BitsToFloat(uint16_t bits) {
+  const uint32_t word = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &word, sizeof value);
+  return value;
+}
+
+// Round to nearest, ties to even (a NaN stays a quiet NaN of its sign).
+inline uint16_t FloatToBits(float value) {
+  uint32_t word;
+  std::memcpy(&word, &value, sizeof word);
+  if ((word & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((word >> 16) | 0x0040u);
+  word += 0x7FFFu + ((word >> 16) & 1u);
+  return static_cast<uint16_t>(word >> 16);
+}
+
+// Rows<T> gives a kernel float rows of a tensor of T: Read(p, n) the n values at p, and
+// Target(p, n) where to write n values bound for p, which Commit(p, n) then stores. For
+// float both are the tensor's own memory; for bfloat16 a buffer of the object's, so each
+// input or output read or written at once needs its own Rows.
+template <typename T>
+class Rows;
+
+template <>
+class Rows<float> {
+ public:
+  explicit Rows(int64) {}
+  RowIn Read(const float* p, int64 n) { return RowIn(p, n); }
+  RowOut Target(float* p, int64 n) { return RowOut(p, n); }
+  void Commit(float*, int64) {}
+};
+
+template <>
+class Rows<bfloat16> {
+ public:
+  explicit Rows(int64 width) : buffer_(width) {}
+  RowIn Read(const bfloat16* p, int64 n) {
+    Fit(n);
+    const uint16_t* bits = reinterpret_cast<const uint16_t*>(p);
+    float* out = buffer_.data();
+    for (int64 j = 0; j < n; ++j) out[j] = BitsToFloat(bits[j]);
+    return RowIn(out, n);
+  }
+  RowOut Target(bfloat16*, int64 n) {
+    Fit(n);
+    return RowOut(buffer_.data(), n);
+  }
+  void Commit(bfloat16* p, int64 n) {
+    uint16_t* bits = reinterpret_cast<uint16_t*>(p);
+    const float* in = buffer_.data();
+    for (int64 j = 0; j < n; ++j) bits[j] = FloatToBits(in[j]);
+  }
+
+ private:
+  void Fit(int64 n) {
+    if (buffer_.size() < n) buffer_.resize(n);
+  }
+  Row buffer_;
+};
+
+// The kernels' type attribute, and a kernel registered for both types.
+#define BERT_ACTIVATION_TYPE "T: {float, bfloat16} = DT_FLOAT"
+#define BERT_REGISTER(NAME, KERNEL)                                                     \
+  REGISTER_KERNEL_BUILDER(                                                              \
+      Name(NAME).Device(tensorflow::DEVICE_CPU).TypeConstraint<float>("T"), KERNEL<float>); \
+  REGISTER_KERNEL_BUILDER(                                                              \
+      Name(NAME).Device(tensorflow::DEVICE_CPU).TypeConstraint<bfloat16>("T"),           \
+      KERNEL<bfloat16>)
 
 const float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 const float kGeluCubic = 0.044715f;
@@ -134,16 +214,18 @@ inline Row GeluGate(const Row& x) {
 }
 
 REGISTER_OP("BertBiasGelu")
-    .Input("x: float")
+    .Attr(BERT_ACTIVATION_TYPE)
+    .Input("x: T")
     .Input("bias: float")
-    .Output("y: float")
+    .Output("y: T")
     .SetShapeFn(MatrixShapes);
 
 REGISTER_OP("BertBiasGeluGrad")
-    .Input("dy: float")
-    .Input("x: float")
+    .Attr(BERT_ACTIVATION_TYPE)
+    .Input("dy: T")
+    .Input("x: T")
     .Input("bias: float")
-    .Output("dx: float")
+    .Output("dx: T")
     .Output("dbias: float")
     .SetShapeFn([](InferenceContext* c) {
       c->set_output(0, c->input(1));
@@ -151,6 +233,7 @@ REGISTER_OP("BertBiasGeluGrad")
       return Status();
     });
 
+template <typename T>
 class BiasGelu : public OpKernel {
  public:
   explicit BiasGelu(OpKernelConstruction* ctx) : OpKernel(ctx) {}
@@ -162,19 +245,22 @@ class BiasGelu : public OpKernel {
     Tensor* y = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &y));
     const int64 width = x.dim_size(1);
-    const float* in = x.flat<float>().data();
+    const T* in = x.flat<T>().data();
     const float* b = bias.flat<float>().data();
-    float* out = y->flat<float>().data();
+    T* out = y->flat<T>().data();
     ForRows(ctx, x.dim_size(0), 40 * width, [&](int64 begin, int64 end) {
       RowIn bias_row(b, width);
+      Rows<T> xs(width), ys(width);
       for (int64 r = begin; r < end; ++r) {
-        Row pre = RowIn(in + r * width, width) + bias_row;
-        RowOut(out + r * width, width) = pre * GeluGate(pre);
+        Row pre = xs.Read(in + r * width, width) + bias_row;
+        ys.Target(out + r * width, width) = pre * GeluGate(pre);
+        ys.Commit(out + r * width, width);
       }
     });
   }
 };
 
+template <typename T>
 class BiasGeluGrad : public OpKernel {
  public:
   explicit BiasGeluGrad(OpKernelConstruction* ctx) : OpKernel(ctx) {}
@@ -190,24 +276,26 @@ class BiasGeluGrad : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &dx));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, bias.shape(), &dbias));
     const int64 width = x.dim_size(1);
-    const float* g = dy.flat<float>().data();
-    const float* in = x.flat<float>().data();
+    const T* g = dy.flat<T>().data();
+    const T* in = x.flat<T>().data();
     const float* b = bias.flat<float>().data();
-    float* out = dx->flat<float>().data();
+    T* out = dx->flat<T>().data();
     std::vector<double> sums = ForRowBlocks(
         ctx, x.dim_size(0), 60 * width, 1, width, [&](int64 begin, int64 end, float* partial) {
           RowIn bias_row(b, width);
           RowOut dbias_part(partial, width);
+          Rows<T> xs(width), gs(width), ds(width);
           for (int64 r = begin; r < end; ++r) {
-            Row pre = RowIn(in + r * width, width) + bias_row;
+            Row pre = xs.Read(in + r * width, width) + bias_row;
             Row gate = GeluGate(pre);
             // d/dpre of pre * gate(u): gate + pre * gate' du/dpre, where gate = sigmoid(2u)
             // has gate' = 2 gate (1 - gate).
             Row slope = gate + pre * (2.f * kGeluScale) * gate * (1.f - gate) *
                                    (1.f + 3.f * kGeluCubic * pre * pre);
-            RowOut d(out + r * width, width);
-            d = RowIn(g + r * width, width) * slope;
+            RowOut d = ds.Target(out + r * width, width);
+            d = gs.Read(g + r * width, width) * slope;
             dbias_part += d;
+            ds.Commit(out + r * width, width);
           }
         });
     float* db = dbias->flat<float>().data();
@@ -215,22 +303,23 @@ class BiasGeluGrad : public OpKernel {
   }
 };
 
-REGISTER_KERNEL_BUILDER(Name("BertBiasGelu").Device(tensorflow::DEVICE_CPU), BiasGelu);
-REGISTER_KERNEL_BUILDER(Name("BertBiasGeluGrad").Device(tensorflow::DEVICE_CPU), BiasGeluGrad);
+BERT_REGISTER("BertBiasGelu", BiasGelu);
+BERT_REGISTER("BertBiasGeluGrad", BiasGeluGrad);
 
 // ---- Layer norm of dropout(x + bias) + residual.
 
 REGISTER_OP("BertDropoutAddNorm")
-    .Input("x: float")
+    .Attr(BERT_ACTIVATION_TYPE)
+    .Input("x: T")
     .Input("bias: float")
-    .Input("residual: float")
+    .Input("residual: T")
     .Input("gamma: float")
     .Input("beta: float")
     .Input("seed: int64")
     .Attr("rate: float")
     .Attr("site: int")
     .Attr("epsilon: float")
-    .Output("y: float")
+    .Output("y: T")
     .Output("sum: float")
     .Output("mean: float")
     .Output("rstd: float")
@@ -245,7 +334,8 @@ REGISTER_OP("BertDropoutAddNorm")
     });
 
 REGISTER_OP("BertDropoutAddNormGrad")
-    .Input("dy: float")
+    .Attr(BERT_ACTIVATION_TYPE)
+    .Input("dy: T")
     .Input("sum: float")
     .Input("mean: float")
     .Input("rstd: float")
@@ -253,8 +343,8 @@ REGISTER_OP("BertDropoutAddNormGrad")
     .Input("seed: int64")
     .Attr("rate: float")
     .Attr("site: int")
-    .Output("dx: float")
-    .Output("dresidual: float")
+    .Output("dx: T")
+    .Output("dresidual: T")
     .Output("dbias: float")
     .Output("dgamma: float")
     .Output("dbeta: float")
@@ -265,6 +355,7 @@ REGISTER_OP("BertDropoutAddNormGrad")
       return Status();
     });
 
+template <typename T>
 class DropoutAddNorm : public OpKernel {
  public:
   explicit DropoutAddNorm(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -290,31 +381,34 @@ class DropoutAddNorm : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({rows}), &mean));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({rows}), &rstd));
     const Dropout dropout(ctx->input(5), rate_, site_);
-    const float* in = x.flat<float>().data();
-    const float* res = residual.flat<float>().data();
+    const T* in = x.flat<T>().data();
+    const T* res = residual.flat<T>().data();
     const float* b = ctx->input(1).flat<float>().data();
     const float* gamma = ctx->input(3).flat<float>().data();
     const float* beta = ctx->input(4).flat<float>().data();
-    float* out = y->flat<float>().data();
+    T* out = y->flat<T>().data();
     float* h = sum->flat<float>().data();
     float* means = mean->flat<float>().data();
     float* rstds = rstd->flat<float>().data();
     const float epsilon = epsilon_;
     ForRows(ctx, rows, 30 * width, [&](int64 begin, int64 end) {
       Row keep(width);
+      Rows<T> xs(width), residuals(width), ys(width);
       for (int64 r = begin; r < end; ++r) {
         RowOut hr(h + r * width, width);
-        hr = RowIn(in + r * width, width) + RowIn(b, width);
+        hr = xs.Read(in + r * width, width) + RowIn(b, width);
         if (dropout.active()) {
           dropout.Multipliers(static_cast<uint64_t>(r * width), width, keep.data());
           hr *= keep;
         }
-        hr += RowIn(res + r * width, width);
+        hr += residuals.Read(res + r * width, width);
         const float m = hr.mean();
         const float inv = 1.f / std::sqrt((hr - m).square().mean() + epsilon);
         means[r] = m;
         rstds[r] = inv;
-        RowOut(out + r * width, width) = (hr - m) * (inv * RowIn(gamma, width)) + RowIn(beta, width);
+        ys.Target(out + r * width, width) =
+            (hr - m) * (inv * RowIn(gamma, width)) + RowIn(beta, width);
+        ys.Commit(out + r * width, width);
       }
     });
   }
@@ -324,6 +418,7 @@ class DropoutAddNorm : public OpKernel {
   int64 site_;
 };
 
+template <typename T>
 class DropoutAddNormGrad : public OpKernel {
  public:
   explicit DropoutAddNormGrad(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -340,28 +435,29 @@ class DropoutAddNormGrad : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, sum.shape(), &dx));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, sum.shape(), &dresidual));
     const Dropout dropout(ctx->input(5), rate_, site_);
-    const float* g = ctx->input(0).flat<float>().data();
+    const T* g = ctx->input(0).flat<T>().data();
     const float* h = sum.flat<float>().data();
     const float* means = ctx->input(2).flat<float>().data();
     const float* rstds = ctx->input(3).flat<float>().data();
     const float* gamma = ctx->input(4).flat<float>().data();
-    float* dxs = dx->flat<float>().data();
-    float* dhs = dresidual->flat<float>().data();
+    T* dxs = dx->flat<T>().data();
+    T* dhs = dresidual->flat<T>().data();
     // Three column sums: dbias, dgamma, dbeta.
     std::vector<double> sums = ForRowBlocks(
         ctx, rows, 40 * width, 3, width, [&](int64 begin, int64 end, float* partial) {
           RowOut dbias(partial, width), dgamma(partial + width, width),
               dbeta(partial + 2 * width, width);
           Row keep(width);
+          Rows<T> gs(width), dhs_rows(width), dxs_rows(width);
           for (int64 r = begin; r < end; ++r) {
-            RowIn dy(g + r * width, width);
+            RowIn dy = gs.Read(g + r * width, width);
             Row xhat = (RowIn(h + r * width, width) - means[r]) * rstds[r];
             Row gy = dy * RowIn(gamma, width);
-            RowOut dh(dhs + r * width, width);
+            RowOut dh = dhs_rows.Target(dhs + r * width, width);
             dh = rstds[r] * (gy - gy.mean() - xhat * (gy * xhat).mean());
             dgamma += dy * xhat;
             dbeta += dy;
-            RowOut d(dxs + r * width, width);
+            RowOut d = dxs_rows.Target(dxs + r * width, width);
             if (dropout.active()) {
               dropout.Multipliers(static_cast<uint64_t>(r * width), width, keep.data());
               d = dh * keep;
@@ -369,6 +465,8 @@ class DropoutAddNormGrad : public OpKernel {
               d = dh;
             }
             dbias += d;
+            dhs_rows.Commit(dhs + r * width, width);
+            dxs_rows.Commit(dxs + r * width, width);
           }
         });
     for (int i = 0; i < 3; ++i) {
@@ -384,37 +482,38 @@ class DropoutAddNormGrad : public OpKernel {
   int64 site_;
 };
 
-REGISTER_KERNEL_BUILDER(Name("BertDropoutAddNorm").Device(tensorflow::DEVICE_CPU),
-                        DropoutAddNorm);
-REGISTER_KERNEL_BUILDER(Name("BertDropoutAddNormGrad").Device(tensorflow::DEVICE_CPU),
-                        DropoutAddNormGrad);
+BERT_REGISTER("BertDropoutAddNorm", DropoutAddNorm);
+BERT_REGISTER("BertDropoutAddNormGrad", DropoutAddNormGrad);
 
 // ---- Attention: softmax(scores * scale + bias) over the last axis, then dropout.
 
 REGISTER_OP("BertAttentionSoftmax")
-    .Input("scores: float")
+    .Attr(BERT_ACTIVATION_TYPE)
+    .Input("scores: T")
     .Input("bias: float")
     .Input("seed: int64")
     .Attr("scale: float")
     .Attr("rate: float")
     .Attr("site: int")
-    .Output("dropped: float")
+    .Output("dropped: T")
     .Output("probs: float")
     .SetShapeFn(MatrixShapes);
 
 REGISTER_OP("BertAttentionSoftmaxGrad")
-    .Input("ddropped: float")
+    .Attr(BERT_ACTIVATION_TYPE)
+    .Input("ddropped: T")
     .Input("probs: float")
     .Input("seed: int64")
     .Attr("scale: float")
     .Attr("rate: float")
     .Attr("site: int")
-    .Output("dscores: float")
+    .Output("dscores: T")
     .SetShapeFn([](InferenceContext* c) {
       c->set_output(0, c->input(1));
       return Status();
     });
 
+template <typename T>
 class AttentionSoftmax : public OpKernel {
  public:
   explicit AttentionSoftmax(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -438,28 +537,36 @@ class AttentionSoftmax : public OpKernel {
     Tensor* probs = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, scores.shape(), &probs));
     const Dropout dropout(ctx->input(2), rate_, site_);
-    Tensor* dropped = probs;
-    if (dropout.active()) {
-      OP_REQUIRES_OK(ctx, ctx->allocate_output(0, scores.shape(), &dropped));
-    } else {
+    // In float without dropout, the output is the probabilities themselves.
+    const bool aliased = std::is_same<T, float>::value && !dropout.active();
+    Tensor* dropped = nullptr;
+    if (aliased) {
       ctx->set_output(0, *probs);
+    } else {
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(0, scores.shape(), &dropped));
     }
-    const float* in = scores.flat<float>().data();
+    const T* in = scores.flat<T>().data();
     const float* b = bias.flat<float>().data();
     float* p = probs->flat<float>().data();
-    float* kept = dropped->flat<float>().data();
+    T* kept = aliased ? nullptr : dropped->flat<T>().data();
     const float scale = scale_;
     ForRows(ctx, rows, 30 * keys, [&](int64 begin, int64 end) {
       Row keep(keys);
+      Rows<T> ins(keys), outs(keys);
       for (int64 r = begin; r < end; ++r) {
-        Row z = RowIn(in + r * keys, keys) * scale + RowIn(b + (r / rows_per_batch) * keys, keys);
+        Row z = ins.Read(in + r * keys, keys) * scale +
+                RowIn(b + (r / rows_per_batch) * keys, keys);
         z = (z - z.maxCoeff()).exp();
         RowOut pr(p + r * keys, keys);
         pr = z / z.sum();
+        if (aliased) continue;
         if (dropout.active()) {
           dropout.Multipliers(static_cast<uint64_t>(r * keys), keys, keep.data());
-          RowOut(kept + r * keys, keys) = pr * keep;
+          outs.Target(kept + r * keys, keys) = pr * keep;
+        } else {
+          outs.Target(kept + r * keys, keys) = pr;
         }
+        outs.Commit(kept + r * keys, keys);
       }
     });
   }
@@ -469,6 +576,7 @@ class AttentionSoftmax : public OpKernel {
   int64 site_;
 };
 
+template <typename T>
 class AttentionSoftmaxGrad : public OpKernel {
  public:
   explicit AttentionSoftmaxGrad(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -487,21 +595,23 @@ class AttentionSoftmaxGrad : public OpKernel {
     Tensor* dscores = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, probs.shape(), &dscores));
     const Dropout dropout(ctx->input(2), rate_, site_);
-    const float* g = ctx->input(0).flat<float>().data();
+    const T* g = ctx->input(0).flat<T>().data();
     const float* p = probs.flat<float>().data();
-    float* out = dscores->flat<float>().data();
+    T* out = dscores->flat<T>().data();
     const float scale = scale_;
     ForRows(ctx, rows, 20 * keys, [&](int64 begin, int64 end) {
       Row dp(keys);
+      Rows<T> gs(keys), outs(keys);
       for (int64 r = begin; r < end; ++r) {
         if (dropout.active()) {
           dropout.Multipliers(static_cast<uint64_t>(r * keys), keys, dp.data());
-          dp *= RowIn(g + r * keys, keys);
+          dp *= gs.Read(g + r * keys, keys);
         } else {
-          dp = RowIn(g + r * keys, keys);
+          dp = gs.Read(g + r * keys, keys);
         }
         RowIn pr(p + r * keys, keys);
-        RowOut(out + r * keys, keys) = scale * pr * (dp - (dp * pr).sum());
+        outs.Target(out + r * keys, keys) = scale * pr * (dp - (dp * pr).sum());
+        outs.Commit(out + r * keys, keys);
       }
     });
   }
@@ -511,20 +621,19 @@ class AttentionSoftmaxGrad : public OpKernel {
   int64 site_;
 };
 
-REGISTER_KERNEL_BUILDER(Name("BertAttentionSoftmax").Device(tensorflow::DEVICE_CPU),
-                        AttentionSoftmax);
-REGISTER_KERNEL_BUILDER(Name("BertAttentionSoftmaxGrad").Device(tensorflow::DEVICE_CPU),
-                        AttentionSoftmaxGrad);
+BERT_REGISTER("BertAttentionSoftmax", AttentionSoftmax);
+BERT_REGISTER("BertAttentionSoftmaxGrad", AttentionSoftmaxGrad);
 
 // ---- Attention heads: [B, S, heads * d] + bias -> [B, heads, S, d], and back.
 // TensorFlow does the bias add and the transpose as two passes (three with the
 // reshape's copy on TF 1.15); here each is one copy.
 
 REGISTER_OP("BertSplitHeads")
-    .Input("x: float")
+    .Attr(BERT_ACTIVATION_TYPE)
+    .Input("x: T")
     .Input("bias: float")
     .Attr("heads: int")
-    .Output("y: float")
+    .Output("y: T")
     .SetShapeFn([](InferenceContext* c) {
       int64 heads;
       TF_RETURN_IF_ERROR(c->GetAttr("heads", &heads));
@@ -536,38 +645,55 @@ REGISTER_OP("BertSplitHeads")
       return Status();
     });
 
+Status MergedShape(InferenceContext* c) {
+  tensorflow::shape_inference::ShapeHandle y;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &y));
+  tensorflow::shape_inference::DimensionHandle width;
+  TF_RETURN_IF_ERROR(c->Multiply(c->Dim(y, 1), c->Dim(y, 3), &width));
+  c->set_output(0, c->MakeShape({c->Dim(y, 0), c->Dim(y, 2), width}));
+  if (c->num_outputs() > 1) c->set_output(1, c->Vector(width));
+  return Status();
+}
+
 REGISTER_OP("BertMergeHeads")
-    .Input("y: float")
-    .Output("x: float")
-    .SetShapeFn([](InferenceContext* c) {
-      tensorflow::shape_inference::ShapeHandle y;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &y));
-      tensorflow::shape_inference::DimensionHandle width;
-      TF_RETURN_IF_ERROR(c->Multiply(c->Dim(y, 1), c->Dim(y, 3), &width));
-      c->set_output(0, c->MakeShape({c->Dim(y, 0), c->Dim(y, 2), width}));
-      return Status();
-    });
+    .Attr(BERT_ACTIVATION_TYPE)
+    .Input("y: T")
+    .Output("x: T")
+    .SetShapeFn(MergedShape);
+
+// The gradient of BertSplitHeads: dy [B, heads, S, d] merged back to [B, S, heads * d],
+// and the bias's gradient, its sum over the token rows.
+REGISTER_OP("BertSplitHeadsGrad")
+    .Attr(BERT_ACTIVATION_TYPE)
+    .Input("dy: T")
+    .Output("dx: T")
+    .Output("dbias: float")
+    .SetShapeFn(MergedShape);
 
 // One copy between [B, S, heads, d] (row-major, with bias on the way in) and
 // [B, heads, S, d], parallel over the B * S token rows.
-void CopyHeads(OpKernelContext* ctx, const float* from, const float* bias, float* to,
+template <typename T>
+void CopyHeads(OpKernelContext* ctx, const T* from, const float* bias, T* to,
                int64 batch, int64 seq, int64 heads, int64 size, bool split) {
   ForRows(ctx, batch * seq, 2 * heads * size, [&](int64 begin, int64 end) {
+    Rows<T> ins(size), outs(size);
     for (int64 row = begin; row < end; ++row) {
       const int64 b = row / seq, s = row % seq;
       for (int64 h = 0; h < heads; ++h) {
         const int64 token = (row * heads + h) * size;             // [B, S, heads, d]
         const int64 head = ((b * heads + h) * seq + s) * size;    // [B, heads, S, d]
         if (split) {
-          RowOut(to + head, size) = RowIn(from + token, size) + RowIn(bias + h * size, size);
+          outs.Target(to + head, size) = ins.Read(from + token, size) + RowIn(bias + h * size, size);
+          outs.Commit(to + head, size);
         } else {
-          RowOut(to + token, size) = RowIn(from + head, size);
+          std::memcpy(to + token, from + head, size * sizeof(T));
         }
       }
     }
   });
 }
 
+template <typename T>
 class SplitHeads : public OpKernel {
  public:
   explicit SplitHeads(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -584,14 +710,15 @@ class SplitHeads : public OpKernel {
     Tensor* y = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(
                             0, TensorShape({x.dim_size(0), heads_, x.dim_size(1), size}), &y));
-    CopyHeads(ctx, x.flat<float>().data(), bias.flat<float>().data(), y->flat<float>().data(),
-              x.dim_size(0), x.dim_size(1), heads_, size, true);
+    CopyHeads<T>(ctx, x.flat<T>().data(), bias.flat<float>().data(), y->flat<T>().data(),
+                 x.dim_size(0), x.dim_size(1), heads_, size, true);
   }
 
  private:
   int64 heads_;
 };
 
+template <typename T>
 class MergeHeads : public OpKernel {
  public:
   explicit MergeHeads(OpKernelConstruction* ctx) : OpKernel(ctx) {}
@@ -603,25 +730,42 @@ class MergeHeads : public OpKernel {
     Tensor* x = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(
                             0, TensorShape({y.dim_size(0), y.dim_size(2), heads * size}), &x));
-    CopyHeads(ctx, y.flat<float>().data(), nullptr, x->flat<float>().data(), y.dim_size(0),
-              y.dim_size(2), heads, size, false);
+    CopyHeads<T>(ctx, y.flat<T>().data(), nullptr, x->flat<T>().data(), y.dim_size(0),
+                 y.dim_size(2), heads, size, false);
+    if (ctx->num_outputs() < 2) return;
+    // (BertSplitHeadsGrad:) the column sums of the merged rows, in float.
+    const int64 rows = y.dim_size(0) * y.dim_size(2), width = heads * size;
+    const T* merged = x->flat<T>().data();
+    std::vector<double> sums = ForRowBlocks(
+        ctx, rows, 2 * width, 1, width, [&](int64 begin, int64 end, float* partial) {
+          RowOut total(partial, width);
+          Rows<T> ins(width);
+          for (int64 r = begin; r < end; ++r) total += ins.Read(merged + r * width, width);
+        });
+    Tensor* dbias = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({width}), &dbias));
+    float* db = dbias->flat<float>().data();
+    for (int64 j = 0; j < width; ++j) db[j] = static_cast<float>(sums[j]);
   }
 };
 
-REGISTER_KERNEL_BUILDER(Name("BertSplitHeads").Device(tensorflow::DEVICE_CPU), SplitHeads);
-REGISTER_KERNEL_BUILDER(Name("BertMergeHeads").Device(tensorflow::DEVICE_CPU), MergeHeads);
+BERT_REGISTER("BertSplitHeads", SplitHeads);
+BERT_REGISTER("BertMergeHeads", MergeHeads);
+BERT_REGISTER("BertSplitHeadsGrad", MergeHeads);
 
 // ---- Dropout alone, of a tensor of any shape. Its gradient is the same op on the
 // incoming gradient (the same seed, site and rate draw the same mask).
 
 REGISTER_OP("BertDropout")
-    .Input("x: float")
+    .Attr(BERT_ACTIVATION_TYPE)
+    .Input("x: T")
     .Input("seed: int64")
     .Attr("rate: float")
     .Attr("site: int")
-    .Output("y: float")
+    .Output("y: T")
     .SetShapeFn(MatrixShapes);
 
+template <typename T>
 class DropoutOp : public OpKernel {
  public:
   explicit DropoutOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -634,16 +778,18 @@ class DropoutOp : public OpKernel {
     Tensor* y = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &y));
     const Dropout dropout(ctx->input(1), rate_, site_);
-    const float* in = x.flat<float>().data();
-    float* out = y->flat<float>().data();
+    const T* in = x.flat<T>().data();
+    T* out = y->flat<T>().data();
     const int64 block = 4096;
     ForRows(ctx, (x.NumElements() + block - 1) / block, 4 * block, [&](int64 begin, int64 end) {
       Row keep(block);
+      Rows<T> ins(block), outs(block);
       for (int64 b = begin; b < end; ++b) {
         const int64 first = b * block;
         const int64 n = std::min(block, x.NumElements() - first);
         dropout.Multipliers(static_cast<uint64_t>(first), n, keep.data());
-        RowOut(out + first, n) = RowIn(in + first, n) * keep.head(n);
+        outs.Target(out + first, n) = ins.Read(in + first, n) * keep.head(n);
+        outs.Commit(out + first, n);
       }
     });
   }
@@ -653,7 +799,7 @@ class DropoutOp : public OpKernel {
   int64 site_;
 };
 
-REGISTER_KERNEL_BUILDER(Name("BertDropout").Device(tensorflow::DEVICE_CPU), DropoutOp);
+BERT_REGISTER("BertDropout", DropoutOp);
 
 // ---- The dropout multipliers themselves (scale or 0), for tests and references.
 

@@ -64,7 +64,11 @@ def test_benchmark_on_the_committed_sample(benchmarked):
   out_dir, work_dir, stdout = benchmarked
   with open(os.path.join(out_dir, "results.csv")) as f:
     table = list(csv.DictReader(f))
-  assert [r["variant"] for r in table] == (["google", "ours"] if IS_TF1 else ["ours"])
+  from pipeline.machine import bf16_instructions
+  # (On TF 2.15, a CPU with bfloat16 units trains `ours` in bfloat16, and float32 beside it.)
+  bf16_row = not IS_TF1 and bool(bf16_instructions())
+  assert [r["variant"] for r in table] == (["google", "ours"] if IS_TF1 else
+                                           ["ours"] + (["ours_fp32"] if bf16_row else []))
   # The measured runs' checkpoints are gone (MiniLM's would be half a gigabyte a run).
   assert glob.glob(os.path.join(work_dir, "**", "model.ckpt-*"), recursive=True) == []
   # This machine has no GPU and the command names no TPU: one line each says so.
@@ -81,8 +85,11 @@ def test_benchmark_on_the_committed_sample(benchmarked):
     assert float(row["ms_per_step"]) == pytest.approx(1000 * seconds / 2, rel=1e-6)
     gflops = float(row["train_gflops_per_example"])
     assert float(row["gflops_per_sec"]) == pytest.approx(gflops * rate, rel=1e-6)
+    peak = row["bf16_matmul_peak_gflops" if row["precision"] == "bfloat16" else
+               "matmul_peak_gflops"]  # (a row's fraction is of its own precision's peak)
+    assert row["peak_precision"] == row["precision"]
     assert float(row["fraction_of_peak"]) == pytest.approx(
-        float(row["gflops_per_sec"]) / float(row["matmul_peak_gflops"]), rel=1e-6)
+        float(row["gflops_per_sec"]) / float(peak), rel=1e-6)
     # The floor: the same steps' matrix multiplies alone, timed after training.
     floor = float(row["matmul_floor_seconds"])
     assert 0 < floor and float(row["step_over_matmul_floor"]) == pytest.approx(
@@ -106,9 +113,10 @@ def test_benchmark_on_the_committed_sample(benchmarked):
   for row in table:
     assert "| 8 | %.1f | %.1f |" % (float(row["wall_seconds"]), float(row["examples_per_sec"])
                                     ) in markdown
-  assert markdown.count("skipped") == 2
-  ours = table[-1]
-  assert ("this project, dynamic padding (%s) tiny 32: %.1f (epoch %.1f)." % (
+  assert markdown.count("skipped") == 2 + (not IS_TF1 and not bf16_row)  # (GPU, TPU, bf16)
+  ours = next(r for r in table if r["variant"] == "ours")
+  assert ("this project, dynamic padding%s (%s) tiny 32: %.1f (epoch %.1f)" % (
+      ", bfloat16" if ours["precision"] == "bfloat16" else "",
       ours["environment"].split(" / ")[0], float(ours["mean_seq_length"]),
       float(ours["epoch_mean_seq_length"]))) in markdown
   assert "Featurisation of all %d rows" % SAMPLE_ROWS in markdown
@@ -212,6 +220,42 @@ def test_speedups_are_over_google_and_the_best_hugging_face_path():
   for other in ("google", "hf_random", "hf_grouped", "hf_loop"):  # this project's only
     assert by_variant[other]["speedup_vs_hf"] is None
     assert by_variant[other]["speedup_vs_google"] is None
+
+
+def test_a_cpu_with_bfloat16_units_adds_the_float32_row_beside_this_projects():
+  """There TF 2.15's `ours` trains in bfloat16 as a run does: `ours_fp32` is the same run
+  in float32, and `ours` is held to it; elsewhere one note says why there is no such row."""
+  from tools.benchmark import add_ratios, precision_variants, row_label, summarise_runs
+  assert precision_variants(["google", "ours"], ["amx_bf16"], ["tf1", "tf2"]) == (
+      ["ours_fp32"], [])
+  assert precision_variants(["google"], ["amx_bf16"], ["tf1", "tf2"]) == ([], [])
+  assert precision_variants(["ours"], ["amx_bf16"], ["tf1"]) == ([], [])
+  assert precision_variants(["ours"], [], ["tf2"]) == ([], [
+      "bfloat16 rows skipped: this CPU has no bfloat16 matmul instructions (AVX512_BF16, "
+      "AMX_BF16), so this project trains in float32 here"])
+  tf1 = "TF 1.15.5 / Python 3.7.16 / CPU"
+  rows = [dict(measured_row("ours", 132.0), precision="bfloat16"),
+          dict(measured_row("ours_fp32", 60.0), precision="float32"),
+          dict(measured_row("ours", 50.0, tf1), precision="float32")]
+  add_ratios(rows)
+  assert rows[0]["speedup_vs_fp32"] == pytest.approx(2.2)
+  assert rows[1]["speedup_vs_fp32"] is None and rows[2]["speedup_vs_fp32"] is None
+  assert row_label(rows[0]) == "this project, dynamic padding, bfloat16"
+  assert row_label(rows[1]) == "this project, dynamic padding, float32"
+  assert row_label(rows[2]) == "this project, dynamic padding"
+  # A row's fraction of the peak is of its own precision's peak.
+  env = rows[0]["environment"]
+  versions = dict(tensorflow="2.15.1", python="3.11.7")  # (what a worker reports)
+  rows[0].update(versions)
+  rows[1].update(versions)
+  run = dict(rows[0], measured_seconds=2.0, train_flops_per_example=1e9, gflops_per_sec=800.0)
+  r = summarise_runs([run], "ours", {env: 400.0}, {env: 1600.0})
+  assert (r["fraction_of_peak"], r["peak_precision"]) == (pytest.approx(0.5), "bfloat16")
+  run = dict(rows[1], measured_seconds=2.0, train_flops_per_example=1e9, gflops_per_sec=200.0)
+  r = summarise_runs([run], "ours_fp32", {env: 400.0}, {env: 1600.0})
+  assert (r["fraction_of_peak"], r["peak_precision"]) == (pytest.approx(0.5), "float32")
+  r = summarise_runs([dict(run, precision="bfloat16")], "ours", {env: 400.0}, {env: None})
+  assert (r["fraction_of_peak"], r["peak_precision"]) == (None, None)  # (no bfloat16 peak)
 
 
 def test_the_dynamic_rows_lengths_are_shown_beside_their_epochs():
@@ -458,3 +502,23 @@ def test_the_serve_benchmark_holds_out_rows_it_does_not_fine_tune_on(tmp_path):
   train, held_out = split_rows(larger, 300)
   assert (len(train), len(held_out)) == (1000, 300)
   assert not set(map(tuple, train)) & set(map(tuple, held_out))
+
+
+@pytest.mark.tf2_only  # (TF 1.15 never chooses bfloat16: the choice's own test)
+def test_the_workers_precision_is_a_runs_choice_or_the_one_it_is_given(monkeypatch):
+  import argparse
+  from pipeline import machine
+  from tools.bench_worker import precision_and_kernels_of
+  monkeypatch.setattr(machine, "bf16_instructions", lambda cpuinfo=None: ["amx_bf16"])
+  monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+
+  def chosen(precision, fused_kernels="auto"):
+    args = argparse.Namespace(precision=precision, fused_kernels=fused_kernels, tpu_name=None,
+                              fp16=False, xla=False, num_gpus=0)
+    got, fused, _, said = precision_and_kernels_of(args)
+    return got, fused, said.split(" (")[0].split(",")[0]
+
+  assert chosen("auto") == ("bfloat16", True, "encoder precision: bfloat16 in training")
+  assert chosen("float32") == ("float32", True, "encoder precision: float32")
+  assert chosen("bfloat16", "off") == ("bfloat16", False,
+                                       "encoder precision: bfloat16 in training")

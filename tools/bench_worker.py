@@ -53,6 +53,10 @@ def parse_args(argv=None):
                       help="ours: as run_classifier's --fused_kernels")
   parser.add_argument("--fp16", action="store_true",
                       help="ours: float16 with dynamic loss scaling (as --use_fp16; GPU)")
+  parser.add_argument("--precision", choices=["auto", "float32", "bfloat16"], default="auto",
+                      help="ours off a TPU: the encoder's precision in training; auto: as a "
+                           "run chooses it on this machine (bfloat16 where the CPU computes "
+                           "in it), else as --use_bf16=false or --use_bf16")
   parser.add_argument("--num_gpus", type=int, default=0,
                       help="ours: MirroredStrategy over this many GPUs (as --num_gpus); "
                            "--batch rows on each, so the global batch grows with them")
@@ -134,10 +138,11 @@ def matmul_peak_gflops(n=2048, repeats=10, rounds=5, dtype="float32"):
 
 
 def matmul_floor_seconds(config, seq_length, batch, repeats, pooled_only=True,
-                         session_config=None):
+                         session_config=None, dtype="float32"):
   """The median time of a training step's matrix multiplies alone, forward and backward,
-  at seq_length tokens (tools.flops' shapes), in float32 on this runtime: the "matmul
-  floor" that no implementation of the step can beat on this machine."""
+  at seq_length tokens (tools.flops' shapes), in dtype (the step's own precision) on this
+  runtime: the "matmul floor" that no implementation of the step can beat on this
+  machine."""
   import tensorflow.compat.v1 as tf
   from tools.flops import backward_matmuls, forward_matmuls
   forward = forward_matmuls(config, seq_length, pooled_only=pooled_only, batch=batch)
@@ -146,8 +151,8 @@ def matmul_floor_seconds(config, seq_length, batch, repeats, pooled_only=True,
     tf.set_random_seed(0)
     products_run = []
     for count, m, k, n in products:  # (random initial values: no constants in the graph)
-      a = tf.Variable(tf.random.uniform([count, m, k]))
-      b = tf.Variable(tf.random.uniform([count, k, n]))
+      a = tf.Variable(tf.random.uniform([count, m, k], dtype=dtype))
+      b = tf.Variable(tf.random.uniform([count, k, n], dtype=dtype))
       products_run.append(tf.reduce_sum(tf.matmul(a, b)))
     # Each product's every element is summed and fetched (m n adds to its m k n
     # multiply-adds): a product whose result is unused or partly used is not computed,
@@ -327,6 +332,7 @@ def our_model_and_input(args, record_path, total_steps):
   config = BertConfig(**bert_shape(args.model))
   on_tpu = bool(args.tpu_name)
   precision, args.fused, why_not, said = precision_and_kernels_of(args)
+  args.trained_precision = precision
   print(said, flush=True)
   print("fused CPU kernels: %s" % ("on" if args.fused else "off (%s)" % why_not), flush=True)
   model_fn = model_fn_builder(config, binary_label_spec(), ModelSettings(
@@ -344,9 +350,12 @@ def precision_and_kernels_of(args):
   """(the encoder's precision in training, whether ours runs the fused CPU kernels, why
   not, the precision's log line), as run_classifier decides for a training."""
   from pipeline.build import training_choices
+  given = {"bfloat16": True, "float32": False}.get(getattr(args, "precision", "auto"))
   return training_choices(fused_kernels=args.fused_kernels, use_tpu=bool(args.tpu_name),
-                          use_fp16=args.fp16, use_bf16=bool(args.tpu_name),
-                          use_xla=args.xla, num_gpus=args.num_gpus)
+                          use_fp16=args.fp16,
+                          use_bf16=bool(args.tpu_name) if given is None else given,
+                          given_bf16=given is not None, use_xla=args.xla,
+                          num_gpus=args.num_gpus)
 
 
 def windowed(args):
@@ -515,15 +524,18 @@ def run(args):
   pooled_only = args.impl == "ours"  # our classifier computes only [CLS] in the last layer
   flops = train_flops_of_steps(config, lengths, rows_each, pooled_only)
   examples = args.steps * batch
-  # (Several devices, a TPU or float16: a float32 floor of one device would not compare.)
+  # (Several devices, a TPU or float16: a floor of one CPU device would not compare. A
+  # bfloat16 step's floor is its matrix multiplies in bfloat16.)
   one_device = not args.tpu_name and args.num_gpus <= 1 and not args.fp16
+  precision = getattr(args, "trained_precision", "float32")  # (Google's: float32)
   floor = measured_floor_seconds(config, lengths, rows_each,
                                  args.floor_repeats if one_device else 0, pooled_only,
-                                 threads_config(args))
+                                 threads_config(args), precision)
   result = dict(
       runtime_info(args), impl=args.impl, model=args.model, seq=args.seq, batch=batch,
       steps=args.steps, warmup_steps=args.warmup, dynamic_padding=args.dynamic_padding,
       xla=args.xla, fp16=args.fp16, fused_kernels=getattr(args, "fused", False),
+      precision=precision,
       num_gpus=args.num_gpus, tpu=bool(args.tpu_name),
       startup_seconds=timing.session_ready - called,
       warmup_seconds=(ends[args.warmup - 1] - timing.session_ready) if args.warmup else 0.0,
@@ -559,20 +571,22 @@ def drop_checkpoints(model_dir):
     tf.io.gfile.rmtree(model_dir)
 
 
-def measured_floor_seconds(config, lengths, batch, repeats, pooled_only, session_config=None):
-  """The matmul floor of the measured steps: each step's length timed once (per distinct
-  length) and summed over the steps; None with no repeats."""
+def measured_floor_seconds(config, lengths, batch, repeats, pooled_only, session_config=None,
+                           dtype="float32"):
+  """The matmul floor of the measured steps in dtype: each step's length timed once (per
+  distinct length) and summed over the steps; None with no repeats."""
   if not repeats:
     return None
   floors = floor_seconds_by_length(config, lengths, batch, repeats, pooled_only,
-                                   session_config)
+                                   session_config, dtype)
   return sum(floors[n] for n in lengths)
 
 
 def floor_seconds_by_length(config, lengths, batch, repeats, pooled_only=True,
-                            session_config=None):
+                            session_config=None, dtype="float32"):
   """{length: matmul floor seconds of one step at that length}, each distinct length once."""
-  return {n: matmul_floor_seconds(config, n, batch, repeats, pooled_only, session_config)
+  return {n: matmul_floor_seconds(config, n, batch, repeats, pooled_only, session_config,
+                                  dtype)
           for n in sorted(set(lengths))}
 
 

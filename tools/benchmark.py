@@ -41,6 +41,12 @@ VARIANTS = {  # name -> (impl, worker flags, runtimes it runs on)
     "ours_fixed": ("ours", [], ("tf1", "tf2")),
     "ours": ("ours", ["--dynamic_padding"], ("tf1", "tf2")),
     "ours_xla": ("ours", ["--xla"], ("tf1", "tf2")),
+    # Where a run would train in bfloat16 (a CPU with bfloat16 units, TF 2.15), `ours`
+    # does, and this row is the same run in float32 beside it (added by itself there).
+    "ours_fp32": ("ours", ["--dynamic_padding", "--precision", "float32"], ("tf2",)),
+    # bfloat16 on TensorFlow's own ops: what the fused kernels add in bfloat16 (by name).
+    "ours_bf16_tf_ops": ("ours", ["--dynamic_padding", "--precision", "bfloat16",
+                                  "--fused_kernels", "off"], ("tf2",)),
     # The device rows (device_variants): added where their device is found.
     "ours_fp16": ("ours", ["--dynamic_padding", "--fp16"], ("tf1", "tf2")),
     "ours_tpu": ("ours", [], ("tf1", "tf2")),  # with --tpu_name and its cores
@@ -58,6 +64,8 @@ VARIANTS = {  # name -> (impl, worker flags, runtimes it runs on)
 HF_VARIANTS = ("hf_random", "hf_grouped", "hf_loop", "hf_grouped_bf16", "hf_loop_bf16")
 LABELS = {"google": "Google run_classifier", "ours_fixed": "this project, fixed padding",
           "ours": "this project, dynamic padding", "ours_xla": "this project, fixed padding, XLA",
+          "ours_fp32": "this project, dynamic padding, float32",
+          "ours_bf16_tf_ops": "this project, dynamic padding, bfloat16, TensorFlow's ops",
           "ours_fp16": "this project, dynamic padding, float16",
           "ours_tpu": "this project, fixed padding, bfloat16, TPU",
           "hf_random": "Hugging Face Trainer, random order",
@@ -91,6 +99,27 @@ def label_of(variant):
   if gpus:
     return "this project, dynamic padding, %d GPUs" % gpus
   return LABELS[variant]
+
+
+def row_label(r):
+  """A row's code, with its precision where a run chose bfloat16 (`ours` on a CPU with
+  bfloat16 units) and its variant's name does not say so."""
+  label = label_of(r["variant"])
+  if r.get("precision") == "bfloat16" and "bfloat16" not in label:
+    label += ", bfloat16"
+  return label
+
+
+def precision_variants(variants, bf16_units, runtimes):
+  """The rows a CPU with bfloat16 units adds: (variants, notes). There TF 2.15's `ours`
+  trains in bfloat16, as a run does, so `ours_fp32` measures the same run in float32
+  beside it; elsewhere one note says why there is no such row."""
+  if "ours" not in variants or "tf2" not in runtimes:
+    return [], []
+  if bf16_units:
+    return ["ours_fp32"], []
+  return [], ["bfloat16 rows skipped: this CPU has no bfloat16 matmul instructions "
+              "(AVX512_BF16, AMX_BF16), so this project trains in float32 here"]
 
 
 def device_variants(gpu_counts, tpu_name):
@@ -271,8 +300,10 @@ def write_outputs(rows, peaks, featurisation, args, machine, device_notes=()):
   fields = ["variant", "environment", "device", "model", "seq", "batch", "steps", "wall_seconds",
             "examples_per_sec", "ms_per_step", "startup_seconds", "warmup_seconds",
             "mean_seq_length", "train_gflops_per_example", "gflops_per_sec",
-            "matmul_peak_gflops", "fraction_of_peak", "matmul_floor_seconds",
-            "step_over_matmul_floor", "speedup_vs_google", "speedup_vs_hf", "scaling_efficiency",
+            "matmul_peak_gflops", "bf16_matmul_peak_gflops", "precision", "peak_precision",
+            "fraction_of_peak", "matmul_floor_seconds",
+            "step_over_matmul_floor", "speedup_vs_google", "speedup_vs_hf", "speedup_vs_fp32",
+            "scaling_efficiency",
             "epoch_mean_seq_length",
             "featurise_rows_per_sec", "tokenizer", "load_before", "load_after",
             "rounds", "examples_per_sec_of_rounds"]
@@ -296,7 +327,7 @@ def write_outputs(rows, peaks, featurisation, args, machine, device_notes=()):
   for r in rows:
     lines.append("| %s | %s | %s | %d | %d | %.1f | %.1f | %.0f | %.1f | %.1f | %.1f | %s | %s "
                  "| %s | %s |" % (
-        "%s (%s)" % (r["environment"], r["device"]["description"]), label_of(r["variant"]),
+        "%s (%s)" % (r["environment"], r["device"]["description"]), row_label(r),
         r["model"], r["seq"], r["batch"], r["wall_seconds"], r["examples_per_sec"],
         r["ms_per_step"], r["startup_seconds"], r["mean_seq_length"], r["gflops_per_sec"],
         "%.1f%%" % (100 * r["fraction_of_peak"]) if r["fraction_of_peak"] else "-",
@@ -309,6 +340,12 @@ def write_outputs(rows, peaks, featurisation, args, machine, device_notes=()):
               ", ".join("%s %s %d: %.0f%%" % (label_of(r["variant"]), r["model"], r["seq"],
                                                100 * r["scaling_efficiency"])
                         for r in rows if r.get("scaling_efficiency"))]
+  if any(r.get("speedup_vs_fp32") for r in rows):
+    lines += ["", "bfloat16 over float32 (this project's run as it chooses on this CPU, "
+              "against the same run in float32 beside it): " + ", ".join(
+                  "%s %s %d: %.2fx" % (r["environment"].split(" / ")[0], r["model"], r["seq"],
+                                       r["speedup_vs_fp32"])
+                  for r in rows if r.get("speedup_vs_fp32"))]
   for note in device_notes:
     lines += ["", note]
   if any(r.get("dynamic_padding") for r in rows):
@@ -322,13 +359,14 @@ def write_outputs(rows, peaks, featurisation, args, machine, device_notes=()):
             "token), which gives the same outputs and gradients with fewer FLOPs.", "",
             "Step ÷ matmul floor: the measured steps' time over the time of the same steps' "
             "matrix multiplies alone (the same shapes at each step's length, forward and "
-            "backward, float32, on the same runtime, timed in the same process right after "
-            "training; tools/bench_worker.py matmul_floor_seconds). 1.0 would be a step that "
-            "spends all its time in matrix multiplies; unlike a fraction of the peak, this "
-            "does not move with the machine's square-matrix speed.", "",
+            "backward, in the step's own precision, on the same runtime, timed in the same "
+            "process right after training; tools/bench_worker.py matmul_floor_seconds). 1.0 "
+            "would be a step that spends all its time in matrix multiplies; unlike a "
+            "fraction of the peak, this does not move with the machine's square-matrix "
+            "speed. A row's % of matmul peak is of its own precision's peak.", "",
             "This project's rows run the encoder's fused CPU kernels (modeling/fused.py, "
-            "--fused_kernels=auto, as a run does on a CPU in float32; the profile times them "
-            "against TensorFlow's own ops).", "",
+            "--fused_kernels=auto, as a run does on a CPU, in float32 or bfloat16; the "
+            "profile times them against TensorFlow's own ops).", "",
             "Dynamic padding: this project's rows train on a window of their input "
             "pipeline's batches (tools/bench_worker.py draw_window), drawn as the Hugging "
             "Face loop's are (tools/windows.py): from whole epochs' worth of the pipeline's "
@@ -380,7 +418,7 @@ def lengths_note(rows):
   length against whole epochs' of the same input (our input pipeline, Hugging Face's
   sampler), which shows how far the measured steps stand from the epochs' lengths."""
   shown = ["%s (%s) %s %d: %.1f (epoch %.1f)" % (
-      label_of(r["variant"]), r["environment"].split(" / ")[0], r["model"], r["seq"],
+      row_label(r), r["environment"].split(" / ")[0], r["model"], r["seq"],
       r["mean_seq_length"], r["epoch_mean_seq_length"])
       for r in rows if r.get("dynamic_padding") and r.get("epoch_mean_seq_length")]
   return ("Dynamic padding, mean padded length of the measured steps against whole epochs "
@@ -408,8 +446,9 @@ def plot(rows, path, machine):
         match = [r for r in rows if (r["variant"], r["environment"], r["model"], int(r["seq"]))
                  == (variant, environment, model, seq)]
         values.append(float(match[0]["examples_per_sec"]) if match else 0.0)
+      one = next(r for r in rows if (r["variant"], r["environment"]) == (variant, environment))
       ax.bar([i + k * width for i in range(len(lengths))], values, width,
-             label="%s (%s)" % (label_of(variant), environment.split(" / ")[0]))
+             label="%s (%s)" % (row_label(one), environment.split(" / ")[0]))
     ax.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(lengths))])
     ax.set_xticklabels(["max_seq_length %d" % n for n in lengths])
     ax.set_title("%s-shaped BERT" % model)
@@ -469,7 +508,7 @@ def check_features_equal_googles(featurisation, work):
         compared["google_rows"]))
 
 
-def measure_training(args, runtimes, work, peaks, variants, gpu_counts=None):
+def measure_training(args, runtimes, work, peaks, variants, gpu_counts=None, bf16_peaks=None):
   """The median training run of each configuration (variants, on each runtime that has
   what it needs), with its speed-ups over Google's path and the best Hugging Face path."""
   rows = []
@@ -484,7 +523,8 @@ def measure_training(args, runtimes, work, peaks, variants, gpu_counts=None):
         for variant, runtime in configs:
           runs[(variant, runtime)].append(
               run_training(args, work, variant, runtime, model, seq, round_index))
-      measured = [summarise_runs(runs[config], config[0], peaks) for config in configs]
+      measured = [summarise_runs(runs[config], config[0], peaks, bf16_peaks)
+                  for config in configs]
       add_ratios(measured)
       for r in measured:
         print_row(r)
@@ -492,8 +532,9 @@ def measure_training(args, runtimes, work, peaks, variants, gpu_counts=None):
   return rows
 
 
-def summarise_runs(measured, variant, peaks):
-  """One configuration's row: its median run, with the derived figures."""
+def summarise_runs(measured, variant, peaks, bf16_peaks=None):
+  """One configuration's row: its median run, with the derived figures. Its fraction of
+  the matmul peak is of its own precision's peak (bf16_peaks for a bfloat16 row)."""
   r = median_run(measured, "examples_per_sec")
   r["rounds"] = len(measured)
   r["examples_per_sec_of_rounds"] = " ".join("%.1f" % m["examples_per_sec"] for m in measured)
@@ -504,8 +545,12 @@ def summarise_runs(measured, variant, peaks):
     add_flops(r, pooled_only=False)
   r["train_gflops_per_example"] = r["train_flops_per_example"] / 1e9
   r["matmul_peak_gflops"] = peaks.get(r["environment"])  # (none on a TPU or in PyTorch)
-  r["fraction_of_peak"] = (r["gflops_per_sec"] / r["matmul_peak_gflops"]
-                           if r["matmul_peak_gflops"] else None)
+  r["bf16_matmul_peak_gflops"] = (bf16_peaks or {}).get(r["environment"])
+  r.setdefault("precision", "float32")  # (Google's path, the Hugging Face rows' own note)
+  peak = (r["bf16_matmul_peak_gflops"] if r["precision"] == "bfloat16"
+          else r["matmul_peak_gflops"])
+  r["peak_precision"] = r["precision"] if peak else None
+  r["fraction_of_peak"] = r["gflops_per_sec"] / peak if peak else None
   return r
 
 
@@ -531,7 +576,12 @@ def add_ratios(rows):
     if r["variant"] in HF_VARIANTS:
       hf.setdefault(r["device"]["kind"], []).append(r["examples_per_sec"])
   one_device = {r["environment"]: r["examples_per_sec"] for r in rows if r["variant"] == "ours"}
+  float32 = {r["environment"]: r["examples_per_sec"] for r in rows
+             if r["variant"] == "ours_fp32"}
   for r in rows:
+    r["speedup_vs_fp32"] = (r["examples_per_sec"] / float32[r["environment"]]
+                            if r["variant"] == "ours" and r.get("precision") == "bfloat16"
+                            and r["environment"] in float32 else None)
     ours = VARIANTS.get(r["variant"], ("ours",))[0] == "ours"
     r["speedup_vs_google"] = r["examples_per_sec"] / google[0] if google and ours else None
     same_device = hf.get(r["device"]["kind"])
@@ -582,21 +632,24 @@ def main(argv=None):
   if args.tpu_name and not (args.tpu_work_dir or "").startswith("gs://"):
     sys.exit("benchmark: --tpu_name needs --tpu_work_dir=gs://bucket/folder (a TPU reads and "
              "writes Cloud Storage only)")
-  peaks, gpu_counts, sentences = {}, {}, []
+  peaks, bf16_peaks, gpu_counts, sentences = {}, {}, {}, []
   for runtime in [r for r in runtimes if r != "hf"]:
     peak = run_worker(runtime, ["--measure_peak"], os.path.join(work, "peak_%s.json" % runtime))
     peaks[environment_label(peak)] = peak["matmul_peak_gflops"]
+    bf16_peaks[environment_label(peak)] = peak.get("bf16_matmul_peak_gflops")
     gpu_counts[runtime] = peak["device"]["count"] if peak["device"]["kind"] == "GPU" else 0
     sentences.append(peaks_sentence(peak))
     print(sentences[-1])
   machine += "".join("; " + sentence for sentence in sentences)
   extra, device_notes = device_variants(gpu_counts, args.tpu_name)
+  more, precision_notes = precision_variants(variants, bf16_instructions(), runtimes)
+  extra, device_notes = extra + more, device_notes + precision_notes
   for note in device_notes:
     print(note)
   variants += [v for v in extra if v not in variants]
 
   featurisation = [] if args.skip_featurisation else measure_featurisation(args, runtimes, work)
-  rows = measure_training(args, runtimes, work, peaks, variants, gpu_counts)
+  rows = measure_training(args, runtimes, work, peaks, variants, gpu_counts, bf16_peaks)
   print()
   print(write_outputs(rows, peaks, featurisation, args, machine, device_notes))
   print("\nwrote results.md, results.csv, results.png to %s" % args.out_dir)

@@ -178,7 +178,9 @@ def run_model(c, fold=None, cluster=None, write_summary=True):
           c.model, c.as_dict(), processor, vocab_file, tokenizer, bert_config, trained_on))
     trainer = training.Trainer(estimator, featurised.train, c.training, output_dir,
                                num_train_steps, fetch_loss=not c.device.use_tpu,
-                               data_from_step=data_from_step)
+                               data_from_step=data_from_step,
+                               saver_hooks=build.checkpoint_hooks(output_dir, c.device,
+                                                                  c.training, cluster))
     checkpoint, result.eval = trainer.train(seconds, evaluator, featurised.dev)
     if trainer.progress:  # (None when the folder's model had reached its last step)
       result.train_progress, result.train_losses = (trainer.progress.history,

@@ -37,6 +37,45 @@ def plain_global_step_read():
   graph.add_to_collection(GLOBAL_STEP_READ_KEY, global_step.read_value() + 0)
 
 
+GRAPH_FILE = "graph.pbtxt"  # (what the Estimator's saver writes into the model folder)
+
+
+class CheckpointSaver(tf.train.CheckpointSaverHook):
+  """The Estimator's own checkpoint saver (every save_steps steps and at the end of a
+  training), less what it writes when a session starts: a checkpoint of the state the
+  session began in, which is either the checkpoint it has just restored or the start
+  that a run from nothing makes again (BERT-Base's weights and Adam moments: 1.3 GB,
+  written again by every resumed run and every stretch between evaluations), and, into
+  a folder that holds them already, the graph files (graph.pbtxt; the graph and meta
+  graph in TensorBoard's events). Given to estimator.train as a hook, it takes the place
+  of the Estimator's saver, which then adds none (checkpoint_hooks says where)."""
+
+  def after_create_session(self, session, coord):
+    self._session_starting = True
+    try:
+      if tf.io.gfile.exists(os.path.join(self._checkpoint_dir, GRAPH_FILE)):
+        self._timer.update_last_triggered_step(session.run(self._global_step_tensor))
+      else:
+        super(CheckpointSaver, self).after_create_session(session, coord)
+    finally:
+      self._session_starting = False
+
+  def _save(self, session, step):
+    if getattr(self, "_session_starting", False):
+      return False  # (a stop is never asked for here)
+    return super(CheckpointSaver, self)._save(session, step)
+
+
+def checkpoint_hooks(output_dir, device, training, cluster=None):
+  """The hooks that save a training's checkpoints in place of the Estimator's own saver:
+  [CheckpointSaver] on one machine, checkpointing every training.save_checkpoints_steps
+  steps; [] (the Estimator's own, unchanged) on a TPU, whose TPUEstimator adds its saver
+  to its step's hooks, in a cluster, where only the chief saves, or without checkpoints."""
+  if device.use_tpu or cluster is not None or not training.save_checkpoints_steps:
+    return []
+  return [CheckpointSaver(output_dir, save_steps=training.save_checkpoints_steps)]
+
+
 def build_estimator(model_fn, output_dir, device, training, cluster=None, session_config=None,
                     replica_device_type="GPU", tpu_resolver=None):
   """A TPUEstimator over model_fn, writing into output_dir; with device.use_tpu False the

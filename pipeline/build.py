@@ -14,7 +14,7 @@ from data.long_texts import Windowing
 from data.processors import processor_for
 from modeling.bert import BertConfig, BertConfigError
 from modeling.checkpoint import encoder_problem
-from modeling.estimator import BatchSplitError, build_estimator
+from modeling.estimator import BatchSplitError, build_estimator, checkpoint_hooks
 from modeling.model_fn import ModelSettings, model_fn_builder
 from pipeline import machine
 from spec.heads import apply_options

@@ -28,13 +28,15 @@ class Trainer(object):
   fetch_loss: each step's loss is readable (not on a TPU, where it stays on the device).
   data_from_step: the step at which the model began training on this split's data (0, or
   where --continue_on_new_data went on with it): a resumed input skips the examples of
-  the steps since then."""
+  the steps since then. saver_hooks: what saves its checkpoints in place of the
+  Estimator's own saver (modeling.estimator.checkpoint_hooks)."""
 
   def __init__(self, estimator, split, training, output_dir, num_train_steps, fetch_loss=True,
-               data_from_step=0):
+               data_from_step=0, saver_hooks=()):
     self.estimator, self.split, self.training = estimator, split, training
     self.output_dir, self.num_train_steps = output_dir, num_train_steps
     self.fetch_loss, self.data_from_step = fetch_loss, data_from_step
+    self.saver_hooks = list(saver_hooks)
     self.progress = None  # the ProgressHook, carried from one train() call to the next
 
   def train(self, seconds, evaluator=None, dev_split=None):
@@ -74,7 +76,8 @@ class Trainer(object):
     if start_step < until_step:
       try:
         self.estimator.train(input_fn=input_fn, max_steps=until_step,
-                             hooks=[self.progress, stopping.session_hook()])
+                             hooks=[self.progress, stopping.session_hook()] +
+                             self.saver_hooks)
       except tf.train.NanLossDuringTrainingError:
         raise FlagError(
             "training diverged: the loss became NaN before step %d (the checkpoints kept in "

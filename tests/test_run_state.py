@@ -6,8 +6,10 @@ import csv
 import io
 import json
 import os
+import shutil
 
 import pytest
+import tensorflow.compat.v1 as tf
 
 from conftest import JIGSAW, run_flags, sample_path
 from spec.run_errors import FlagError
@@ -23,9 +25,10 @@ def _card(folder):
 
 
 def _steps(folder):
-  """The steps of the folder's checkpoints after the first (step 0's)."""
+  """The steps of the folder's checkpoints (none at step 0: a training saves no checkpoint
+  when its session starts)."""
   return sorted(int(n.split("-")[1].split(".")[0]) for n in os.listdir(folder)
-                if n.startswith("model.ckpt-") and n.endswith(".index"))[1:]
+                if n.startswith("model.ckpt-") and n.endswith(".index"))
 
 
 def _command(folder, tiny_checkpoint, *extra):
@@ -281,9 +284,26 @@ def test_a_csv_models_label_column_is_the_files_layout(jigsaw_model, tmp_path):
       "--output_dir" % (renamed, line, os.path.join(folder, "model_card.json")))
 
 
+def _saved_at_step_0(checkpoint, folder):
+  """checkpoint's variables saved as folder/model.ckpt-0, with global step 0: a checkpoint
+  as TensorFlow's own saver writes when a training session starts (on a TPU, in a cluster,
+  and in folders trained before this project's saver left it out)."""
+  reader = tf.train.load_checkpoint(checkpoint)
+  with tf.Graph().as_default():
+    for name in reader.get_variable_to_shape_map():
+      value = 0 if name == "global_step" else reader.get_tensor(name)
+      tf.Variable(value, name=name, dtype=reader.get_variable_to_dtype_map()[name])
+    with tf.Session() as session:
+      session.run(tf.global_variables_initializer())
+      return tf.train.Saver().save(session, os.path.join(folder, "model.ckpt-0"))
+
+
 def test_a_checkpoint_saved_at_step_0_is_no_fine_tuned_model(jigsaw_model, tmp_path):
   """Its head is as it was initialised: predicting through it wrote random predictions."""
-  step_0 = os.path.join(jigsaw_model.output_dir, "model.ckpt-0")
+  folder = str(tmp_path / "model")  # (beside the model's card, as in its own folder)
+  os.makedirs(folder)
+  shutil.copy(os.path.join(jigsaw_model.output_dir, "model_card.json"), folder)
+  step_0 = _saved_at_step_0(os.path.join(jigsaw_model.output_dir, "model.ckpt-6"), folder)
   with pytest.raises(FlagError) as error:
     run_flags("--predict_file=" + os.path.join(JIGSAW, "test.csv"), "--do_predict",
               "--init_checkpoint=" + step_0, "--output_dir=" + str(tmp_path / "scores"))

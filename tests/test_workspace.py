@@ -87,10 +87,11 @@ def test_read_only_and_full_disks_are_one_line_and_leave_nothing_half_written(
                   r"\d+-[0-9a-f]{8}: " % re.escape(str(tmp_path)),
                   full_cache["last_line"]), full_cache["last_line"]
   assert full_cache["last_line"].endswith(": " + FULL_DISK_FIX)
-  # TensorFlow's own error for the checkpoint (its folder is model.ckpt-0_temp, or
-  # model.ckpt-0_temp_<id> on TF 1.15) gives the path.
+  # TensorFlow's own error for the checkpoint (its folder is model.ckpt-<step>_temp, or
+  # model.ckpt-<step>_temp_<id> on TF 1.15; the first is step 2's, since no checkpoint is
+  # saved when the session starts) gives the path.
   fault = report["full_checkpoint"]["fault"]
-  assert re.match(r"%s/medium/out/model\.ckpt-0_temp(_[0-9a-f]+)?/part-00000-of-00001\.data"
+  assert re.match(r"%s/medium/out/model\.ckpt-2_temp(_[0-9a-f]+)?/part-00000-of-00001\.data"
                   % re.escape(str(tmp_path)), fault), fault
   assert fault.endswith(": " + FULL_DISK_FIX)
   assert [name for name in report["full_checkpoint"]["left"]

@@ -561,12 +561,13 @@ def modules_loaded_by(module, candidates):
 @pytest.fixture(scope="session")
 def best_run(tmp_path_factory, tiny_checkpoint):
   """BERT-Tiny's shape fine-tuned 6 steps on the Jigsaw Toxic sample with an evaluation
-  every 3 steps and the best checkpoint kept by loss, then evaluated and predicted: the
-  run state that evaluation during training leaves (eval_history.csv, best/)."""
+  every 3 steps and the best checkpoint kept by AUC, then evaluated and predicted: the
+  run state that evaluation during training leaves (eval_history.csv, best/), which
+  tests/test_eval_history.py checks."""
   from spec.config import RunConfig
   output_dir = str(tmp_path_factory.mktemp("best_run") / "out")
   result, log = run_with_log(RunConfig(
       init_checkpoint=tiny_checkpoint, output_dir=output_dir, save_checkpoints_steps=3,
-      eval_every_steps=3, best_metric="loss", do_train=True, do_eval=True, do_predict=True,
+      eval_every_steps=3, best_metric="auc", do_train=True, do_eval=True, do_predict=True,
       **TINY_JIGSAW_RUN))
   return TrainedModel(output_dir, result, log)

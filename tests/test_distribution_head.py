@@ -110,6 +110,10 @@ def _predicted(output_dir):
 
 
 @pytest.mark.slow
+# (the head's graph is its graph_loss, checked on both runtimes above, and softmax; its
+# float records, collected column metrics, calibration and export are the code that
+# tests/test_heads.py's multi-label run and the shared Jigsaw model run on both)
+@pytest.mark.one_runtime("tf2")
 def test_a_run_on_raters_counts_trains_evaluates_calibrates_predicts_and_exports(
     tmp_path, tiny_checkpoint):
   """Davidson's 300 sample tweets, each with how many raters chose each class: the

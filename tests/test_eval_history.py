@@ -132,53 +132,48 @@ def _history(output_dir):
 
 
 @pytest.mark.slow
-# (TF 1.15 trains to a step, evaluates and keeps the best checkpoint in the early-stopping
-# test below: each runtime runs evaluation during training once)
-@pytest.mark.one_runtime("tf2")
-def test_evaluation_during_training_keeps_the_best_checkpoint(tmp_path, tiny_checkpoint):
-  """Evaluations at steps 4, 8 and 12 of 12, each a history row with every metric; the
-  best AUC's checkpoint is kept, and the final eval results are that checkpoint's."""
-  output_dir = str(tmp_path / "out")
-  outcome = run_flags(*common_flags(tiny_checkpoint, output_dir) + [
-      "--do_train", "--do_eval", "--num_train_steps=12", "--eval_every_steps=4",
-      "--save_checkpoints_steps=4", "--best_metric=auc", "--log_every_steps=1"])
+def test_evaluation_during_training_keeps_the_best_checkpoint(best_run):
+  """conftest's best_run: evaluations at steps 3 and 6 of 6, each a history row with every
+  metric; the best AUC's checkpoint is kept, and the final eval results are that
+  checkpoint's."""
+  output_dir, outcome = best_run.output_dir, best_run.result
   rows = _history(output_dir)
-  assert [r["step"] for r in rows] == ["4", "8", "12"]
+  assert [r["step"] for r in rows] == ["3", "6"]
   assert list(rows[0]) == ["step", "train_loss", "accuracy", "auc", "f1", "loss", "mcc",
                            "precision", "recall", "best", "checkpoint",
                            "train_seconds_so_far", "eval_seconds_so_far"]
   aucs = [float(r["auc"]) for r in rows]
-  best_step = [4, 8, 12][aucs.index(max(aucs))]
+  best_step = [3, 6][aucs.index(max(aucs))]
   # A row is marked when it beats every earlier one.
-  running = [aucs[i] > max(aucs[:i], default=-1) for i in range(3)]
+  running = [aucs[i] > max(aucs[:i], default=-1) for i in range(2)]
   assert [r["best"] == "1" for r in rows] == running
   # Train loss: the mean of the steps since the previous evaluation.
   losses = dict(outcome.train_losses)
-  assert sorted(losses) == list(range(1, 13))
-  assert float(rows[2]["train_loss"]) == pytest.approx(
-      sum(losses[s] for s in range(9, 13)) / 4, rel=1e-5)
+  assert sorted(losses) == list(range(1, 7))
+  assert float(rows[1]["train_loss"]) == pytest.approx(
+      sum(losses[s] for s in range(4, 7)) / 3, rel=1e-5)
   kept = eval_history.read_best(output_dir)
   assert kept["step"] == best_step and kept["metric"] == "auc"
   assert kept["checkpoint"] == os.path.join(output_dir, "best", "model.ckpt-%d" % best_step)
   with open(os.path.join(output_dir, "eval_results.json")) as f:
     results = json.load(f)
-  assert results["checkpoint"] == (kept["checkpoint"] if best_step != 12 else
-                                   os.path.join(output_dir, "model.ckpt-12"))
+  assert results["checkpoint"] == (kept["checkpoint"] if best_step != 6 else
+                                   os.path.join(output_dir, "model.ckpt-6"))
   assert results["auc"] == pytest.approx(max(aucs), abs=1e-6)
   assert results["global_step"] == best_step
   with open(os.path.join(output_dir, "learning_curve.png"), "rb") as f:
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-  assert [s for s, _ in scalars_in(os.path.join(output_dir, "eval"))["auc"]] == [4, 8, 12]
+  assert [s for s, _ in scalars_in(os.path.join(output_dir, "eval"))["auc"]] == [3, 6]
   with open(outcome.summary) as f:
     summary = json.load(f)
-  assert summary["training"]["restarts"] == 2
+  assert summary["training"]["restarts"] == 1
   assert summary["results"]["best"]["step"] == best_step
   assert summary["seconds"]["eval"] > 0
 
 
 @pytest.mark.slow
 # The stopping rule is Python over the history file; what TensorFlow does in it (training
-# to a step, evaluating, keeping a checkpoint) the keeps-best test runs on TF 2.15.
+# to a step, evaluating, keeping a checkpoint) the keeps-best test runs on both runtimes.
 @pytest.mark.one_runtime("tf1")
 def test_early_stopping_and_its_rerun(tmp_path, tiny_checkpoint):
   """A learning rate too small to change any float32 output leaves every metric where it

@@ -4,14 +4,13 @@ definition here and, on TF 2.15's environment, against scikit-learn's implementa
 
 import csv
 import io
-import json
 import os
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import JIGSAW, common_flags, pairwise_auc, run_flags
+from conftest import common_flags, pairwise_auc, run_flags
 from data.features import InputExample
 from pipeline import eval_report
 from spec.heads.classification import SingleLabel
@@ -19,8 +18,6 @@ from spec.heads.multi_label import MultiLabel
 from spec.heads.regression import Regression
 from spec.heads.soft_target import SoftTarget
 from spec.run_errors import FlagError
-
-TOXIC = ["toxic", "severe_toxic", "obscene", "threat", "insult", "identity_hate"]
 
 
 def _average_precision(scores, positives):
@@ -193,40 +190,8 @@ def test_the_report_agrees_with_scikit_learn():
     assert report["averages"]["macro"]["f1"] == pytest.approx(macro[2])
 
 
-@pytest.mark.slow
-@pytest.mark.one_runtime("tf2")  # (plain Python after an eval; the report's figures above)
-def test_an_evaluation_writes_its_report(tmp_path, tiny_checkpoint):
-  output_dir = str(tmp_path / "out")
-  run_flags(*common_flags(tiny_checkpoint, output_dir) + [
-      "--label_column=" + ",".join(TOXIC), "--do_train", "--do_eval", "--num_train_steps=3",
-      "--eval_report"])
-  folder = os.path.join(output_dir, "eval_report")
-  assert sorted(os.listdir(folder)) == sorted(
-      ["report.json", "report.md", "per_class.tsv", "confusion.tsv", "confusion.png",
-       "roc.png", "pr.png", "reliability.png"])
-  for name in ("confusion.png", "roc.png", "pr.png", "reliability.png"):
-    with open(os.path.join(folder, name), "rb") as f:
-      assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-  with open(os.path.join(folder, "report.json")) as f:
-    report = json.load(f)
-  with open(os.path.join(output_dir, "eval_results.json")) as f:
-    results = json.load(f)
-  with io.open(os.path.join(JIGSAW, "valid.csv"), encoding="utf-8", newline="") as f:
-    truth = list(csv.DictReader(f))
-  assert report["num_examples"] == results["num_examples"] == len(truth)
-  assert [r["name"] for r in report["per_class"]] == TOXIC
-  for row in report["per_class"]:  # (every dev row, the real ones only)
-    assert row["support"] == sum(1 for t in truth if t[row["name"]] == "1")
-    assert row["tp"] + row["fp"] + row["fn"] + row["tn"] == len(truth)
-    if results["auc_" + row["name"]] is None:
-      assert row["roc_auc"] is None
-    else:  # (the eval's AUC and the report's are of the same outputs, up to another graph)
-      assert row["roc_auc"] == pytest.approx(results["auc_" + row["name"]], abs=0.02)
-  with open(os.path.join(folder, "per_class.tsv")) as f:
-    lines = f.read().splitlines()
-  assert lines[0].split("\t") == list(eval_report.PER_CLASS_COLUMNS) and len(lines) == 7
-  with open(os.path.join(folder, "report.md")) as f:
-    assert "| toxic |" in f.read()
+# (A run's report, its files and its figures against the eval's: tests/test_heads.py's
+# multi-label run on Jigsaw Toxic, which passes --eval_report.)
 
 
 def test_a_report_is_refused_where_it_has_nothing_to_read(tmp_path, tiny_checkpoint):

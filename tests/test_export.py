@@ -189,6 +189,9 @@ def test_the_text_signature_equals_the_predictor(tmp_path, kind, truncation, tex
   np.testing.assert_allclose(signature_outputs(export_dir, inputs), expected, atol=1e-5)
 
 
+# (the tokenizer's choice and the truncation are Python; the Rust path gives Google's ids
+# on both runtimes in tests/test_tokenization.py, and the tests above load and predict)
+@pytest.mark.one_runtime("tf2")
 def test_predictor_tokenizers_and_truncation(tmp_path):
   export_dir, _ = export_tiny(tmp_path, truncation={"mode": "tail"})
   long_text = " ".join("word%d" % i for i in range(60))
@@ -209,6 +212,9 @@ def test_predictor_tokenizers_and_truncation(tmp_path):
                                list(y["probabilities"].values()), atol=1e-6)
 
 
+# (the inputs' checks are Python; the tests above load and predict on both runtimes, and
+# the next test predicts pairs on TF 2.15)
+@pytest.mark.one_runtime("tf1")
 def test_predictor_takes_the_inputs_the_model_was_trained_on(tmp_path):
   """A text for a model of single texts, a pair for a model of pairs (the card's text_pair);
   anything else is refused. A str gave one result per character, and a pair went to a
@@ -237,6 +243,7 @@ def test_predictor_takes_the_inputs_the_model_was_trained_on(tmp_path):
   assert yes["probabilities"] != no["probabilities"]  # the second text counts
 
 
+@pytest.mark.one_runtime("tf2")  # (Python checks of the inputs: the same on both runtimes)
 def test_predict_takes_ordered_collections_of_inputs(tmp_path):
   """Accepted: a list, a tuple, a 1-D array or Series, an iterator (and, for a model of
   pairs, an array of shape (n, 2)). Refused, naming the type and what to pass: a mapping
@@ -368,6 +375,9 @@ def test_a_manifest_lists_every_file_of_its_folder(tmp_path, monkeypatch, file_s
   assert manifest_problem(folder) == "it holds linked/extra.txt, which its files.json does not list"
 
 
+# (the files' and the vocabulary's checks are Python; a damaged copy of the CLI's export is
+# refused on both runtimes by test_an_export_is_checked_before_it_is_loaded)
+@pytest.mark.one_runtime("tf2")
 def test_the_predictor_loads_only_an_export_it_can_check(tmp_path):
   """An export holding a file its files.json does not list, or without files.json, is
   refused naming the folder (the same check as --saved_model's: it loads a Predictor); so
@@ -403,6 +413,7 @@ def test_the_predictor_loads_only_an_export_it_can_check(tmp_path):
       "output_dir>" % (vocab, vocab_fingerprint(TINY_VOCAB), card, "0" * 64))
 
 
+@pytest.mark.one_runtime("tf2")  # (Python over a folder's names: the same on both runtimes)
 def test_find_export(tmp_path):
   export_dir, _ = export_tiny(tmp_path)
   output_dir = os.path.dirname(os.path.dirname(export_dir))

@@ -154,26 +154,28 @@ def test_every_code_point_differs_only_where_pythons_tables_are_older(do_lower_c
   assert len(differing) < 150, len(differing)
 
 
-@pytest.mark.parametrize("truncation", STRATEGIES, ids=repr)
-def test_layout_equals_training(tiny_vocab, truncation):
+def test_layout_equals_training(tiny_vocab):
   """[CLS] a [SEP] (b [SEP]), Google's pair rule and the card's truncation: the features
-  training makes, padded to the longest row, for single texts and pairs."""
+  training makes, padded to the longest row, for single texts and pairs, in every
+  truncation at every length (one graph for the single texts and one for the pairs, each
+  laying the same ids out every way)."""
   tokenizer = FullTokenizer(tiny_vocab, True)
   spec = SingleLabel(["label"], ["0", "1"])
   pairs = list(zip(LAYOUT_TEXTS, LAYOUT_TEXTS[::-1]))
-  lengths = (6, 9, 64)
+  layouts = [(length, truncation) for truncation in STRATEGIES for length in (6, 9, 64)]
   for examples, texts_b in (
       ([InputExample(i, text) for i, text in enumerate(LAYOUT_TEXTS)], None),
       ([InputExample(i, a, b) for i, (a, b) in enumerate(pairs)], [b for _, b in pairs])):
-    got = graph_features_of(tiny_vocab, LAYOUT_TEXTS, texts_b,
-                            [(length, truncation) for length in lengths])
-    for max_seq_length, features in zip(lengths, got):
+    got = graph_features_of(tiny_vocab, LAYOUT_TEXTS, texts_b, layouts)
+    for (max_seq_length, truncation), features in zip(layouts, got):
+      case = "%s, %r at %d" % ("single texts" if texts_b is None else "pairs", truncation,
+                               max_seq_length)
       expected = padded_batch(list(convert_examples(examples, spec, max_seq_length, tokenizer,
                                                     strategy=truncation)))
-      assert sorted(features) == sorted(expected)
+      assert sorted(features) == sorted(expected), case
       for name in expected:
         np.testing.assert_array_equal(features[name], expected[name],
-                                      err_msg="%s at %d" % (name, max_seq_length))
+                                      err_msg="%s of %s" % (name, case))
 
 
 def test_a_head_longer_than_any_room_keeps_the_head(tiny_vocab):

@@ -14,6 +14,7 @@ import tensorflow.compat.v1 as tf
 from conftest import (JIGSAW, SAMPLES, TINY, TINY_VOCAB, assert_auc_of_scores, common_flags,
                       pairwise_auc, run_flags, sample_path)
 from modeling import head, metrics
+from pipeline import eval_report
 from spec.heads.classification import SingleLabel
 from spec.heads.multi_label import MultiLabel
 from spec.heads.regression import Regression
@@ -165,7 +166,8 @@ def test_multi_label_run_on_jigsaw_toxic_writes_six_probabilities_per_row(tmp_pa
   valid = os.path.join(JIGSAW, "valid.csv")
   run_flags(*common_flags(tiny_checkpoint, output_dir) + [
       "--label_column=" + ",".join(TOXIC_COLUMNS), "--do_train", "--do_eval", "--do_predict",
-      "--num_train_steps=12", "--predict_file=" + valid, "--class_weights=balanced"])
+      "--num_train_steps=12", "--predict_file=" + valid, "--class_weights=balanced",
+      "--eval_report"])
   rows = _predictions(os.path.join(output_dir, "test_results.tsv"))
   assert list(rows[0]) == ["id"] + ["probability_%s" % c for c in TOXIC_COLUMNS]
   truth = list(csv.DictReader(io.open(valid, encoding="utf-8", newline="")))
@@ -183,6 +185,31 @@ def test_multi_label_run_on_jigsaw_toxic_writes_six_probabilities_per_row(tmp_pa
       assert_auc_of_scores(results["auc_" + c], p[:, i], y[:, i] >= 0.5)
   loss = -(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()
   assert results["loss"] == pytest.approx(loss, abs=2e-4)
+  # --eval_report: its files, and its figures of the dev rows against the eval's (the
+  # figures themselves: tests/test_eval_report.py).
+  folder = os.path.join(output_dir, "eval_report")
+  assert sorted(os.listdir(folder)) == sorted(
+      ["report.json", "report.md", "per_class.tsv", "confusion.tsv", "confusion.png",
+       "roc.png", "pr.png", "reliability.png"])
+  for name in ("confusion.png", "roc.png", "pr.png", "reliability.png"):
+    with open(os.path.join(folder, name), "rb") as f:
+      assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  with open(os.path.join(folder, "report.json")) as f:
+    report = json.load(f)
+  assert report["num_examples"] == results["num_examples"] == len(truth)
+  assert [r["name"] for r in report["per_class"]] == TOXIC_COLUMNS
+  for row in report["per_class"]:  # (every dev row, the real ones only)
+    assert row["support"] == sum(1 for t in truth if t[row["name"]] == "1")
+    assert row["tp"] + row["fp"] + row["fn"] + row["tn"] == len(truth)
+    if results["auc_" + row["name"]] is None:
+      assert row["roc_auc"] is None
+    else:  # (the eval's AUC and the report's are of the same outputs, up to another graph)
+      assert row["roc_auc"] == pytest.approx(results["auc_" + row["name"]], abs=0.02)
+  with open(os.path.join(folder, "per_class.tsv")) as f:
+    lines = f.read().splitlines()
+  assert lines[0].split("\t") == list(eval_report.PER_CLASS_COLUMNS) and len(lines) == 7
+  with open(os.path.join(folder, "report.md")) as f:
+    assert "| toxic |" in f.read()
   with open(os.path.join(output_dir, "model_card.json")) as f:
     card = json.load(f)
   assert (card["head"], card["label_columns"], card["num_outputs"]) == (

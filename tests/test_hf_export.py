@@ -161,6 +161,9 @@ def test_heads_and_labels_of_a_transformers_config():
              "id2label": {"0": "a", "2": "b"}})
 
 
+# (the refusals read JSON files in Python; writing the folder and converting it back,
+# TensorFlow's part, the round-trip test above runs on both runtimes)
+@pytest.mark.one_runtime("tf2")
 def test_an_import_refuses_what_it_cannot_convert_exactly(tmp_path, monkeypatch):
   """Before anything is written: a tokenizer other than Google's (accents kept while
   lower-casing, CJK characters not split), two files with different vocabularies, a

@@ -64,6 +64,9 @@ def test_a_smoothing_outside_0_to_1_is_refused(value):
     RunConfig(label_smoothing=value)
 
 
+# (the smoothed loss is the head's graph_loss, checked against TensorFlow's on both
+# runtimes above; the run around it, the card and the refusals are generic or Python)
+@pytest.mark.one_runtime("tf1")
 def test_a_run_s_eval_loss_is_the_smoothed_cross_entropy_of_its_predictions(
     tmp_path, tiny_checkpoint):
   """Davidson's 300 tweets and their class (0 hate speech, 1 offensive, 2 neither): the

@@ -30,6 +30,13 @@ def sst2_flags(checkpoint, output_dir, *extra):
           ] + list(extra)
 
 
+# The tests of the trained model below run on TF 2.15 alone: the card, its checks and the
+# refusals are Python, and what TensorFlow does in them (training, predicting and
+# evaluating from a card, reading a head's shape) other tests run on both runtimes (this
+# file's untrained-head test and test_another_task_is_refused on the shared Jigsaw model,
+# tests/test_heads.py's multi-label run and its predict from the card).
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, tiny_checkpoint):
   """A model fine-tuned for 6 steps on the SST-2 sample with labels in the order 1,0."""
@@ -46,6 +53,7 @@ def card_of(output_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.one_runtime("tf2")  # (Python on the card: see the note above trained)
 def test_training_writes_the_model_card(trained, tiny_checkpoint):
   output_dir, _ = trained
   card = card_of(output_dir)
@@ -64,6 +72,7 @@ def test_training_writes_the_model_card(trained, tiny_checkpoint):
 
 
 @pytest.mark.slow
+@pytest.mark.one_runtime("tf2")  # (Python on the card: see the note above trained)
 def test_predict_from_the_card_alone_needs_no_model_flags(trained, tmp_path, caplog):
   """--output_dir, the file and its layout are enough: labels, config and vocabulary come
   from the card (the file's columns from the run: tests/test_layouts.py), and the
@@ -89,6 +98,7 @@ def test_predict_from_the_card_alone_needs_no_model_flags(trained, tmp_path, cap
 
 
 @pytest.mark.slow
+@pytest.mark.one_runtime("tf2")  # (Python on the card: see the note above trained)
 def test_labels_in_another_order_are_refused(trained, tiny_checkpoint):
   output_dir, _ = trained
   with pytest.raises(FlagError) as error:
@@ -100,6 +110,7 @@ def test_labels_in_another_order_are_refused(trained, tiny_checkpoint):
 
 
 @pytest.mark.slow
+@pytest.mark.one_runtime("tf2")  # (Python on the card: see the note above trained)
 def test_another_vocabulary_or_casing_is_refused(trained, tiny_checkpoint, tmp_path):
   output_dir, _ = trained
   with pytest.raises(FlagError) as error:
@@ -146,6 +157,7 @@ def test_an_untrained_head_is_refused_unless_allowed(tiny_checkpoint, tmp_path, 
 
 
 @pytest.mark.slow
+@pytest.mark.one_runtime("tf2")  # (Python on the card: see the note above trained)
 def test_a_head_for_another_number_of_labels_is_refused(trained, tiny_checkpoint, tmp_path):
   """A fine-tuned --init_checkpoint brings its card: other labels contradict it. Without a
   card (a checkpoint from elsewhere), the head's own shape tells."""
@@ -190,6 +202,7 @@ def test_a_bad_predict_file_stops_the_run_before_training(tiny_checkpoint, tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.one_runtime("tf2")  # (Python on the card: see the note above trained)
 def test_eval_results_name_their_checkpoint(trained, tiny_checkpoint):
   output_dir, _ = trained
   results = run_flags(*sst2_flags(tiny_checkpoint, output_dir, "--do_eval")).eval

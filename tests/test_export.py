@@ -89,6 +89,22 @@ def export_tiny(tmp_path, kind="classification", truncation=None, text_pair=Fals
   return export_dir, checkpoint
 
 
+@pytest.fixture(scope="session")
+def tiny_exports(tmp_path_factory):
+  """export_tiny(kind, truncation, text_pair) for the tests that only read an export: each
+  such export made once in a session, (export_dir, checkpoint). A test that changes an
+  export, or the folder around it, makes its own with export_tiny."""
+  made = {}
+
+  def export(kind="classification", truncation=None, text_pair=False):
+    key = (kind, json.dumps(truncation, sort_keys=True), text_pair)
+    if key not in made:
+      made[key] = export_tiny(tmp_path_factory.mktemp("export"), kind, truncation, text_pair)
+    return made[key]
+
+  return export
+
+
 def reference_outputs(spec, checkpoint, texts):
   """The model_fn's PREDICT outputs on the checkpoint, each text fed alone and padded to
   MAX_LEN, with ids from the pure-Python tokenizer: no export, no batching."""
@@ -111,8 +127,8 @@ def reference_outputs(spec, checkpoint, texts):
   return rows
 
 
-def test_signature_and_assets(tmp_path):
-  export_dir, _ = export_tiny(tmp_path)
+def test_signature_and_assets(tiny_exports):
+  export_dir, _ = tiny_exports()
   assert sorted(os.listdir(export_dir)) == ["assets", "files.json", "saved_model.pb",
                                             "variables"]
   assert sorted(os.listdir(os.path.join(export_dir, "assets"))) == ["model_card.json",
@@ -140,8 +156,8 @@ def test_signature_and_assets(tmp_path):
 
 @pytest.mark.parametrize("kind", spread_over_runtimes(
     ["classification"] + sorted(set(SPECS) - {"classification"})))
-def test_predictor_equals_the_model_graph(tmp_path, kind):
-  export_dir, checkpoint = export_tiny(tmp_path, kind)
+def test_predictor_equals_the_model_graph(tiny_exports, kind):
+  export_dir, checkpoint = tiny_exports(kind)
   expected = reference_outputs(SPECS[kind], checkpoint, TEXTS)
   with Predictor(export_dir, tokenizer="python", batch_size=2) as predictor:
     # Batches of 2, each padded to its own longest text, give the fully padded outputs.
@@ -172,10 +188,10 @@ def signature_outputs(export_dir, inputs, name="serving_default"):
 @pytest.mark.parametrize("kind,truncation,text_pair", spread_over_runtimes([
     ("classification", None, False), ("multi_label", {"mode": "tail"}, False),
     ("regression", {"mode": "head_tail", "head_tokens": 3}, True)]))
-def test_the_text_signature_equals_the_predictor(tmp_path, kind, truncation, text_pair):
+def test_the_text_signature_equals_the_predictor(tiny_exports, kind, truncation, text_pair):
   """Text in, tokenised in the graph with the card's casing, truncation and pairing: the
   outputs of the predictor (which tokenises in Python and feeds the ids signature)."""
-  export_dir, _ = export_tiny(tmp_path, kind, truncation, text_pair)
+  export_dir, _ = tiny_exports(kind, truncation, text_pair)
   long_text = " ".join("word%d" % i for i in range(60))
   texts = TEXTS + [long_text, ""]
   inputs = {"text": texts}
@@ -192,8 +208,8 @@ def test_the_text_signature_equals_the_predictor(tmp_path, kind, truncation, tex
 # (the tokenizer's choice and the truncation are Python; the Rust path gives Google's ids
 # on both runtimes in tests/test_tokenization.py, and the tests above load and predict)
 @pytest.mark.one_runtime("tf2")
-def test_predictor_tokenizers_and_truncation(tmp_path):
-  export_dir, _ = export_tiny(tmp_path, truncation={"mode": "tail"})
+def test_predictor_tokenizers_and_truncation(tiny_exports):
+  export_dir, _ = tiny_exports(truncation={"mode": "tail"})
   long_text = " ".join("word%d" % i for i in range(60))
   with Predictor(export_dir, tokenizer="python") as python, \
       Predictor(export_dir, tokenizer="auto") as auto:
@@ -215,12 +231,12 @@ def test_predictor_tokenizers_and_truncation(tmp_path):
 # (the inputs' checks are Python; the tests above load and predict on both runtimes, and
 # the next test predicts pairs on TF 2.15)
 @pytest.mark.one_runtime("tf1")
-def test_predictor_takes_the_inputs_the_model_was_trained_on(tmp_path):
+def test_predictor_takes_the_inputs_the_model_was_trained_on(tiny_exports):
   """A text for a model of single texts, a pair for a model of pairs (the card's text_pair);
   anything else is refused. A str gave one result per character, and a pair went to a
   model of single texts."""
-  single, _ = export_tiny(tmp_path)
-  pairs, _ = export_tiny(tmp_path / "pairs", text_pair=True)
+  single, _ = tiny_exports()
+  pairs, _ = tiny_exports(text_pair=True)
   with Predictor(single, tokenizer="python") as predictor:
     assert not predictor.reads_pairs
     with pytest.raises(TypeError) as error:
@@ -244,14 +260,14 @@ def test_predictor_takes_the_inputs_the_model_was_trained_on(tmp_path):
 
 
 @pytest.mark.one_runtime("tf2")  # (Python checks of the inputs: the same on both runtimes)
-def test_predict_takes_ordered_collections_of_inputs(tmp_path):
+def test_predict_takes_ordered_collections_of_inputs(tiny_exports):
   """Accepted: a list, a tuple, a 1-D array or Series, an iterator (and, for a model of
   pairs, an array of shape (n, 2)). Refused, naming the type and what to pass: a mapping
   (iterating gives its keys), a set (no order), a table (iterating gives its column
   names), an array of other dimensions, and what is not iterable."""
   import pandas as pd
-  single, _ = export_tiny(tmp_path)
-  pairs, _ = export_tiny(tmp_path / "pairs", text_pair=True)
+  single, _ = tiny_exports()
+  pairs, _ = tiny_exports(text_pair=True)
   texts = ["you are great", "ok", "What a STUPID idea!!"]
   start = "predict takes a list of inputs, not "
   with Predictor(single, tokenizer="python") as predictor:
@@ -444,13 +460,13 @@ with Predictor(sys.argv[1], tokenizer="python") as p:
 """
 
 
-def test_an_export_loads_on_the_other_runtime(tmp_path):
+def test_an_export_loads_on_the_other_runtime(tiny_exports):
   """Exported here (TF 1.15 or TF 2.15), loaded and predicted by the other runtime's
   environment: the same outputs within 1e-5. The two runs of the suite cover both ways."""
   python = os.path.join(ROOT, ".venvs", OTHER_RUNTIME, "bin", "python")
   if not os.path.exists(python) and not IN_CI:
     pytest.skip("no %s environment (./run.sh setup creates both)" % OTHER_RUNTIME)
-  export_dir, checkpoint = export_tiny(tmp_path)
+  export_dir, checkpoint = tiny_exports()
   expected = reference_outputs(SPECS["classification"], checkpoint, TEXTS)
   done = subprocess.run([python, "-c", LOAD_ON_OTHER % ROOT, export_dir, json.dumps(TEXTS)],
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -78,9 +78,9 @@ def parse_args(argv=None):
   parser.add_argument("--featurise_only", choices=["google", "python", "fast"],
                       help="only measure featurisation (to TFRecords) with this tokenizer path")
   parser.add_argument("--workers", type=int, default=1, help="featurisation processes (ours)")
-  parser.add_argument("--compare_records", nargs=2, metavar=("GOOGLE_WORKDIR", "OUR_WORKDIR"),
-                      help="only count the rows whose features equal between two "
-                           "--featurise_only outputs")
+  parser.add_argument("--compare_records", nargs="+", metavar="WORKDIR",
+                      help="only count, for each of our --featurise_only outputs after the "
+                           "first (Google's), the rows whose features equal Google's")
   return parser.parse_args(argv)
 
 
@@ -294,12 +294,11 @@ FEATURES_FILE = "features.tf_record"
 COMPARED_FIELDS = ("input_ids", "input_mask", "segment_ids", "label_ids")
 
 
-def compare_records(google_workdir, our_workdir):
-  """How many rows of our records hold the ids, mask, segments and label of Google's."""
+def compare_records(google_workdir, *our_workdirs):
+  """For each of our featurisations (in one process: TensorFlow's start-up once), how many
+  rows of its records hold the ids, mask, segments and label of Google's: {"compared":
+  [{"workdir", "google_rows", "our_rows", "equal_rows"}, ...]}."""
   import tensorflow.compat.v1 as tf
-  google_path = os.path.join(google_workdir, FEATURES_FILE)
-  with open(os.path.join(our_workdir, FEATURES_FILE + ".meta.json")) as f:
-    our_paths = json.load(f)["files"]  # shards, in order
 
   def rows(paths):
     for path in paths:
@@ -307,9 +306,15 @@ def compare_records(google_workdir, our_workdir):
         feature = tf.train.Example.FromString(record).features.feature
         yield tuple(tuple(feature[name].int64_list.value) for name in COMPARED_FIELDS)
 
-  google_rows, our_rows = list(rows([google_path])), list(rows(our_paths))
-  return dict(google_rows=len(google_rows), our_rows=len(our_rows),
-              equal_rows=sum(1 for a, b in zip(google_rows, our_rows) if a == b))
+  google_rows = list(rows([os.path.join(google_workdir, FEATURES_FILE)]))
+  compared = []
+  for our_workdir in our_workdirs:
+    with open(os.path.join(our_workdir, FEATURES_FILE + ".meta.json")) as f:
+      our_rows = list(rows(json.load(f)["files"]))  # shards, in order
+    compared.append(dict(workdir=our_workdir, google_rows=len(google_rows),
+                         our_rows=len(our_rows),
+                         equal_rows=sum(1 for a, b in zip(google_rows, our_rows) if a == b)))
+  return dict(compared=compared)
 
 
 def google_model_and_input(args, record_path, total_steps):

@@ -494,14 +494,16 @@ def measure_featurisation(args, runtimes, work):
 
 
 def check_features_equal_googles(featurisation, work):
-  """Counts, for each of our paths, the rows whose features equal Google's records'."""
+  """Counts, for each of our paths, the rows whose features equal Google's records' (one
+  TF 1.15 worker for all of them)."""
   google = [f for f in featurisation if f["path"] == "google"]
-  for f in featurisation:
-    if not google or f["path"] == "google":
-      continue
-    compared = run_worker("tf1", ["--compare_records", google[0]["workdir"], f["workdir"]],
-                          os.path.join(work, "compare_%s_%d_%s.json" % (
-                              f["path"], f["workers"], f["python"])))
+  ours = [f for f in featurisation if f["path"] != "google"]
+  if not google or not ours:
+    return
+  result = run_worker("tf1", ["--compare_records", google[0]["workdir"]] +
+                      [f["workdir"] for f in ours], os.path.join(work, "compare.json"))
+  for f, compared in zip(ours, result["compared"]):
+    assert compared["workdir"] == f["workdir"]
     f["rows_equal_to_google"] = compared["equal_rows"]
     print("  %s, %d process(es), Python %s: %d of %d rows equal to Google's (%d rows)" % (
         f["path"], f["workers"], f["python"], compared["equal_rows"], compared["our_rows"],

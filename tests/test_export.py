@@ -89,18 +89,22 @@ def export_tiny(tmp_path, kind="classification", truncation=None, text_pair=Fals
   return export_dir, checkpoint
 
 
+_SHARED_EXPORTS = {}  # (kind, truncation, text_pair) -> (export_dir, checkpoint)
+
+
 @pytest.fixture(scope="session")
 def tiny_exports(tmp_path_factory):
   """export_tiny(kind, truncation, text_pair) for the tests that only read an export: each
-  such export made once in a session, (export_dir, checkpoint). A test that changes an
-  export, or the folder around it, makes its own with export_tiny."""
-  made = {}
+  such export made once in a session (this module's tests and tests/test_onnx_export.py's
+  share them), (export_dir, checkpoint). A test that changes an export, or the folder
+  around it, makes its own with export_tiny."""
 
   def export(kind="classification", truncation=None, text_pair=False):
     key = (kind, json.dumps(truncation, sort_keys=True), text_pair)
-    if key not in made:
-      made[key] = export_tiny(tmp_path_factory.mktemp("export"), kind, truncation, text_pair)
-    return made[key]
+    if key not in _SHARED_EXPORTS:
+      _SHARED_EXPORTS[key] = export_tiny(tmp_path_factory.mktemp("export"), kind, truncation,
+                                         text_pair)
+    return _SHARED_EXPORTS[key]
 
   return export
 

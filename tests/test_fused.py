@@ -9,6 +9,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from modeling import bert, fused
+from conftest import spread_over_runtimes
 from modeling.compat import setup_tensorflow
 
 TOLERANCE = 1e-5
@@ -375,7 +376,9 @@ def bf16_encoders(kernels, pooled_only):
     return session.run([b[:2] for b in built])
 
 
-@pytest.mark.parametrize("pooled_only", [False, True])
+# (The kernels' bfloat16 values and gradients are checked on both runtimes above; the
+# encoder's two layouts, one on each.)
+@pytest.mark.parametrize("pooled_only", spread_over_runtimes([False, True], on_both=0))
 def test_the_bf16_encoder_with_fused_kernels_is_as_close_to_float32_as_tensorflows(
     kernels, pooled_only):
   """In bfloat16 the fused encoder and TensorFlow's own ops both differ from float32; the

@@ -23,7 +23,7 @@ from serving.predictor import Predictor
 from spec.heads.soft_target import SoftTarget
 from spec.run_errors import FlagError
 from test_export import SPECS as EXPORT_SPECS
-from test_export import TEXTS, export_tiny, tiny_card, tiny_model_fn
+from test_export import TEXTS, export_tiny, tiny_card, tiny_exports, tiny_model_fn  # noqa: F401
 from test_hf_export import PROJECT_MODULES
 
 ONNX_PYTHON = os.path.join(ROOT, ".venvs", "onnx", "bin", "python")
@@ -50,10 +50,13 @@ def onnx_environment():
   return ONNX_PYTHON
 
 
-def export_with_onnx(tmp_path, kind, truncation=None, text_pair=False):
-  """export_tiny's SavedModel, and its ONNX folder written beside it as --do_export does."""
+def export_with_onnx(tmp_path, kind, truncation=None, text_pair=False, exports=None):
+  """export_tiny's SavedModel (or, with exports, test_export's tiny_exports, read only),
+  and its ONNX folder written under tmp_path as --do_export writes one into an export."""
   spec = SPECS[kind]
-  export_dir, checkpoint = export_tiny(tmp_path, kind, truncation, text_pair, spec=spec)
+  shared = exports and kind in EXPORT_SPECS  # (its own heads' exports are test_export's)
+  export_dir, checkpoint = (exports(kind, truncation, text_pair) if shared else
+                            export_tiny(tmp_path, kind, truncation, text_pair, spec=spec))
   card = tiny_card(spec, truncation, text_pair)
   with open(TINY_VOCAB, encoding="utf-8") as f:
     vocab_text = f.read()
@@ -67,11 +70,12 @@ def export_with_onnx(tmp_path, kind, truncation=None, text_pair=False):
 @pytest.mark.parametrize("kind,truncation,text_pair", [
     ("classification", None, False), ("multi_label", {"mode": "tail"}, False),
     ("soft_target", None, True), ("regression", {"mode": "head_tail", "head_tokens": 3}, True)])
-def test_onnx_gives_the_saved_models_outputs(tmp_path, kind, truncation, text_pair):
+def test_onnx_gives_the_saved_models_outputs(tmp_path, tiny_exports, kind, truncation,
+                                            text_pair):
   """For every head kind, pairs and each truncation: the fp32 ONNX model within 1e-4 of the
   SavedModel's predictor, and its results in the same shape; int8 near it."""
   from serving.onnx_predictor import OnnxPredictor
-  export_dir, folder = export_with_onnx(tmp_path, kind, truncation, text_pair)
+  export_dir, folder = export_with_onnx(tmp_path, kind, truncation, text_pair, tiny_exports)
   assert sorted(os.listdir(folder)) == ["files.json", "model.int8.onnx", "model.onnx",
                                         "model_card.json", "tokenizer.json", "vocab.txt"]
   items = list(zip(ONNX_TEXTS, ONNX_TEXTS[::-1])) if text_pair else ONNX_TEXTS

@@ -2,7 +2,7 @@
 checks and schedule, which padded batches the steps consumed, the timing arithmetic and
 the plain loop's weight decay (its window of batches is tools/windows.py's, tested in
 test_windows.py). They run here without torch or transformers, which live in the
-optional .venvs/hf environment that no test needs."""
+optional .venvs/hf environment that no test needs (but the hf tier's, at the end)."""
 
 import os
 
@@ -151,3 +151,32 @@ def test_the_optional_requirements_pin_exact_versions():
   assert {pin.split("==")[0] for pin in pins} >= {"torch", "transformers", "accelerate",
                                                    "numpy", "safetensors"}
   assert all(pin.count("==") == 1 for pin in pins), pins
+
+
+@pytest.mark.slow
+@pytest.mark.hf
+@pytest.mark.one_runtime("tf2")  # (its subject is PyTorch, in its own environment)
+def test_pytorchs_matmul_peaks_are_measured_as_tensorflows(tmp_path):
+  """In the Hugging Face environment: PyTorch's float32 peak, and its bfloat16 one exactly
+  where this CPU has bfloat16 units, named as the benchmark's machine line names
+  TensorFlow's (so that the Hugging Face rows' fraction of peak is of their own
+  framework's)."""
+  import json
+  import subprocess
+  from pipeline.machine import bf16_instructions
+  from test_hf_export import hf_environment
+  from tools.benchmark import environment_label, peaks_sentence
+  out = tmp_path / "peak.json"
+  done = subprocess.run([hf_environment(), "-m", "tools.bench_hf", "--measure_peak", "--out",
+                         str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                        universal_newlines=True, timeout=600)
+  assert done.returncode == 0, done.stdout[-3000:]
+  peak = json.loads(out.read_text())
+  assert peak["matmul_peak_gflops"] > 1
+  units = bf16_instructions()
+  assert (peak["bf16_matmul_peak_gflops"] is not None) == bool(units)
+  assert environment_label(peak).startswith("PyTorch %s / transformers " % peak["torch"])
+  sentence = peaks_sentence(peak)
+  assert sentence.startswith("matmul peak on PyTorch ")
+  assert ("bfloat16 %.1f GFLOP/s" % peak["bf16_matmul_peak_gflops"] if units else
+          "bfloat16 not measured: no bfloat16 matmul instructions") in sentence

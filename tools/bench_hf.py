@@ -74,6 +74,9 @@ def parse_args(argv=None):
   parser.add_argument("--eval_file", help="time-to-quality: hold out every row of this CSV")
   parser.add_argument("--vocab", help="an uncased BERT vocab.txt (speed mode)")
   parser.add_argument("--out", help="write the JSON result here too")
+  parser.add_argument("--measure_peak", action="store_true",
+                      help="only measure PyTorch's matrix-multiply peaks: float32, and "
+                           "bfloat16 where the CPU has instructions for it")
   parser.add_argument("--threads", type=int, default=os.cpu_count(),
                       help="torch.set_num_threads (default: every CPU)")
   parser.add_argument("--time_to_quality", action="store_true",
@@ -86,6 +89,8 @@ def parse_args(argv=None):
   args = parser.parse_args(argv)
   if args.time_to_quality and not args.model_dir:
     parser.error("--time_to_quality needs --model_dir")
+  if args.measure_peak:
+    return args
   if not args.time_to_quality and not args.vocab:
     parser.error("speed mode needs --vocab")
   if args.time_to_quality and not (args.train_file and args.eval_file):
@@ -399,6 +404,46 @@ def train_speed(args, model, tokenizer, features, lengths, clock):
   return recorder, epoch_figures(orders, lengths, args.batch)
 
 
+def matmul_peak_gflops(n=2048, repeats=10, rounds=5, dtype="float32"):
+  """Best observed GFLOP/s of an n x n matmul chain in dtype in PyTorch on this machine
+  (tools/bench_worker.py's for TensorFlow: the same chain, size and rounds)."""
+  import time
+  import torch
+  a = (torch.rand(n, n, generator=torch.Generator().manual_seed(0)) / n).to(
+      getattr(torch, dtype))
+  with torch.no_grad():
+    def chain():
+      product = a
+      for _ in range(repeats):
+        product = product @ a
+      return float(product.float().sum())
+    chain()
+    best = float("inf")
+    for _ in range(rounds):
+      start = time.time()
+      chain()
+      best = min(best, time.time() - start)
+  return 2.0 * n ** 3 * repeats / best / 1e9
+
+
+def peaks(threads):
+  """PyTorch's float32 matmul peak, and its bfloat16 one where the CPU has bfloat16
+  instructions (else None, with why), as tools/bench_worker.peaks gives TensorFlow's."""
+  import torch
+  from pipeline.machine import BF16_FLAGS, bf16_instructions
+  torch.set_num_threads(threads)
+  result = dict(runtime_info(), matmul_peak_gflops=matmul_peak_gflops(),
+                bf16_matmul_peak_gflops=None)
+  units = bf16_instructions()
+  if not units:
+    result["bf16_note"] = "no bfloat16 matmul instructions (%s)" % ", ".join(
+        flag.upper() for flag in BF16_FLAGS)
+  else:
+    result["bf16_matmul_peak_gflops"] = matmul_peak_gflops(dtype="bfloat16")
+    result["bf16_note"] = ", ".join(flag.upper() for flag in units)
+  return result
+
+
 def run_speed(args):
   import torch
   import transformers
@@ -491,7 +536,8 @@ def run_time_to_quality(args):
 def main(argv=None):
   args = parse_args(argv)
   try:
-    result = run_time_to_quality(args) if args.time_to_quality else run_speed(args)
+    result = (peaks(args.threads) if args.measure_peak else
+              run_time_to_quality(args) if args.time_to_quality else run_speed(args))
   except InputError as error:
     sys.exit("bench_hf: %s" % error)
   if args.out:

@@ -363,7 +363,8 @@ def write_outputs(rows, peaks, featurisation, args, machine, device_notes=()):
             "process right after training; tools/bench_worker.py matmul_floor_seconds). 1.0 "
             "would be a step that spends all its time in matrix multiplies; unlike a "
             "fraction of the peak, this does not move with the machine's square-matrix "
-            "speed. A row's % of matmul peak is of its own precision's peak.", "",
+            "speed. A row's % of matmul peak is of its own precision's peak on its own "
+            "framework (PyTorch's, measured alike, for the Hugging Face rows).", "",
             "This project's rows run the encoder's fused CPU kernels (modeling/fused.py, "
             "--fused_kernels=auto, as a run does on a CPU, in float32 or bfloat16; the "
             "profile times them against TensorFlow's own ops).", "",
@@ -548,10 +549,10 @@ def summarise_runs(measured, variant, peaks, bf16_peaks=None):
   r["train_gflops_per_example"] = r["train_flops_per_example"] / 1e9
   r["matmul_peak_gflops"] = peaks.get(r["environment"])  # (none on a TPU or in PyTorch)
   r["bf16_matmul_peak_gflops"] = (bf16_peaks or {}).get(r["environment"])
-  r.setdefault("precision", "float32")  # (Google's path, the Hugging Face rows' own note)
-  peak = (r["bf16_matmul_peak_gflops"] if r["precision"] == "bfloat16"
-          else r["matmul_peak_gflops"])
-  r["peak_precision"] = r["precision"] if peak else None
+  r.setdefault("precision", "float32")  # (Google's path; "bfloat16 (torch.autocast)")
+  in_bf16 = str(r["precision"]).startswith("bfloat16")
+  peak = r["bf16_matmul_peak_gflops"] if in_bf16 else r["matmul_peak_gflops"]
+  r["peak_precision"] = ("bfloat16" if in_bf16 else "float32") if peak else None
   r["fraction_of_peak"] = r["gflops_per_sec"] / peak if peak else None
   return r
 
@@ -635,11 +636,12 @@ def main(argv=None):
     sys.exit("benchmark: --tpu_name needs --tpu_work_dir=gs://bucket/folder (a TPU reads and "
              "writes Cloud Storage only)")
   peaks, bf16_peaks, gpu_counts, sentences = {}, {}, {}, []
-  for runtime in [r for r in runtimes if r != "hf"]:
+  for runtime in runtimes:  # (PyTorch's too, where Hugging Face's rows run)
     peak = run_worker(runtime, ["--measure_peak"], os.path.join(work, "peak_%s.json" % runtime))
     peaks[environment_label(peak)] = peak["matmul_peak_gflops"]
     bf16_peaks[environment_label(peak)] = peak.get("bf16_matmul_peak_gflops")
-    gpu_counts[runtime] = peak["device"]["count"] if peak["device"]["kind"] == "GPU" else 0
+    if runtime != "hf":  # (the GPUs TensorFlow sees)
+      gpu_counts[runtime] = peak["device"]["count"] if peak["device"]["kind"] == "GPU" else 0
     sentences.append(peaks_sentence(peak))
     print(sentences[-1])
   machine += "".join("; " + sentence for sentence in sentences)

@@ -4,12 +4,14 @@
                                    -> {"predictions": [<the predictor's result>, ...]}
   GET  /v1/models/<name>           the model's status, as TF Serving gives it
 
-Requests that arrive together are predicted together: a batcher takes the requests
-waiting (until their texts reach max_batch, or wait_seconds have passed since the first),
-runs the predictor on them in its own thread (in runs of at most max_batch texts), and
-gives each request its own results back, in its order. A bad request is answered with a
-4xx and {"error": "<what is wrong>"}; it never reaches a batch, and a batch that fails is
-run again request by request, so that only the request at fault fails.
+Requests that arrive together are predicted together: when the model is free, a batcher
+takes the requests waiting (until their texts reach max_batch; with a wait_seconds above
+0, also those that come within it of the first), runs the predictor on them in its own
+thread (in runs of at most max_batch texts), and gives each request its own results back,
+in its order. Requests that arrive while the model runs wait for the next batch. A bad
+request is answered with a 4xx and {"error": "<what is wrong>"}; it never reaches a batch,
+and a batch that fails is run again request by request, so that only the request at fault
+fails.
 
   python -m serving.server OUTPUT_OR_EXPORT_DIR [--port 8501] [--host 127.0.0.1]
                           [--backend=onnx]
@@ -115,7 +117,7 @@ def first_line(error):
   return (str(error).splitlines() or [type(error).__name__])[0]
 
 
-def make_app(predictor, model_name="model", max_batch=32, wait_seconds=0.002,
+def make_app(predictor, model_name="model", max_batch=32, wait_seconds=0.0,
              max_body_bytes=8 << 20, max_instances=4096, max_windows=4096):
   """The aiohttp application serving predictor as model_name."""
   version = os.path.basename(predictor.export_dir.rstrip("/"))

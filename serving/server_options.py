@@ -20,8 +20,10 @@ def parse_args(argv=None):
   parser.add_argument("--model_name", default="model", help="the <name> of the URLs")
   parser.add_argument("--max_batch", type=int, default=32,
                       help="the most texts predicted at once from waiting requests")
-  parser.add_argument("--batch_wait_ms", type=float, default=2.0,
-                      help="how long a batch waits for more requests after its first")
+  parser.add_argument("--batch_wait_ms", type=float, default=0.0, help=(
+      "how long a batch waits for more requests after its first (0: none; a batch takes "
+      "the requests waiting when the model is free, and those that arrive while it runs "
+      "make the next)"))
   parser.add_argument("--max_body_mb", type=float, default=8.0,
                       help="the largest request body taken")
   parser.add_argument("--max_instances", type=int, default=4096,

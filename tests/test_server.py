@@ -247,6 +247,49 @@ def test_the_batcher_predicts_waiting_requests_together(jigsaw_model, reference)
     _same(results, expected[3 * k:3 * k + 3])
 
 
+def test_without_a_wait_requests_that_come_during_a_run_make_the_next_batch(jigsaw_model,
+                                                                           reference):
+  """The default (no wait): the first request runs at once, alone; the nine sent while it
+  runs are predicted together in the next run, each with its own results."""
+  from serving.predictor import Predictor
+  from serving.server import Batcher
+  texts, expected = _texts(), reference[1]
+  runs, running = [], threading.Event()
+  with Predictor(jigsaw_model.output_dir) as predictor:
+    run_outputs = predictor.predict_outputs
+
+    def slow_first_run(examples):
+      runs.append(len(examples))
+      if len(runs) == 1:
+        running.set()
+        time.sleep(0.3)  # (the other requests arrive meanwhile)
+      return run_outputs(examples)
+    predictor.predict_outputs = slow_first_run
+
+    async def first_then_nine():
+      batcher = Batcher(predictor, max_batch=32, wait_seconds=0.0)
+      task = asyncio.get_event_loop().create_task(batcher.run())
+      requests = [[predictor.example(i, texts[i]) for i in range(k, k + 3)]
+                  for k in range(0, 30, 3)]
+      try:
+        first = asyncio.ensure_future(batcher.predict(requests[0]))
+        while not running.is_set():
+          await asyncio.sleep(0.005)
+        rest = [asyncio.ensure_future(batcher.predict(r)) for r in requests[1:]]
+        return await asyncio.gather(first, *rest)
+      finally:
+        task.cancel()
+        batcher.thread.shutdown(wait=True)
+    loop = asyncio.new_event_loop()
+    try:
+      answers = loop.run_until_complete(first_then_nine())
+    finally:
+      loop.close()
+  assert runs == [3, 27]
+  for k, results in enumerate(answers):
+    _same(results, expected[3 * k:3 * k + 3])
+
+
 def test_a_failing_batch_fails_only_the_request_at_fault(jigsaw_model, reference):
   from serving.predictor import Predictor
   from serving.server import Batcher

@@ -144,8 +144,9 @@ def pooled_and_gradients(scope, kernels, config, inputs, pooled_only):
   return pooled, dict(zip(names, [tf.convert_to_tensor(g) for g in grads])), variables
 
 
-@pytest.mark.parametrize("pooled_only", [False, True])  # (True: a classifier's, [CLS] last)
-def test_the_encoder_with_fused_kernels_is_the_encoder_without(kernels, pooled_only):
+def small_encoder():
+  """(a 2-layer encoder's config, its inputs (ids, mask, types)): 3 rows of 11 tokens, the
+  first padded after 6, two segments."""
   config = bert.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2,
                            num_attention_heads=4, intermediate_size=64)
   rng = np.random.RandomState(4)
@@ -154,10 +155,16 @@ def test_the_encoder_with_fused_kernels_is_the_encoder_without(kernels, pooled_o
   mask[0, 6:] = 0
   types = np.zeros_like(ids)
   types[:, 5:] = 1
+  return config, (ids, mask, types)
+
+
+@pytest.mark.parametrize("pooled_only", [False, True])  # (True: a classifier's, [CLS] last)
+def test_the_encoder_with_fused_kernels_is_the_encoder_without(kernels, pooled_only):
+  config, inputs = small_encoder()
   with tf.Graph().as_default():
-    plain = pooled_and_gradients("plain", None, config, (ids, mask, types), pooled_only)
-    fast = pooled_and_gradients("fused", kernels.FusedKernels(seed_of(0)), config,
-                                (ids, mask, types), pooled_only)
+    plain = pooled_and_gradients("plain", None, config, inputs, pooled_only)
+    fast = pooled_and_gradients("fused", kernels.FusedKernels(seed_of(0)), config, inputs,
+                                pooled_only)
     fused_variables = {v.op.name[len("fused/"):]: v for v in fast[2]}
     same_weights = [fused_variables[v.op.name[len("plain/"):]].assign(v) for v in plain[2]]
     with tf.Session() as session:
@@ -347,18 +354,11 @@ def bf16_encoders(kernels, pooled_only):
   """(pooled output and gradients by variable name) of the float32 encoder, the bfloat16
   encoder on TensorFlow's ops, and the bfloat16 encoder on the fused kernels, all with
   one set of weights and without dropout."""
-  config = bert.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2,
-                           num_attention_heads=4, intermediate_size=64)
-  rng = np.random.RandomState(4)
-  ids = rng.randint(1, 99, [3, 11]).astype(np.int32)
-  mask = np.ones_like(ids)
-  mask[0, 6:] = 0
-  types = np.zeros_like(ids)
-  types[:, 5:] = 1
+  config, inputs = small_encoder()
   built = []
   for scope, dtype, ops in (("reference", tf.float32, None), ("plain", tf.bfloat16, None),
                             ("fused", tf.bfloat16, kernels.FusedKernels(seed_of(0)))):
-    model = bert.BertModel(config, False, *[tf.constant(x) for x in (ids, mask, types)],
+    model = bert.BertModel(config, False, *[tf.constant(x) for x in inputs],
                            scope=scope, fused_kernels=ops, pooled_only=pooled_only,
                            compute_dtype=dtype)
     pooled = model.get_pooled_output()

@@ -215,11 +215,36 @@ def test_every_request_leaves_one_log_line_whoever_hangs_up(running):
     json.loads(answer.split(b"\r\n\r\n", 1)[1].decode())  # (a JSON body)
   assert "Traceback" not in added
 
+
+def _ten_requests_of_three_texts(predictor, texts):
+  """Ten requests of three texts each: texts 0-2, 3-5, ... 27-29."""
+  return [[predictor.example(i, texts[i]) for i in range(k, k + 3)] for k in range(0, 30, 3)]
+
+
+def _with_batcher(predictor, wait_seconds, send):
+  """What the coroutine send(batcher) returns, run on a new event loop beside a running
+  Batcher of predictor (at most 32 texts a batch), which is stopped afterwards."""
+  from serving.server import Batcher
+
+  async def beside_a_batcher():
+    batcher = Batcher(predictor, max_batch=32, wait_seconds=wait_seconds)
+    task = asyncio.get_event_loop().create_task(batcher.run())
+    try:
+      return await send(batcher)
+    finally:
+      task.cancel()
+      batcher.thread.shutdown(wait=True)
+  loop = asyncio.new_event_loop()
+  try:
+    return loop.run_until_complete(beside_a_batcher())
+  finally:
+    loop.close()
+
+
 def test_the_batcher_predicts_waiting_requests_together(jigsaw_model, reference):
   """Ten requests at once: fewer runs of the model than requests, every text once, and
   each request's own results back."""
   from serving.predictor import Predictor
-  from serving.server import Batcher
   texts, expected = _texts(), reference[1]
   runs = []
   with Predictor(jigsaw_model.output_dir) as predictor:
@@ -227,21 +252,10 @@ def test_the_batcher_predicts_waiting_requests_together(jigsaw_model, reference)
     predictor.predict_outputs = lambda examples: (runs.append(len(examples)),
                                                   run_outputs(examples))[1]
 
-    async def ten_requests():
-      batcher = Batcher(predictor, max_batch=32, wait_seconds=0.05)
-      task = asyncio.get_event_loop().create_task(batcher.run())
-      requests = [[predictor.example(i, texts[i]) for i in range(k, k + 3)]
-                  for k in range(0, 30, 3)]
-      try:
-        return await asyncio.gather(*[batcher.predict(r) for r in requests])
-      finally:
-        task.cancel()
-        batcher.thread.shutdown(wait=True)
-    loop = asyncio.new_event_loop()
-    try:
-      answers = loop.run_until_complete(ten_requests())
-    finally:
-      loop.close()
+    async def ten_requests(batcher):
+      return await asyncio.gather(*[batcher.predict(r)
+                                    for r in _ten_requests_of_three_texts(predictor, texts)])
+    answers = _with_batcher(predictor, 0.05, ten_requests)
   assert sum(runs) == 30 and len(runs) < 10
   for k, results in enumerate(answers):
     _same(results, expected[3 * k:3 * k + 3])
@@ -252,7 +266,6 @@ def test_without_a_wait_requests_that_come_during_a_run_make_the_next_batch(jigs
   """The default (no wait): the first request runs at once, alone; the nine sent while it
   runs are predicted together in the next run, each with its own results."""
   from serving.predictor import Predictor
-  from serving.server import Batcher
   texts, expected = _texts(), reference[1]
   runs, running = [], threading.Event()
   with Predictor(jigsaw_model.output_dir) as predictor:
@@ -266,25 +279,14 @@ def test_without_a_wait_requests_that_come_during_a_run_make_the_next_batch(jigs
       return run_outputs(examples)
     predictor.predict_outputs = slow_first_run
 
-    async def first_then_nine():
-      batcher = Batcher(predictor, max_batch=32, wait_seconds=0.0)
-      task = asyncio.get_event_loop().create_task(batcher.run())
-      requests = [[predictor.example(i, texts[i]) for i in range(k, k + 3)]
-                  for k in range(0, 30, 3)]
-      try:
-        first = asyncio.ensure_future(batcher.predict(requests[0]))
-        while not running.is_set():
-          await asyncio.sleep(0.005)
-        rest = [asyncio.ensure_future(batcher.predict(r)) for r in requests[1:]]
-        return await asyncio.gather(first, *rest)
-      finally:
-        task.cancel()
-        batcher.thread.shutdown(wait=True)
-    loop = asyncio.new_event_loop()
-    try:
-      answers = loop.run_until_complete(first_then_nine())
-    finally:
-      loop.close()
+    async def first_then_nine(batcher):
+      requests = _ten_requests_of_three_texts(predictor, texts)
+      first = asyncio.ensure_future(batcher.predict(requests[0]))
+      while not running.is_set():
+        await asyncio.sleep(0.005)
+      rest = [asyncio.ensure_future(batcher.predict(r)) for r in requests[1:]]
+      return await asyncio.gather(first, *rest)
+    answers = _with_batcher(predictor, 0.0, first_then_nine)
   assert runs == [3, 27]
   for k, results in enumerate(answers):
     _same(results, expected[3 * k:3 * k + 3])
@@ -292,7 +294,6 @@ def test_without_a_wait_requests_that_come_during_a_run_make_the_next_batch(jigs
 
 def test_a_failing_batch_fails_only_the_request_at_fault(jigsaw_model, reference):
   from serving.predictor import Predictor
-  from serving.server import Batcher
   texts, expected = _texts(), reference[1]
   with Predictor(jigsaw_model.output_dir) as predictor:
     run_outputs = predictor.predict_outputs
@@ -303,22 +304,12 @@ def test_a_failing_batch_fails_only_the_request_at_fault(jigsaw_model, reference
       return run_outputs(examples)
     predictor.predict_outputs = refusing_poison
 
-    async def three_requests():
-      batcher = Batcher(predictor, max_batch=32, wait_seconds=0.05)
-      task = asyncio.get_event_loop().create_task(batcher.run())
+    async def three_requests(batcher):
       requests = [[predictor.example(0, texts[0])], [predictor.example(0, "poison")],
                   [predictor.example(0, texts[1])]]
-      try:
-        return await asyncio.gather(*[batcher.predict(r) for r in requests],
-                                    return_exceptions=True)
-      finally:
-        task.cancel()
-        batcher.thread.shutdown(wait=True)
-    loop = asyncio.new_event_loop()
-    try:
-      first, poisoned, last = loop.run_until_complete(three_requests())
-    finally:
-      loop.close()
+      return await asyncio.gather(*[batcher.predict(r) for r in requests],
+                                  return_exceptions=True)
+    first, poisoned, last = _with_batcher(predictor, 0.05, three_requests)
   _same(first, expected[:1])
   _same(last, expected[1:2])
   assert isinstance(poisoned, ValueError) and str(poisoned) == "the model cannot take this"

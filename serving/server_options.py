@@ -8,6 +8,7 @@ import socket
 
 DEFAULT_PORT = 8501  # (TF Serving's REST port)
 BACKENDS = ("tf", "onnx")
+MAX_BATCH_WAIT_MS = 1000  # (a batch's wait for more requests; a lone request waits it out)
 
 
 def parse_args(argv=None):
@@ -21,9 +22,9 @@ def parse_args(argv=None):
   parser.add_argument("--max_batch", type=int, default=32,
                       help="the most texts predicted at once from waiting requests")
   parser.add_argument("--batch_wait_ms", type=float, default=0.0, help=(
-      "how long a batch waits for more requests after its first (0: none; a batch takes "
-      "the requests waiting when the model is free, and those that arrive while it runs "
-      "make the next)"))
+      "how long a batch waits for more requests after its first, at most %d (0: none; a "
+      "batch takes the requests waiting when the model is free, and those that arrive "
+      "while it runs make the next)" % MAX_BATCH_WAIT_MS))
   parser.add_argument("--max_body_mb", type=float, default=8.0,
                       help="the largest request body taken")
   parser.add_argument("--max_instances", type=int, default=4096,
@@ -62,8 +63,9 @@ def problem(args):
                              ("max_windows", args.max_windows, 1)):
     if value < least:
       return "--%s=%d must be 1 or more" % (name, value)
-  if not (math.isfinite(args.batch_wait_ms) and args.batch_wait_ms >= 0):
-    return "--batch_wait_ms=%r must be a number of milliseconds, 0 or more" % args.batch_wait_ms
+  if not 0 <= args.batch_wait_ms <= MAX_BATCH_WAIT_MS:  # (False for nan too)
+    return ("--batch_wait_ms=%r must be a number of milliseconds from 0 to %d (a lone "
+            "request waits that long for others)" % (args.batch_wait_ms, MAX_BATCH_WAIT_MS))
   if not (math.isfinite(args.max_body_mb) and args.max_body_mb > 0):
     return "--max_body_mb=%r must be a number of megabytes above 0" % args.max_body_mb
   try:

@@ -33,7 +33,12 @@ def serve(*args):
     (["--port", "0"], "--port=0 is not a TCP port: give one from 1 to 65535"),
     (["--port", "99999"], "--port=99999 is not a TCP port"),
     (["--max_batch", "0"], "--max_batch=0 must be 1 or more"),
-    (["--batch_wait_ms", "nan"], "--batch_wait_ms=nan must be a number of milliseconds"),
+    (["--batch_wait_ms", "nan"], "--batch_wait_ms=nan must be a number of milliseconds "
+                                 "from 0 to 1000"),
+    (["--batch_wait_ms", "-1"], "--batch_wait_ms=-1.0 must be a number of milliseconds"),
+    (["--batch_wait_ms", "1e300"], "--batch_wait_ms=1e+300 must be a number of milliseconds "
+                                   "from 0 to 1000 (a lone request waits that long for "
+                                   "others)"),
     (["--max_body_mb", "inf"], "--max_body_mb=inf must be a number of megabytes above 0"),
     (["--host", "no-such-host.invalid"], "--host=no-such-host.invalid is not an address of "
                                          "this machine"),

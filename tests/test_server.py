@@ -316,15 +316,27 @@ def test_a_failing_batch_fails_only_the_request_at_fault(jigsaw_model, reference
 
 
 @pytest.mark.one_runtime("tf2")
-def test_run_sh_serve_takes_a_path_from_where_it_is_run(jigsaw_model, tmp_path):
-  """./run.sh serve from another folder, with a path relative to it."""
+def test_run_sh_serve_takes_a_path_from_where_it_is_run(jigsaw_model, reference, tmp_path):
+  """./run.sh serve from another folder, with a path relative to it; with its default
+  options (no batch wait), twelve concurrent one-text requests each get their text's
+  answer."""
   port = free_port()
   folder, name = os.path.split(jigsaw_model.output_dir)
   process, url = serving(["bash", os.path.join(ROOT, "run.sh"), "serve", name, "--port",
                            str(port)], folder, port, str(tmp_path / "serve.log"))
+  texts, expected = _texts()[:12], reference[1][:12]
+  answers = [None] * len(texts)
+
+  def ask(i):
+    answers[i] = _call(url + ":predict", {"instances": [texts[i]]})
   try:
-    status, answer = _call(url + ":predict", {"instances": ["thanks"]})
-    assert status == 200 and len(answer["predictions"]) == 1
+    clients = [threading.Thread(target=ask, args=(i,)) for i in range(len(texts))]
+    for client in clients:
+      client.start()
+    for client in clients:
+      client.join()
+    assert [status for status, _ in answers] == [200] * len(texts)
+    _same([answer["predictions"][0] for _, answer in answers], expected)
   finally:
     process.terminate()
     process.wait(30)

@@ -57,6 +57,24 @@ def onednn_problem(tf_version, environ=None):
   return None
 
 
+def matmul_peaks(measure, runtime_problem=None):
+  """A framework's matrix-multiply peaks as the benchmark records them: measure(dtype)
+  (GFLOP/s) in float32, and in bfloat16 where the CPU has bfloat16 matmul instructions and
+  runtime_problem (why the framework does not compute in them) is None; bf16_note names
+  the instructions, or why there is no bfloat16 peak."""
+  result = dict(matmul_peak_gflops=measure("float32"), bf16_matmul_peak_gflops=None)
+  units = bf16_instructions()
+  if not units:
+    result["bf16_note"] = "no bfloat16 matmul instructions (%s)" % ", ".join(
+        flag.upper() for flag in BF16_FLAGS)
+  elif runtime_problem:
+    result["bf16_note"] = runtime_problem
+  else:
+    result["bf16_matmul_peak_gflops"] = measure("bfloat16")
+    result["bf16_note"] = ", ".join(flag.upper() for flag in units)
+  return result
+
+
 def describe_cpu():
   """{"kind": "CPU", "count": cores, "description": "<model>, <cores> cores"}."""
   return {"kind": "CPU", "count": os.cpu_count(),

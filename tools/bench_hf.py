@@ -430,18 +430,9 @@ def peaks(threads):
   """PyTorch's float32 matmul peak, and its bfloat16 one where the CPU has bfloat16
   instructions (else None, with why), as tools/bench_worker.peaks gives TensorFlow's."""
   import torch
-  from pipeline.machine import BF16_FLAGS, bf16_instructions
+  from pipeline.machine import matmul_peaks
   torch.set_num_threads(threads)
-  result = dict(runtime_info(), matmul_peak_gflops=matmul_peak_gflops(),
-                bf16_matmul_peak_gflops=None)
-  units = bf16_instructions()
-  if not units:
-    result["bf16_note"] = "no bfloat16 matmul instructions (%s)" % ", ".join(
-        flag.upper() for flag in BF16_FLAGS)
-  else:
-    result["bf16_matmul_peak_gflops"] = matmul_peak_gflops(dtype="bfloat16")
-    result["bf16_note"] = ", ".join(flag.upper() for flag in units)
-  return result
+  return dict(runtime_info(), **matmul_peaks(lambda dtype: matmul_peak_gflops(dtype=dtype)))
 
 
 def run_speed(args):

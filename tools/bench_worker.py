@@ -27,7 +27,7 @@ import platform
 import sys
 import time
 
-from pipeline.machine import BF16_FLAGS, bf16_instructions, onednn_problem  # (plain Python)
+from pipeline.machine import matmul_peaks, onednn_problem  # (plain Python)
 from tools.windows import InputError, mean, pool_size, stratified_window  # (plain Python)
 
 MODELS = {  # BERT shapes: layers, hidden, heads, intermediate
@@ -101,17 +101,8 @@ def peaks():
   """The float32 matmul peak, and the bfloat16 one where the CPU has instructions for it
   and the runtime computes in it (TF 2 with oneDNN), else None with why."""
   import tensorflow as tf
-  result = dict(matmul_peak_gflops=matmul_peak_gflops(), bf16_matmul_peak_gflops=None)
-  units = bf16_instructions()
-  if not units:
-    result["bf16_note"] = "no bfloat16 matmul instructions (%s)" % ", ".join(
-        flag.upper() for flag in BF16_FLAGS)
-  elif onednn_problem(tf.__version__):
-    result["bf16_note"] = onednn_problem(tf.__version__)
-  else:
-    result["bf16_matmul_peak_gflops"] = matmul_peak_gflops(dtype="bfloat16")
-    result["bf16_note"] = ", ".join(flag.upper() for flag in units)
-  return result
+  return matmul_peaks(lambda dtype: matmul_peak_gflops(dtype=dtype),
+                      onednn_problem(tf.__version__))
 
 
 def matmul_peak_gflops(n=2048, repeats=10, rounds=5, dtype="float32"):

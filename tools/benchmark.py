@@ -620,7 +620,8 @@ def main(argv=None):
   if not runtimes:
     sys.exit("benchmark: no environment in .venvs; run ./run.sh setup first")
   from pipeline.machine import bf16_instructions
-  variants = requested_variants(args.variants, bf16_instructions())
+  bf16_units = bf16_instructions()
+  variants = requested_variants(args.variants, bf16_units)
   if any(v in HF_VARIANTS for v in variants):
     if not os.path.exists(python_of("hf")):
       sys.exit("benchmark: the Hugging Face rows need the optional environment .venvs/hf; "
@@ -646,7 +647,7 @@ def main(argv=None):
     print(sentences[-1])
   machine += "".join("; " + sentence for sentence in sentences)
   extra, device_notes = device_variants(gpu_counts, args.tpu_name)
-  more, precision_notes = precision_variants(variants, bf16_instructions(), runtimes)
+  more, precision_notes = precision_variants(variants, bf16_units, runtimes)
   extra, device_notes = extra + more, device_notes + precision_notes
   for note in device_notes:
     print(note)

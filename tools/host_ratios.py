@@ -155,10 +155,10 @@ def measured_in(runs, index):
 def readme_line(runs):
   """The README's row of speed: the ratios' ranges for MiniLM over the runs."""
   peaks = [p for run in runs for p in run["peaks"].values()] or [float("nan")]
+  bf16_runs = measured_in(runs, 5)
   bf16 = ("; on a CPU with bfloat16 units (TF 2.15), bfloat16 trains %s as fast as "
-          "float32 (%d run%s)" % (span(runs, 5), measured_in(runs, 5),
-                                  "" if measured_in(runs, 5) == 1 else "s")
-          if measured_in(runs, 5) else "")
+          "float32 (%d run%s)" % (span(runs, 5), bf16_runs, "" if bf16_runs == 1 else "s")
+          if bf16_runs else "")
   return ("| speed | MiniLM at 128 and 220 tokens on a 2-core CPU: with dynamic padding "
           "%s the fastest Hugging Face path (in either precision) and %s Google's "
           "`run_classifier`; with fixed padding (a TPU's shapes) %s Google's; %s of the "

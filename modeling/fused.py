@@ -2,7 +2,8 @@
 
 The kernels do the elementwise work around the encoder's matrix multiplies in one pass
 each way: bias + GELU, dropout + bias + residual + layer norm, and the attention's scale +
-mask + softmax + dropout. The C++ file is compiled for the running TensorFlow the first
+mask + softmax + dropout; and the optimizer's update of each variable (clipped gradient,
+weight decay and Adam) in one pass. The C++ file is compiled for the running TensorFlow the first
 time it is needed (a few seconds; `./run.sh setup` does it ahead), into .cache/kernels
 under the project, named by TensorFlow's version and the source's hash so that a changed
 source or another runtime never loads a stale library. They run on the CPU, on
@@ -206,6 +207,16 @@ class FusedKernels(object):
   def dropout(self, x, rate, site):
     """x * (1 / (1 - rate) or 0), element by element, by the seed's mask at site."""
     return self.ops.bert_dropout(x, self.seed, rate=rate, site=site) if rate else x
+
+  def adam_weight_decay(self, param, m, v, grad, grad_scale, lr, decay, beta1, beta2,
+                        epsilon):
+    """AdamWeightDecay's update of the float32 resource variable param and its slots m and
+    v in one pass (an op with no outputs): grad * grad_scale is the clipped gradient, and
+    param is multiplied by decay (1 - lr * the weight-decay rate, or 1) before Adam's step
+    of lr (no bias correction)."""
+    return self.ops.bert_adam_weight_decay(
+        param.handle, m.handle, v.handle, grad, grad_scale, lr, decay, beta1=beta1,
+        beta2=beta2, epsilon=epsilon)
 
   def dropout_multipliers(self, rate, site, size):
     """What the kernels multiply elements 0 .. size - 1 by: 1 / (1 - rate) or 0."""

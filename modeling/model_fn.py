@@ -50,9 +50,10 @@ class ModelSettings(object):
   CPU).
   freeze_encoder: train the head alone; the encoder keeps its initial weights (restored
   as usual) and runs without dropout.
-  fused_kernels: BertModel runs modeling.fused's CPU kernels (float32, one CPU device; the
-  caller decides, pipeline.build.fused_kernels_for), in every mode. Not for a graph that
-  is exported: a SavedModel must load without this project's library.
+  fused_kernels: BertModel runs modeling.fused's CPU kernels (one CPU device; the caller
+  decides, pipeline.build.fused_kernels_for), in every mode, and training's optimizer
+  its update kernel. Not for a graph that is exported: a SavedModel must load without
+  this project's library.
   classifier_dropout: the training dropout rate on what the head reads; None: the
   config's hidden_dropout_prob, as Google's classifier.
   positive_weights: a sigmoid head's training loss weighs each output's positives by its
@@ -174,7 +175,8 @@ def model_fn_builder(bert_config, label_spec, settings):
       loss_scale = DynamicLossScale() if s.precision == "float16" else None
       train_op = create_train_op(loss, s.learning_rate, s.num_train_steps, s.num_warmup_steps,
                                  s.use_tpu, accumulation_steps=s.gradient_accumulation_steps,
-                                 loss_scale=loss_scale, cross_shard=s.cross_shard)
+                                 loss_scale=loss_scale, cross_shard=s.cross_shard,
+                                 kernels=kernels)
       scalars = {"learning_rate": learning_rate_schedule(
           s.learning_rate, s.num_train_steps, s.num_warmup_steps, tf.train.get_global_step())}
       if loss_scale is not None:

@@ -36,11 +36,16 @@ class AdamWeightDecayOptimizer(tf.train.Optimizer):
 
   Its slots are variables named `<param>/adam_m` and `<param>/adam_v`, as in
   Google's checkpoints. It does not increment the global step.
+
+  kernels: a modeling.fused.FusedKernels (one CPU device): each variable's update, with
+  its gradient's clipping factor (apply_gradients' grad_scale), runs as one fused kernel.
   """
 
   def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9, beta_2=0.999,
-               epsilon=1e-6, exclude_from_weight_decay=None, name="AdamWeightDecayOptimizer"):
+               epsilon=1e-6, exclude_from_weight_decay=None, name="AdamWeightDecayOptimizer",
+               kernels=None):
     super(AdamWeightDecayOptimizer, self).__init__(False, name)
+    self.kernels = kernels
     self.learning_rate = learning_rate
     self.weight_decay_rate = weight_decay_rate
     self.beta_1 = beta_1
@@ -57,15 +62,37 @@ class AdamWeightDecayOptimizer(tf.train.Optimizer):
                                    initializer=tf.zeros_initializer())
                    for suffix in ("/adam_m", "/adam_v"))
 
-  def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+  def apply_gradients(self, grads_and_vars, global_step=None, name=None, grad_scale=None):
+    """grad_scale: what every gradient is multiplied by first (global_norm_scale's
+    clipping), within the fused kernel; only with kernels (without them, pass clipped
+    gradients)."""
+    if grad_scale is not None and self.kernels is None:
+      raise ValueError("grad_scale is applied by the fused kernel: clip the gradients first")
     updates = []
     for grad, param in grads_and_vars:
       if grad is None or param is None:
         continue
       if isinstance(grad, tf.IndexedSlices):
         grad = tf.convert_to_tensor(grad)  # Every row's moments decay, touched or not.
-      updates.append(self._apply_dense(grad, param))
+      if self.kernels is not None:
+        updates.append(self._apply_fused(grad, param, 1.0 if grad_scale is None else grad_scale))
+      else:
+        updates.append(self._apply_dense(grad, param))
     return tf.group(*updates, name=name)
+
+  def _decay_factor(self, param):
+    """What param is multiplied by before Adam's step: 1 - lr * the weight-decay rate."""
+    return 1.0 - self.learning_rate * self.weight_decay_rate
+
+  def _apply_fused(self, grad, param, grad_scale):
+    """_apply_dense's arithmetic, with the gradient's clipping, in one kernel."""
+    m, v = self.slots(param)
+    decay = (self._decay_factor(param) if self.uses_weight_decay(variable_name(param.name))
+             else 1.0)
+    return self.kernels.adam_weight_decay(
+        param, m, v, grad, tf.cast(grad_scale, tf.float32),
+        tf.cast(self.learning_rate, tf.float32), tf.cast(decay, tf.float32), self.beta_1,
+        self.beta_2, self.epsilon)
 
   def _apply_dense(self, grad, param):
     """param -= lr * (m / (sqrt(v) + eps) + wd * param), with m and v updated first.
@@ -78,11 +105,14 @@ class AdamWeightDecayOptimizer(tf.train.Optimizer):
     m, v = self.slots(param)
     decay = []
     if self.uses_weight_decay(variable_name(param.name)):
-      # A raw assign of the replica's own copy: under a MirroredStrategy, param.assign
-      # would ask for an aggregation; every replica applies the same update here.
-      decay.append(tf.raw_ops.AssignVariableOp(
-          resource=param.handle,
-          value=param.read_value() * (1.0 - self.learning_rate * self.weight_decay_rate)))
+      # After the gradient: nothing else orders this read and assign after the forward
+      # pass's read of param, which would otherwise race them and sometimes see the
+      # decayed value. A raw assign of the replica's own copy: under a MirroredStrategy,
+      # param.assign would ask for an aggregation; every replica applies the same update.
+      with tf.control_dependencies([grad]):
+        decay.append(tf.raw_ops.AssignVariableOp(
+            resource=param.handle,
+            value=param.read_value() * self._decay_factor(param)))
     with tf.control_dependencies(decay):
       return tf.raw_ops.ResourceApplyAdam(
           var=param.handle, m=m.handle, v=v.handle, beta1_power=0.0, beta2_power=0.0,
@@ -101,8 +131,17 @@ def variable_name(name):
   return match.group(1) if match else name
 
 
+def global_norm_scale(gradients, clip_norm):
+  """What tf.clip_by_global_norm multiplies every gradient by: clip_norm / max(their
+  global norm, clip_norm); NaN when the norm is not finite. Computed as it does, so that
+  grad * this scale is its clipped gradient exactly."""
+  norm = tf.global_norm(gradients)
+  scale = clip_norm * tf.minimum(1.0 / norm, tf.constant(1.0, norm.dtype) / clip_norm)
+  return scale + (norm - norm)
+
+
 def create_train_op(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
-                    accumulation_steps=1, loss_scale=None, cross_shard=None):
+                    accumulation_steps=1, loss_scale=None, cross_shard=None, kernels=None):
   """Builds the train op: clipped gradients, AdamWeightDecay, and a global-step increment.
 
   On TPU the optimizer is wrapped in CrossShardOptimizer, which scales the loss by
@@ -116,15 +155,21 @@ def create_train_op(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
   With a loss_scale (a DynamicLossScale, for float16), the loss is scaled before
   differentiation and a step whose gradients are not finite is skipped (the
   global step still advances, so training always ends).
+
+  kernels (a modeling.fused.FusedKernels, one CPU device): each variable's clipping,
+  weight decay and Adam step run as one fused kernel, with the same arithmetic.
   """
   global_step = tf.train.get_or_create_global_step()
   with tf.name_scope(UPDATE_SCOPE):
     learning_rate = learning_rate_schedule(init_lr, num_train_steps, num_warmup_steps,
                                            global_step)
   optimizer = AdamWeightDecayOptimizer(learning_rate, weight_decay_rate=WEIGHT_DECAY_RATE,
-                                       exclude_from_weight_decay=NO_DECAY_PATTERNS)
+                                       exclude_from_weight_decay=NO_DECAY_PATTERNS,
+                                       kernels=kernels)
   if use_tpu and accumulation_steps > 1:
     raise ValueError("gradient accumulation is not supported on TPU")
+  if kernels is not None and (use_tpu or cross_shard):
+    raise ValueError("the fused optimizer kernel runs on a CPU, not on TPU")
   if use_tpu if cross_shard is None else cross_shard:
     optimizer = tf.tpu.CrossShardOptimizer(optimizer)
   if loss_scale is not None and accumulation_steps > 1:
@@ -135,8 +180,13 @@ def create_train_op(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu,
 
   def apply(gradients):
     with tf.name_scope(UPDATE_SCOPE):
-      clipped, _ = tf.clip_by_global_norm(gradients, clip_norm=CLIP_NORM)
-      apply_op = optimizer.apply_gradients(zip(clipped, tvars), global_step=global_step)
+      if kernels is not None:
+        apply_op = optimizer.apply_gradients(
+            zip(gradients, tvars), global_step=global_step,
+            grad_scale=global_norm_scale(gradients, CLIP_NORM))
+      else:
+        clipped, _ = tf.clip_by_global_norm(gradients, clip_norm=CLIP_NORM)
+        apply_op = optimizer.apply_gradients(zip(clipped, tvars), global_step=global_step)
       with tf.control_dependencies([apply_op]):
         return tf.group(apply_op, global_step.assign_add(1))
 

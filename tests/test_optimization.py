@@ -1,13 +1,31 @@
-"""AdamWeightDecay, the learning-rate schedule, and one full training step."""
+"""AdamWeightDecay (TensorFlow's ops, and the fused kernel), the learning-rate schedule,
+and one full training step."""
 
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
 from conftest import THREE_CLASSES, model_features, small_config
+from modeling import fused
+from modeling.compat import setup_tensorflow
 from modeling.model_fn import ModelSettings, model_fn_builder
-from modeling.optimization import (AdamWeightDecayOptimizer, NO_DECAY_PATTERNS,
-                                   create_train_op, learning_rate_schedule)
+from modeling.optimization import (AdamWeightDecayOptimizer, CLIP_NORM, NO_DECAY_PATTERNS,
+                                   create_train_op, global_norm_scale,
+                                   learning_rate_schedule)
+
+# The update's two paths: TensorFlow's ops, and one fused kernel a variable.
+PATHS = ["tensorflow_ops", "fused_kernel"]
+
+
+def kernels_of(path):
+  """None, or the fused kernels (whose absence fails: a CPU run uses them by default)."""
+  if path == "tensorflow_ops":
+    return None
+  setup_tensorflow()
+  reason = fused.unavailable_reason()
+  if reason:
+    pytest.fail("the fused kernels do not build here: %s" % reason)
+  return fused.FusedKernels(tf.constant([1, 0], tf.int64))
 
 
 def test_learning_rate_warms_up_then_decays_linearly():
@@ -36,7 +54,8 @@ def _adam_reference(param, grad, lr, decay, steps=1, b1=0.9, b2=0.999, eps=1e-6)
   return param
 
 
-def test_adam_weight_decay_matches_numpy_and_skips_layernorm_and_bias():
+@pytest.mark.parametrize("path", PATHS)
+def test_adam_weight_decay_matches_numpy_and_skips_layernorm_and_bias(path):
   rng = np.random.RandomState(0)
   values = {name: rng.randn(3, 2).astype(np.float32)
             for name in ("layer/kernel", "layer/bias", "layer/LayerNorm/gamma")}
@@ -47,7 +66,8 @@ def test_adam_weight_decay_matches_numpy_and_skips_layernorm_and_bias():
       with tf.variable_scope(name.rsplit("/", 1)[0]):
         variables[name] = tf.get_variable(name.rsplit("/", 1)[1], initializer=value)
     optimizer = AdamWeightDecayOptimizer(0.1, weight_decay_rate=0.01,
-                                         exclude_from_weight_decay=NO_DECAY_PATTERNS)
+                                         exclude_from_weight_decay=NO_DECAY_PATTERNS,
+                                         kernels=kernels_of(path))
     train = optimizer.apply_gradients([(tf.constant(grads[n]), variables[n]) for n in values])
     with tf.Session() as session:
       session.run(tf.global_variables_initializer())
@@ -62,7 +82,8 @@ def test_adam_weight_decay_matches_numpy_and_skips_layernorm_and_bias():
     np.testing.assert_allclose(after[name], expected, rtol=1e-5, atol=1e-6)
 
 
-def test_sparse_embedding_gradient_updates_every_row_as_its_dense_sum():
+@pytest.mark.parametrize("path", PATHS)
+def test_sparse_embedding_gradient_updates_every_row_as_its_dense_sum(path):
   """An IndexedSlices gradient (a gather's) with repeated ids: untouched rows still decay."""
   rng = np.random.RandomState(1)
   table = rng.randn(5, 3).astype(np.float32)
@@ -74,7 +95,7 @@ def test_sparse_embedding_gradient_updates_every_row_as_its_dense_sum():
     with tf.variable_scope("embeddings"):
       variable = tf.get_variable("word_embeddings", initializer=table)
     grad = tf.IndexedSlices(tf.constant(rows), tf.constant(ids), tf.constant([5, 3]))
-    optimizer = AdamWeightDecayOptimizer(0.1, weight_decay_rate=0.01)
+    optimizer = AdamWeightDecayOptimizer(0.1, weight_decay_rate=0.01, kernels=kernels_of(path))
     train = optimizer.apply_gradients([(grad, variable)])
     with tf.Session() as session:
       session.run(tf.global_variables_initializer())
@@ -86,11 +107,12 @@ def test_sparse_embedding_gradient_updates_every_row_as_its_dense_sum():
   assert not np.allclose(after[1], table[1])  # a row no id touched: weight decay still applies
 
 
-def test_gradients_are_clipped_to_global_norm_one():
+@pytest.mark.parametrize("path", PATHS)
+def test_gradients_are_clipped_to_global_norm_one(path):
   with tf.Graph().as_default():
     w = tf.get_variable("w", initializer=np.zeros(4, np.float32))
     loss = tf.reduce_sum(w * tf.constant([300.0, 400.0, 0.0, 0.0]))  # gradient norm 500
-    train = create_train_op(loss, 1.0, 10, 0, use_tpu=False)
+    train = create_train_op(loss, 1.0, 10, 0, use_tpu=False, kernels=kernels_of(path))
     with tf.Session() as session:
       session.run(tf.global_variables_initializer())
       session.run(train)
@@ -175,3 +197,151 @@ def test_gradient_accumulation_is_refused_on_tpu():
     w = tf.get_variable("w", [2])
     with pytest.raises(ValueError, match="not supported on TPU"):
       create_train_op(tf.reduce_sum(w), 0.1, 10, 0, use_tpu=True, accumulation_steps=2)
+
+
+def _trained_with(kernels, steps, norm):
+  """Three variables trained through create_train_op on gradients fixed in advance (each
+  step its own, of global norm `norm`, so clipping acts above 1 and not below): a table
+  (an embedding: a gather's sparse gradient, with repeated ids), a kernel and a bias, of
+  sizes that do not divide the fused kernel's blocks, the bias without weight decay.
+  Returns every variable and slot by name after `steps` steps."""
+  rng = np.random.RandomState(5)
+  shapes = {"embeddings/word_embeddings": (50, 7), "layer/kernel": (7, 4099),
+            "layer/bias": (4099,)}
+  ids = rng.randint(0, 50, size=[24])
+  with tf.Graph().as_default():
+    variables = {name: tf.get_variable(name, initializer=rng.randn(*shape).astype(np.float32))
+                 for name, shape in shapes.items()}
+    fed = {"embeddings/word_embeddings": tf.placeholder(tf.float32, [len(ids), 7]),
+           "layer/kernel": tf.placeholder(tf.float32, shapes["layer/kernel"]),
+           "layer/bias": tf.placeholder(tf.float32, shapes["layer/bias"])}
+    rows = tf.gather(variables["embeddings/word_embeddings"], tf.constant(ids, tf.int32))
+    loss = tf.reduce_sum(rows * fed["embeddings/word_embeddings"]) + tf.add_n(
+        [tf.reduce_sum(variables[n] * fed[n]) for n in ("layer/kernel", "layer/bias")])
+    train = create_train_op(loss, 0.05, 100, 0, use_tpu=False, kernels=kernels)
+    with tf.Session() as session:
+      session.run(tf.global_variables_initializer())
+      for _ in range(steps):
+        gradients = {n: rng.randn(*p.shape.as_list()).astype(np.float32) for n, p in fed.items()}
+        total = np.sqrt(sum(np.sum(np.square(g)) for g in gradients.values()))
+        session.run(train, {fed[n]: g * (norm / total) for n, g in gradients.items()})
+      return {v.op.name: session.run(v) for v in tf.global_variables()}
+
+
+@pytest.mark.parametrize("norm", [30.0, 0.5])
+def test_the_fused_update_trains_as_tensorflows_ops(norm):
+  """Three steps of the whole update (clipping, weight decay, Adam) through the fused
+  kernel and through TensorFlow's ops, on the same gradients: every variable and slot
+  the same to float32 rounding, with clipping acting (norm 30) and not (norm 0.5)."""
+  fused_values = _trained_with(kernels_of("fused_kernel"), 3, norm)
+  reference = _trained_with(None, 3, norm)
+  assert sorted(fused_values) == sorted(reference)
+  assert len([name for name in reference if name.endswith("adam_v")]) == 3
+  for name, value in reference.items():  # (a few roundings of the array's largest values)
+    np.testing.assert_allclose(fused_values[name], value, rtol=0,
+                               atol=1e-6 * np.abs(value).max(), err_msg=name)
+  start = _trained_with(None, 0, norm)
+  for name in ("embeddings/word_embeddings", "layer/kernel", "layer/bias"):
+    assert (reference[name] != start[name]).all(), name  # (every element, even rows no id took)
+
+
+def test_global_norm_scale_is_what_clipping_multiplies_by():
+  rng = np.random.RandomState(2)
+  with tf.Graph().as_default():
+    for spread in (0.01, 1.0, 30.0):
+      grads = [tf.constant(spread * rng.randn(*shape).astype(np.float32))
+               for shape in ((5, 3), (7,))]
+      clipped, _ = tf.clip_by_global_norm(grads, clip_norm=CLIP_NORM)
+      scaled = [g * global_norm_scale(grads, CLIP_NORM) for g in grads]
+      with tf.Session() as session:
+        expected, actual = session.run([clipped, scaled])
+      for e, a in zip(expected, actual):
+        np.testing.assert_array_equal(a, e)
+    infinite = global_norm_scale([tf.constant([np.inf, 1.0], tf.float32)], CLIP_NORM)
+    with tf.Session() as session:
+      assert np.isnan(session.run(infinite))  # (every parameter NaN, as clipping gives)
+
+
+def test_the_fused_update_leaves_an_earlier_read_of_the_variable_as_it_was():
+  """A read of the variable taken before the update and used after it (as the backward
+  pass's matrix multiplies use the forward pass's weights) keeps the old values: the
+  kernel updates a copy of a buffer that a read still holds."""
+  kernels = kernels_of("fused_kernel")
+  start = np.arange(6, dtype=np.float32).reshape(2, 3)
+  with tf.Graph().as_default():
+    w = tf.get_variable("w", initializer=start)
+    optimizer = AdamWeightDecayOptimizer(0.1, kernels=kernels)
+    optimizer.slots(w)
+    before = w.read_value()
+    with tf.control_dependencies([before]):
+      update = optimizer.apply_gradients([(tf.ones([2, 3]), w)])
+    with tf.control_dependencies([update]):
+      later_use = before + 0.0
+      after = w.read_value()
+    with tf.Session() as session:
+      session.run(tf.global_variables_initializer())
+      used, updated = session.run([later_use, after])
+  np.testing.assert_array_equal(used, start)
+  # (step one, no bias correction: m = 0.1 g, v = 0.001 g^2)
+  np.testing.assert_allclose(updated, start - 0.1 * 0.1 / (np.sqrt(0.001) + 1e-6),
+                             rtol=1e-5)
+
+
+def test_the_fused_update_refuses_a_gradient_of_another_shape():
+  kernels = kernels_of("fused_kernel")
+  with tf.Graph().as_default():
+    w = tf.get_variable("w", initializer=np.zeros([2, 3], np.float32))
+    optimizer = AdamWeightDecayOptimizer(0.1, kernels=kernels)
+    m, v = optimizer.slots(w)
+    update = kernels.adam_weight_decay(w, m, v, tf.placeholder(tf.float32), 1.0, 0.1, 1.0,
+                                       0.9, 0.999, 1e-6)
+    with tf.Session() as session:
+      session.run(tf.global_variables_initializer())
+      with pytest.raises(tf.errors.InvalidArgumentError,
+                         match=r"var must be an initialised float variable of the "
+                               r"gradient's shape \[6\], not \[2,3\]"):
+        session.run(update, {update.inputs[3]: np.zeros(6, np.float32)})
+
+
+def test_grad_scale_without_the_kernel_is_refused():
+  with tf.Graph().as_default():
+    w = tf.get_variable("w", [2])
+    with pytest.raises(ValueError, match="clip the gradients first"):
+      AdamWeightDecayOptimizer(0.1).apply_gradients([(tf.ones([2]), w)], grad_scale=0.5)
+
+
+def _ancestors(op):
+  """Every op that op depends on, through its inputs and control inputs."""
+  seen, stack = set(), [op]
+  while stack:
+    current = stack.pop()
+    for parent in [t.op for t in current.inputs] + list(current.control_inputs):
+      if parent not in seen:
+        seen.add(parent)
+        stack.append(parent)
+  return seen
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_no_update_can_run_before_the_forward_pass_reads_its_variable(path):
+  """Every op of the update that writes a variable (the weight decay's assign, Adam's
+  kernel, the fused kernel) comes after each read of that variable by the model: else
+  the executor may run it first, and the step trains on half-updated weights."""
+  config = small_config()
+  with tf.Graph().as_default():
+    model_fn = model_fn_builder(config, THREE_CLASSES, ModelSettings(
+        learning_rate=1e-3, num_train_steps=10, fused_kernels=path == "fused_kernel"))
+    model_fn(model_features(config), None, tf.estimator.ModeKeys.TRAIN, {})
+    ops = tf.get_default_graph().get_operations()
+  writers = [op for op in ops if op.name.startswith("optimizer_update") and op.type in (
+      "AssignVariableOp", "ResourceApplyAdam", "BertAdamWeightDecay")]
+  assert len(writers) >= 2 + 5 + 2 + config.num_hidden_layers * 16
+  for writer in writers:
+    handle = writer.inputs[0].op
+    # (The model's reads: not the variable's own snapshot, "<name>/Read/ReadVariableOp",
+    # which the step does not use, nor the update's and the saver's.)
+    reads = [op for op in ops if op.type in ("ReadVariableOp", "ResourceGather")
+             and op.inputs[0].op is handle and op.outputs[0].consumers()
+             and not op.name.startswith(("optimizer_update", "save"))]
+    ancestors = _ancestors(writer)
+    assert reads and all(read in ancestors for read in reads), (writer.name, reads)

@@ -55,16 +55,17 @@ def test_every_training_op_of_the_model_finds_its_category():
       model_fn(features, None, tf.estimator.ModeKeys.TRAIN, {})
       graph_ops = tf.get_default_graph().get_operations()
     found.update(category_of(op.name, op.type) for op in graph_ops)
-    # (The rest: mostly variables' reads and initialisers, and shape arithmetic.)
-    assert sum(category_of(op.name, op.type) == OTHER for op in graph_ops) < 0.3 * len(
-        graph_ops)
+    # (The rest: mostly variables' creation, reads and initialisers, and shape arithmetic;
+    # with the fused kernels the update is one op a variable, so the rest's share is larger.)
+    assert sum(category_of(op.name, op.type) == OTHER for op in graph_ops) < len(graph_ops) / 3
     ops += graph_ops
   for op in ops:
     if op.type.startswith("Bert"):  # every fused kernel, forward and backward
       assert category_of(op.name, op.type) != OTHER, op.name
     if op.type in ("MatMul", "BatchMatMul", "BatchMatMulV2"):
       assert category_of(op.name, op.type) == "matrix multiplies", op.name
-    if op.type in ("AssignVariableOp", "ResourceApplyAdam") and "optimizer_update" in op.name:
+    if op.type in ("AssignVariableOp", "ResourceApplyAdam", "BertAdamWeightDecay") and (
+        "optimizer_update" in op.name):
       assert category_of(op.name, op.type) == "optimizer update", op.name
   named = [category for category, _ in CATEGORIES if category != "input pipeline"]
   assert all(found[category] > 0 for category in named), found

@@ -70,7 +70,10 @@ DEFAULT_DATA = os.path.join(os.path.dirname(ROOT), "shared", "datasets",
                             "jigsaw_toxic_balanced", "comments.csv")
 # The sources whose change calls for a new measurement (tests/test_fast_path_quality.py
 # checks that the committed one was made with them as they are).
-KERNEL_SOURCES = ("modeling/kernels/fused_ops.cc", "modeling/fused.py")
+# The fast paths' sources, and the optimizer's (the fused kernels' update and the
+# reference's): a change to any needs the measurement again.
+KERNEL_SOURCES = ("modeling/kernels/fused_ops.cc", "modeling/fused.py",
+                  "modeling/optimization.py")
 METRICS = (("held_out_auc", "held-out ROC-AUC"),
            ("bias_final", "bias final metric"),
            ("bias_overall_auc", "templates' overall AUC"))

@@ -16,6 +16,11 @@
 // rows into float, computes in float, and rounds only what it writes back as T (to
 // nearest, ties to even, as TensorFlow's Cast). Parameters (bias, gamma, beta), their
 // gradients, and what a backward pass reads of the forward pass's statistics stay float.
+//
+// BertAdamWeightDecay is the optimizer's update of one float variable and its two Adam
+// slots in one pass: the clipped gradient, the weight decay and Adam's moments and step,
+// instead of a scaled copy of the gradient, a decayed copy of the variable and
+// TensorFlow's Adam kernel.
 
 #include <algorithm>
 #include <cmath>
@@ -25,8 +30,11 @@
 #include <vector>
 
 #include "Eigen/Core"
+#include "tensorflow/core/common_runtime/dma_helper.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/resource_var.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/util/work_sharder.h"
 
@@ -837,5 +845,118 @@ class DropoutMultipliers : public OpKernel {
 
 REGISTER_KERNEL_BUILDER(Name("BertDropoutMultipliers").Device(tensorflow::DEVICE_CPU),
                         DropoutMultipliers);
+
+// ---- AdamWeightDecay's update of a variable and its slots, in one pass over memory.
+//
+// With g = grad * grad_scale (the global-norm clipping's factor), element by element and
+// in this order, as the reference path (a clipped gradient, the variable times `decay`,
+// then TensorFlow's Adam kernel with its bias correction off) computes it:
+//   m = m + (g - m) (1 - beta1);  v = v + (g^2 - v) (1 - beta2);
+//   var = var * decay - (m lr) / (sqrt(v) + epsilon),
+// where decay is 1 - lr * the weight-decay rate (1 for a variable without decay).
+
+REGISTER_OP("BertAdamWeightDecay")
+    .Input("var: resource")
+    .Input("m: resource")
+    .Input("v: resource")
+    .Input("grad: float")
+    .Input("grad_scale: float")
+    .Input("lr: float")
+    .Input("decay: float")
+    .Attr("beta1: float")
+    .Attr("beta2: float")
+    .Attr("epsilon: float")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 4; i < 7; ++i) {
+        tensorflow::shape_inference::ShapeHandle scalar;
+        TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 0, &scalar));
+      }
+      return Status();
+    });
+
+// Whether a variable's buffer is its own alone: no read still holds it (what TensorFlow's
+// Tensor::RefCountIsOne says; that one is private on TF 1.15's headers).
+bool BufferIsUnshared(Tensor* t) {
+  tensorflow::TensorBuffer* buffer = tensorflow::DMAHelper::buffer(t);
+  return buffer != nullptr && buffer->RefCountIsOne() && buffer->root_buffer()->RefCountIsOne() &&
+         buffer->OwnsMemory();
+}
+
+class AdamWeightDecay : public OpKernel {
+ public:
+  explicit AdamWeightDecay(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("beta1", &beta1_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("beta2", &beta2_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("epsilon", &epsilon_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    static const char* const kNames[3] = {"var", "m", "v"};
+    tensorflow::core::RefCountPtr<tensorflow::Var> vars[3];
+    for (int i = 0; i < 3; ++i)
+      OP_REQUIRES_OK(ctx, tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, i),
+                                                     &vars[i]));
+    // Each distinct variable's lock, taken in the order of their addresses (TensorFlow's
+    // rule, so that two updates never wait on each other).
+    std::vector<tensorflow::mutex*> locks;
+    for (auto& var : vars)
+      if (std::find(locks.begin(), locks.end(), var->mu()) == locks.end())
+        locks.push_back(var->mu());
+    std::sort(locks.begin(), locks.end());
+    for (tensorflow::mutex* mu : locks) mu->lock();
+    struct Unlock {
+      std::vector<tensorflow::mutex*>* locks;
+      ~Unlock() {
+        for (tensorflow::mutex* mu : *locks) mu->unlock();
+      }
+    } unlock{&locks};
+
+    const Tensor& grad = ctx->input(3);
+    float* data[3];
+    for (int i = 0; i < 3; ++i) {
+      Tensor* t = vars[i]->tensor();
+      OP_REQUIRES(ctx, t->IsInitialized() && t->dtype() == tensorflow::DT_FLOAT &&
+                           t->shape() == grad.shape(),
+                  tensorflow::errors::InvalidArgument(
+                      "BertAdamWeightDecay: ", kNames[i], " must be an initialised float ",
+                      "variable of the gradient's shape ", grad.shape().DebugString(), ", not ",
+                      t->IsInitialized() ? t->shape().DebugString() : "uninitialised"));
+      // A read that still holds the buffer (a matrix multiply of the backward pass) keeps
+      // its values: update a copy, as TensorFlow's own training ops do.
+      if (vars[i]->copy_on_read_mode.load() || !BufferIsUnshared(t)) {
+        Tensor copy;
+        OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_FLOAT, t->shape(), &copy));
+        std::memcpy(copy.flat<float>().data(), t->flat<float>().data(),
+                    sizeof(float) * t->NumElements());
+        *t = copy;
+      }
+      data[i] = t->flat<float>().data();
+    }
+    const float scale = ctx->input(4).scalar<float>()();
+    const float lr = ctx->input(5).scalar<float>()();
+    const float decay = ctx->input(6).scalar<float>()();
+    const float keep1 = 1.f - beta1_, keep2 = 1.f - beta2_, epsilon = epsilon_;
+    const float* g_data = grad.flat<float>().data();
+    const int64 size = grad.NumElements(), block = 4096;
+    ForRows(ctx, (size + block - 1) / block, 12 * block, [&](int64 begin, int64 end) {
+      Row g(block);
+      for (int64 b = begin; b < end; ++b) {
+        const int64 first = b * block, n = std::min(block, size - first);
+        RowOut var(data[0] + first, n), m(data[1] + first, n), v(data[2] + first, n);
+        g.head(n) = RowIn(g_data + first, n) * scale;
+        m += (g.head(n) - m) * keep1;
+        v += (g.head(n).square() - v) * keep2;
+        var = var * decay - (m * lr) / (v.sqrt() + epsilon);
+      }
+    });
+  }
+
+ private:
+  float beta1_, beta2_, epsilon_;
+};
+
+REGISTER_KERNEL_BUILDER(Name("BertAdamWeightDecay").Device(tensorflow::DEVICE_CPU),
+                        AdamWeightDecay);
 
 }  // namespace bert_fused

@@ -303,11 +303,14 @@ def test_the_fused_update_refuses_a_gradient_of_another_shape():
         session.run(update, {update.inputs[3]: np.zeros(6, np.float32)})
 
 
-def test_grad_scale_without_the_kernel_is_refused():
+def test_the_fused_kernels_arguments_are_refused_where_they_do_not_apply():
   with tf.Graph().as_default():
     w = tf.get_variable("w", [2])
     with pytest.raises(ValueError, match="clip the gradients first"):
       AdamWeightDecayOptimizer(0.1).apply_gradients([(tf.ones([2]), w)], grad_scale=0.5)
+    with pytest.raises(ValueError, match="runs on a CPU, not on TPU"):
+      create_train_op(tf.reduce_sum(w), 0.1, 10, 0, use_tpu=True,
+                      kernels=kernels_of("fused_kernel"))
 
 
 def _ancestors(op):

@@ -4,16 +4,18 @@ encoder it times with parts left out."""
 
 import argparse
 import collections
+import os
+import re
 
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import THREE_CLASSES, model_features, small_config
+from conftest import ROOT, THREE_CLASSES, model_features, small_config
 from tools.flops import (backward_matmuls, forward_flops_per_example, forward_matmuls,
                             matmul_flops)
 from modeling.model_fn import ModelSettings, model_fn_builder
 from tools.profile_step import (CATEGORIES, OTHER, category_of, encoder_without,
-                                fusion_lines, fusion_of, parse_args, parse_without,
+                                fusion_lines, fusion_of, parse_args, parse_without, report,
                                 without_lines)
 
 
@@ -146,6 +148,22 @@ def test_the_without_table_divides_by_the_same_floor():
                             step_seconds_tensorflow_ops=None)) == []
 
 
+def test_the_report_names_the_precision_of_the_step_and_of_its_floor():
+  """A step in bfloat16 is set against a floor of matrix multiplies in bfloat16 (a
+  float32 floor would make the step look faster than its own matrix multiplies)."""
+  result = {"tensorflow": "2.15.1", "python": "3.11.7", "precision": "bfloat16", "steps": 2,
+            "lengths": [64, 32], "step_seconds": [0.3, 0.2], "floor_seconds": 0.25,
+            "train_gflops": 50.0, "traced_steps": 1, "traced_lengths": [64],
+            "traced_step_seconds": [0.3], "op_micros": [["matrix multiplies", "MatMul", 100]]}
+  args = argparse.Namespace(model="minilm", seq=128, batch=32, data="comments.csv")
+  lines = report([result], args, "a machine").splitlines()
+  assert ("- 2 timed steps (untraced), the encoder in bfloat16, mean length 48.0 tokens: "
+          "250 ms per step, 100.0 GFLOP/s of matrix multiplies.") in lines
+  assert ("- **Matmul floor**: the same steps' matrix multiplies alone (forward and "
+          "backward, the same shapes, this runtime, in bfloat16) take 125 ms per step: the "
+          "step takes **2.00x its matmul floor**.") in lines
+
+
 def test_the_fusion_table_names_what_each_op_fuses():
   assert fusion_of("_MklNativeFusedMatMul[BiasAdd, Tanh]") == (
       "matrix multiply + bias, tanh (oneDNN's rewrite)")
@@ -153,6 +171,13 @@ def test_the_fusion_table_names_what_each_op_fuses():
   assert fusion_of("BertBiasGeluGrad") == "this project's kernel: bias + GELU, backward"
   assert fusion_of("BertAttentionSoftmax") == (
       "this project's kernel: scale + mask + softmax + dropout, forward")
+  # Every op of the kernels' source that a training graph can hold says what it does (the
+  # multipliers' op serves tests alone).
+  with open(os.path.join(ROOT, "modeling", "kernels", "fused_ops.cc")) as f:
+    registered = re.findall(r'REGISTER_OP\("(\w+)"\)', f.read())
+  assert "BertAdamWeightDecay" in registered and "BertSplitHeadsGrad" in registered
+  for op in set(registered) - {"BertDropoutMultipliers"}:
+    assert fusion_of(op).startswith("this project's kernel: "), op
   results = [{"tensorflow": "2.15.1", "fused_ops": {"BertBiasGelu": 6, "_FusedMatMul[BiasAdd]": 20},
               "fused_ops_tensorflow_ops": {"_FusedMatMul[BiasAdd]": 38}}]
   assert fusion_lines(results)[4:] == [

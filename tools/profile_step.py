@@ -260,12 +260,14 @@ def profile_one_runtime(args):
     again = timed_seconds(worker_args, record_path, workdir, "full_again", timed, lengths)[0]
     step_seconds = [(a + b) / 2 for a, b in zip(step_seconds, again)]
   config = BertConfig(**bench_worker.bert_shape(args.model))
+  # (in the step's own precision: bfloat16 where a run on this CPU trains in it)
+  precision = getattr(worker_args, "trained_precision", "float32")
   floors = bench_worker.floor_seconds_by_length(config, lengths, args.batch,
-                                                args.floor_repeats)
+                                                args.floor_repeats, dtype=precision)
   totals, others = op_times(hook.traces)
   return dict(
       bench_worker.runtime_info(worker_args), model=args.model, seq=args.seq, batch=args.batch,
-      steps=args.steps, traced_steps=len(hook.traces), lengths=lengths,
+      precision=precision, steps=args.steps, traced_steps=len(hook.traces), lengths=lengths,
       traced_lengths=hook.lengths[-args.traced_steps:],
       step_seconds=step_seconds, traced_step_seconds=hook.seconds[-args.traced_steps:],
       floor_seconds_by_length={str(n): s for n, s in floors.items()},
@@ -331,14 +333,16 @@ def report(results, args, machine):
     step = sum(r["step_seconds"])
     lines += [
         "## TF %s (Python %s)" % (r["tensorflow"], r["python"]), "",
-        "- %d timed steps (untraced), mean length %.1f tokens: %.0f ms per step, %.1f "
-        "GFLOP/s of matrix multiplies." % (
-            r["steps"], sum(r["lengths"]) / float(len(r["lengths"])),
+        "- %d timed steps (untraced), the encoder in %s, mean length %.1f tokens: %.0f ms "
+        "per step, %.1f GFLOP/s of matrix multiplies." % (
+            r["steps"], r.get("precision", "float32"),
+            sum(r["lengths"]) / float(len(r["lengths"])),
             1000 * step / r["steps"], r["train_gflops"] / step),
         "- **Matmul floor**: the same steps' matrix multiplies alone (forward and "
-        "backward, the same shapes, this runtime) take %.0f ms per step: the step takes "
-        "**%.2fx its matmul floor**." % (1000 * r["floor_seconds"] / r["steps"],
-                                         step / r["floor_seconds"]),
+        "backward, the same shapes, this runtime, in %s) take %.0f ms per step: the step "
+        "takes **%.2fx its matmul floor**." % (r.get("precision", "float32"),
+                                               1000 * r["floor_seconds"] / r["steps"],
+                                               step / r["floor_seconds"]),
         "- %d traced steps, mean length %.1f tokens (%.0f ms per step with tracing on). "
         "Each op's time, summed by category; ops run on two threads at once, so the sum "
         "can exceed the wall time, and each share is of the summed op time:" % (
@@ -394,6 +398,12 @@ def fusion_of(op):
   if kind in heads:  # (each is the other's gradient)
     return "this project's kernel: %s, one copy (forward, and the other's gradient)" % (
         heads[kind])
+  if kind == "BertSplitHeadsGrad":
+    return ("this project's kernel: [B, heads, S, d] to [B, S, H] and the bias's "
+            "gradient, backward")
+  if kind == "BertAdamWeightDecay":
+    return ("this project's kernel: clipping factor + weight decay + Adam, the optimizer's "
+            "update of one variable")
   name = kind[:-len("Grad")] if kind.endswith("Grad") else kind
   if name in own:
     return "this project's kernel: %s, %s" % (own[name], "backward" if name != kind

@@ -92,6 +92,13 @@ class ModelSettings(object):
     if self.gradient_accumulation_steps < 1:
       raise ValueError("gradient_accumulation_steps is %r, not at least 1"
                        % self.gradient_accumulation_steps)
+    beside_kernels = [name for name, present in (
+        ("use_tpu", self.use_tpu), ("precision float16", self.precision == "float16"),
+        ("gradient_accumulation_steps > 1", self.gradient_accumulation_steps > 1),
+        ("hub_module_handle", bool(self.hub_module_handle))) if present]
+    if self.fused_kernels and beside_kernels:
+      # (A run's options never get here: pipeline.build.fused_kernel_obstacles.)
+      raise ValueError("fused_kernels cannot be combined with %s" % ", ".join(beside_kernels))
 
   @property
   def one_hot_embeddings(self):

@@ -14,7 +14,15 @@ def test_a_setting_outside_its_values_is_refused_when_made():
   for kwargs, message in (
       ({"pooling": "max"}, "pooling 'max' is not one of cls, mean"),
       ({"precision": "float64"}, "precision 'float64' is not one of float32, float16, bfloat16"),
-      ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps is 0, not at least 1")):
+      ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps is 0, not at least 1"),
+      # (the fused kernels, the optimizer's update among them, run on one CPU device, in a
+      # step of one batch, on float32 or bfloat16 activations of this project's encoder)
+      ({"fused_kernels": True, "gradient_accumulation_steps": 2},
+       "fused_kernels cannot be combined with gradient_accumulation_steps > 1"),
+      ({"fused_kernels": True, "precision": "float16", "use_tpu": True},
+       "fused_kernels cannot be combined with use_tpu, precision float16"),
+      ({"fused_kernels": True, "hub_module_handle": "/a/hub/model"},
+       "fused_kernels cannot be combined with hub_module_handle")):
     with pytest.raises(ValueError) as error:
       ModelSettings(**kwargs)
     assert str(error.value) == message

@@ -348,3 +348,55 @@ def test_no_update_can_run_before_the_forward_pass_reads_its_variable(path):
              and not op.name.startswith(("optimizer_update", "save"))]
     ancestors = _ancestors(writer)
     assert reads and all(read in ancestors for read in reads), (writer.name, reads)
+
+
+def _updated(kernels, hyper, grads, scale):
+  """A [3, 5] variable after len(grads) apply_gradients of AdamWeightDecayOptimizer(**hyper):
+  the fused kernel gets each gradient and `scale`, TensorFlow's ops the gradient times it
+  (as clipping gives them)."""
+  start = np.linspace(-2.0, 2.0, 15, dtype=np.float32).reshape(3, 5)
+  with tf.Graph().as_default():
+    w = tf.get_variable("layer/kernel", initializer=start)
+    fed = tf.placeholder(tf.float32, [3, 5])
+    optimizer = AdamWeightDecayOptimizer(kernels=kernels, **hyper)
+    if kernels is None:
+      step = optimizer.apply_gradients([(fed * scale, w)])
+    else:
+      step = optimizer.apply_gradients([(fed, w)], grad_scale=tf.constant(scale))
+    m, v = optimizer.slots(w)
+    with tf.Session() as session:
+      session.run(tf.global_variables_initializer())
+      for grad in grads:
+        session.run(step, {fed: grad})
+      return session.run([w, m, v])
+
+
+def test_the_fused_update_takes_its_betas_epsilon_decay_and_scale_as_given():
+  """Betas, epsilon, weight decay, learning rate and clipping factor far from BERT's
+  (an epsilon comparable to sqrt(v)), so that a kernel that kept any of BERT's values
+  fails."""
+  hyper = dict(learning_rate=0.3, weight_decay_rate=0.2, beta_1=0.5, beta_2=0.7, epsilon=0.05)
+  rng = np.random.RandomState(4)
+  grads = [0.1 * rng.randn(3, 5).astype(np.float32) for _ in range(3)]
+  fused_values = _updated(kernels_of("fused_kernel"), hyper, grads, 0.25)
+  reference = _updated(None, hyper, grads, 0.25)
+  for got, expected in zip(fused_values, reference):
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
+  bert_defaults = _updated(None, dict(learning_rate=0.3, weight_decay_rate=0.2), grads, 0.25)
+  assert np.abs(reference[0] - bert_defaults[0]).min() > 1e-3  # (the values matter here)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_gradient_with_an_infinity_makes_every_value_nan(path):
+  """(As clipping by an infinite norm does: the run's divergence check then stops it.)"""
+  with tf.Graph().as_default():
+    w = tf.get_variable("layer/kernel", initializer=np.ones([2, 3], np.float32))
+    b = tf.get_variable("layer/bias", initializer=np.ones([3], np.float32))
+    grad = np.array([[1.0, np.inf, 0.0], [0.5, 0.0, -1.0]], np.float32)
+    loss = tf.reduce_sum(w * tf.constant(grad)) + tf.reduce_sum(b)
+    train = create_train_op(loss, 0.1, 10, 0, use_tpu=False, kernels=kernels_of(path))
+    with tf.Session() as session:
+      session.run(tf.global_variables_initializer())
+      session.run(train)
+      values = session.run([v for v in tf.global_variables() if v.op.name != "global_step"])
+  assert len(values) == 6 and all(np.isnan(value).all() for value in values)

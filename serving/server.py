@@ -34,20 +34,27 @@ from serving import server_options
 
 log = logging.getLogger(__name__)
 
+class ClientGone(Exception):
+  """The client hung up before the run its request would have joined: it was left out."""
+
+
 class Batcher(object):
   """Gathers the examples of concurrent requests into batches of at most max_batch
   examples, each run once by predictor.predict_outputs in one worker thread (the
-  predictor's session is not shared between threads)."""
+  predictor's session is not shared between threads). A request whose client has hung
+  up by the time its batch is about to run is left out of it (ClientGone): no answer
+  could reach it."""
 
   def __init__(self, predictor, max_batch, wait_seconds):
     self.predictor, self.max_batch, self.wait_seconds = predictor, max_batch, wait_seconds
     self.queue = asyncio.Queue()
     self.thread = concurrent.futures.ThreadPoolExecutor(max_workers=1)
 
-  async def predict(self, examples):
-    """The predictor's results for examples (one request's), in their order."""
+  async def predict(self, examples, gone=lambda: False):
+    """The predictor's results for examples (one request's), in their order.
+    gone: whether its client has hung up (then ClientGone, and the model never runs it)."""
     done = asyncio.get_event_loop().create_future()
-    await self.queue.put((examples, done))
+    await self.queue.put((examples, done, gone))
     return await done
 
   async def run(self):
@@ -55,7 +62,9 @@ class Batcher(object):
       waiting = [await self.queue.get()]
       try:
         await self._gather(waiting)
-        await self._answer(waiting)
+        waiting = _still_wanted(waiting)
+        if waiting:
+          await self._answer(waiting)
       except asyncio.CancelledError:  # (an Exception on Python 3.7: let it end the task)
         raise
       except Exception as error:  # (the batcher lives on; this batch is answered with it:
@@ -93,13 +102,13 @@ class Batcher(object):
           _fail([request], error)
 
   async def _outputs(self, waiting):
-    examples = [example for request, _ in waiting for example in request]
+    examples = [example for request, _, _ in waiting for example in request]
     return await asyncio.get_event_loop().run_in_executor(
         self.thread, self.predictor.predict_outputs, examples)
 
   def _give(self, waiting, outputs):
     start = 0
-    for request, done in waiting:
+    for request, done, _ in waiting:
       if not done.done():  # (a request whose handler was cancelled is not answered)
         done.set_result([self.predictor.result(values)
                          for values in outputs[start:start + len(request)]])
@@ -107,9 +116,24 @@ class Batcher(object):
 
 
 def _fail(waiting, error):
-  for _, done in waiting:
+  for _, done, _ in waiting:
     if not done.done():
       done.set_exception(error)
+
+
+def _still_wanted(waiting):
+  """The waiting requests whose answer someone still waits for: not those whose handler
+  was cancelled, nor those whose client has hung up (told so with ClientGone)."""
+  wanted = []
+  for item in waiting:
+    _, done, gone = item
+    if done.done():
+      continue
+    if gone():
+      done.set_exception(ClientGone())
+    else:
+      wanted.append(item)
+  return wanted
 
 
 def first_line(error):
@@ -209,9 +233,12 @@ def make_app(predictor, model_name="model", max_batch=32, wait_seconds=0.0,
     except ValueError as e:
       return error(400, str(e))
     try:
-      results = await app["batcher"].predict(examples)
+      results = await app["batcher"].predict(examples, lambda: (
+          request.transport is None or request.transport.is_closing()))
     except asyncio.CancelledError:
       raise
+    except ClientGone:  # (left out of its batch: 499, as nginx says it)
+      return error(499, "the client hung up before its prediction ran")
     except Exception as e:  # (the model failed: the server's fault, said as one line)
       return error(500, "prediction failed: %s" % first_line(e))
     try:

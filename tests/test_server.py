@@ -205,7 +205,9 @@ def test_every_request_leaves_one_log_line_whoever_hangs_up(running):
   lines = [l for l in added.splitlines() if "/v1/models/" in l]
   hung_up = [l for l in lines if "499: the client hung up while it sent its request" in l]
   assert len(hung_up) == 5, lines
-  assert sum(" 200 " in l and ":predict" in l for l in lines) == 5, lines
+  # (a client that left before its batch ran was left out of it: 499; else predicted, 200)
+  assert sum((" 200 " in l and ":predict" in l) or
+             "499: the client hung up before its prediction ran" in l for l in lines) == 5, lines
   assert sum("400: the body is not JSON" in l for l in lines) == 2, lines
   assert sum("400: the body cannot be read as its headers say" in l for l in lines) == 1
   assert sum("413: the body is larger than" in l for l in lines) == 1
@@ -289,6 +291,46 @@ def test_without_a_wait_requests_that_come_during_a_run_make_the_next_batch(jigs
     answers = _with_batcher(predictor, 0.0, first_then_nine)
   assert runs == [3, 27]
   for k, results in enumerate(answers):
+    _same(results, expected[3 * k:3 * k + 3])
+
+
+def test_a_request_whose_client_has_gone_is_left_out_of_its_batch(jigsaw_model, reference):
+  """Three requests that wait for a run: the one whose client hangs up meanwhile gets
+  ClientGone and is not predicted; the two others are, together, with their own results;
+  a batch of gone requests alone runs nothing."""
+  from serving.predictor import Predictor
+  from serving.server import ClientGone
+  texts, expected = _texts(), reference[1]
+  runs, running = [], threading.Event()
+  with Predictor(jigsaw_model.output_dir) as predictor:
+    run_outputs = predictor.predict_outputs
+
+    def slow_first_run(examples):
+      runs.append([example.text_a for example in examples])
+      if len(runs) == 1:
+        running.set()
+        time.sleep(0.3)  # (the other requests arrive meanwhile)
+      return run_outputs(examples)
+    predictor.predict_outputs = slow_first_run
+
+    async def first_then_three(batcher):
+      requests = _ten_requests_of_three_texts(predictor, texts)
+      hung_up = []
+      first = asyncio.ensure_future(batcher.predict(requests[0]))
+      while not running.is_set():
+        await asyncio.sleep(0.005)
+      rest = [asyncio.ensure_future(batcher.predict(r, gone)) for r, gone in (
+          (requests[1], lambda: False), (requests[2], lambda: bool(hung_up.append(1)) or True),
+          (requests[3], lambda: False))]
+      answers = await asyncio.gather(first, *rest, return_exceptions=True)
+      alone = await asyncio.gather(batcher.predict(requests[4], lambda: True),
+                                   return_exceptions=True)
+      return answers + alone, hung_up
+    (first, second, gone, fourth, gone_alone), hung_up = _with_batcher(
+        predictor, 0.0, first_then_three)
+  assert runs == [texts[0:3], texts[3:6] + texts[9:12]]
+  assert isinstance(gone, ClientGone) and isinstance(gone_alone, ClientGone) and hung_up
+  for k, results in ((0, first), (1, second), (3, fourth)):
     _same(results, expected[3 * k:3 * k + 3])
 
 

@@ -243,6 +243,21 @@ def _with_batcher(predictor, wait_seconds, send):
     loop.close()
 
 
+def _first_run_slow(predictor, runs, running, record):
+  """Makes the predictor's first run 0.3 s longer, setting the event `running` as it
+  starts, so that requests sent meanwhile wait for the next run; appends record(examples)
+  of every run to runs."""
+  run_outputs = predictor.predict_outputs
+
+  def slow_first_run(examples):
+    runs.append(record(examples))
+    if len(runs) == 1:
+      running.set()
+      time.sleep(0.3)
+    return run_outputs(examples)
+  predictor.predict_outputs = slow_first_run
+
+
 def test_the_batcher_predicts_waiting_requests_together(jigsaw_model, reference):
   """Ten requests at once: fewer runs of the model than requests, every text once, and
   each request's own results back."""
@@ -271,15 +286,7 @@ def test_without_a_wait_requests_that_come_during_a_run_make_the_next_batch(jigs
   texts, expected = _texts(), reference[1]
   runs, running = [], threading.Event()
   with Predictor(jigsaw_model.output_dir) as predictor:
-    run_outputs = predictor.predict_outputs
-
-    def slow_first_run(examples):
-      runs.append(len(examples))
-      if len(runs) == 1:
-        running.set()
-        time.sleep(0.3)  # (the other requests arrive meanwhile)
-      return run_outputs(examples)
-    predictor.predict_outputs = slow_first_run
+    _first_run_slow(predictor, runs, running, len)
 
     async def first_then_nine(batcher):
       requests = _ten_requests_of_three_texts(predictor, texts)
@@ -303,15 +310,7 @@ def test_a_request_whose_client_has_gone_is_left_out_of_its_batch(jigsaw_model, 
   texts, expected = _texts(), reference[1]
   runs, running = [], threading.Event()
   with Predictor(jigsaw_model.output_dir) as predictor:
-    run_outputs = predictor.predict_outputs
-
-    def slow_first_run(examples):
-      runs.append([example.text_a for example in examples])
-      if len(runs) == 1:
-        running.set()
-        time.sleep(0.3)  # (the other requests arrive meanwhile)
-      return run_outputs(examples)
-    predictor.predict_outputs = slow_first_run
+    _first_run_slow(predictor, runs, running, lambda examples: [e.text_a for e in examples])
 
     async def first_then_three(batcher):
       requests = _ten_requests_of_three_texts(predictor, texts)

@@ -226,7 +226,7 @@ def _ten_requests_of_three_texts(predictor, texts):
 def _with_batcher(predictor, wait_seconds, send):
   """What the coroutine send(batcher) returns, run on a new event loop beside a running
   Batcher of predictor (at most 32 texts a batch), which is stopped afterwards."""
-  from serving.server import Batcher
+  from serving.batcher import Batcher
 
   async def beside_a_batcher():
     batcher = Batcher(predictor, max_batch=32, wait_seconds=wait_seconds)
@@ -306,7 +306,7 @@ def test_a_request_whose_client_has_gone_is_left_out_of_its_batch(jigsaw_model, 
   ClientGone and is not predicted; the two others are, together, with their own results;
   a batch of gone requests alone runs nothing."""
   from serving.predictor import Predictor
-  from serving.server import ClientGone
+  from serving.batcher import ClientGone
   texts, expected = _texts(), reference[1]
   runs, running = [], threading.Event()
   with Predictor(jigsaw_model.output_dir) as predictor:

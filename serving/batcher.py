@@ -1,0 +1,107 @@
+"""The server's batcher: the examples of concurrent requests, gathered into batches that
+one worker thread predicts (serving/server.py makes one per app)."""
+
+import asyncio
+import concurrent.futures
+
+
+class ClientGone(Exception):
+  """The client hung up before the run its request would have joined: it was left out."""
+
+
+class Batcher(object):
+  """Gathers the examples of concurrent requests into batches of at most max_batch
+  examples, each run once by predictor.predict_outputs in one worker thread (the
+  predictor's session is not shared between threads). A request whose client has hung
+  up by the time its batch is about to run is left out of it (ClientGone): no answer
+  could reach it."""
+
+  def __init__(self, predictor, max_batch, wait_seconds):
+    self.predictor, self.max_batch, self.wait_seconds = predictor, max_batch, wait_seconds
+    self.queue = asyncio.Queue()
+    self.thread = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+
+  async def predict(self, examples, gone=lambda: False):
+    """The predictor's results for examples (one request's), in their order.
+    gone: whether its client has hung up (then ClientGone, and the model never runs it)."""
+    done = asyncio.get_event_loop().create_future()
+    await self.queue.put((examples, done, gone))
+    return await done
+
+  async def run(self):
+    while True:
+      waiting = [await self.queue.get()]
+      try:
+        await self._gather(waiting)
+        waiting = _still_wanted(waiting)
+        if waiting:
+          await self._answer(waiting)
+      except asyncio.CancelledError:  # (an Exception on Python 3.7: let it end the task)
+        raise
+      except Exception as error:  # (the batcher lives on; this batch is answered with it:
+        _fail(waiting, error)      # each request's log line says why it failed)
+
+  async def _gather(self, waiting):
+    loop = asyncio.get_event_loop()
+    deadline = loop.time() + self.wait_seconds
+    rows = len(waiting[0][0])
+    while rows < self.max_batch:
+      try:
+        item = self.queue.get_nowait() if self.queue.qsize() else await asyncio.wait_for(
+            self.queue.get(), max(0.0, deadline - loop.time()))
+      except asyncio.TimeoutError:
+        return
+      waiting.append(item)
+      rows += len(item[0])
+
+  async def _answer(self, waiting):
+    """Answers the waiting requests from one run of the model; if it fails, from a run per
+    request, so that one request's fault is its own."""
+    try:
+      self._give(waiting, await self._outputs(waiting))
+    except asyncio.CancelledError:
+      raise
+    except Exception:
+      if len(waiting) == 1:
+        raise
+      for request in waiting:  # (each request's own log line says how it ended)
+        try:
+          self._give([request], await self._outputs([request]))
+        except asyncio.CancelledError:
+          raise
+        except Exception as error:
+          _fail([request], error)
+
+  async def _outputs(self, waiting):
+    examples = [example for request, _, _ in waiting for example in request]
+    return await asyncio.get_event_loop().run_in_executor(
+        self.thread, self.predictor.predict_outputs, examples)
+
+  def _give(self, waiting, outputs):
+    start = 0
+    for request, done, _ in waiting:
+      if not done.done():  # (a request whose handler was cancelled is not answered)
+        done.set_result([self.predictor.result(values)
+                         for values in outputs[start:start + len(request)]])
+      start += len(request)
+
+
+def _fail(waiting, error):
+  for _, done, _ in waiting:
+    if not done.done():
+      done.set_exception(error)
+
+
+def _still_wanted(waiting):
+  """The waiting requests whose answer someone still waits for: not those whose handler
+  was cancelled, nor those whose client has hung up (told so with ClientGone)."""
+  wanted = []
+  for item in waiting:
+    _, done, gone = item
+    if done.done():
+      continue
+    if gone():
+      done.set_exception(ClientGone())
+    else:
+      wanted.append(item)
+  return wanted

@@ -330,18 +330,16 @@ def report(results, args, machine):
            "Written by `./run.sh benchmark profile` (tools/profile_step.py)." % (
                machine, args.model, args.seq, args.batch, os.path.basename(args.data)), ""]
   for r in results:
-    step = sum(r["step_seconds"])
+    step, precision = sum(r["step_seconds"]), r.get("precision", "float32")
     lines += [
         "## TF %s (Python %s)" % (r["tensorflow"], r["python"]), "",
         "- %d timed steps (untraced), the encoder in %s, mean length %.1f tokens: %.0f ms "
         "per step, %.1f GFLOP/s of matrix multiplies." % (
-            r["steps"], r.get("precision", "float32"),
-            sum(r["lengths"]) / float(len(r["lengths"])),
+            r["steps"], precision, sum(r["lengths"]) / float(len(r["lengths"])),
             1000 * step / r["steps"], r["train_gflops"] / step),
         "- **Matmul floor**: the same steps' matrix multiplies alone (forward and "
         "backward, the same shapes, this runtime, in %s) take %.0f ms per step: the step "
-        "takes **%.2fx its matmul floor**." % (r.get("precision", "float32"),
-                                               1000 * r["floor_seconds"] / r["steps"],
+        "takes **%.2fx its matmul floor**." % (precision, 1000 * r["floor_seconds"] / r["steps"],
                                                step / r["floor_seconds"]),
         "- %d traced steps, mean length %.1f tokens (%.0f ms per step with tracing on). "
         "Each op's time, summed by category; ops run on two threads at once, so the sum "

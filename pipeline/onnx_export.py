@@ -3,7 +3,8 @@ onnx/, which onnxruntime runs with no TensorFlow (serving/onnx_predictor.py):
 
   model.onnx        the model from token ids (the ids signature's inputs input_ids,
                     input_mask and segment_ids, int32 [batch, length]; its output
-                    probabilities or values), fp32, converted by tf2onnx
+                    probabilities or values), fp32, converted by tf2onnx, each layer
+                    normalisation one node (onnx_fusion)
   model.int8.onnx   the same with its weights quantised to int8 by onnxruntime's dynamic
                     quantisation: smaller and faster on a CPU, with outputs that differ
                     a little (docs/guide/export_and_serving.md: when to use it)
@@ -33,7 +34,7 @@ from data.fast_tokenization import tokenizer_json
 from data.vocabulary import vocab_size
 from data.files import write_manifest
 from modeling import export_graph
-from pipeline import int8_quality
+from pipeline import int8_quality, onnx_fusion
 from pipeline.hf_export import tokenizer_truncation
 from spec.heads import from_card
 from spec import model_card, signature
@@ -41,9 +42,9 @@ from spec.run_errors import FlagError
 
 log = logging.getLogger(__name__)
 
-# ONNX operator set 15 (2021) is the newest that tf2onnx's TF 2.15 release writes by
-# default, and every onnxruntime since 1.10 runs it.
-ONNX_OPSET = 15
+# ONNX operator set 17 (2022), the first with LayerNormalization (pipeline/onnx_fusion.py),
+# which every onnxruntime since 1.12 runs.
+ONNX_OPSET = onnx_fusion.LAYER_NORM_OPSET
 ONNX_TOLERANCE = 1e-4
 
 
@@ -146,14 +147,18 @@ def check_batches(vocab_size, max_seq_length, seed=0):
 
 def convert(graph_def, output_name, path):
   """Writes the ONNX model of graph_def (export_graph.frozen_ids_graph's) to path, with inputs
-  and output named as the ids signature's."""
+  and output named as the ids signature's, its layer normalisations one node each
+  (onnx_fusion)."""
+  import onnx
   import tf2onnx
   logging.getLogger("tf2onnx").setLevel(logging.WARNING)
   names = {name + ":0": name for name in signature.INPUT_NAMES + (output_name,)}
-  tf2onnx.convert.from_graph_def(
+  model, _ = tf2onnx.convert.from_graph_def(
       graph_def, input_names=[name + ":0" for name in signature.INPUT_NAMES],
-      output_names=[output_name + ":0"], opset=ONNX_OPSET, tensors_to_rename=names,
-      output_path=path)
+      output_names=[output_name + ":0"], opset=ONNX_OPSET, tensors_to_rename=names)
+  log.info("ONNX: %d layer normalisations made one node each",
+           onnx_fusion.fuse_layer_norms(model))
+  onnx.save(model, path)
 
 
 def quantize(fp32_path, int8_path):

@@ -437,6 +437,40 @@ def test_a_bad_data_file_stops_the_command_with_one_line(tmp_path, tool):
   assert not (tmp_path / "work").exists()  # stopped before any work
 
 
+@pytest.mark.parametrize("tool", ["benchmark", "profile_step"])
+def test_a_bad_vocabulary_stops_the_command_with_one_line(tmp_path, tool):
+  from tools import benchmark, profile_step
+  from tools.bench_worker import VOCAB_SIZE
+  main = {"benchmark": benchmark.main, "profile_step": profile_step.main}[tool]
+  prefix = {"benchmark": "benchmark", "profile_step": "profile"}[tool]
+  data = tmp_path / "rows.csv"
+  data.write_text(u"a,1\nb,0\n")
+  fix = "pass the vocab.txt that belongs to the checkpoint"
+  not_utf8 = tmp_path / "latin1.txt"
+  not_utf8.write_bytes(b"[PAD]\n[UNK]\n[CLS]\n[SEP]\ncaf\xe9\n")
+  words = tmp_path / "words.txt"
+  words.write_text(u"the\nof\nand\n")
+  large = tmp_path / "large.txt"
+  large.write_text(u"\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + [
+      "w%d" % i for i in range(VOCAB_SIZE - 3)]) + u"\n")
+  cases = [
+      (tmp_path / "none.txt", "%s: the file does not exist. Fix: %s" % (
+          tmp_path / "none.txt", fix)),
+      (not_utf8, "%s, line 5: the vocabulary is not UTF-8 text (byte 0xe9). Fix: %s" % (
+          not_utf8, fix)),
+      (words, "%s: the vocabulary has no [CLS] or [SEP] or [UNK] token, which every example "
+       "needs (its 3 lines are not a BERT vocabulary). Fix: %s" % (words, fix)),
+      (large, "%s: its ids reach %d, and the benchmark's models embed %d (an uncased BERT "
+       "vocabulary's). Fix: pass an uncased BERT vocab.txt, or leave --vocab out for "
+       "MiniLM's" % (large, VOCAB_SIZE, VOCAB_SIZE)),
+  ]
+  for vocab, message in cases:
+    with pytest.raises(SystemExit) as stopped:
+      main(["--data", str(data), "--vocab", str(vocab), "--work_dir", str(tmp_path / "work")])
+    assert str(stopped.value) == "%s: --vocab %s" % (prefix, message)
+  assert not (tmp_path / "work").exists()  # stopped before any work
+
+
 def test_the_serve_benchmark_takes_nearest_rank_percentiles_and_tables_its_runs():
   from tools.bench_serve import percentile, results_markdown
   latencies = [0.010 * k for k in range(1, 101)]  # 10 ms .. 1000 ms

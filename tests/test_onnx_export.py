@@ -100,6 +100,17 @@ def test_onnx_gives_the_saved_models_outputs(tmp_path, tiny_exports, kind, trunc
   np.testing.assert_allclose(int8_outputs, expected_outputs, atol=0.05)
   assert not np.allclose(int8_outputs, expected_outputs, atol=1e-7)  # (really the int8 one)
   assert_matrix_products_quantised_per_column(os.path.join(folder, "model.int8.onnx"))
+  for name in ("model.onnx", "model.int8.onnx"):
+    assert_layer_norms_one_node_each(os.path.join(folder, name))
+
+
+def assert_layer_norms_one_node_each(path):
+  """The model's every layer normalisation is one node (pipeline/onnx_fusion.py): BERT-Tiny's
+  embeddings' and two in each of its 2 layers, and none of their means left."""
+  import onnx
+  ops = [node.op_type for node in onnx.load(path).graph.node]
+  assert ops.count("LayerNormalization") == 1 + 2 * 2
+  assert not {"GlobalAveragePool", "ReduceMean", "Reciprocal", "Sqrt"} & set(ops)
 
 
 def assert_matrix_products_quantised_per_column(path):

@@ -224,6 +224,23 @@ def rows_or_exit(path, tool):
     sys.exit("%s: %s" % (tool, e))
 
 
+def vocab_or_exit(path, tool):
+  """The vocabulary at path ({token: id}), or an exit with one line (tool: its prefix) when
+  it is missing, not a BERT vocabulary, or has more ids than the benchmark's models have
+  embedding rows (VOCAB_SIZE): in the command the user ran, not in a worker's traceback."""
+  from data.data_error import DataError
+  from data.vocabulary import load_vocab, vocab_size
+  try:
+    vocab = load_vocab(path)
+  except DataError as e:
+    sys.exit("%s: --vocab %s" % (tool, e))
+  if vocab_size(vocab) > VOCAB_SIZE:
+    sys.exit("%s: --vocab %s: its ids reach %d, and the benchmark's models embed %d (an "
+             "uncased BERT vocabulary's). Fix: pass an uncased BERT vocab.txt, or leave "
+             "--vocab out for MiniLM's" % (tool, path, vocab_size(vocab) - 1, VOCAB_SIZE))
+  return vocab
+
+
 def bert_shape(model):
   layers, hidden, heads, intermediate = MODELS[model]
   return dict(vocab_size=VOCAB_SIZE, hidden_size=hidden, num_hidden_layers=layers,

@@ -611,11 +611,12 @@ def main(argv=None):
   sys.path.insert(0, ROOT)
   if args.replot:
     return replot(args.replot)
-  from tools.bench_worker import rows_or_exit
+  from tools.bench_worker import rows_or_exit, vocab_or_exit
   rows_or_exit(args.data, "benchmark")
   if not args.vocab:
     from tools import assets
     args.vocab = os.path.join(assets.minilm_hf_dir(), "vocab.txt")
+  vocab_or_exit(args.vocab, "benchmark")
   runtimes = [r for r in args.runtimes.split(",") if os.path.exists(python_of(r))]
   if not runtimes:
     sys.exit("benchmark: no environment in .venvs; run ./run.sh setup first")

@@ -442,6 +442,7 @@ def main(argv=None):
       json.dump(profile_one_runtime(args), f)
     return
   bench_worker.rows_or_exit(args.data, "profile")
+  bench_worker.vocab_or_exit(args.vocab, "profile")
   os.makedirs(args.work_dir, exist_ok=True)
   results = []
   for runtime in args.runtimes.split(","):

@@ -1,0 +1,223 @@
+"""Rewrites of a converted ONNX model that onnxruntime cannot find by itself.
+
+tf2onnx writes each of the encoder's layer normalisations (modeling/bert.py: tf.nn.moments
+and tf.nn.batch_normalization) as twelve elementwise nodes, with the means as
+GlobalAveragePool:
+
+  mean = GlobalAveragePool(x)           (ReduceMean over the last axis, keepdims)
+  var  = GlobalAveragePool((x - mean) * (x - mean))
+  s    = Reciprocal(Sqrt(var + epsilon)) * gamma
+  y    = x * s + (beta - mean * s)
+
+onnxruntime's own layer-norm fusion matches ReduceMean and Div, not this, and so runs every
+node of it, on every layer, for each text. fuse_layer_norms replaces each with one
+LayerNormalization(x, gamma, beta) node over the last axis (ONNX operator set 17), which
+onnxruntime runs as one kernel and fuses further with the residual Add before it.
+
+Only a subgraph that computes exactly that is replaced: x of rank 3, gamma and beta
+constant vectors of x's last dimension, epsilon one constant, and no node of it used
+outside it. Any other graph is left as it was. The export checks the rewritten model's
+outputs against TensorFlow's, as it checks the conversion (pipeline/onnx_export.py).
+"""
+
+import numpy as np
+
+# The operator set in which ONNX has LayerNormalization.
+LAYER_NORM_OPSET = 17
+
+
+def fuse_layer_norms(model):
+  """Replaces each layer normalisation of model (an onnx ModelProto, changed in place) by one
+  LayerNormalization node. Returns how many were replaced."""
+  import onnx
+  from onnx import helper, numpy_helper, shape_inference
+  graph = model.graph
+  every = list(graph.node)  # (the same objects throughout: nodes are told apart by id)
+  if opset_of(model) < LAYER_NORM_OPSET:
+    raise ValueError("a LayerNormalization node needs ONNX operator set %d; the model has %d"
+                     % (LAYER_NORM_OPSET, opset_of(model)))
+  shapes = tensor_shapes(shape_inference.infer_shapes(model))
+  inputs = {i.name for i in graph.input}  # (an initializer that is an input too may change)
+  constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer
+               if t.name not in inputs}
+  for node in every:
+    if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+      constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+  matcher = _Matcher(every, [o.name for o in graph.output], constants, shapes)
+  replaced = {}  # id of the final Add -> (its LayerNormalization, the nodes it replaces)
+  for node in every:
+    if node.op_type == "Add":
+      found = matcher.layer_norm(node)
+      if found is not None:
+        (x, gamma, beta, epsilon), inner = found
+        fused = helper.make_node("LayerNormalization", [x, gamma, beta], list(node.output),
+                                 name=node.name + "/LayerNormalization", axis=-1,
+                                 epsilon=float(epsilon))
+        replaced[id(node)] = (fused, inner)
+  if not replaced:
+    return 0
+  dropped = {id(inner) for _, nodes in replaced.values() for inner in nodes}
+  nodes = [replaced[id(node)][0] if id(node) in replaced else node
+           for node in every if id(node) not in dropped]
+  read = {name for node in nodes for name in node.input} | {o.name for o in graph.output}
+  nodes = [node for node in nodes if node.op_type != "Constant" or node.output[0] in read]
+  initializers = [t for t in graph.initializer if t.name in read]  # (the epsilons)
+  del graph.node[:]
+  graph.node.extend(nodes)
+  del graph.initializer[:]
+  graph.initializer.extend(initializers)
+  onnx.checker.check_model(model)
+  return len(replaced)
+
+
+def opset_of(model):
+  """The model's operator set version of the default (ONNX) domain."""
+  return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+
+
+def tensor_shapes(model):
+  """{tensor name: its dimensions (an int where known, else None)} of every tensor whose
+  rank shape inference found."""
+  shapes = {}
+  for info in list(model.graph.value_info) + list(model.graph.input) + list(
+      model.graph.output):
+    tensor_type = info.type.tensor_type
+    if tensor_type.HasField("shape"):
+      shapes[info.name] = [d.dim_value if d.HasField("dim_value") else None
+                           for d in tensor_type.shape.dim]
+  return shapes
+
+
+class _Matcher(object):
+  """Finds the layer normalisation that ends in an Add node (the module's docstring gives the
+  subgraph). Every intermediate node must be used by the subgraph alone."""
+
+  def __init__(self, nodes, outputs, constants, shapes):
+    self.constants, self.shapes = constants, shapes
+    self.producers = {output: node for node in nodes for output in node.output}
+    self.readers = {}  # tensor name -> the nodes that read it (the graph's output: None)
+    for node in nodes:
+      for name in set(node.input):
+        self.readers.setdefault(name, []).append(node)
+    for name in outputs:
+      self.readers.setdefault(name, []).append(None)
+
+  def layer_norm(self, add):
+    """((x, gamma, beta, epsilon), the subgraph's other nodes), or None."""
+    for scaled, shifted in _both(add.input):
+      found = self._scaled_and_shifted(add, scaled, shifted)
+      if found is not None:
+        return found
+    return None
+
+  def _scaled_and_shifted(self, add, scaled, shifted):
+    x_times_s = self._op(scaled, "Mul")
+    beta_minus = self._op(shifted, "Sub")
+    if x_times_s is None or beta_minus is None:
+      return None
+    beta, mean_times_s = beta_minus.input
+    mean_times_s = self._op(mean_times_s, "Mul")
+    if mean_times_s is None:
+      return None
+    for x, s in _both(x_times_s.input):
+      for mean, s_again in _both(mean_times_s.input):
+        if s != s_again:
+          continue
+        scale = self._scale(s)
+        statistics = self._mean_and_variance(x, mean)
+        if scale is None or statistics is None:
+          continue
+        (gamma, epsilon, variance, scale_nodes), (mean_nodes, variance_nodes) = (
+            scale, statistics)
+        if variance != variance_nodes[0].output[0]:
+          continue
+        units = self._last_dim(gamma, beta)
+        if units is None or self.shapes[x][-1] not in (None, units):
+          continue
+        inner = [x_times_s, beta_minus, mean_times_s] + scale_nodes + mean_nodes + (
+            variance_nodes)
+        if not self._used_only_inside(inner, add):
+          continue
+        return (x, gamma, beta, epsilon), inner
+    return None
+
+  def _scale(self, s):
+    """s = Reciprocal(Sqrt(variance + epsilon)) * gamma: (gamma, epsilon, variance, nodes)."""
+    times_gamma = self._op(s, "Mul")
+    if times_gamma is None:
+      return None
+    for reciprocal, gamma in _both(times_gamma.input):
+      reciprocal = self._op(reciprocal, "Reciprocal")
+      sqrt = reciprocal is not None and self._op(reciprocal.input[0], "Sqrt")
+      plus_epsilon = sqrt and self._op(sqrt.input[0], "Add")
+      if not plus_epsilon or gamma not in self.constants:
+        continue
+      for variance, epsilon in _both(plus_epsilon.input):
+        value = self.constants.get(epsilon)
+        if value is not None and value.size == 1 and float(value.ravel()[0]) >= 0:
+          return (gamma, float(value.ravel()[0]), variance,
+                  [times_gamma, reciprocal, sqrt, plus_epsilon])
+    return None
+
+  def _mean_and_variance(self, x, mean):
+    """mean = the mean of x over its last axis, and the variance mean((x - mean)^2) beside
+    it: ([mean's node], [the variance's node, its square, its difference]), or None."""
+    mean_node = self._mean_over_last_axis(mean, x)
+    if mean_node is None:
+      return None
+    for difference in self.readers.get(mean, []):
+      if difference is None or difference.op_type != "Sub" or list(
+          difference.input) != [x, mean]:
+        continue
+      d = difference.output[0]
+      for square in self.readers.get(d, []):
+        if square is None or square.op_type != "Mul" or list(square.input) != [d, d]:
+          continue
+        for variance in self.readers.get(square.output[0], []):
+          if variance is not None and self._mean_over_last_axis(
+              variance.output[0], square.output[0]) is not None:
+            return [mean_node], [variance, square, difference]
+    return None
+
+  def _mean_over_last_axis(self, name, of):
+    """The node that makes name as the mean of tensor `of` over its last axis with the axis
+    kept (GlobalAveragePool of a rank-3 tensor, or ReduceMean), or None."""
+    node = self.producers.get(name)
+    rank = len(self.shapes.get(of) or ())
+    if node is None or list(node.input[:1]) != [of] or not rank:
+      return None
+    if node.op_type == "GlobalAveragePool":  # (over every axis from the third)
+      return node if rank == 3 else None
+    if node.op_type == "ReduceMean" and len(node.input) == 1:
+      attributes = {a.name: a for a in node.attribute}
+      axes = list(attributes["axes"].ints) if "axes" in attributes else None
+      keepdims = attributes["keepdims"].i if "keepdims" in attributes else 1
+      if axes is not None and [a % rank for a in axes] == [rank - 1] and keepdims == 1:
+        return node
+    return None
+
+  def _last_dim(self, gamma, beta):
+    """The units of constant vectors gamma and beta of one length, else None."""
+    g, b = self.constants.get(gamma), self.constants.get(beta)
+    if g is None or b is None or g.ndim != 1 or g.shape != b.shape:
+      return None
+    if g.dtype != np.float32 or b.dtype != np.float32:
+      return None
+    return g.shape[0]
+
+  def _used_only_inside(self, nodes, add):
+    """Whether every output of nodes is read by nodes or add alone."""
+    inside = {id(node) for node in nodes + [add]}
+    return all(len(node.output) == 1 and all(
+        reader is not None and id(reader) in inside
+        for reader in self.readers.get(node.output[0], [])) for node in nodes)
+
+  def _op(self, name, op_type):
+    node = self.producers.get(name)
+    return node if node is not None and node.op_type == op_type else None
+
+
+def _both(pair):
+  """The two orders of a commutative op's inputs."""
+  a, b = pair
+  return ((a, b), (b, a))

@@ -1,0 +1,146 @@
+"""The layer-norm fusion of a converted ONNX model (pipeline/onnx_fusion.py): the encoder's
+layer norm as tf2onnx converts it becomes one LayerNormalization node with the same
+outputs; the subgraph in every order of its commutative inputs is found; a subgraph that
+computes anything else, or whose nodes are used outside it, is left as it was."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+pytestmark = pytest.mark.tf2_only  # (onnx and tf2onnx are in the TF 2.15 environment)
+
+
+def reference_layer_norm(x, gamma, beta, epsilon):
+  mean = x.mean(-1, keepdims=True)
+  variance = ((x - mean) ** 2).mean(-1, keepdims=True)
+  return (x - mean) / np.sqrt(variance + epsilon) * gamma + beta
+
+
+def run(model, x):
+  import onnxruntime
+  session = onnxruntime.InferenceSession(model.SerializeToString(),
+                                         providers=["CPUExecutionProvider"])
+  return session.run(None, {"x": x})
+
+
+def test_the_encoders_layer_norm_as_tf2onnx_writes_it_becomes_one_node():
+  import onnx
+  import tensorflow.compat.v1 as tf
+  import tf2onnx
+  from modeling import bert
+  from pipeline import onnx_export, onnx_fusion
+  rng = np.random.RandomState(0)
+  gamma, beta = rng.uniform(0.5, 2, 24).astype(np.float32), rng.randn(24).astype(np.float32)
+  with tf.Graph().as_default() as graph:
+    x = tf.placeholder(tf.float32, [None, None, 24], name="x")
+    y = tf.identity(bert.layer_norm(bert.layer_norm(x, name="first") * 3.0), name="y")
+    with tf.Session() as session:
+      session.run(tf.global_variables_initializer())
+      session.run([tf.assign(v, gamma if "gamma" in v.name else beta)
+                   for v in tf.global_variables() if v.name.startswith("LayerNorm/")])
+      graph_def = tf.graph_util.convert_variables_to_constants(
+          session, graph.as_graph_def(), ["y"])
+  model, _ = tf2onnx.convert.from_graph_def(graph_def, input_names=["x:0"],
+                                            output_names=["y:0"], opset=onnx_export.ONNX_OPSET,
+                                            tensors_to_rename={"x:0": "x", "y:0": "y"})
+  unfused = onnx.ModelProto.FromString(model.SerializeToString())
+  assert onnx_fusion.fuse_layer_norms(model) == 2
+  ops = [node.op_type for node in model.graph.node]
+  assert ops.count("LayerNormalization") == 2
+  assert not {"GlobalAveragePool", "ReduceMean", "Sqrt", "Reciprocal"} & set(ops)
+  assert len(ops) == 3, ops  # the two norms and the product between them
+  inputs = rng.randn(3, 7, 24).astype(np.float32) * 4 + 1
+  (fused,) = run(model, inputs)
+  (before,) = run(unfused, inputs)
+  wanted = reference_layer_norm(reference_layer_norm(inputs, 1, 0, 1e-12) * 3, gamma, beta,
+                                1e-12)
+  np.testing.assert_allclose(fused, wanted, atol=2e-5, rtol=1e-5)
+  np.testing.assert_allclose(fused, before, atol=2e-5, rtol=1e-5)
+
+
+def layer_norm_graph(draw_order, units, epsilon, rank, mean_op, breaks=None):
+  """The ONNX model of tf2onnx's layer norm of input x (float32 of rank `rank`, last
+  dimension units), each commutative node's inputs in the order draw_order() gives.
+  breaks: one change that makes it not a layer norm (or its nodes used outside it)."""
+  from onnx import TensorProto, helper, numpy_helper
+  from pipeline.onnx_fusion import LAYER_NORM_OPSET
+  rng = np.random.RandomState(units)
+  gamma = rng.uniform(0.5, 2, units).astype(np.float32)
+  beta = rng.randn(units).astype(np.float32)
+  constants = [numpy_helper.from_array(gamma, "gamma"), numpy_helper.from_array(beta, "beta"),
+               numpy_helper.from_array(np.array(epsilon, np.float32), "epsilon")]
+
+  def pair(a, b):
+    return [a, b] if draw_order() else [b, a]
+
+  def mean(name, of):
+    axis = 1 if breaks == "mean over another axis" and name == "mean" else rank - 1
+    if mean_op == "GlobalAveragePool" and axis == rank - 1:
+      return helper.make_node("GlobalAveragePool", [of], [name])
+    return helper.make_node("ReduceMean", [of], [name], axes=[axis], keepdims=1)
+
+  nodes = [mean("mean", "x"),
+           helper.make_node("Sub", ["x2" if breaks == "variance of another tensor" else "x",
+                                    "mean"], ["d"]),
+           helper.make_node("Mul", ["d", "d"], ["d2"]),
+           mean("variance", "x2" if breaks == "variance of another tensor" else "d2"),
+           helper.make_node("Add", pair("variance", "epsilon"), ["plus"]),
+           helper.make_node("Sqrt", ["plus"], ["root"]),
+           helper.make_node("Reciprocal", ["root"], ["r"]),
+           helper.make_node("Mul", pair("r", "gamma_in" if breaks == "gamma an input"
+                                        else "gamma"), ["s"]),
+           helper.make_node("Mul", pair("mean", "s"), ["ms"]),
+           helper.make_node("Mul", pair("x", "s"), ["xs"]),
+           helper.make_node("Sub", ["beta", "ms"], ["shift"]),
+           helper.make_node("Add", pair("xs", "shift"), ["y"])]
+  if breaks == "variance of another tensor":
+    nodes.insert(0, helper.make_node("Mul", ["x", "x"], ["x2"]))
+  shape = ["batch"] * (rank - 1) + [units]
+  inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)]
+  if breaks == "gamma an input":
+    inputs.append(helper.make_tensor_value_info("gamma_in", TensorProto.FLOAT, [units]))
+  outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)]
+  if breaks == "its mean an output too":
+    outputs.append(helper.make_tensor_value_info("mean", TensorProto.FLOAT, None))
+  graph = helper.make_graph(nodes, "layer_norm", inputs, outputs, constants)
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", LAYER_NORM_OPSET)])
+  return model, gamma, beta
+
+
+@settings(max_examples=25, deadline=None)
+@given(orders=st.lists(st.booleans(), min_size=6, max_size=6), units=st.integers(1, 9),
+       epsilon=st.sampled_from([1e-12, 1e-6, 1e-3, 0.5]),
+       rank_and_mean=st.sampled_from([(3, "GlobalAveragePool"), (3, "ReduceMean"),
+                                      (2, "ReduceMean"), (4, "ReduceMean")]))
+def test_the_layer_norm_is_found_in_every_order_of_its_inputs(orders, units, epsilon,
+                                                             rank_and_mean):
+  from pipeline.onnx_fusion import fuse_layer_norms
+  rank, mean_op = rank_and_mean
+  order = iter(orders)
+  model, gamma, beta = layer_norm_graph(lambda: next(order), units, epsilon, rank, mean_op)
+  x = np.random.RandomState(1).randn(*([2, 3, 4][:rank - 1] + [units])).astype(np.float32)
+  assert fuse_layer_norms(model) == 1
+  assert [node.op_type for node in model.graph.node] == ["LayerNormalization"]
+  assert [t.name for t in model.graph.initializer] == ["gamma", "beta"]
+  np.testing.assert_allclose(run(model, x)[0], reference_layer_norm(x, gamma, beta, epsilon),
+                             atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("breaks", ["mean over another axis", "variance of another tensor",
+                                    "gamma an input", "its mean an output too"])
+def test_a_subgraph_that_is_not_exactly_a_layer_norm_is_left_as_it_was(breaks):
+  from pipeline.onnx_fusion import fuse_layer_norms
+  model, _, _ = layer_norm_graph(lambda: True, 4, 1e-6, 3, "ReduceMean", breaks)
+  before = model.SerializeToString()
+  assert fuse_layer_norms(model) == 0
+  assert model.SerializeToString() == before
+
+
+def test_a_model_below_the_operator_set_of_layer_normalization_is_refused():
+  from pipeline.onnx_fusion import fuse_layer_norms
+  model, _, _ = layer_norm_graph(lambda: True, 4, 1e-6, 3, "ReduceMean")
+  model.opset_import[0].version = 15
+  with pytest.raises(ValueError) as error:
+    fuse_layer_norms(model)
+  assert str(error.value) == ("a LayerNormalization node needs ONNX operator set 17; the "
+                              "model has 15")

@@ -14,10 +14,12 @@ node of it, on every layer, for each text. fuse_layer_norms replaces each with o
 LayerNormalization(x, gamma, beta) node over the last axis (ONNX operator set 17), which
 onnxruntime runs as one kernel and fuses further with the residual Add before it.
 
-Only a subgraph that computes exactly that is replaced: x of rank 3, gamma and beta
-constant vectors of x's last dimension, epsilon one constant, and no node of it used
-outside it. Any other graph is left as it was. The export checks the rewritten model's
-outputs against TensorFlow's, as it checks the conversion (pipeline/onnx_export.py).
+Only a subgraph that computes exactly that is replaced: float32 x whose last dimension is
+known (a GlobalAveragePool's x of rank 3), gamma and beta constant vectors of that length,
+epsilon one constant of no more axes than x, and no tensor of it read outside it (by
+another node, as the graph's output, or in an If or Loop body). Any other graph is left as
+it was. The export checks the rewritten model's outputs against TensorFlow's, as it checks
+the conversion (pipeline/onnx_export.py).
 """
 
 import numpy as np
@@ -27,15 +29,16 @@ LAYER_NORM_OPSET = 17
 
 
 def fuse_layer_norms(model):
-  """Replaces each layer normalisation of model (an onnx ModelProto, changed in place) by one
-  LayerNormalization node. Returns how many were replaced."""
+  """Replaces each layer normalisation of model (an onnx ModelProto) by one
+  LayerNormalization node. Returns how many were replaced. The model is changed only when
+  the rewritten one passes onnx's checker (else the checker's error, and model unchanged)."""
   import onnx
   from onnx import helper, numpy_helper, shape_inference
-  graph = model.graph
-  every = list(graph.node)  # (the same objects throughout: nodes are told apart by id)
   if opset_of(model) < LAYER_NORM_OPSET:
     raise ValueError("a LayerNormalization node needs ONNX operator set %d; the model has %d"
                      % (LAYER_NORM_OPSET, opset_of(model)))
+  graph = model.graph
+  every = list(graph.node)  # (the same objects throughout: nodes are told apart by id)
   shapes = tensor_shapes(shape_inference.infer_shapes(model))
   inputs = {i.name for i in graph.input}  # (an initializer that is an input too may change)
   constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer
@@ -43,31 +46,66 @@ def fuse_layer_norms(model):
   for node in every:
     if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
       constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-  matcher = _Matcher(every, [o.name for o in graph.output], constants, shapes)
-  replaced = {}  # id of the final Add -> (its LayerNormalization, the nodes it replaces)
+  # Read outside the graph's own nodes: its outputs, and the tensors of the enclosing scope
+  # that the bodies of its If, Loop and Scan nodes read.
+  outside = {o.name for o in graph.output} | names_read_in_bodies(every)
+  matcher = _Matcher(every, outside, constants, shapes)
+  names = {node.name for node in every}
+  replaced, epsilons = {}, set()  # id of each final Add -> (its node, the nodes it replaces)
   for node in every:
     if node.op_type == "Add":
       found = matcher.layer_norm(node)
       if found is not None:
-        (x, gamma, beta, epsilon), inner = found
+        (x, gamma, beta, epsilon, epsilon_name), inner = found
+        name = unique_name(names, (node.name or node.output[0]) + "/LayerNormalization")
         fused = helper.make_node("LayerNormalization", [x, gamma, beta], list(node.output),
-                                 name=node.name + "/LayerNormalization", axis=-1,
-                                 epsilon=float(epsilon))
+                                 name=name, axis=-1, epsilon=epsilon)
         replaced[id(node)] = (fused, inner)
+        epsilons.add(epsilon_name)
   if not replaced:
     return 0
   dropped = {id(inner) for _, nodes in replaced.values() for inner in nodes}
+  gone = {node.output[0] for _, nodes in replaced.values() for node in nodes}
   nodes = [replaced[id(node)][0] if id(node) in replaced else node
            for node in every if id(node) not in dropped]
-  read = {name for node in nodes for name in node.input} | {o.name for o in graph.output}
-  nodes = [node for node in nodes if node.op_type != "Constant" or node.output[0] in read]
-  initializers = [t for t in graph.initializer if t.name in read]  # (the epsilons)
-  del graph.node[:]
-  graph.node.extend(nodes)
-  del graph.initializer[:]
-  graph.initializer.extend(initializers)
-  onnx.checker.check_model(model)
+  read = {name for node in nodes for name in node.input} | outside | inputs
+  unread = epsilons - read  # (an epsilon of no other node: its constant goes too)
+  rewritten = onnx.ModelProto()
+  rewritten.CopyFrom(model)
+  for field, kept in (
+      (rewritten.graph.node, [n for n in nodes if not (
+          n.op_type == "Constant" and n.output[0] in unread)]),
+      (rewritten.graph.initializer, [t for t in graph.initializer if t.name not in unread]),
+      (rewritten.graph.value_info, [v for v in graph.value_info if v.name not in gone])):
+    del field[:]
+    field.extend(kept)
+  onnx.checker.check_model(rewritten)
+  model.CopyFrom(rewritten)
   return len(replaced)
+
+
+def names_read_in_bodies(nodes):
+  """The tensor names that the subgraphs of nodes (If's branches, Loop's and Scan's bodies,
+  at any depth) read."""
+  from onnx import AttributeProto
+  read = set()
+  for node in nodes:
+    for attribute in node.attribute:
+      bodies = [attribute.g] if attribute.type == AttributeProto.GRAPH else (
+          list(attribute.graphs) if attribute.type == AttributeProto.GRAPHS else [])
+      for body in bodies:
+        read |= {name for inner in body.node for name in inner.input}
+        read |= names_read_in_bodies(body.node)
+  return read
+
+
+def unique_name(names, name):
+  """name, or name with the first number that makes it unique in names (which gains it)."""
+  candidate, number = name, 1
+  while candidate in names:
+    candidate, number = "%s_%d" % (name, number), number + 1
+  names.add(candidate)
+  return candidate
 
 
 def opset_of(model):
@@ -92,18 +130,19 @@ class _Matcher(object):
   """Finds the layer normalisation that ends in an Add node (the module's docstring gives the
   subgraph). Every intermediate node must be used by the subgraph alone."""
 
-  def __init__(self, nodes, outputs, constants, shapes):
+  def __init__(self, nodes, outside, constants, shapes):
     self.constants, self.shapes = constants, shapes
     self.producers = {output: node for node in nodes for output in node.output}
-    self.readers = {}  # tensor name -> the nodes that read it (the graph's output: None)
+    self.readers = {}  # tensor name -> the nodes that read it (None: read outside them)
     for node in nodes:
       for name in set(node.input):
         self.readers.setdefault(name, []).append(node)
-    for name in outputs:
+    for name in outside:
       self.readers.setdefault(name, []).append(None)
 
   def layer_norm(self, add):
-    """((x, gamma, beta, epsilon), the subgraph's other nodes), or None."""
+    """((x, gamma, beta, epsilon, epsilon's tensor), the subgraph's other nodes), or
+    None."""
     for scaled, shifted in _both(add.input):
       found = self._scaled_and_shifted(add, scaled, shifted)
       if found is not None:
@@ -132,17 +171,20 @@ class _Matcher(object):
         if variance != variance_nodes[0].output[0]:
           continue
         units = self._last_dim(gamma, beta)
-        if units is None or self.shapes[x][-1] not in (None, units):
+        rank = len(self.shapes[x])
+        if units is None or self.shapes[x][-1] != units or self.constants[
+            epsilon].ndim > rank:  # (a constant of more axes would broadcast x to them)
           continue
         inner = [x_times_s, beta_minus, mean_times_s] + scale_nodes + mean_nodes + (
             variance_nodes)
         if not self._used_only_inside(inner, add):
           continue
-        return (x, gamma, beta, epsilon), inner
+        return (x, gamma, beta, float(self.constants[epsilon].ravel()[0]), epsilon), inner
     return None
 
   def _scale(self, s):
-    """s = Reciprocal(Sqrt(variance + epsilon)) * gamma: (gamma, epsilon, variance, nodes)."""
+    """s = Reciprocal(Sqrt(variance + epsilon)) * gamma: (gamma, epsilon's tensor, variance,
+    nodes)."""
     times_gamma = self._op(s, "Mul")
     if times_gamma is None:
       return None
@@ -155,8 +197,7 @@ class _Matcher(object):
       for variance, epsilon in _both(plus_epsilon.input):
         value = self.constants.get(epsilon)
         if value is not None and value.size == 1 and float(value.ravel()[0]) >= 0:
-          return (gamma, float(value.ravel()[0]), variance,
-                  [times_gamma, reciprocal, sqrt, plus_epsilon])
+          return gamma, epsilon, variance, [times_gamma, reciprocal, sqrt, plus_epsilon]
     return None
 
   def _mean_and_variance(self, x, mean):

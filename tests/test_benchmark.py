@@ -418,11 +418,16 @@ def test_the_benchmark_rows_must_be_text_and_label(tmp_path):
                               "text that holds commas)" % path)
 
 
+def command_of(tool):
+  """The main() of a benchmark command that checks its inputs, and its messages' prefix."""
+  from tools import benchmark, profile_step
+  return {"benchmark": (benchmark.main, "benchmark"),
+          "profile_step": (profile_step.main, "profile")}[tool]
+
+
 @pytest.mark.parametrize("tool", ["benchmark", "profile_step"])
 def test_a_bad_data_file_stops_the_command_with_one_line(tmp_path, tool):
-  from tools import benchmark, profile_step
-  main = {"benchmark": benchmark.main, "profile_step": profile_step.main}[tool]
-  prefix = {"benchmark": "benchmark", "profile_step": "profile"}[tool]
+  main, prefix = command_of(tool)
   path = tmp_path / "rows.csv"
   path.write_text(u"a,1\nb,0,x\n")
   common = ["--vocab", TINY_VOCAB, "--work_dir", str(tmp_path / "work")]
@@ -439,10 +444,8 @@ def test_a_bad_data_file_stops_the_command_with_one_line(tmp_path, tool):
 
 @pytest.mark.parametrize("tool", ["benchmark", "profile_step"])
 def test_a_bad_vocabulary_stops_the_command_with_one_line(tmp_path, tool):
-  from tools import benchmark, profile_step
   from tools.bench_worker import VOCAB_SIZE
-  main = {"benchmark": benchmark.main, "profile_step": profile_step.main}[tool]
-  prefix = {"benchmark": "benchmark", "profile_step": "profile"}[tool]
+  main, prefix = command_of(tool)
   data = tmp_path / "rows.csv"
   data.write_text(u"a,1\nb,0\n")
   fix = "pass the vocab.txt that belongs to the checkpoint"

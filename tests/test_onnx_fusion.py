@@ -67,8 +67,9 @@ def layer_norm_graph(draw_order, units, epsilon, rank, mean_op, breaks=None):
   rng = np.random.RandomState(units)
   gamma = rng.uniform(0.5, 2, units).astype(np.float32)
   beta = rng.randn(units).astype(np.float32)
+  epsilon_axes = [1] * (rank + 1) if breaks == "epsilon of more axes than x" else []
   constants = [numpy_helper.from_array(gamma, "gamma"), numpy_helper.from_array(beta, "beta"),
-               numpy_helper.from_array(np.array(epsilon, np.float32), "epsilon")]
+               numpy_helper.from_array(np.full(epsilon_axes, epsilon, np.float32), "epsilon")]
 
   def pair(a, b):
     return [a, b] if draw_order() else [b, a]
@@ -95,13 +96,24 @@ def layer_norm_graph(draw_order, units, epsilon, rank, mean_op, breaks=None):
            helper.make_node("Add", pair("xs", "shift"), ["y"])]
   if breaks == "variance of another tensor":
     nodes.insert(0, helper.make_node("Mul", ["x", "x"], ["x2"]))
-  shape = ["batch"] * (rank - 1) + [units]
+  if breaks == "its difference read in a branch":
+    then, otherwise = (helper.make_graph([helper.make_node("Identity", [name], ["out"])],
+                                         branch, [], [helper.make_tensor_value_info(
+                                             "out", TensorProto.FLOAT, None)])
+                       for branch, name in (("then", "d"), ("else", "x")))
+    nodes.append(helper.make_node("If", ["flag"], ["branch"], then_branch=then,
+                                  else_branch=otherwise))
+  shape = ["batch"] * (rank - 1) + [
+      "units" if breaks == "x's last dimension unknown" else units]
   inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)]
   if breaks == "gamma an input":
     inputs.append(helper.make_tensor_value_info("gamma_in", TensorProto.FLOAT, [units]))
   outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)]
   if breaks == "its mean an output too":
     outputs.append(helper.make_tensor_value_info("mean", TensorProto.FLOAT, None))
+  if breaks == "its difference read in a branch":
+    inputs.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
+    outputs.append(helper.make_tensor_value_info("branch", TensorProto.FLOAT, None))
   graph = helper.make_graph(nodes, "layer_norm", inputs, outputs, constants)
   model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", LAYER_NORM_OPSET)])
   return model, gamma, beta
@@ -126,8 +138,10 @@ def test_the_layer_norm_is_found_in_every_order_of_its_inputs(orders, units, eps
                              atol=2e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("breaks", ["mean over another axis", "variance of another tensor",
-                                    "gamma an input", "its mean an output too"])
+@pytest.mark.parametrize("breaks", [
+    "mean over another axis", "variance of another tensor", "gamma an input",
+    "its mean an output too", "its difference read in a branch",
+    "epsilon of more axes than x", "x's last dimension unknown"])
 def test_a_subgraph_that_is_not_exactly_a_layer_norm_is_left_as_it_was(breaks):
   from pipeline.onnx_fusion import fuse_layer_norms
   model, _, _ = layer_norm_graph(lambda: True, 4, 1e-6, 3, "ReduceMean", breaks)
@@ -144,3 +158,43 @@ def test_a_model_below_the_operator_set_of_layer_normalization_is_refused():
     fuse_layer_norms(model)
   assert str(error.value) == ("a LayerNormalization node needs ONNX operator set 17; the "
                               "model has 15")
+
+
+def test_two_unnamed_layer_norms_and_what_others_read_are_kept_apart():
+  """Two layer norms of unnamed nodes, one after the other, become two nodes of different
+  names; an If branch's constant and an input's default that no node reads stay."""
+  from onnx import TensorProto, helper, numpy_helper
+  from pipeline.onnx_fusion import fuse_layer_norms
+  model, gamma, beta = layer_norm_graph(lambda: True, 5, 1e-6, 3, "GlobalAveragePool")
+  graph = model.graph
+  renamed = {"x": "y", "y": "z"}
+  for node in list(graph.node):
+    second = helper.make_node(node.op_type, [renamed.get(
+        n, n if n in ("gamma", "beta", "epsilon") else "second_" + n) for n in node.input],
+        [renamed.get(n, "second_" + n) for n in node.output])
+    second.attribute.extend(node.attribute)
+    graph.node.append(second)
+  shape = ["batch", "batch", 5]
+  branch = helper.make_graph([helper.make_node("Add", ["z", "offset"], ["out"])], "then", [],
+                             [helper.make_tensor_value_info("out", TensorProto.FLOAT, shape)])
+  graph.node.append(helper.make_node("If", ["flag"], ["w"], then_branch=branch,
+                                     else_branch=branch))
+  graph.initializer.extend([numpy_helper.from_array(np.float32(10), "offset"),
+                            numpy_helper.from_array(np.float32(3), "unused")])
+  graph.input.extend([helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+                      helper.make_tensor_value_info("unused", TensorProto.FLOAT, [])])
+  del graph.output[:]
+  graph.output.extend([helper.make_tensor_value_info("w", TensorProto.FLOAT, shape)])
+  assert fuse_layer_norms(model) == 2
+  graph = model.graph  # (the model's new graph)
+  fused = [node for node in graph.node if node.op_type == "LayerNormalization"]
+  assert [node.output[0] for node in fused] == ["y", "z"]
+  assert len({node.name for node in graph.node}) == len(graph.node)
+  assert sorted(t.name for t in graph.initializer) == ["beta", "gamma", "offset", "unused"]
+  import onnxruntime
+  session = onnxruntime.InferenceSession(model.SerializeToString(),
+                                         providers=["CPUExecutionProvider"])
+  x = np.random.RandomState(2).randn(2, 3, 5).astype(np.float32)
+  (w,) = session.run(None, {"x": x, "flag": np.array(True)})
+  np.testing.assert_allclose(w, reference_layer_norm(reference_layer_norm(
+      x, gamma, beta, 1e-6), gamma, beta, 1e-6) + 10, atol=2e-5, rtol=1e-5)

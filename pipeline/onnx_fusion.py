@@ -163,20 +163,18 @@ class _Matcher(object):
         if s != s_again:
           continue
         scale = self._scale(s)
-        statistics = self._mean_and_variance(x, mean)
-        if scale is None or statistics is None:
+        if scale is None:
           continue
-        (gamma, epsilon, variance, scale_nodes), (mean_nodes, variance_nodes) = (
-            scale, statistics)
-        if variance != variance_nodes[0].output[0]:
+        gamma, epsilon, variance, scale_nodes = scale
+        statistics = self._mean_and_variance(x, mean, variance)
+        if statistics is None:
           continue
         units = self._last_dim(gamma, beta)
         rank = len(self.shapes[x])
         if units is None or self.shapes[x][-1] != units or self.constants[
             epsilon].ndim > rank:  # (a constant of more axes would broadcast x to them)
           continue
-        inner = [x_times_s, beta_minus, mean_times_s] + scale_nodes + mean_nodes + (
-            variance_nodes)
+        inner = [x_times_s, beta_minus, mean_times_s] + scale_nodes + statistics
         if not self._used_only_inside(inner, add):
           continue
         return (x, gamma, beta, float(self.constants[epsilon].ravel()[0]), epsilon), inner
@@ -200,25 +198,22 @@ class _Matcher(object):
           return gamma, epsilon, variance, [times_gamma, reciprocal, sqrt, plus_epsilon]
     return None
 
-  def _mean_and_variance(self, x, mean):
-    """mean = the mean of x over its last axis, and the variance mean((x - mean)^2) beside
-    it: ([mean's node], [the variance's node, its square, its difference]), or None."""
+  def _mean_and_variance(self, x, mean, variance):
+    """The nodes of mean = the mean of x over its last axis and variance = the mean of
+    (x - mean) * (x - mean) over it (mean's, variance's, the square's, the difference's),
+    or None."""
     mean_node = self._mean_over_last_axis(mean, x)
-    if mean_node is None:
+    variance_node = self.producers.get(variance)
+    if mean_node is None or variance_node is None or not variance_node.input:
       return None
-    for difference in self.readers.get(mean, []):
-      if difference is None or difference.op_type != "Sub" or list(
-          difference.input) != [x, mean]:
-        continue
-      d = difference.output[0]
-      for square in self.readers.get(d, []):
-        if square is None or square.op_type != "Mul" or list(square.input) != [d, d]:
-          continue
-        for variance in self.readers.get(square.output[0], []):
-          if variance is not None and self._mean_over_last_axis(
-              variance.output[0], square.output[0]) is not None:
-            return [mean_node], [variance, square, difference]
-    return None
+    square = self._op(variance_node.input[0], "Mul")
+    if square is None or square.input[0] != square.input[1]:
+      return None
+    difference = self._op(square.input[0], "Sub")
+    if difference is None or list(difference.input) != [x, mean] or (
+        self._mean_over_last_axis(variance, square.output[0]) is None):
+      return None
+    return [mean_node, variance_node, square, difference]
 
   def _mean_over_last_axis(self, name, of):
     """The node that makes name as the mean of tensor `of` over its last axis with the axis

@@ -147,13 +147,15 @@ def like_rows_of(y, x):
       y, tf.concat([tf.shape(x)[:-1], tf.shape(y)[-1:]], 0))
 
 
-def dense(x, units, name, kernel_initializer, activation=None, bias_activation=None):
+def dense(x, units, name, kernel_initializer, activation=None, bias_activation=None,
+          matmul=tf.matmul):
   """x [..., in] -> [..., units], with variables `name/kernel` [in, units] and `name/bias`.
   bias_activation(y, bias), if given, adds the bias and applies the activation at once
-  (a fused kernel: its bias is read in float32 whatever x's dtype)."""
+  (a fused kernel: its bias is read in float32 whatever x's dtype). matmul(rows, kernel):
+  the matrix multiply (the fused kernels' own in bfloat16 where TensorFlow has none)."""
   kernel, bias = dense_variables(static_shape(x)[-1], units, name, kernel_initializer, x.dtype,
                                  tf.float32 if bias_activation else None)
-  y = tf.matmul(as_matrix(x), kernel)
+  y = matmul(as_matrix(x), kernel)
   if bias_activation:
     return like_rows_of(bias_activation(y, bias), x)
   y = tf.nn.bias_add(y, bias)
@@ -330,7 +332,8 @@ def _transformer(config, x, attention_bias, init, pooled_only=False, fused=None)
           attended = _output(config, context, queries, init, fused and (fused, 3 * index + 1))
       with tf.variable_scope("intermediate"):
         hidden = dense(attended, config.intermediate_size, "dense", init, activation=activation,
-                       bias_activation=bias_gelu)
+                       bias_activation=bias_gelu,
+                       matmul=fused.matmul if fused is not None else tf.matmul)
       with tf.variable_scope("output"):
         x = _output(config, hidden, attended, init, fused and (fused, 3 * index + 2))
     layers.append(x)
@@ -347,7 +350,8 @@ def _output(config, x, residual, init, fused_site=None):
   gamma, beta = layer_norm_variables(config.hidden_size)
   return dense(x, config.hidden_size, "dense", init, bias_activation=(
       lambda y, bias: fused.dropout_add_norm(y, bias, as_matrix(residual), gamma, beta,
-                                             config.hidden_dropout_prob, site)))
+                                             config.hidden_dropout_prob, site)),
+               matmul=fused.matmul)
 
 
 def _sequence_length(t):
@@ -370,7 +374,8 @@ def _self_attention(config, queries, x, attention_bias, init, fused_site=None):
     if fused_site:  # (the bias add and the transpose as one copy)
       return dense(t, config.hidden_size, name, init, bias_activation=(
           lambda y, bias: fused_site[0].split_heads(
-              tf.reshape(y, shape[:2] + [config.hidden_size]), bias, heads)))
+              tf.reshape(y, shape[:2] + [config.hidden_size]), bias, heads)),
+                   matmul=fused_site[0].matmul)
     return tf.transpose(tf.reshape(dense(t, config.hidden_size, name, init), shape),
                         [0, 2, 1, 3])
 

@@ -1,14 +1,16 @@
-"""The encoder's fused CPU kernels (modeling/kernels/fused_ops.cc): built, loaded, differentiated.
+"""The encoder's fused CPU kernels (modeling/kernels/*.cc): built, loaded, differentiated.
 
 The kernels do the elementwise work around the encoder's matrix multiplies in one pass
 each way: bias + GELU, dropout + bias + residual + layer norm, and the attention's scale +
 mask + softmax + dropout; and the optimizer's update of each variable (clipped gradient,
-weight decay and Adam) in one pass. The C++ file is compiled for the running TensorFlow the first
-time it is needed (a few seconds; `./run.sh setup` does it ahead), into .cache/kernels
-under the project, named by TensorFlow's version and the source's hash so that a changed
-source or another runtime never loads a stale library. They run on the CPU, on
-activations in float32 or bfloat16, computing in float32 either way (in bfloat16 only
-the matrix multiplies between them run in bfloat16, and the parameters stay float32);
+weight decay and Adam) in one pass (fused_ops.cc). bf16_matmul.cc is a bfloat16 matrix
+multiply on the CPU's AMX tiles, for a runtime whose own kernels emulate bfloat16 (TF
+1.15). The C++ files are compiled for the running TensorFlow the first time they are
+needed (a few seconds; `./run.sh setup` does it ahead), into .cache/kernels under the
+project, named by TensorFlow's version and the sources' hash so that a changed source or
+another runtime never loads a stale library. They run on the CPU, on activations in
+float32 or bfloat16, computing in float32 either way (in bfloat16 only the matrix
+multiplies between them run in bfloat16, and the parameters stay float32);
 modeling/bert.py uses them only when its caller asks (model_fn, while training).
 
 Dropout masks come from a hash of (seed, step, site, element), not from TensorFlow's
@@ -27,7 +29,8 @@ import threading
 import tensorflow.compat.v1 as tf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SOURCE = os.path.join(ROOT, "modeling", "kernels", "fused_ops.cc")
+SOURCES = tuple(os.path.join(ROOT, "modeling", "kernels", name)
+                for name in ("fused_ops.cc", "bf16_matmul.cc"))
 BUILD_DIR = os.path.join(ROOT, ".cache", "kernels")
 COMPILER = os.environ.get("CXX", "g++")
 COMPILE_SECONDS = 600
@@ -49,8 +52,9 @@ def library_path(build_dir=BUILD_DIR):
   and CPU lives: a library built for another CPU (-march=native) could stop a run with
   an illegal instruction, and one from other flags would be stale."""
   digest = hashlib.sha256()
-  with open(SOURCE, "rb") as f:
-    digest.update(f.read())
+  for source in SOURCES:
+    with open(source, "rb") as f:
+      digest.update(f.read())
   for part in [compiler_version(), cpu_features()] + compile_command("OUTPUT"):
     digest.update(part.encode("utf-8") + b"\0")
   return os.path.join(build_dir, "fused_ops-tf%s-%s.so" % (tf.version.VERSION,
@@ -83,8 +87,8 @@ def compile_command(output):
   """g++ for this TensorFlow: its headers, ABI and framework library. -march=native
   because the library is built on the machine that runs it (.cache is not shipped)."""
   standard = ["-std=c++14"] if tf.version.VERSION.startswith("1.") else []
-  return ([COMPILER] + standard + ["-shared", "-fPIC", "-O3", "-march=native", SOURCE,
-                                   "-o", output] +
+  return ([COMPILER] + standard + ["-shared", "-fPIC", "-O3", "-march=native"] +
+          list(SOURCES) + ["-o", output] +
           tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags())
 
 
@@ -97,7 +101,7 @@ def build(build_dir=BUILD_DIR):
     return path
   if shutil.which(COMPILER) is None:
     raise KernelsUnavailable("no C++ compiler (%s) to build %s; install g++ or set CXX"
-                             % (COMPILER, SOURCE))
+                             % (COMPILER, " and ".join(SOURCES)))
   try:
     os.makedirs(build_dir, exist_ok=True)
     handle, staging = tempfile.mkstemp(suffix=".so", dir=build_dir)
@@ -111,10 +115,11 @@ def build(build_dir=BUILD_DIR):
                             stderr=subprocess.STDOUT, universal_newlines=True,
                             timeout=COMPILE_SECONDS)
     except subprocess.TimeoutExpired:
-      raise KernelsUnavailable("compiling %s took over %d s; stopped" % (SOURCE,
-                                                                         COMPILE_SECONDS))
+      raise KernelsUnavailable("compiling %s took over %d s; stopped" % (
+          " and ".join(SOURCES), COMPILE_SECONDS))
     if done.returncode:
-      raise KernelsUnavailable("compiling %s failed: %s" % (SOURCE, first_error(done.stdout)))
+      raise KernelsUnavailable("compiling %s failed: %s" % (" and ".join(SOURCES),
+                                                            first_error(done.stdout)))
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(staging, 0o755 & ~umask)  # (mkstemp made it 0600: other users could not load it)
@@ -170,13 +175,26 @@ class FusedKernels(object):
   """The fused ops of one training graph, sharing its dropout seed.
 
   seed: int64 [2], the run's seed and the global step, so that every step draws new
-  masks. Each dropout names its own `site` (unique within the step)."""
+  masks. Each dropout names its own `site` (unique within the step).
+  own_bf16_matmul: the encoder's dense layers multiply in bfloat16 by the kernels' own
+  matmul (BertBf16MatMul: on AMX where the CPU has it), for a runtime whose own kernels
+  would emulate bfloat16 (TF 1.15). It takes and gives float32 as well: the operands
+  are rounded to bfloat16, their products summed in float32, and the activations around
+  it (and the attention's batched matmuls) stay float32."""
 
   EMBEDDINGS_SITE, HEAD_SITE = EMBEDDINGS_SITE, HEAD_SITE
 
-  def __init__(self, seed):
+  def __init__(self, seed, own_bf16_matmul=False):
     self.ops = library()
     self.seed = seed
+    self.own_bf16_matmul = own_bf16_matmul
+
+  def matmul(self, a, b):
+    """a [M, K] x b [K, N], as tf.matmul (with own_bf16_matmul, of a and b rounded to
+    bfloat16, in a's dtype)."""
+    if self.own_bf16_matmul:
+      return self.ops.bert_bf16_mat_mul(a, b)
+    return tf.matmul(a, b)
 
   def bias_gelu(self, x, bias):
     """tanh-GELU(x + bias), x [rows, C], bias [C]."""
@@ -227,6 +245,29 @@ class FusedKernels(object):
 def _bias_gelu_gradient(op, dy):
   dx, dbias = library().bert_bias_gelu_grad(dy, op.inputs[0], op.inputs[1])
   return dx, dbias
+
+
+@tf.RegisterGradient("BertBf16MatMul")
+def _bf16_matmul_gradient(op, dz):
+  a, b = op.inputs
+  ta, tb = op.get_attr("transpose_a"), op.get_attr("transpose_b")
+  mm = library().bert_bf16_mat_mul
+  if not ta and not tb:
+    return mm(dz, b, transpose_b=True), mm(a, dz, transpose_a=True)
+  if not ta:
+    return mm(dz, b), mm(dz, a, transpose_a=True)
+  if not tb:
+    return mm(b, dz, transpose_b=True), mm(a, dz)
+  return (mm(b, dz, transpose_a=True, transpose_b=True),
+          mm(dz, a, transpose_a=True, transpose_b=True))
+
+
+def bf16_matmul_units():
+  """"AMX_BF16" where BertBf16MatMul multiplies on the CPU's AMX tiles, else why it
+  computes in float32 (no AMX in the build, or the kernel refused the tile state)."""
+  with tf.Graph().as_default(), tf.Session() as session:
+    units = session.run(library().bert_bf16_mat_mul_units())
+  return units.decode("utf-8") if isinstance(units, bytes) else units
 
 
 @tf.RegisterGradient("BertSplitHeads")

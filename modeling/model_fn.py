@@ -54,6 +54,10 @@ class ModelSettings(object):
   decides, pipeline.build.fused_kernels_for), in every mode, and training's optimizer
   its update kernel. Not for a graph that is exported: a SavedModel must load without
   this project's library.
+  own_bf16_matmul: with fused_kernels and precision bfloat16, the encoder's dense layers
+  multiply in bfloat16 by the kernels' own matmul (modeling.fused.FusedKernels), between
+  float32 activations, for a runtime whose own bfloat16 kernels emulate it (TF 1.15; the
+  caller decides, pipeline.build.own_bf16_matmul).
   classifier_dropout: the training dropout rate on what the head reads; None: the
   config's hidden_dropout_prob, as Google's classifier.
   positive_weights: a sigmoid head's training loss weighs each output's positives by its
@@ -76,6 +80,7 @@ class ModelSettings(object):
   cross_shard: Optional[bool] = None
   freeze_encoder: bool = False
   fused_kernels: bool = False
+  own_bf16_matmul: bool = False
   classifier_dropout: Optional[float] = None
   positive_weights: Optional[Tuple[float, ...]] = None
 
@@ -99,6 +104,8 @@ class ModelSettings(object):
     if self.fused_kernels and beside_kernels:
       # (A run's options never get here: pipeline.build.fused_kernel_obstacles.)
       raise ValueError("fused_kernels cannot be combined with %s" % ", ".join(beside_kernels))
+    if self.own_bf16_matmul and not (self.fused_kernels and self.precision == "bfloat16"):
+      raise ValueError("own_bf16_matmul needs fused_kernels and precision bfloat16")
 
   @property
   def one_hot_embeddings(self):
@@ -126,11 +133,15 @@ def model_fn_builder(bert_config, label_spec, settings):
       plain_global_step_read()
     # Named so that hooks and benchmarks can see how long (dynamically padded) batches are.
     tf.identity(tf.shape(features["input_ids"])[1], name=SEQ_LENGTH_NAME)
-    kernels = fused_kernels_of_step() if s.fused_kernels else None
+    # (eval and predict in float32 where train_only_precision: the kernels' own bfloat16
+    # matmul in training only)
+    own_matmul = s.own_bf16_matmul and (is_training or not s.train_only_precision)
+    kernels = fused_kernels_of_step(own_matmul) if s.fused_kernels else None
     pooled = encode(bert_config, features, is_training and not s.freeze_encoder,
                     s.one_hot_embeddings, s.hub_module_handle,
-                    compute_dtype=tf.as_dtype(s.precision if is_training or not
-                                              s.train_only_precision else "float32"),
+                    compute_dtype=tf.as_dtype(
+                        s.precision if (is_training or not s.train_only_precision) and
+                        not s.own_bf16_matmul else "float32"),
                     pooling=s.pooling,
                     trainable=not s.freeze_encoder, fused_kernels=kernels)
     logits = head.head_logits(
@@ -203,11 +214,11 @@ def model_fn_builder(bert_config, label_spec, settings):
   return model_fn
 
 
-def fused_kernels_of_step():
+def fused_kernels_of_step(own_bf16_matmul=False):
   """The fused kernels (modeling.fused; loaded only by runs that use them), seeded by the
   graph's seed and the global step."""
   from modeling.fused import FusedKernels, step_seed
-  return FusedKernels(step_seed())
+  return FusedKernels(step_seed(), own_bf16_matmul)
 
 
 def encode(bert_config, features, is_training, use_one_hot_embeddings, hub_module_handle=None,

@@ -171,21 +171,54 @@ def model_fn_of(model, training, device, summary_dir, bert_config, label_spec,
       train_only_precision=device.use_bf16 and not device.use_tpu,
       xla_global_step_fix=device.use_xla and not serving,
       summary_dir=summary_dir, save_summary_steps=training.save_summary_steps,
-      fused_kernels=fused_kernels and not serving, classifier_dropout=model.classifier_dropout))
+      fused_kernels=fused_kernels and not serving, classifier_dropout=model.classifier_dropout,
+      own_bf16_matmul=own_bf16_matmul(fused_kernels and not serving,
+                                      "float32" if serving else device.precision())))
+
+
+def own_bf16_matmul(fused_kernels, precision, tf_version=None, environ=None):
+  """Whether a training's bfloat16 matrix multiplies are the fused kernels' own
+  (BertBf16MatMul): with the fused kernels (one CPU), in bfloat16, on a runtime whose own
+  CPU kernels would emulate bfloat16 (machine.onednn_problem: TF 1.15, or TF 2 with
+  oneDNN off)."""
+  return bool(fused_kernels and precision == "bfloat16" and machine.onednn_problem(
+      tf.__version__ if tf_version is None else tf_version, environ))
+
+
+FIND = object()  # (an argument this module finds out for itself)
+
+
+def own_matmul_problem(c, cluster=None, gpus=None):
+  """None where this run's fused kernels would multiply bfloat16 on the CPU's AMX tiles
+  (a runtime without oneDNN then trains in bfloat16 at AMX's rate), else why not."""
+  fused, why_not = fused_kernels_for(c.model, c.training, c.device, cluster, gpus)
+  if not fused:
+    return "the fused kernels (which multiply bfloat16 on AMX) are off: %s" % why_not
+  from modeling.fused import bf16_matmul_units
+  units = bf16_matmul_units()
+  return None if units == "AMX_BF16" else "the fused kernels' bfloat16 matmul: %s" % units
+
+
+def training_own_matmul_problem(**device):
+  """own_matmul_problem of a training with these device options (the others' defaults):
+  for a benchmark's own measurements."""
+  from spec.config import RunConfig
+  return own_matmul_problem(RunConfig(do_train=True, **device))
 
 
 def with_chosen_precision(c, cluster=None, instructions=None, tf_version=None, gpus=None,
-                          environ=None):
+                          environ=None, own_matmul=FIND):
   """(c, the log line of the precision the encoder computes in, and a warning or None).
   Where --use_bf16 is not given, a training on a CPU whose matmul units take bfloat16
   (AVX512_BF16 or AMX, machine.bf16_instructions) on a runtime that computes in them
-  (TF 2's oneDNN) runs the encoder in bfloat16, float32 master weights and loss: c then
-  has use_bf16 set. Not beside a GPU or an option that computes otherwise (--use_xla, a
-  hub encoder), nor in a cluster (cluster: its TF_CONFIG), whose
-  machines may differ. Off a TPU, eval and predict compute in float32, as the exports
+  (TF 2's oneDNN; or TF 1.15 with the fused kernels, whose own matmul runs on AMX) runs
+  the encoder in bfloat16, float32 master weights and loss: c then has use_bf16 set. Not
+  beside a GPU or an option that computes otherwise (--use_xla, a hub encoder), nor in a
+  cluster (cluster: its TF_CONFIG), whose machines may differ. Off a TPU, eval and predict compute in float32, as the exports
   do (model_fn_of). A given --use_bf16 on a CPU that would emulate bfloat16 runs, with a
   warning that it is slower than float32. instructions, tf_version, gpus, environ: what
-  this machine has, found when None."""
+  this machine has, found when None; own_matmul: own_matmul_problem's answer, found when
+  FIND (and only asked of a runtime without oneDNN, on a CPU with bfloat16 units)."""
   device = c.device
   if device.use_tpu:
     return c, "encoder precision on the TPU: %s (%s)" % (
@@ -198,6 +231,16 @@ def with_chosen_precision(c, cluster=None, instructions=None, tf_version=None, g
   instructions = machine.bf16_instructions() if instructions is None else instructions
   problem = machine.onednn_problem(tf.__version__ if tf_version is None else tf_version,
                                    environ)
+  computes_in_it = "TensorFlow computes in it"
+  if problem and instructions and (device.use_bf16 or "use_bf16" not in c.given):
+    if own_matmul is FIND:
+      own_matmul = own_matmul_problem(c, cluster, gpus)
+    if own_matmul is None:
+      problem, computes_in_it = None, (
+          "the fused kernels compute in it (their own matmul, on AMX; TensorFlow's CPU "
+          "kernels here would emulate it)")
+    else:
+      problem = "%s; %s" % (problem, own_matmul)
 
   def gpu_seen():
     return bool(tf.config.experimental.list_physical_devices("GPU") if gpus is None
@@ -221,10 +264,10 @@ def with_chosen_precision(c, cluster=None, instructions=None, tf_version=None, g
   if obstacle:
     return c, "encoder precision: float32 (%s)" % obstacle, None
   return c.replace(use_bf16=True), (
-      "encoder precision: bfloat16 in training, chosen: this CPU has %s and TensorFlow "
-      "computes in it (float32 master weights and loss; float32 in eval and predict, as "
-      "the exports; --use_bf16=false keeps float32)" % ", ".join(
-          i.upper() for i in instructions)), None
+      "encoder precision: bfloat16 in training, chosen: this CPU has %s and %s (float32 "
+      "master weights and loss; float32 in eval and predict, as the exports; "
+      "--use_bf16=false keeps float32)" % (", ".join(i.upper() for i in instructions),
+                                            computes_in_it)), None
 
 
 def training_choices(given_bf16=False, **device):

@@ -198,9 +198,8 @@ def pytest_collection_modifyitems(config, items):
     notes.append("tf1_only: %d comparisons with bert-tensorflow's modeling run on TF 1.15 only "
                  "(it needs tf.contrib)" % counts["tf1_only"])
   if "tf2_only" in counts:
-    notes.append("tf2_only: %d tests of ONNX exports, TF2 SavedModel encoders and bfloat16 "
-                 "training on a CPU run on TF 2.15 only (TF 1.15 refuses the first two and "
-                 "never chooses the third, as tests check)" % counts["tf2_only"])
+    notes.append("tf2_only: %d tests of ONNX exports and TF2 SavedModel encoders run on TF "
+                 "2.15 only (TF 1.15 refuses both, as tests check)" % counts["tf2_only"])
   if "one_runtime" in counts:
     notes.append("one_runtime: %d tests whose subject is the same on both runtimes run on "
                  "the other runtime, which this run tests too" % counts["one_runtime"])

@@ -229,7 +229,8 @@ def test_a_cpu_with_bfloat16_units_adds_the_float32_row_beside_this_projects():
   assert precision_variants(["google", "ours"], ["amx_bf16"], ["tf1", "tf2"]) == (
       ["ours_fp32"], [])
   assert precision_variants(["google"], ["amx_bf16"], ["tf1", "tf2"]) == ([], [])
-  assert precision_variants(["ours"], ["amx_bf16"], ["tf1"]) == ([], [])
+  assert precision_variants(["ours"], ["amx_bf16"], ["tf1"]) == (["ours_fp32"], [])
+  assert precision_variants(["ours"], ["amx_bf16"], ["hf"]) == ([], [])
   assert precision_variants(["ours"], [], ["tf2"]) == ([], [
       "bfloat16 rows skipped: this CPU has no bfloat16 matmul instructions (AVX512_BF16, "
       "AMX_BF16), so this project trains in float32 here"])
@@ -541,13 +542,14 @@ def test_the_serve_benchmark_holds_out_rows_it_does_not_fine_tune_on(tmp_path):
   assert not set(map(tuple, train)) & set(map(tuple, held_out))
 
 
-@pytest.mark.tf2_only  # (TF 1.15 never chooses bfloat16: the choice's own test)
 def test_the_workers_precision_is_a_runs_choice_or_the_one_it_is_given(monkeypatch):
+  """(A CPU said to have AMX, and on TF 1.15 the fused kernels' matmul said to run on it.)"""
   import argparse
-  from pipeline import machine
+  from pipeline import build, machine
   from tools.bench_worker import precision_and_kernels_of
   monkeypatch.setattr(machine, "bf16_instructions", lambda cpuinfo=None: ["amx_bf16"])
   monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+  monkeypatch.setattr(build, "own_matmul_problem", lambda *args: None)
 
   def chosen(precision, fused_kernels="auto"):
     args = argparse.Namespace(precision=precision, fused_kernels=fused_kernels, tpu_name=None,

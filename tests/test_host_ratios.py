@@ -71,7 +71,7 @@ def test_each_ratio_has_a_column_per_run_and_its_range(tmp_path):
       "2.50x the fastest Hugging Face path (in either precision) and 4.10x to 4.40x Google's "
       "`run_classifier`; with fixed padding (a TPU's shapes) 2.03x to 2.03x Google's; 20% to "
       "70% of the host's matmul peak in the precision it trains in; on a CPU with bfloat16 "
-      "units (TF 2.15), bfloat16 trains 2.21x to 2.21x as fast as float32 (1 run). Over 2 "
+      "units, bfloat16 trains 2.21x to 2.21x as fast as float32 (1 run). Over 2 "
       "runs (1 with fixed padding) on hosts whose float32 peak was 110 to 480 GFLOP/s: "
       "[ratios over hosts](docs/benchmark/hosts.md) |")
 

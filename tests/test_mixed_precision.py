@@ -127,8 +127,13 @@ def test_bfloat16_is_chosen_on_a_cpu_that_computes_in_it_unless_told_otherwise()
   chosen = ("encoder precision: bfloat16 in training, chosen: this CPU has AVX512_BF16, "
             "AMX_BF16 and TensorFlow computes in it (float32 master weights and loss; "
             "float32 in eval and predict, as the exports; --use_bf16=false keeps float32)")
-  tf1 = "TF 1.15.5's CPU kernels have no oneDNN: they convert bfloat16 to float32 and back"
-  off = "TF_ENABLE_ONEDNN_OPTS=0 turns TensorFlow's oneDNN kernels off"
+  no_amx = ("the fused kernels' bfloat16 matmul: the fused kernels were built without AMX "
+            "(this CPU or compiler has none)")
+  tf1 = ("TF 1.15.5's CPU kernels have no oneDNN: they convert bfloat16 to float32 and "
+         "back; " + no_amx)
+  off = "TF_ENABLE_ONEDNN_OPTS=0 turns TensorFlow's oneDNN kernels off; " + no_amx
+  own = chosen.replace("TensorFlow computes in it", "the fused kernels compute in it (their "
+                       "own matmul, on AMX; TensorFlow's CPU kernels here would emulate it)")
   given_bf16 = ("encoder precision: bfloat16 in training (--use_bf16), float32 in eval and "
                 "predict")
   emulated = ("--use_bf16 on this CPU: %s, so bfloat16 is emulated and slower than float32 "
@@ -162,23 +167,36 @@ def test_bfloat16_is_chosen_on_a_cpu_that_computes_in_it_unless_told_otherwise()
       ({"use_bf16": True}, [], "2.15.1", [], {}, None, True, given_bf16, emulated % no_units),
       ({"use_bf16": True}, [], "2.15.1", ["GPU:0"], {}, None, True, given_bf16, None),
       ({"use_bf16": True}, units, "1.15.5", [], {}, None, True, given_bf16, emulated % tf1),
+      # (TF 1.15, or oneDNN off, with the fused kernels' matmul on AMX: their own)
+      ({}, units, "1.15.5", [], {}, None, True, own, None, None),
+      ({}, units, "2.15.1", [], {"TF_ENABLE_ONEDNN_OPTS": "0"}, None, True, own, None, None),
+      ({"use_bf16": True}, units, "1.15.5", [], {}, None, True, given_bf16, None, None),
+      ({"use_bf16": False}, units, "1.15.5", [], {}, None, False,
+       "encoder precision: float32 (--use_bf16=false)", None, "never asked"),
+      ({}, units, "1.15.5", [], {}, None, False, "encoder precision: float32 (TF 1.15.5's "
+       "CPU kernels have no oneDNN: they convert bfloat16 to float32 and back; the fused "
+       "kernels (which multiply bfloat16 on AMX) are off: --fused_kernels=off)", None,
+       "the fused kernels (which multiply bfloat16 on AMX) are off: --fused_kernels=off"),
       ({"do_train": False}, units, "2.15.1", [], {}, None, False,
        "encoder precision: float32 (off a TPU, eval and predict compute in float32, as the "
        "exports do)", None),
   ]
-  for given, instructions, version, gpus, environ, cluster, bf16, line, warning in cases:
+  for case in cases:
+    (given, instructions, version, gpus, environ, cluster, bf16, line, warning), own_matmul = (
+        case[:9], case[9] if len(case) > 9 else no_amx)
     c = RunConfig(given=frozenset(given), **dict(dict(do_train=True), **given))
-    got, said, warned = with_chosen_precision(c, cluster, instructions, version, gpus, environ)
+    got, said, warned = with_chosen_precision(c, cluster, instructions, version, gpus, environ,
+                                              own_matmul)
     assert (got.device.use_bf16, said, warned) == (bf16, line, warning), given
     assert got.given == c.given
 
 
-@pytest.mark.tf2_only  # (TF 1.15 keeps float32: the choice's own test says so)
 def test_a_run_on_a_bfloat16_cpu_trains_in_bfloat16_and_predicts_as_its_export(
     tmp_path, tiny_checkpoint, monkeypatch):
   """This machine's CPU said to have AMX (and TF_ENABLE_ONEDNN_OPTS unset): TF 2 trains
-  in bfloat16, on the fused kernels, and the run summary records it. Its
-  predictions are those of its float32 export (eval and predict compute in float32),
+  in bfloat16 through oneDNN, TF 1.15 by the fused kernels' own matmul (said to run on
+  AMX: on a CPU without, the same product in float32), and the run summary records it.
+  Its predictions are those of its float32 export (eval and predict compute in float32),
   and differ from those of the same training in float32 by bfloat16's rounding only."""
   import csv
   import json
@@ -188,8 +206,12 @@ def test_a_run_on_a_bfloat16_cpu_trains_in_bfloat16_and_predicts_as_its_export(
   from pipeline import machine
   from serving.predictor import Predictor
   from spec.config import RunConfig
+  from pipeline import build
   monkeypatch.setattr(machine, "bf16_instructions", lambda cpuinfo=None: ["amx_bf16"])
   monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+  monkeypatch.setattr(build, "own_matmul_problem", lambda *args: None)
+  computes = ("TensorFlow computes in it" if tf.__version__.startswith("2.") else
+              "the fused kernels compute in it (their own matmul, on AMX")
 
   def predictions(output_dir):
     with open(os.path.join(output_dir, "test_results.tsv")) as f:
@@ -205,7 +227,7 @@ def test_a_run_on_a_bfloat16_cpu_trains_in_bfloat16_and_predicts_as_its_export(
     runs[name] = (output_dir, log, predictions(output_dir))
   output_dir, log, bf16 = runs["bf16"]
   assert ("encoder precision: bfloat16 in training, chosen: this CPU has AMX_BF16 and "
-          "TensorFlow computes in it") in log
+          + computes) in log
   assert "fused CPU kernels: on" in log
   assert json.load(open(os.path.join(output_dir, "run_summary.json")))["flags"]["use_bf16"]
   assert "encoder precision: float32 (--use_bf16=false)" in runs["fp32"][1]

@@ -99,23 +99,42 @@ def runtime_info(args=None):
 
 def peaks():
   """The float32 matmul peak, and the bfloat16 one where the CPU has instructions for it
-  and the runtime computes in it (TF 2 with oneDNN), else None with why."""
+  and the runtime computes in it (TF 2 with oneDNN, or else the fused kernels' own matmul
+  on AMX, as a run trains), else None with why."""
   import tensorflow as tf
-  return matmul_peaks(lambda dtype: matmul_peak_gflops(dtype=dtype),
-                      onednn_problem(tf.__version__))
+  from pipeline.machine import bf16_instructions
+  problem, own = onednn_problem(tf.__version__), False
+  if problem and bf16_instructions():
+    own_problem = own_matmul_problem()
+    problem, own = (None, True) if own_problem is None else ("%s; %s" % (problem, own_problem),
+                                                             False)
+  result = matmul_peaks(lambda dtype: matmul_peak_gflops(dtype=dtype, own_matmul=own and
+                                                         dtype == "bfloat16"), problem)
+  if own and result.get("bf16_matmul_peak_gflops"):
+    result["bf16_note"] += ", the fused kernels' own matmul"
+  return result
 
 
-def matmul_peak_gflops(n=2048, repeats=10, rounds=5, dtype="float32"):
+def own_matmul_problem():
+  """None where a run's fused kernels (--fused_kernels=auto) multiply bfloat16 on AMX here,
+  else why not (pipeline.build.own_matmul_problem)."""
+  from pipeline.build import training_own_matmul_problem
+  return training_own_matmul_problem()
+
+
+def matmul_peak_gflops(n=2048, repeats=10, rounds=5, dtype="float32", own_matmul=False):
   """Best observed GFLOP/s of an n x n matmul chain in dtype, on this runtime and
-  machine."""
+  machine; own_matmul: by the fused kernels' bfloat16 matmul, of float32 operands (as a
+  run that uses it trains: pipeline.build.own_bf16_matmul)."""
   import numpy as np
   import tensorflow.compat.v1 as tf
+  matmul = own_matmul_op() if own_matmul else tf.matmul
   with tf.Graph().as_default():
     a = tf.Variable(np.random.RandomState(0).rand(n, n).astype(np.float32) / n)
-    a = a if dtype == "float32" else tf.cast(a, dtype)
+    a = a if dtype == "float32" or own_matmul else tf.cast(a, dtype)
     product = a
     for _ in range(repeats):
-      product = tf.matmul(product, a)
+      product = matmul(product, a)
     total = tf.reduce_sum(product)
     with tf.Session() as session:
       session.run(tf.global_variables_initializer())
@@ -128,12 +147,19 @@ def matmul_peak_gflops(n=2048, repeats=10, rounds=5, dtype="float32"):
   return 2.0 * n ** 3 * repeats / best / 1e9
 
 
+def own_matmul_op():
+  """The fused kernels' bfloat16 matmul (modeling.fused: BertBf16MatMul)."""
+  from modeling.fused import library
+  return library().bert_bf16_mat_mul
+
+
 def matmul_floor_seconds(config, seq_length, batch, repeats, pooled_only=True,
-                         session_config=None, dtype="float32"):
+                         session_config=None, dtype="float32", own_matmul=False):
   """The median time of a training step's matrix multiplies alone, forward and backward,
   at seq_length tokens (tools.flops' shapes), in dtype (the step's own precision) on this
   runtime: the "matmul floor" that no implementation of the step can beat on this
-  machine."""
+  machine. own_matmul: as a step whose dense layers multiply by the fused kernels' own
+  bfloat16 matmul between float32 activations (its batched ones in float32)."""
   import tensorflow.compat.v1 as tf
   from tools.flops import backward_matmuls, forward_matmuls
   forward = forward_matmuls(config, seq_length, pooled_only=pooled_only, batch=batch)
@@ -142,6 +168,14 @@ def matmul_floor_seconds(config, seq_length, batch, repeats, pooled_only=True,
     tf.set_random_seed(0)
     products_run = []
     for count, m, k, n in products:  # (random initial values: no constants in the graph)
+      if own_matmul:
+        shape = [m, k], [k, n]
+        if count > 1:
+          shape = [count, m, k], [count, k, n]
+        a, b = (tf.Variable(tf.random.uniform(s, dtype=tf.float32)) for s in shape)
+        products_run.append(tf.reduce_sum(own_matmul_op()(a, b) if count == 1 else
+                                          tf.matmul(a, b)))
+        continue
       a = tf.Variable(tf.random.uniform([count, m, k], dtype=dtype))
       b = tf.Variable(tf.random.uniform([count, k, n], dtype=dtype))
       products_run.append(tf.reduce_sum(tf.matmul(a, b)))
@@ -340,19 +374,21 @@ def our_model_and_input(args, record_path, total_steps):
   from data.input_fn import input_fn_builder
   from modeling.bert import BertConfig
   from modeling.model_fn import SEQ_LENGTH_NAME, ModelSettings, model_fn_builder
+  from pipeline.build import own_bf16_matmul
   from pipeline.machine import prepare
   prepare()  # (graph mode on either runtime; the C allocator as a run sets it)
   config = BertConfig(**bert_shape(args.model))
   on_tpu = bool(args.tpu_name)
   precision, args.fused, why_not, said = precision_and_kernels_of(args)
   args.trained_precision = precision
+  args.own_matmul = own_bf16_matmul(args.fused, precision)
   print(said, flush=True)
   print("fused CPU kernels: %s" % ("on" if args.fused else "off (%s)" % why_not), flush=True)
   model_fn = model_fn_builder(config, binary_label_spec(), ModelSettings(
       learning_rate=2e-5, num_train_steps=total_steps, num_warmup_steps=args.warmup,
       use_tpu=on_tpu, xla_global_step_fix=args.xla,
       summary_dir=os.path.join(args.workdir, "model"), precision=precision,
-      fused_kernels=args.fused))
+      fused_kernels=args.fused, own_bf16_matmul=args.own_matmul))
   input_fn = input_fn_builder(record_path, args.seq, True, binary_label_spec(), seed=SEED,
                               dynamic_padding=args.dynamic_padding)
   # (On a TPU the length is inside the TPU computation, where no hook can read it.)
@@ -543,7 +579,8 @@ def run(args):
   precision = getattr(args, "trained_precision", "float32")  # (Google's: float32)
   floor = measured_floor_seconds(config, lengths, rows_each,
                                  args.floor_repeats if one_device else 0, pooled_only,
-                                 threads_config(args), precision)
+                                 threads_config(args), precision,
+                                 getattr(args, "own_matmul", False))
   result = dict(
       runtime_info(args), impl=args.impl, model=args.model, seq=args.seq, batch=batch,
       steps=args.steps, warmup_steps=args.warmup, dynamic_padding=args.dynamic_padding,
@@ -585,21 +622,21 @@ def drop_checkpoints(model_dir):
 
 
 def measured_floor_seconds(config, lengths, batch, repeats, pooled_only, session_config=None,
-                           dtype="float32"):
+                           dtype="float32", own_matmul=False):
   """The matmul floor of the measured steps in dtype: each step's length timed once (per
   distinct length) and summed over the steps; None with no repeats."""
   if not repeats:
     return None
   floors = floor_seconds_by_length(config, lengths, batch, repeats, pooled_only,
-                                   session_config, dtype)
+                                   session_config, dtype, own_matmul)
   return sum(floors[n] for n in lengths)
 
 
 def floor_seconds_by_length(config, lengths, batch, repeats, pooled_only=True,
-                            session_config=None, dtype="float32"):
+                            session_config=None, dtype="float32", own_matmul=False):
   """{length: matmul floor seconds of one step at that length}, each distinct length once."""
   return {n: matmul_floor_seconds(config, n, batch, repeats, pooled_only, session_config,
-                                  dtype)
+                                  dtype, own_matmul)
           for n in sorted(set(lengths))}
 
 

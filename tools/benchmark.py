@@ -41,9 +41,10 @@ VARIANTS = {  # name -> (impl, worker flags, runtimes it runs on)
     "ours_fixed": ("ours", [], ("tf1", "tf2")),
     "ours": ("ours", ["--dynamic_padding"], ("tf1", "tf2")),
     "ours_xla": ("ours", ["--xla"], ("tf1", "tf2")),
-    # Where a run would train in bfloat16 (a CPU with bfloat16 units, TF 2.15), `ours`
-    # does, and this row is the same run in float32 beside it (added by itself there).
-    "ours_fp32": ("ours", ["--dynamic_padding", "--precision", "float32"], ("tf2",)),
+    # Where a run would train in bfloat16 (a CPU with bfloat16 units: TF 2.15's oneDNN,
+    # or TF 1.15's fused kernels on AMX), `ours` does, and this row is the same run in
+    # float32 beside it (added by itself there).
+    "ours_fp32": ("ours", ["--dynamic_padding", "--precision", "float32"], ("tf1", "tf2")),
     # bfloat16 on TensorFlow's own ops: what the fused kernels add in bfloat16 (by name).
     "ours_bf16_tf_ops": ("ours", ["--dynamic_padding", "--precision", "bfloat16",
                                   "--fused_kernels", "off"], ("tf2",)),
@@ -111,10 +112,11 @@ def row_label(r):
 
 
 def precision_variants(variants, bf16_units, runtimes):
-  """The rows a CPU with bfloat16 units adds: (variants, notes). There TF 2.15's `ours`
-  trains in bfloat16, as a run does, so `ours_fp32` measures the same run in float32
-  beside it; elsewhere one note says why there is no such row."""
-  if "ours" not in variants or "tf2" not in runtimes:
+  """The rows a CPU with bfloat16 units adds: (variants, notes). There `ours` trains in
+  bfloat16 as a run does (TF 2.15; TF 1.15 where the fused kernels multiply on AMX), so
+  `ours_fp32` measures the same run in float32 beside it; elsewhere one note says why
+  there is no such row."""
+  if "ours" not in variants or not {"tf1", "tf2"} & set(runtimes):
     return [], []
   if bf16_units:
     return ["ours_fp32"], []

@@ -14,8 +14,8 @@ predict two sets it never trained on:
     the Jigsaw Unintended Bias final metric (pipeline/bias_metrics.py) and its parts.
 The paths differ in their options (PATHS): `reference` is TensorFlow's own ops in float32,
 `fused` the fused kernels in float32, `bf16` the fused kernels in bfloat16 (what a run
-chooses on a CPU with bfloat16 units; TF 2.15 only, since TF 1.15's CPU kernels would
-emulate it). The seed
+chooses on a CPU with bfloat16 units: on TF 2.15 through oneDNN, on TF 1.15 the dense
+layers by the fused kernels' own matmul, on AMX where the CPU has it). The seed
 (--seed) sets the head's initial weights, the dropout and the order of the rows; every
 path runs every seed, so differences are paired.
 
@@ -61,7 +61,9 @@ PATHS = {
               "the fused CPU kernels (modeling/kernels) in float32", ("tf1", "tf2")),
     "bf16": (["--fused_kernels=on", "--use_bf16"],
              "the fused CPU kernels with the encoder in bfloat16, float32 master weights "
-             "and loss (as a run chooses on a CPU with bfloat16 units)", ("tf2",)),
+             "and loss (as a run chooses on a CPU with bfloat16 units; on TF 1.15 its dense "
+             "layers' bfloat16 products, between float32 activations, by the fused "
+             "kernels' own matmul)", ("tf1", "tf2")),
 }
 RUNTIMES = ("tf1", "tf2")
 # The issue's bound for bfloat16: its mean held-out ROC-AUC at most this far below float32.
@@ -72,8 +74,8 @@ DEFAULT_DATA = os.path.join(os.path.dirname(ROOT), "shared", "datasets",
 # checks that the committed one was made with them as they are).
 # The fast paths' sources, and the optimizer's (the fused kernels' update and the
 # reference's): a change to any needs the measurement again.
-KERNEL_SOURCES = ("modeling/kernels/fused_ops.cc", "modeling/fused.py",
-                  "modeling/optimization.py")
+KERNEL_SOURCES = ("modeling/kernels/fused_ops.cc", "modeling/kernels/bf16_matmul.cc",
+                  "modeling/fused.py", "modeling/optimization.py")
 METRICS = (("held_out_auc", "held-out ROC-AUC"),
            ("bias_final", "bias final metric"),
            ("bias_overall_auc", "templates' overall AUC"))

@@ -262,8 +262,9 @@ def profile_one_runtime(args):
   config = BertConfig(**bench_worker.bert_shape(args.model))
   # (in the step's own precision: bfloat16 where a run on this CPU trains in it)
   precision = getattr(worker_args, "trained_precision", "float32")
-  floors = bench_worker.floor_seconds_by_length(config, lengths, args.batch,
-                                                args.floor_repeats, dtype=precision)
+  floors = bench_worker.floor_seconds_by_length(
+      config, lengths, args.batch, args.floor_repeats, dtype=precision,
+      own_matmul=getattr(worker_args, "own_matmul", False))
   totals, others = op_times(hook.traces)
   return dict(
       bench_worker.runtime_info(worker_args), model=args.model, seq=args.seq, batch=args.batch,

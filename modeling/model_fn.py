@@ -133,15 +133,14 @@ def model_fn_builder(bert_config, label_spec, settings):
       plain_global_step_read()
     # Named so that hooks and benchmarks can see how long (dynamically padded) batches are.
     tf.identity(tf.shape(features["input_ids"])[1], name=SEQ_LENGTH_NAME)
-    # (eval and predict in float32 where train_only_precision: the kernels' own bfloat16
-    # matmul in training only)
-    own_matmul = s.own_bf16_matmul and (is_training or not s.train_only_precision)
+    # (eval and predict in float32 where train_only_precision; the kernels' own bfloat16
+    # matmul computes between float32 activations)
+    precision = s.precision if is_training or not s.train_only_precision else "float32"
+    own_matmul = s.own_bf16_matmul and precision == "bfloat16"
     kernels = fused_kernels_of_step(own_matmul) if s.fused_kernels else None
     pooled = encode(bert_config, features, is_training and not s.freeze_encoder,
                     s.one_hot_embeddings, s.hub_module_handle,
-                    compute_dtype=tf.as_dtype(
-                        s.precision if (is_training or not s.train_only_precision) and
-                        not s.own_bf16_matmul else "float32"),
+                    compute_dtype=tf.as_dtype("float32" if own_matmul else precision),
                     pooling=s.pooling,
                     trainable=not s.freeze_encoder, fused_kernels=kernels)
     logits = head.head_logits(

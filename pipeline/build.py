@@ -199,6 +199,15 @@ def own_matmul_problem(c, cluster=None, gpus=None):
   return None if units == "AMX_BF16" else "the fused kernels' bfloat16 matmul: %s" % units
 
 
+def with_own_matmul(problem, own_problem):
+  """(why the runtime does not compute bfloat16 matmuls in bfloat16, or None; whether it
+  does by the fused kernels' own matmul), once that matmul is counted: problem is
+  machine.onednn_problem's, own_problem own_matmul_problem's."""
+  if own_problem is None:
+    return None, True
+  return "%s; %s" % (problem, own_problem), False
+
+
 def training_own_matmul_problem(**device):
   """own_matmul_problem of a training with these device options (the others' defaults):
   for a benchmark's own measurements."""
@@ -233,14 +242,11 @@ def with_chosen_precision(c, cluster=None, instructions=None, tf_version=None, g
                                    environ)
   computes_in_it = "TensorFlow computes in it"
   if problem and instructions and (device.use_bf16 or "use_bf16" not in c.given):
-    if own_matmul is FIND:
-      own_matmul = own_matmul_problem(c, cluster, gpus)
-    if own_matmul is None:
-      problem, computes_in_it = None, (
-          "the fused kernels compute in it (their own matmul, on AMX; TensorFlow's CPU "
-          "kernels here would emulate it)")
-    else:
-      problem = "%s; %s" % (problem, own_matmul)
+    problem, own = with_own_matmul(problem, own_matmul_problem(c, cluster, gpus)
+                                   if own_matmul is FIND else own_matmul)
+    if own:
+      computes_in_it = ("the fused kernels compute in it (their own matmul, on AMX; "
+                        "TensorFlow's CPU kernels here would emulate it)")
 
   def gpu_seen():
     return bool(tf.config.experimental.list_physical_devices("GPU") if gpus is None

@@ -105,9 +105,8 @@ def peaks():
   from pipeline.machine import bf16_instructions
   problem, own = onednn_problem(tf.__version__), False
   if problem and bf16_instructions():
-    own_problem = own_matmul_problem()
-    problem, own = (None, True) if own_problem is None else ("%s; %s" % (problem, own_problem),
-                                                             False)
+    from pipeline.build import with_own_matmul
+    problem, own = with_own_matmul(problem, own_matmul_problem())
   result = matmul_peaks(lambda dtype: matmul_peak_gflops(dtype=dtype, own_matmul=own and
                                                          dtype == "bfloat16"), problem)
   if own and result.get("bf16_matmul_peak_gflops"):
@@ -168,17 +167,11 @@ def matmul_floor_seconds(config, seq_length, batch, repeats, pooled_only=True,
     tf.set_random_seed(0)
     products_run = []
     for count, m, k, n in products:  # (random initial values: no constants in the graph)
-      if own_matmul:
-        shape = [m, k], [k, n]
-        if count > 1:
-          shape = [count, m, k], [count, k, n]
-        a, b = (tf.Variable(tf.random.uniform(s, dtype=tf.float32)) for s in shape)
-        products_run.append(tf.reduce_sum(own_matmul_op()(a, b) if count == 1 else
-                                          tf.matmul(a, b)))
-        continue
-      a = tf.Variable(tf.random.uniform([count, m, k], dtype=dtype))
-      b = tf.Variable(tf.random.uniform([count, k, n], dtype=dtype))
-      products_run.append(tf.reduce_sum(tf.matmul(a, b)))
+      own = own_matmul and count == 1  # (a dense layer's product; the attention's float32)
+      shapes = ([m, k], [k, n]) if own else ([count, m, k], [count, k, n])
+      kind = tf.float32 if own_matmul else dtype
+      a, b = (tf.Variable(tf.random.uniform(shape, dtype=kind)) for shape in shapes)
+      products_run.append(tf.reduce_sum(own_matmul_op()(a, b) if own else tf.matmul(a, b)))
     # Each product's every element is summed and fetched (m n adds to its m k n
     # multiply-adds): a product whose result is unused or partly used is not computed,
     # or not whole.

@@ -1,4 +1,5 @@
-"""Rewrites of a converted ONNX model that onnxruntime cannot find by itself.
+"""Rewrites of a converted ONNX model that onnxruntime cannot find by itself: the layer
+norms (fuse_layer_norms) and the GELU's argument (divide_gelu_arguments).
 
 tf2onnx writes each of the encoder's layer normalisations (modeling/bert.py: tf.nn.moments
 and tf.nn.batch_normalization) as twelve elementwise nodes, with the means as
@@ -33,19 +34,15 @@ def fuse_layer_norms(model):
   LayerNormalization node. Returns how many were replaced. The model is changed only when
   the rewritten one passes onnx's checker (else the checker's error, and model unchanged)."""
   import onnx
-  from onnx import helper, numpy_helper, shape_inference
+  from onnx import helper, shape_inference
   if opset_of(model) < LAYER_NORM_OPSET:
     raise ValueError("a LayerNormalization node needs ONNX operator set %d; the model has %d"
                      % (LAYER_NORM_OPSET, opset_of(model)))
   graph = model.graph
   every = list(graph.node)  # (the same objects throughout: nodes are told apart by id)
   shapes = tensor_shapes(shape_inference.infer_shapes(model))
-  inputs = {i.name for i in graph.input}  # (an initializer that is an input too may change)
-  constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer
-               if t.name not in inputs}
-  for node in every:
-    if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-      constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+  inputs = {i.name for i in graph.input}
+  constants = constant_values(graph)
   # Read outside the graph's own nodes: its outputs, and the tensors of the enclosing scope
   # that the bodies of its If, Loop and Scan nodes read.
   outside = {o.name for o in graph.output} | names_read_in_bodies(every)
@@ -82,6 +79,74 @@ def fuse_layer_norms(model):
   onnx.checker.check_model(rewritten)
   model.CopyFrom(rewritten)
   return len(replaced)
+
+
+def divide_gelu_arguments(model):
+  """Writes each x * (1/sqrt(2)) that only Erf nodes read as x / sqrt(2), the form in which
+  onnxruntime fuses the exact GELU, 0.5 * x * (1 + erf(x / sqrt(2))), into one kernel (its
+  Gelu, with the bias Add before it). TensorFlow's grappler folds the quotient into a
+  product by the reciprocal before tf2onnx sees it, and onnxruntime then runs the GELU as
+  five elementwise nodes. The two differ by at most a rounding of x / sqrt(2). Returns how
+  many were rewritten (model, an onnx ModelProto, is changed in place)."""
+  from onnx import numpy_helper
+  graph = model.graph
+  constants = constant_values(graph)
+  outside = {o.name for o in graph.output} | names_read_in_bodies(graph.node)
+  readers = {}
+  for node in graph.node:
+    for name in set(node.input):
+      readers.setdefault(name, []).append(node.op_type)
+  names = {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output} | {
+      i.name for i in graph.input}
+  sqrt2, replaced = None, set()
+  rewritten = 0
+  for node in graph.node:
+    if node.op_type != "Mul" or len(node.input) != 2 or node.output[0] in outside or set(
+        readers.get(node.output[0], ["none"])) != {"Erf"}:
+      continue
+    for x, factor in _both(node.input):
+      value = constants.get(factor)
+      if value is not None and _is_reciprocal_sqrt2(value) and x not in constants:
+        if sqrt2 is None:
+          sqrt2 = unique_name(names, "gelu/sqrt2")
+          graph.initializer.append(numpy_helper.from_array(np.array(np.sqrt(2), np.float32),
+                                                           sqrt2))
+        node.op_type = "Div"
+        del node.input[:]
+        node.input.extend([x, sqrt2])
+        replaced.add(factor)
+        rewritten += 1
+        break
+  read = {name for node in graph.node for name in node.input} | outside | {
+      i.name for i in graph.input}
+  unread = replaced - read  # (a factor no other node reads goes, as its product did)
+  kept = [t for t in graph.initializer if t.name not in unread]
+  del graph.initializer[:]
+  graph.initializer.extend(kept)
+  kept = [n for n in graph.node if not (n.op_type == "Constant" and n.output[0] in unread)]
+  del graph.node[:]
+  graph.node.extend(kept)
+  return rewritten
+
+
+def _is_reciprocal_sqrt2(value):
+  """Whether a constant is one float32 1/sqrt(2) (to its last bit or two), of no axes that
+  would broadcast x to them."""
+  return (value.dtype == np.float32 and value.size == 1 and value.ndim <= 1 and
+          abs(float(value.ravel()[0]) * np.sqrt(2) - 1) <= 2 ** -22)
+
+
+def constant_values(graph):
+  """{tensor name: its numpy value} of the graph's constants: its initializers that are not
+  also inputs (which a caller may change), and its Constant nodes' values."""
+  from onnx import numpy_helper
+  inputs = {i.name for i in graph.input}
+  constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer
+               if t.name not in inputs}
+  for node in graph.node:
+    if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+      constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+  return constants
 
 
 def names_read_in_bodies(nodes):

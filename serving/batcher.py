@@ -1,5 +1,5 @@
 """The server's batcher: the examples of concurrent requests, gathered into batches that
-one worker thread predicts (serving/server.py makes one per app)."""
+worker threads predict (serving/server.py makes one per app)."""
 
 import asyncio
 import concurrent.futures
@@ -11,15 +11,18 @@ class ClientGone(Exception):
 
 class Batcher(object):
   """Gathers the examples of concurrent requests into batches of at most max_batch
-  examples, each run once by predictor.predict_outputs in one worker thread (the
-  predictor's session is not shared between threads). A request whose client has hung
-  up by the time its batch is about to run is left out of it (ClientGone): no answer
-  could reach it."""
+  examples, each run once by predictor.predict_outputs in a worker thread. workers: how
+  many batches run at once, each in its own thread (1 for a predictor whose session
+  must not be shared between threads); with more than one, a free worker takes its share
+  of the requests waiting (those left over are the next free worker's). A request whose
+  client has hung up by the time its batch is about to run is left out of it
+  (ClientGone): no answer could reach it."""
 
-  def __init__(self, predictor, max_batch, wait_seconds):
+  def __init__(self, predictor, max_batch, wait_seconds, workers=1):
     self.predictor, self.max_batch, self.wait_seconds = predictor, max_batch, wait_seconds
+    self.workers = workers
     self.queue = asyncio.Queue()
-    self.thread = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    self.threads = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
 
   async def predict(self, examples, gone=lambda: False):
     """The predictor's results for examples (one request's), in their order.
@@ -29,6 +32,15 @@ class Batcher(object):
     return await done
 
   async def run(self):
+    """Runs the workers until cancelled."""
+    workers = [asyncio.ensure_future(self._worker()) for _ in range(self.workers)]
+    try:
+      await asyncio.gather(*workers)
+    finally:
+      for worker in workers:
+        worker.cancel()
+
+  async def _worker(self):
     while True:
       waiting = [await self.queue.get()]
       try:
@@ -45,7 +57,9 @@ class Batcher(object):
     loop = asyncio.get_event_loop()
     deadline = loop.time() + self.wait_seconds
     rows = len(waiting[0][0])
-    while rows < self.max_batch:
+    # (a worker's share of the requests waiting now; all of them when it is the only one)
+    share = -(-(1 + self.queue.qsize()) // self.workers) if self.workers > 1 else None
+    while rows < self.max_batch and (share is None or len(waiting) < share):
       try:
         item = self.queue.get_nowait() if self.queue.qsize() else await asyncio.wait_for(
             self.queue.get(), max(0.0, deadline - loop.time()))
@@ -75,7 +89,7 @@ class Batcher(object):
   async def _outputs(self, waiting):
     examples = [example for request, _, _ in waiting for example in request]
     return await asyncio.get_event_loop().run_in_executor(
-        self.thread, self.predictor.predict_outputs, examples)
+        self.threads, self.predictor.predict_outputs, examples)
 
   def _give(self, waiting, outputs):
     start = 0

@@ -18,15 +18,20 @@ truncation, and texts are tokenised and laid out as training laid them out.
 """
 
 import argparse
+import concurrent.futures
+import ctypes
 import io
 import json
 import logging
 import os
+import platform
+import struct
 import sys
 
 from data.gfile import gfile
 from serving.predicting import (ExportNotFound, ExportPredictor, check_batch_size,
-                                check_export_files, find_export, read_export_card)
+                                check_export_files, find_export, read_export_card,
+                                usable_cores)
 from spec import signature
 
 log = logging.getLogger(__name__)
@@ -59,21 +64,95 @@ def find_onnx_folder(path):
   return folder
 
 
+class OnnxRunner(object):
+  """An ONNX model in one onnxruntime session on the CPU, run from runners threads of its
+  own (threads: onnxruntime's threads within an operator; default every core), in which
+  denormal floats are flushed to zero, as TensorFlow's CPU kernels flush them. A padded
+  text's masked attention scores (-10000) make the softmax's exponentials denormal, which
+  the CPU computes many times slower: the softmax of a padded batch would take ten times
+  as long (the masked weights are zero either way). onnxruntime's option flushes them on
+  its own threads, and on the thread that makes a process's first session; the runner
+  threads flush them themselves (flush_denormals), and the caller's thread computes as
+  it did. run and map may be called from several threads at once.
+
+  Raises what onnxruntime raises when the model cannot be loaded."""
+
+  def __init__(self, model_path, threads=None, runners=1):
+    import onnxruntime
+    self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=runners,
+                                                       initializer=flush_denormals)
+
+    def open_session():
+      options = onnxruntime.SessionOptions()
+      if threads:
+        options.intra_op_num_threads = threads
+      options.add_session_config_entry("session.set_denormal_as_zero", "1")
+      return onnxruntime.InferenceSession(model_path, options,
+                                          providers=["CPUExecutionProvider"])
+    try:
+      self._session = self._pool.submit(open_session).result()
+    except BaseException:
+      self.close()
+      raise
+
+  def _run(self, feeds, outputs):
+    return self._session.run(outputs, feeds)
+
+  def run(self, feeds, outputs=None):
+    """The session's outputs (a list of numpy arrays) for feeds ({input name: array})."""
+    return self._pool.submit(self._run, feeds, outputs).result()
+
+  def map(self, feeds, outputs=None):
+    """run of each of feeds (an iterable), in order, as many at once as there are runners."""
+    return self._pool.map(lambda one: self._run(one, outputs), feeds)
+
+  def close(self):
+    self._pool.shutdown(wait=True)
+
+
+# The SSE control register's flush-to-zero and denormals-are-zero bits, and where glibc's
+# fenv_t holds that register on x86-64 (after the x87 environment's 28 bytes).
+_FTZ_DAZ, _MXCSR_OFFSET = 0x8040, 28
+
+
+def flush_denormals():
+  """Makes this thread's float arithmetic flush denormal floats to zero (x86-64 Linux with
+  glibc; elsewhere onnxruntime's option alone flushes them, on its own threads). Whether
+  it did."""
+  if not (sys.platform.startswith("linux") and platform.machine() == "x86_64" and
+          platform.libc_ver()[0] == "glibc"):
+    return False
+  libc = ctypes.CDLL(None)
+  environment = ctypes.create_string_buffer(64)  # (fenv_t is 32 bytes there)
+  if libc.fegetenv(environment) != 0:
+    return False
+  mxcsr = struct.unpack_from("<I", environment.raw, _MXCSR_OFFSET)[0]
+  struct.pack_into("<I", environment, _MXCSR_OFFSET, mxcsr | _FTZ_DAZ)
+  return libc.fesetenv(environment) == 0
+
+
 class OnnxPredictor(ExportPredictor):
   """An export's ONNX model in an onnxruntime session (the CPU).
 
   path: the ONNX folder, the export holding it, or a training --output_dir (its newest
   export). int8: run model.int8.onnx, the dynamically quantised model: faster, with
-  outputs that differ a little (docs/predictor/results.md gives its metric on real data). threads:
-  onnxruntime's threads within an operator (default: every core). tokenizer and
-  batch_size: as Predictor's.
+  outputs that differ a little (docs/predictor/results.md gives its metric on real data),
+  run one text at a time: its activations are quantised with one scale per run, the
+  largest value of every text in it, so a text's outputs would otherwise depend on the
+  texts batched with it (by up to 0.1 in a probability). threads: onnxruntime's threads
+  within an operator; runs_at_once: how many runs are made at once, each from its own
+  thread. By default the int8 model makes a run on each core at once, one thread each (a
+  run of one text gains little from a second thread), and the fp32 model one run at a
+  time on every core. tokenizer and batch_size: as Predictor's. Its runs may also be
+  made from several threads of the caller's at once (onnxruntime's sessions allow it).
   """
 
   # A run costs about 5 ms plus 0.2 ms a padded token (MiniLM fp32, 2 cores, runs of 1 to 8
   # texts of 16 to 128 tokens): 25 tokens' worth.
   run_overhead_tokens = 25
 
-  def __init__(self, path, int8=False, tokenizer="auto", batch_size=32, threads=None):
+  def __init__(self, path, int8=False, tokenizer="auto", batch_size=32, threads=None,
+               runs_at_once=None):
     import onnxruntime
     check_batch_size(batch_size)  # (before the folder's files are read and hashed)
     folder = find_onnx_folder(path)
@@ -83,12 +162,12 @@ class OnnxPredictor(ExportPredictor):
     self.export_dir = folder
     self.model_path = os.path.join(
         folder, signature.ONNX_INT8_MODEL if int8 else signature.ONNX_MODEL)
-    options = onnxruntime.SessionOptions()
-    if threads:
-      options.intra_op_num_threads = threads
+    if int8:
+      self.max_run_texts = 1
+      if runs_at_once is None and threads is None:
+        runs_at_once, threads = usable_cores(), 1
     try:
-      self._session = onnxruntime.InferenceSession(
-          self.model_path, options, providers=["CPUExecutionProvider"])
+      self._runner = OnnxRunner(self.model_path, threads, runs_at_once or 1)
     except Exception as e:  # (onnxruntime raises its own types; the files were as listed)
       raise ExportNotFound("%s cannot be loaded by onnxruntime %s (%s): %s" % (
           self.model_path, onnxruntime.__version__, (str(e).splitlines() or [""])[0],
@@ -97,8 +176,14 @@ class OnnxPredictor(ExportPredictor):
              self.max_seq_length)
 
   def run_batch(self, batch):
-    (outputs,) = self._session.run([self.output_name], batch)
+    (outputs,) = self._runner.run(batch, [self.output_name])
     return outputs
+
+  def _run_batches(self, batches):
+    return (outputs for (outputs,) in self._runner.map(batches, [self.output_name]))
+
+  def close(self):
+    self._runner.close()
 
 
 def int8_problem(folder):
@@ -172,7 +257,8 @@ def main(argv=None):
                       "--output_dir (its newest export)")
   parser.add_argument("--int8", action="store_true", help="run the int8 model (faster; see "
                       "docs/predictor/results.md for its metric against fp32)")
-  parser.add_argument("--batch_size", type=int, default=32, help="texts per run")
+  parser.add_argument("--batch_size", type=int, default=32, help="texts per run (the int8 "
+                      "model runs one at a time, so that a text's result is its own)")
   parser.add_argument("--input", help="a file of texts instead of standard input")
   args = parser.parse_args(argv)
   logging.basicConfig(level=logging.WARNING, format="%(message)s")

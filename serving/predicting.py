@@ -149,6 +149,14 @@ def length_runs(lengths, batch_size, overhead):
   return runs[::-1]
 
 
+def usable_cores():
+  """The cores this process may run on."""
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:  # (not Linux)
+    return os.cpu_count() or 1
+
+
 def _shown(item):
   text = repr(item)
   return text if len(text) <= 60 else text[:57] + "..."
@@ -185,6 +193,9 @@ class ExportPredictor(object):
   # What one run of the model costs beyond its texts' tokens, in tokens' worth of time
   # (length_runs); each backend measures its own.
   run_overhead_tokens = 32
+  # The most texts one run of the model takes (None: batch_size), for a model whose
+  # outputs for a text would depend on the texts run with it.
+  max_run_texts = None
 
   def run_batch(self, batch):
     """The model's outputs [rows, outputs] (a numpy array) for one padded_batch."""
@@ -199,6 +210,10 @@ class ExportPredictor(object):
   def output_names(self):
     """What each output is: a class, or a label column."""
     return self.label_spec.classes or list(self.label_spec.columns)
+
+  def _run_batches(self, batches):
+    """run_batch of each of batches, in order (a backend may make several at once)."""
+    return map(self.run_batch, batches)
 
   def close(self):
     """Frees what the backend holds (a session)."""
@@ -235,16 +250,17 @@ class ExportPredictor(object):
     trained with windows (--doc_stride) predicts each long text's windows and aggregates
     their outputs, as run_classifier does."""
     batch_size = self.batch_size if batch_size is None else check_batch_size(batch_size)
+    batch_size = min(batch_size, self.max_run_texts or batch_size)
     counts = []
     if self.windowing is not None:
       examples = list(WindowSplitter(self.windowing, self.tokenizer).examples(examples, counts))
     features = list(convert_examples(examples, self.label_spec, self.max_seq_length,
                                      self.tokenizer, strategy=self.truncation))
     outputs = [None] * len(features)
-    for rows in length_runs([len(f.token_ids) for f in features], batch_size,
-                            self.run_overhead_tokens):
-      batch = padded_batch([features[i] for i in rows])
-      values = self.run_batch(batch)
+    runs = length_runs([len(f.token_ids) for f in features], batch_size,
+                       self.run_overhead_tokens)
+    batches = (padded_batch([features[i] for i in rows]) for rows in runs)
+    for rows, values in zip(runs, self._run_batches(batches)):
       for i, value in zip(rows, values.tolist()):
         if not all(math.isfinite(v) for v in value):
           raise NumericFault(

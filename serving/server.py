@@ -8,13 +8,14 @@ Requests that arrive together are predicted together: when the model is free, a 
 takes the requests waiting (until their texts reach max_batch; with a wait_seconds above
 0, also those that come within it of the first), runs the predictor on them in its own
 thread (in runs of at most max_batch texts), and gives each request its own results back,
-in its order. Requests that arrive while the model runs wait for the next batch. A bad
-request is answered with a 4xx and {"error": "<what is wrong>"}; it never reaches a batch,
-and a batch that fails is run again request by request, so that only the request at fault
-fails.
+in its order. Requests that arrive while the model runs wait for the next batch; on
+onnxruntime, a batch runs on each core at once (--workers), each worker taking its share
+of the requests waiting. A bad request is answered with a 4xx and {"error": "<what is
+wrong>"}; it never reaches a batch, and a batch that fails is run again request by
+request, so that only the request at fault fails.
 
   python -m serving.server OUTPUT_OR_EXPORT_DIR [--port 8501] [--host 127.0.0.1]
-                          [--backend=onnx]
+                          [--backend=onnx [--workers N]]
 
 The model runs in TensorFlow (the SavedModel), or with --backend=onnx in onnxruntime (the
 export's onnx/ folder), where TensorFlow need not be installed.
@@ -40,8 +41,10 @@ def first_line(error):
 
 
 def make_app(predictor, model_name="model", max_batch=32, wait_seconds=0.0,
-             max_body_bytes=8 << 20, max_instances=4096, max_windows=4096):
-  """The aiohttp application serving predictor as model_name."""
+             max_body_bytes=8 << 20, max_instances=4096, max_windows=4096, workers=1):
+  """The aiohttp application serving predictor as model_name; workers: how many batches
+  it runs at once (more than one only for a predictor whose runs may be made from several
+  threads)."""
   version = os.path.basename(predictor.export_dir.rstrip("/"))
 
   def error(status, text):
@@ -146,12 +149,12 @@ def make_app(predictor, model_name="model", max_batch=32, wait_seconds=0.0,
                    % first_line(e))
 
   async def start_batcher(app):
-    app["batcher"] = Batcher(predictor, max_batch, wait_seconds)
+    app["batcher"] = Batcher(predictor, max_batch, wait_seconds, workers)
     app["batching"] = asyncio.get_event_loop().create_task(app["batcher"].run())
 
   async def stop_batcher(app):
     app["batching"].cancel()
-    app["batcher"].thread.shutdown(wait=True)
+    app["batcher"].threads.shutdown(wait=True)
 
   app.on_startup.append(start_batcher)
   app.on_cleanup.append(stop_batcher)
@@ -250,7 +253,9 @@ def load_predictor(args):
   TensorFlow's takes seconds)."""
   if args.backend == "onnx":
     from serving.onnx_predictor import OnnxPredictor, int8_problem
-    predictor = OnnxPredictor(args.path, int8=args.int8, batch_size=args.max_batch)
+    workers, threads = server_options.workers(args)  # (a runner for each worker)
+    predictor = OnnxPredictor(args.path, int8=args.int8, batch_size=args.max_batch,
+                              threads=threads, runs_at_once=workers)
     problem = args.int8 and int8_problem(predictor.export_dir)
     if problem:
       from spec.run_errors import FlagError
@@ -283,8 +288,13 @@ def main(argv=None):
     sys.stderr.write("serve: --backend=%s needs %s, which this Python lacks: run ./run.sh "
                      "serve, which builds the environment it needs\n" % (args.backend, e.name))
     return 2
+  workers, threads = server_options.workers(args)
   app = make_app(predictor, args.model_name, args.max_batch, args.batch_wait_ms / 1000.0,
-                 int(args.max_body_mb * (1 << 20)), args.max_instances, args.max_windows)
+                 int(args.max_body_mb * (1 << 20)), args.max_instances, args.max_windows,
+                 workers)
+  if args.backend == "onnx":
+    log.info("%d batches run at once, each on %d thread%s", workers, threads,
+             "" if threads == 1 else "s")
   listening = "serving %s as %r on http://%s:%d/v1/models/%s:predict (Ctrl-C stops)" % (
       os.path.abspath(predictor.export_dir), args.model_name, args.host, args.port,
       args.model_name)

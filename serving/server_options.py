@@ -39,7 +39,26 @@ def parse_args(argv=None):
   parser.add_argument("--int8", action="store_true", help=(
       "with --backend=onnx: the int8 model, where the export records that it keeps the "
       "fp32 model's held-out quality (its dev split's ROC-AUC at most 0.002 below)"))
+  parser.add_argument("--workers", type=int, default=None, help=(
+      "with --backend=onnx: how many batches run at once, each in its own thread and on "
+      "its share of the cores (default: with --int8, whose runs are one text each, one "
+      "per core this server may use; otherwise 1, on every core, as TensorFlow runs)"))
   return parser.parse_args(argv)
+
+
+def workers(args):
+  """How many batches the server runs at once (--workers), and the threads within an
+  operator each has (None: the backend's own, every core). By default, onnxruntime's
+  int8 model, which runs one text at a time (serving/onnx_predictor.py), runs one on each
+  usable core: a run of one text gains little from a second thread, and two such runs
+  at once nearly twice as many texts a second; every other model runs one batch at a
+  time on every core."""
+  if args.backend != "onnx":
+    return 1, None
+  from serving.predicting import usable_cores
+  cores = usable_cores()
+  count = args.workers or (cores if args.int8 else 1)
+  return count, max(1, cores // count)
 
 
 # A model's name as the URLs carry it: letters, digits and . _ - (not a lone dot or two).
@@ -58,7 +77,11 @@ def problem(args):
   if not 0 < args.port < 65536:
     return "--port=%d is not a TCP port: give one from 1 to 65535 (TF Serving's REST port " \
            "is %d)" % (args.port, DEFAULT_PORT)
+  if args.workers is not None and args.backend != "onnx":
+    return ("--workers runs onnxruntime's batches side by side: add --backend=onnx "
+            "(TensorFlow runs one batch at a time, on every core)")
   for name, value, least in (("max_batch", args.max_batch, 1),
+                             ("workers", 1 if args.workers is None else args.workers, 1),
                              ("max_instances", args.max_instances, 1),
                              ("max_windows", args.max_windows, 1)):
     if value < least:

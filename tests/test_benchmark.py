@@ -486,21 +486,46 @@ def test_the_serve_benchmark_takes_nearest_rank_percentiles_and_tables_its_runs(
   figures = {"tensorflow": "2.15.1", "python": "3.11.7", "machine": "x, 2 cores",
              "max_seq_length": 128, "int8_quality": {"fp32": 0.93, "int8": 0.9291,
                                                      "rows": 500},
-             "backends": {"tf": {"runs": [run]}, "onnx_int8": {"runs": [run]}}}
+             "backends": {"tf": {"runs": [run], "workers": 1},
+                          "onnx_int8": {"runs": [run], "workers": 2}}}
   table = results_markdown(figures).splitlines()
   assert table[0].endswith("(max_seq_length 128, Python 3.11.7, TF 2.15.1; x, 2 cores; the "
-                           "clients share the machine):")
+                           "clients share the machine; every answer is the backend's "
+                           "predictor's result for its text, within 1e-05):")
   assert table[4:6] == ["| tf | 8 | 400 | 41.2 | 180.0 | 391.0 |",
                         "| onnx_int8 | 8 | 400 | 41.2 | 180.0 | 391.0 |"]
   assert table[7:] == [
       "- `tf`: the SavedModel in TensorFlow.",
-      "- `onnx_int8`: the int8 ONNX model in onnxruntime, served because its held-out ROC-AUC "
-      "(0.9291) is at most 0.002 below the fp32 model's (0.9300) on the 500 comments the "
-      "export scored."]
+      "- `onnx_int8`: the int8 ONNX model in onnxruntime, 2 batches at once (one a core), "
+      "served because its held-out ROC-AUC (0.9291) is at most 0.002 below the fp32 model's "
+      "(0.9300) on the 500 comments the export scored."]
   figures["backends"]["onnx_int8"] = {"refused": "--int8: 0.92 against 0.93 (drop --int8)."}
   assert results_markdown(figures).splitlines()[5:] == [
       "", "- `tf`: the SavedModel in TensorFlow.",
       "- `onnx_int8`: not served: --int8: 0.92 against 0.93 (drop --int8)."]
+
+
+def test_the_serve_benchmark_checks_each_answer_against_the_predictors_result():
+  """An answer passes when it has the predictor's labels and its numbers within the
+  tolerance; another label, a number further off, a missing or extra key, or a number
+  that is not one, is named."""
+  from tools.bench_serve import answer_problem
+  wanted = {"label": "1", "probabilities": {"0": 0.25, "1": 0.75}}
+  assert answer_problem({"label": "1", "probabilities": {"0": 0.250004, "1": 0.749996}},
+                        wanted) is None
+  probabilities = wanted["probabilities"]
+  for got, said in (
+      ({"label": "0", "probabilities": probabilities}, "'0', where the predictor gives '1'"),
+      ({"label": "1", "probabilities": {"0": 0.2502, "1": 0.7498}},
+       "0.2502, where the predictor gives 0.25"),
+      ({"label": "1", "probabilities": {"0": float("nan"), "1": 0.75}},
+       "nan, where the predictor gives 0.25"),
+      ({"label": "1", "probabilities": {"0": "0.25", "1": 0.75}},
+       "'0.25', where the predictor gives 0.25"),
+      ({"label": "1", "probabilities": {"1": 0.75}},
+       "{'1': 0.75}, where the predictor gives %r" % probabilities),
+      ([wanted], "%r, where the predictor gives %r" % ([wanted], wanted))):
+    assert answer_problem(got, wanted) == said
 
 
 def test_the_serve_benchmark_takes_its_backends_by_name():

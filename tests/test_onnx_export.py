@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -99,9 +100,43 @@ def test_onnx_gives_the_saved_models_outputs(tmp_path, tiny_exports, kind, trunc
   assert int8.model_path.endswith("model.int8.onnx")
   np.testing.assert_allclose(int8_outputs, expected_outputs, atol=0.05)
   assert not np.allclose(int8_outputs, expected_outputs, atol=1e-7)  # (really the int8 one)
+  alone = [int8.predict_outputs([int8.example(0, item)])[0] for item in items]
+  assert alone == int8_outputs  # (each text its own run: no other text's scale in it)
   assert_matrix_products_quantised_per_column(os.path.join(folder, "model.int8.onnx"))
   for name in ("model.onnx", "model.int8.onnx"):
     assert_layer_norms_one_node_each(os.path.join(folder, name))
+
+
+@pytest.mark.tf2_only
+def test_the_onnx_runner_flushes_denormal_floats_to_zero_and_leaves_the_callers_alone():
+  """The runner the predictors and the export's check run models in computes with
+  denormal floats as zero, as TensorFlow's CPU kernels do (a padded text's masked softmax
+  makes them, and the CPU is many times slower on them); normal floats are untouched,
+  from every runner thread, and the calling thread still computes denormals."""
+  import onnx
+  from onnx import TensorProto, helper, numpy_helper
+  from serving.onnx_predictor import OnnxRunner
+  graph = helper.make_graph(
+      [helper.make_node("Mul", ["x", "factor"], ["y"])], "tiny",
+      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])],
+      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])],
+      [numpy_helper.from_array(np.float32(1e-20), "factor")])
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+  with tempfile.TemporaryDirectory() as folder:
+    path = os.path.join(folder, "tiny.onnx")
+    onnx.save(model, path)
+    x = np.array([1e-20, 1e-17, 1.0], np.float32)
+    runner = OnnxRunner(path, threads=1, runners=2)
+    try:
+      answers = [runner.run({"x": x})] + list(runner.map([{"x": x}] * 4))
+    finally:
+      runner.close()
+  smallest_normal, smallest_denormal = 2.0 ** -126, 2.0 ** -149  # (float32's)
+  assert smallest_denormal < 1e-20 * 1e-20 < smallest_normal  # (Python's floats: exact here)
+  for (y,) in answers:
+    assert y[0] == 0
+    assert y[1] == pytest.approx(1e-37, rel=1e-6) and y[2] == pytest.approx(1e-20, rel=1e-6)
+  assert np.float32(1e-20) * np.float32(1e-20) > 0  # (this thread's arithmetic as it was)
 
 
 def assert_layer_norms_one_node_each(path):
@@ -478,12 +513,23 @@ def test_the_int8_model_is_served_only_where_its_export_measured_its_quality_hel
 def test_the_servers_backend_options_are_checked_before_anything_loads(tmp_path):
   from serving import server
   for argv, message in (
-      (["--int8"], "serve: --int8 serves an export's int8 ONNX model: add --backend=onnx"),):
+      (["--int8"], "serve: --int8 serves an export's int8 ONNX model: add --backend=onnx"),
+      (["--workers", "2"], "serve: --workers runs onnxruntime's batches side by side: add "
+       "--backend=onnx (TensorFlow runs one batch at a time, on every core)"),
+      (["--backend=onnx", "--workers", "0"], "serve: --workers=0 must be 1 or more")):
     done = subprocess.run([sys.executable, "-m", "serving.server", str(tmp_path)] + argv,
                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, timeout=120)
     assert (done.returncode, done.stderr.strip()) == (2, message)
-  assert server.server_options.parse_args([str(tmp_path)]).backend == "tf"
+  options = server.server_options
+  assert options.parse_args([str(tmp_path)]).backend == "tf"
+  from serving.predicting import usable_cores
+  cores = usable_cores()
+  for argv, wanted in (([], (1, None)), (["--backend=onnx"], (1, cores)),
+                       (["--backend=onnx", "--int8"], (cores, 1)),
+                       (["--backend=onnx", "--int8", "--workers", "1"], (1, cores)),
+                       (["--backend=onnx", "--workers", "2"], (2, max(1, cores // 2)))):
+    assert options.workers(options.parse_args([str(tmp_path)] + argv)) == wanted
   if IS_TF1:  # (TF 1.15's environment has no onnxruntime: the one line says where it is)
     from tools.bench_serve import free_port
     done = subprocess.run([sys.executable, "-m", "serving.server", str(tmp_path),

@@ -1,7 +1,11 @@
-"""The layer-norm fusion of a converted ONNX model (pipeline/onnx_fusion.py): the encoder's
-layer norm as tf2onnx converts it becomes one LayerNormalization node with the same
-outputs; the subgraph in every order of its commutative inputs is found; a subgraph that
-computes anything else, or whose nodes are used outside it, is left as it was."""
+"""The rewrites of a converted ONNX model (pipeline/onnx_fusion.py). The encoder's layer
+norm as tf2onnx converts it becomes one LayerNormalization node with the same outputs; the
+subgraph in every order of its commutative inputs is found; a subgraph that computes
+anything else, or whose nodes are used outside it, is left as it was. The exact GELU's
+argument, a product by 1/sqrt(2), becomes the quotient that onnxruntime fuses into one
+Gelu kernel, with the same outputs; a product that is not that argument alone stays."""
+
+import math
 
 import numpy as np
 import pytest
@@ -198,3 +202,116 @@ def test_two_unnamed_layer_norms_and_what_others_read_are_kept_apart():
   (w,) = session.run(None, {"x": x, "flag": np.array(True)})
   np.testing.assert_allclose(w, reference_layer_norm(reference_layer_norm(
       x, gamma, beta, 1e-6), gamma, beta, 1e-6) + 10, atol=2e-5, rtol=1e-5)
+
+
+def optimized_ops(model):
+  """The op types of model as onnxruntime runs it (after its own fusions), and a session."""
+  import os
+  import tempfile
+  import onnx
+  import onnxruntime
+  options = onnxruntime.SessionOptions()
+  with tempfile.TemporaryDirectory() as folder:
+    options.optimized_model_filepath = os.path.join(folder, "optimized.onnx")
+    session = onnxruntime.InferenceSession(model.SerializeToString(), options,
+                                           providers=["CPUExecutionProvider"])
+    ops = [node.op_type for node in onnx.load(options.optimized_model_filepath).graph.node]
+  return ops, session
+
+
+def test_the_exact_gelu_as_tensorflow_writes_it_becomes_onnxruntimes_one_kernel():
+  """The encoder's exact GELU of a dense layer, converted as the export converts it, reaches
+  ONNX as a product by 1/sqrt(2) that onnxruntime runs as five nodes; written as the
+  quotient, onnxruntime runs it as one Gelu kernel, with the same outputs."""
+  import onnx
+  import tensorflow.compat.v1 as tf
+  import tf2onnx
+  from modeling import bert
+  from pipeline import onnx_export, onnx_fusion
+  rng = np.random.RandomState(3)
+  weights, bias = rng.randn(6, 8).astype(np.float32), rng.randn(8).astype(np.float32)
+  with tf.Graph().as_default():
+    x = tf.placeholder(tf.float32, [None, 6], name="x")
+    tf.identity(bert.gelu_exact(tf.matmul(x, weights) + bias), name="y")
+    graph_def = tf.get_default_graph().as_graph_def()
+  model, _ = tf2onnx.convert.from_graph_def(graph_def, input_names=["x:0"],
+                                            output_names=["y:0"], opset=onnx_export.ONNX_OPSET,
+                                            tensors_to_rename={"x:0": "x", "y:0": "y"})
+  before, unfused = optimized_ops(model)
+  assert "Erf" in before and "Gelu" not in before  # (what the rewrite is for)
+  original = onnx.ModelProto.FromString(model.SerializeToString())
+  assert onnx_fusion.divide_gelu_arguments(model) == 1
+  onnx.checker.check_model(model)
+  after, fused = optimized_ops(model)
+  assert not {"Erf", "Mul"} & set(after), after
+  assert {"Gelu", "BiasGelu"} & set(after), after
+  inputs = rng.randn(5, 6).astype(np.float32) * 3
+  (got,) = fused.run(None, {"x": inputs})
+  (wanted,) = unfused.run(None, {"x": inputs})
+  z = inputs @ weights + bias
+  reference = 0.5 * z * (1 + np.vectorize(math.erf)(z / math.sqrt(2)))
+  np.testing.assert_allclose(got, reference, atol=1e-5, rtol=1e-5)
+  np.testing.assert_allclose(got, wanted, atol=1e-6, rtol=1e-6)
+  assert onnx_fusion.divide_gelu_arguments(model) == 0  # (rewritten once)
+  # (the reciprocal, read by no other node, replaced by the square root)
+  assert len(model.graph.initializer) == len(original.graph.initializer)
+  assert [t.name for t in model.graph.initializer if t.name not in {
+      t.name for t in original.graph.initializer}] == ["gelu/sqrt2"]
+
+
+def gelu_graph(factor=1 / math.sqrt(2), factor_first=False, as_node=False, breaks=None):
+  """y = 0.5 x (1 + erf(x * factor)) as onnx nodes, the factor an initializer or a Constant
+  node, first or second; breaks: what makes the product one the rewrite must leave."""
+  from onnx import TensorProto, helper, numpy_helper
+  value = np.full([1, 1, 1] if breaks == "a factor of more axes" else [], factor, np.float32)
+  nodes, initializers = [], [numpy_helper.from_array(np.float32(1), "one"),
+                             numpy_helper.from_array(np.float32(0.5), "half")]
+  if as_node:
+    nodes.append(helper.make_node("Constant", [], ["factor"],
+                                  value=numpy_helper.from_array(value)))
+  else:
+    initializers.append(numpy_helper.from_array(value, "factor"))
+  nodes += [helper.make_node("Mul", ["factor", "x"] if factor_first else ["x", "factor"],
+                             ["scaled"]),
+            helper.make_node("Erf", ["scaled"], ["erf"]),
+            helper.make_node("Add", ["erf", "one"], ["plus_one"]),
+            helper.make_node("Mul", ["half", "x"], ["half_x"]),
+            helper.make_node("Mul", ["half_x", "plus_one"], ["y"])]
+  outputs = ["y"] + (["scaled"] if breaks == "the product an output" else [])
+  if breaks == "the product read by another node":
+    nodes.append(helper.make_node("Neg", ["scaled"], ["negated"]))
+    outputs.append("negated")
+  graph = helper.make_graph(
+      nodes, "gelu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", 4])],
+      [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in outputs],
+      initializers)
+  return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("factor_first", [False, True])
+@pytest.mark.parametrize("as_node", [False, True])
+def test_the_gelus_product_is_found_in_either_order_and_as_either_constant(factor_first,
+                                                                          as_node):
+  from pipeline.onnx_fusion import divide_gelu_arguments
+  model = gelu_graph(factor_first=factor_first, as_node=as_node)
+  _, unfused = optimized_ops(model)
+  assert divide_gelu_arguments(model) == 1
+  assert "factor" not in {t.name for t in model.graph.initializer} | {
+      o for n in model.graph.node for o in n.output}  # (read by no other node: gone)
+  ops, fused = optimized_ops(model)
+  assert "Gelu" in ops and "Erf" not in ops, ops
+  x = np.linspace(-6, 6, 48, dtype=np.float32).reshape(12, 4)
+  np.testing.assert_allclose(fused.run(None, {"x": x})[0], unfused.run(None, {"x": x})[0],
+                             atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("breaks", [
+    "another factor", "a factor of more axes", "the product an output",
+    "the product read by another node"])
+def test_a_product_that_is_not_the_gelus_argument_alone_is_left_as_it_was(breaks):
+  from pipeline.onnx_fusion import divide_gelu_arguments
+  model = gelu_graph(factor=0.7 if breaks == "another factor" else 1 / math.sqrt(2),
+                     breaks=breaks)
+  before = model.SerializeToString()
+  assert divide_gelu_arguments(model) == 0
+  assert model.SerializeToString() == before

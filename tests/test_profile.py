@@ -168,15 +168,19 @@ def test_the_fusion_table_names_what_each_op_fuses():
   assert fusion_of("_MklNativeFusedMatMul[BiasAdd, Tanh]") == (
       "matrix multiply + bias, tanh (oneDNN's rewrite)")
   assert fusion_of("_FusedMatMul[BiasAdd]") == "matrix multiply + bias (grappler's remapper)"
+  assert fusion_of("BertBf16MatMul") == ("this project's kernel: matrix multiply of "
+                                         "bfloat16-rounded operands, summed in float32 (on AMX)")
   assert fusion_of("BertBiasGeluGrad") == "this project's kernel: bias + GELU, backward"
   assert fusion_of("BertAttentionSoftmax") == (
       "this project's kernel: scale + mask + softmax + dropout, forward")
-  # Every op of the kernels' source that a training graph can hold says what it does (the
-  # multipliers' op serves tests alone).
-  with open(os.path.join(ROOT, "modeling", "kernels", "fused_ops.cc")) as f:
-    registered = re.findall(r'REGISTER_OP\("(\w+)"\)', f.read())
-  assert "BertAdamWeightDecay" in registered and "BertSplitHeadsGrad" in registered
-  for op in set(registered) - {"BertDropoutMultipliers"}:
+  # Every op of the kernels' sources that a training graph can hold says what it does (the
+  # multipliers' op serves tests alone, the units' op the precision's choice).
+  registered = []
+  for source in ("fused_ops.cc", "bf16_matmul.cc"):
+    with open(os.path.join(ROOT, "modeling", "kernels", source)) as f:
+      registered += re.findall(r'REGISTER_OP\("(\w+)"\)', f.read())
+  assert {"BertAdamWeightDecay", "BertSplitHeadsGrad", "BertBf16MatMul"} <= set(registered)
+  for op in set(registered) - {"BertDropoutMultipliers", "BertBf16MatMulUnits"}:
     assert fusion_of(op).startswith("this project's kernel: "), op
   results = [{"tensorflow": "2.15.1", "fused_ops": {"BertBiasGelu": 6, "_FusedMatMul[BiasAdd]": 20},
               "fused_ops_tensorflow_ops": {"_FusedMatMul[BiasAdd]": 38}}]

@@ -223,24 +223,37 @@ def _ten_requests_of_three_texts(predictor, texts):
   return [[predictor.example(i, texts[i]) for i in range(k, k + 3)] for k in range(0, 30, 3)]
 
 
-def _with_batcher(predictor, wait_seconds, send):
+def _with_batcher(predictor, wait_seconds, send, workers=1):
   """What the coroutine send(batcher) returns, run on a new event loop beside a running
   Batcher of predictor (at most 32 texts a batch), which is stopped afterwards."""
   from serving.batcher import Batcher
 
   async def beside_a_batcher():
-    batcher = Batcher(predictor, max_batch=32, wait_seconds=wait_seconds)
+    batcher = Batcher(predictor, max_batch=32, wait_seconds=wait_seconds, workers=workers)
     task = asyncio.get_event_loop().create_task(batcher.run())
     try:
       return await send(batcher)
     finally:
       task.cancel()
-      batcher.thread.shutdown(wait=True)
+      batcher.threads.shutdown(wait=True)
   loop = asyncio.new_event_loop()
   try:
     return loop.run_until_complete(beside_a_batcher())
   finally:
     loop.close()
+
+
+def _first_then_nine(predictor, texts, running):
+  """A send(batcher) of _with_batcher: the first of ten requests, then, once the event
+  `running` is set (its run has begun), the nine others; their results in order."""
+  async def send(batcher):
+    requests = _ten_requests_of_three_texts(predictor, texts)
+    first = asyncio.ensure_future(batcher.predict(requests[0]))
+    while not running.is_set():
+      await asyncio.sleep(0.005)
+    rest = [asyncio.ensure_future(batcher.predict(r)) for r in requests[1:]]
+    return await asyncio.gather(first, *rest)
+  return send
 
 
 def _first_run_slow(predictor, runs, running, record):
@@ -287,16 +300,40 @@ def test_without_a_wait_requests_that_come_during_a_run_make_the_next_batch(jigs
   runs, running = [], threading.Event()
   with Predictor(jigsaw_model.output_dir) as predictor:
     _first_run_slow(predictor, runs, running, len)
-
-    async def first_then_nine(batcher):
-      requests = _ten_requests_of_three_texts(predictor, texts)
-      first = asyncio.ensure_future(batcher.predict(requests[0]))
-      while not running.is_set():
-        await asyncio.sleep(0.005)
-      rest = [asyncio.ensure_future(batcher.predict(r)) for r in requests[1:]]
-      return await asyncio.gather(first, *rest)
-    answers = _with_batcher(predictor, 0.0, first_then_nine)
+    answers = _with_batcher(predictor, 0.0, _first_then_nine(predictor, texts, running))
   assert runs == [3, 27]
+  for k, results in enumerate(answers):
+    _same(results, expected[3 * k:3 * k + 3])
+
+
+def test_with_two_workers_the_requests_waiting_run_beside_a_long_run(jigsaw_model,
+                                                                    reference):
+  """Two workers: while the first request's run is slow, the nine sent meanwhile are run
+  by the other worker, a share of those waiting at a time, and each request gets its own
+  results."""
+  from serving.predictor import Predictor
+  texts, expected = _texts(), reference[1]
+  runs, running = [], threading.Event()
+  with Predictor(jigsaw_model.output_dir) as predictor:
+    run_outputs = predictor.predict_outputs
+
+    def timed(examples):
+      first = not runs
+      runs.append([len(examples), time.time(), None])
+      record = runs[-1]
+      if first:
+        running.set()
+        time.sleep(0.5)
+      outputs = run_outputs(examples)
+      record[2] = time.time()
+      return outputs
+    predictor.predict_outputs = timed
+    answers = _with_batcher(predictor, 0.0, _first_then_nine(predictor, texts, running),
+                            workers=2)
+  (_, slow_start, slow_end), others = runs[0], runs[1:]
+  assert runs[0][0] == 3 and sum(n for n, _, _ in others) == 27
+  assert len(others) >= 2 and max(n for n, _, _ in others) <= 15  # (a share: 5 of 9 at most)
+  assert all(slow_start < start < slow_end for _, start, _ in others[:2])
   for k, results in enumerate(answers):
     _same(results, expected[3 * k:3 * k + 3])
 

@@ -327,10 +327,12 @@ def onnx_markdown(f):
       "change." % (f["int8_mean_difference"], f["int8_largest_difference"],
                    f["int8_changed_answers"], f["eval_rows"]),
       "",
-      "The same batching (texts of similar length in one run of the model, padded to its "
-      "longest; where runs are cut follows each backend's cost of a run) and tokenizer in "
-      "all three; onnxruntime %s with its default graph "
-      "optimisations, on every core. The held-out comments are the %d rows after the "
+      "The same tokenizer in all three, and the same batching in TensorFlow and ONNX "
+      "fp32 (texts of similar length in one run of the model, padded to its longest; "
+      "where runs are cut follows each backend's cost of a run), on every core; the int8 "
+      "model runs one text at a time (so that a text's answer does not depend on the "
+      "texts run with it), on each core at once. onnxruntime %s with its default graph "
+      "optimisations. The held-out comments are the %d rows after the "
       "first %d, in a seeded order of the file's rows." % (
           f["onnxruntime"], f["eval_rows"], f["rows"]),
       ""]

@@ -11,8 +11,9 @@ turn (tf: the SavedModel in TensorFlow; onnx: the fp32 ONNX model in onnxruntime
 onnx_int8: the int8 one, which the server serves only where that quality held), it starts
 `./run.sh serve` on the export and, for each number of clients, sends one-text requests
 (real comments, in turn) from that many threads until --requests have been answered or
---seconds have passed, and checks every answer. The clients run on the same 2 cores as
-the server, so the figures are a floor.
+--seconds have passed, and checks every answer against the backend's predictor's result
+for its text (ANSWER_TOLERANCE), computed before the server starts. The clients run on
+the same 2 cores as the server, so the figures are a floor.
 """
 
 import argparse
@@ -83,9 +84,34 @@ def percentile(values, fraction):
   return ordered[int(rank) - 1]
 
 
-def load(url, texts, clients, max_requests, max_seconds):
+# How far an answer's numbers may be from the predictor's for the same text (the server
+# batches it with other texts, padded to another length).
+ANSWER_TOLERANCE = 1e-5
+
+
+def answer_problem(got, wanted, tolerance=ANSWER_TOLERANCE):
+  """How an answer differs from the predictor's result for its text (its labels, or a
+  number by more than tolerance), or None."""
+  if isinstance(wanted, dict):
+    if not isinstance(got, dict) or sorted(got) != sorted(wanted):
+      return "%r, where the predictor gives %r" % (got, wanted)
+    for key in wanted:
+      problem = answer_problem(got[key], wanted[key], tolerance)
+      if problem:
+        return problem
+    return None
+  if isinstance(wanted, float):
+    if not isinstance(got, (int, float)) or not abs(got - wanted) <= tolerance:
+      return "%r, where the predictor gives %r" % (got, wanted)
+    return None
+  return None if got == wanted else "%r, where the predictor gives %r" % (got, wanted)
+
+
+def load(url, texts, clients, max_requests, max_seconds, expected=None):
   """Sends one-text requests from clients threads until max_requests are answered or
-  max_seconds pass. Returns (answers, seconds, latencies in s); a wrong answer stops it."""
+  max_seconds pass. Returns (answers, seconds, latencies in s); a wrong answer stops it:
+  one that is not one result, or, given expected (the predictor's result for each text),
+  one that is not its text's."""
   lock = threading.Lock()
   state = {"sent": 0}
   latencies, failures = [], []
@@ -111,6 +137,10 @@ def load(url, texts, clients, max_requests, max_seconds):
       seconds = time.time() - start
       if len(predictions) != 1 or "probabilities" not in predictions[0]:
         failures.append("request %d: answered %r" % (k, predictions))
+        return
+      problem = expected and answer_problem(predictions[0], expected[k % len(texts)])
+      if problem:
+        failures.append("request %d: answered %s" % (k, problem))
         return
       with lock:
         latencies.append(seconds)
@@ -223,6 +253,10 @@ def measure(args, model, texts, backend):
   """The runs of one backend's server: a figure per number of clients; or the server's
   refusal, {"refused": its line}, when it does not serve (int8 whose quality did not
   hold)."""
+  texts = texts[:args.requests]  # (the texts a run sends, in turn)
+  print("  the predictor's results for the %d texts sent, to check every answer against"
+        % len(texts), flush=True)
+  expected = predicted(model, texts, backend)
   port = free_port()
   try:
     process, status = serving([os.path.join(ROOT, "run.sh"), "serve"] +
@@ -238,7 +272,8 @@ def measure(args, model, texts, backend):
   try:
     load(url, texts, 1, 3, args.seconds)  # (the first runs of a session allocate)
     for clients in args.clients:
-      answers, seconds, latencies = load(url, texts, clients, args.requests, args.seconds)
+      answers, seconds, latencies = load(url, texts, clients, args.requests, args.seconds,
+                                         expected)
       runs.append({"clients": clients, "requests": answers, "seconds": seconds,
                    "requests_per_s": answers / seconds,
                    "p50_ms": 1000 * percentile(latencies, 0.5),
@@ -249,14 +284,30 @@ def measure(args, model, texts, backend):
   finally:
     process.terminate()
     process.wait(30)
-  return {"runs": runs}
+  from serving import server_options
+  options = server_options.parse_args(SERVE_ARGUMENTS[backend] + [model])
+  return {"runs": runs, "workers": server_options.workers(options)[0]}
+
+
+def predicted(model, texts, backend):
+  """The results of the backend's predictor (what ./run.sh predict-onnx prints, for onnx)
+  for texts, run here before the server starts."""
+  if backend == "tf":
+    from serving.predictor import Predictor
+    predictor = Predictor(model)
+  else:
+    from serving.onnx_predictor import OnnxPredictor
+    predictor = OnnxPredictor(model, int8=backend == "onnx_int8")
+  with predictor:
+    return predictor.predict(texts)
 
 
 def results_markdown(figures):
   lines = ["MiniLM export served by `./run.sh serve` on loopback, one text per request "
-           "(max_seq_length %d, Python %s, TF %s; %s; the clients share the machine):" % (
+           "(max_seq_length %d, Python %s, TF %s; %s; the clients share the machine; every "
+           "answer is the backend's predictor's result for its text, within %g):" % (
                figures["max_seq_length"], figures["python"], figures["tensorflow"],
-               figures["machine"]), "",
+               figures["machine"], ANSWER_TOLERANCE), "",
            "| backend | clients | requests | requests/s | p50 ms | p99 ms |",
            "|---|---|---|---|---|---|"]
   for backend, measured in figures["backends"].items():
@@ -268,6 +319,8 @@ def results_markdown(figures):
   lines.append("")
   for backend, measured in figures["backends"].items():
     said = "- `%s`: %s" % (backend, BACKENDS[backend])
+    if measured.get("workers", 1) > 1:
+      said += ", %d batches at once (one a core)" % measured["workers"]
     if "refused" in measured:
       said = "- `%s`: not served: %s" % (backend, measured["refused"])
     elif backend == "onnx_int8":

@@ -386,6 +386,9 @@ def fusion_of(op):
   """What an op of the optimised graph fuses, in words."""
   kind, _, fused = op.partition("[")
   parts = fused.rstrip("]").replace("BiasAdd", "bias").replace("Tanh", "tanh")
+  if kind == "BertBf16MatMul":
+    return ("this project's kernel: matrix multiply of bfloat16-rounded operands, summed "
+            "in float32 (on AMX)")
   if "MatMul" in kind:
     where = "oneDNN's rewrite" if "Mkl" in kind else "grappler's remapper"
     return "matrix multiply + %s (%s)" % (parts, where)

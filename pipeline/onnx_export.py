@@ -4,7 +4,8 @@ onnx/, which onnxruntime runs with no TensorFlow (serving/onnx_predictor.py):
   model.onnx        the model from token ids (the ids signature's inputs input_ids,
                     input_mask and segment_ids, int32 [batch, length]; its output
                     probabilities or values), fp32, converted by tf2onnx, each layer
-                    normalisation one node (onnx_fusion)
+                    normalisation one node (onnx_fusion), no shape arithmetic
+                    (onnx_reshapes)
   model.int8.onnx   the same with its weights quantised to int8 by onnxruntime's dynamic
                     quantisation: smaller and faster on a CPU, with outputs that differ
                     a little (docs/guide/export_and_serving.md: when to use it)
@@ -34,7 +35,7 @@ from data.fast_tokenization import tokenizer_json
 from data.vocabulary import vocab_size
 from data.files import write_manifest
 from modeling import export_graph
-from pipeline import int8_quality, onnx_fusion
+from pipeline import int8_quality, onnx_fusion, onnx_reshapes
 from pipeline.hf_export import tokenizer_truncation
 from spec.heads import from_card
 from spec import model_card, signature
@@ -147,8 +148,9 @@ def check_batches(vocab_size, max_seq_length, seed=0):
 
 def convert(graph_def, output_name, path):
   """Writes the ONNX model of graph_def (export_graph.frozen_ids_graph's) to path, with inputs
-  and output named as the ids signature's, its layer normalisations one node each and its
-  exact GELUs in the form onnxruntime fuses (onnx_fusion)."""
+  and output named as the ids signature's, its layer normalisations one node each, its
+  exact GELUs in the form onnxruntime fuses (onnx_fusion) and its dense layers' rows not
+  flattened, with no shape computed at run time to restore them (onnx_reshapes)."""
   import onnx
   import tf2onnx
   logging.getLogger("tf2onnx").setLevel(logging.WARNING)
@@ -157,8 +159,9 @@ def convert(graph_def, output_name, path):
       graph_def, input_names=[name + ":0" for name in signature.INPUT_NAMES],
       output_names=[output_name + ":0"], opset=ONNX_OPSET, tensors_to_rename=names)
   log.info("ONNX: %d layer normalisations made one node each, %d GELUs written as "
-           "onnxruntime fuses them", onnx_fusion.fuse_layer_norms(model),
-           onnx_fusion.divide_gelu_arguments(model))
+           "onnxruntime fuses them, %d reshapes of run-time shapes removed or made constant",
+           onnx_fusion.fuse_layer_norms(model), onnx_fusion.divide_gelu_arguments(model),
+           onnx_reshapes.keep_rows_unflattened(model))
   onnx.save(model, path)
 
 

@@ -96,8 +96,7 @@ def divide_gelu_arguments(model):
   for node in graph.node:
     for name in set(node.input):
       readers.setdefault(name, []).append(node.op_type)
-  names = {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output} | {
-      i.name for i in graph.input}
+  names = names_in(graph)
   sqrt2, replaced = None, set()
   rewritten = 0
   for node in graph.node:
@@ -162,6 +161,21 @@ def names_read_in_bodies(nodes):
         read |= {name for inner in body.node for name in inner.input}
         read |= names_read_in_bodies(body.node)
   return read
+
+
+def names_in(graph):
+  """Every tensor name graph defines: its inputs, initializers and node outputs, and
+  those of its nodes' subgraphs (at any depth), where a new name must not be either."""
+  from onnx import AttributeProto
+  names = {t.name for t in graph.initializer} | {i.name for i in graph.input}
+  for node in graph.node:
+    names.update(node.output)
+    for attribute in node.attribute:
+      bodies = [attribute.g] if attribute.type == AttributeProto.GRAPH else (
+          list(attribute.graphs) if attribute.type == AttributeProto.GRAPHS else [])
+      for body in bodies:
+        names |= names_in(body)
+  return names
 
 
 def unique_name(names, name):

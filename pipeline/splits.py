@@ -19,6 +19,7 @@ from data.tfrecord import build_records
 from data.long_texts import WindowSplitter, aggregate
 from pipeline.build import truncation_of, windowing_of
 from pipeline.training_order import LengthOrder, TrainingOrder, log_class_weights
+from spec.cores import usable_cores
 from spec.run_errors import FlagError
 from spec.rows import format_rows, overlap
 
@@ -273,12 +274,7 @@ def class_weights_of(train, label_spec):
 
 def featurise_workers(asked):
   """The featurisation processes: as asked, or (0) one per core this process may use."""
-  if asked:
-    return asked
-  try:
-    return len(os.sched_getaffinity(0))
-  except AttributeError:  # (not Linux)
-    return os.cpu_count() or 1
+  return asked or usable_cores()
 
 
 def _lcm(a, b):

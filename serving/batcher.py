@@ -10,13 +10,15 @@ class ClientGone(Exception):
 
 
 class Batcher(object):
-  """Gathers the examples of concurrent requests into batches of at most max_batch
-  examples, each run once by predictor.predict_outputs in a worker thread. workers: how
-  many batches run at once, each in its own thread (1 for a predictor whose session
-  must not be shared between threads); with more than one, a free worker takes its share
-  of the requests waiting (those left over are the next free worker's). A request whose
-  client has hung up by the time its batch is about to run is left out of it
-  (ClientGone): no answer could reach it."""
+  """Gathers the examples of concurrent requests into batches, each run once by
+  predictor.predict_outputs in a worker thread (which runs the model on at most its
+  batch_size examples at a time); a batch takes no more requests once it holds max_batch
+  examples (its last request may take it past them). workers: how many batches run at
+  once, each in its own thread (1 for a predictor whose session must not be shared
+  between threads); with more than one, a free worker takes its share of the requests
+  waiting (those left over are the next free worker's), and, within wait_seconds of its
+  first, those that come while it waits. A request whose client has hung up by the time
+  its batch is about to run is left out of it (ClientGone): no answer could reach it."""
 
   def __init__(self, predictor, max_batch, wait_seconds, workers=1):
     self.predictor, self.max_batch, self.wait_seconds = predictor, max_batch, wait_seconds
@@ -57,14 +59,20 @@ class Batcher(object):
     loop = asyncio.get_event_loop()
     deadline = loop.time() + self.wait_seconds
     rows = len(waiting[0][0])
-    # (a worker's share of the requests waiting now; all of them when it is the only one)
+    # (a worker's share of the requests waiting now, which the free workers divide; all of
+    # them when it is the only one. Requests that come while it waits are its own.)
     share = -(-(1 + self.queue.qsize()) // self.workers) if self.workers > 1 else None
-    while rows < self.max_batch and (share is None or len(waiting) < share):
-      try:
-        item = self.queue.get_nowait() if self.queue.qsize() else await asyncio.wait_for(
-            self.queue.get(), max(0.0, deadline - loop.time()))
-      except asyncio.TimeoutError:
-        return
+    while rows < self.max_batch:
+      if self.queue.qsize():
+        if share is not None and len(waiting) >= share:
+          return
+        item = self.queue.get_nowait()
+      else:
+        try:
+          item = await asyncio.wait_for(self.queue.get(), max(0.0, deadline - loop.time()))
+        except asyncio.TimeoutError:
+          return
+        share = None  # (from now on, what comes is its own)
       waiting.append(item)
       rows += len(item[0])
 

@@ -30,9 +30,9 @@ import sys
 
 from data.gfile import gfile
 from serving.predicting import (ExportNotFound, ExportPredictor, check_batch_size,
-                                check_export_files, find_export, read_export_card,
-                                usable_cores)
+                                check_export_files, find_export, read_export_card)
 from spec import signature
+from spec.cores import usable_cores
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,12 @@ def find_onnx_folder(path):
   return folder
 
 
+# onnxruntime's fusions its CPU kernels run slower than the nodes they replace: the residual
+# Add and LayerNormalization as one SkipLayerNormalization (the MiniLM int8 model's one-text
+# run 2.8 ms with it, 2.4 without, 1 thread).
+DISABLED_FUSIONS = ["SkipLayerNormFusion"]
+
+
 class OnnxRunner(object):
   """An ONNX model in one onnxruntime session on the CPU, run from runners threads of its
   own (threads: onnxruntime's threads within an operator; default every core), in which
@@ -79,6 +85,7 @@ class OnnxRunner(object):
 
   def __init__(self, model_path, threads=None, runners=1):
     import onnxruntime
+    check_counts("OnnxRunner", threads=threads, runners=runners)
     self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=runners,
                                                        initializer=flush_denormals)
 
@@ -88,7 +95,8 @@ class OnnxRunner(object):
         options.intra_op_num_threads = threads
       options.add_session_config_entry("session.set_denormal_as_zero", "1")
       return onnxruntime.InferenceSession(model_path, options,
-                                          providers=["CPUExecutionProvider"])
+                                          providers=["CPUExecutionProvider"],
+                                          disabled_optimizers=DISABLED_FUSIONS)
     try:
       self._session = self._pool.submit(open_session).result()
     except BaseException:
@@ -110,25 +118,37 @@ class OnnxRunner(object):
     self._pool.shutdown(wait=True)
 
 
+def check_counts(owner, **counts):
+  """A ValueError naming owner and the count, unless each of counts is None (the default)
+  or a whole number of 1 or more (threads, runners)."""
+  for name, value in sorted(counts.items()):
+    if value is not None and not (isinstance(value, int) and value >= 1):
+      raise ValueError("%s: %s=%r must be a whole number, 1 or more" % (owner, name, value))
+
+
 # The SSE control register's flush-to-zero and denormals-are-zero bits, and where glibc's
 # fenv_t holds that register on x86-64 (after the x87 environment's 28 bytes).
 _FTZ_DAZ, _MXCSR_OFFSET = 0x8040, 28
 
 
 def flush_denormals():
-  """Makes this thread's float arithmetic flush denormal floats to zero (x86-64 Linux with
-  glibc; elsewhere onnxruntime's option alone flushes them, on its own threads). Whether
-  it did."""
+  """Makes this thread's float arithmetic flush denormal floats to zero (64-bit x86-64
+  Linux with glibc; elsewhere onnxruntime's option alone flushes them, on its own threads
+  and the thread that made the first session, so runs on one thread each are slower
+  there). Whether it did."""
   if not (sys.platform.startswith("linux") and platform.machine() == "x86_64" and
-          platform.libc_ver()[0] == "glibc"):
+          struct.calcsize("P") == 8 and platform.libc_ver()[0] == "glibc"):
+    return False  # (a 32-bit Python on x86-64 has the x87 layout alone: no mxcsr there)
+  try:
+    libc = ctypes.CDLL(None)
+    environment = ctypes.create_string_buffer(64)  # (fenv_t is 32 bytes there)
+    if libc.fegetenv(environment) != 0:
+      return False
+    mxcsr = struct.unpack_from("<I", environment.raw, _MXCSR_OFFSET)[0]
+    struct.pack_into("<I", environment, _MXCSR_OFFSET, mxcsr | _FTZ_DAZ)
+    return libc.fesetenv(environment) == 0
+  except (OSError, AttributeError):  # (no C library to call: computed as before, slower)
     return False
-  libc = ctypes.CDLL(None)
-  environment = ctypes.create_string_buffer(64)  # (fenv_t is 32 bytes there)
-  if libc.fegetenv(environment) != 0:
-    return False
-  mxcsr = struct.unpack_from("<I", environment.raw, _MXCSR_OFFSET)[0]
-  struct.pack_into("<I", environment, _MXCSR_OFFSET, mxcsr | _FTZ_DAZ)
-  return libc.fesetenv(environment) == 0
 
 
 class OnnxPredictor(ExportPredictor):
@@ -166,6 +186,7 @@ class OnnxPredictor(ExportPredictor):
       self.max_run_texts = 1
       if runs_at_once is None and threads is None:
         runs_at_once, threads = usable_cores(), 1
+    check_counts("OnnxPredictor", threads=threads, runs_at_once=runs_at_once)
     try:
       self._runner = OnnxRunner(self.model_path, threads, runs_at_once or 1)
     except Exception as e:  # (onnxruntime raises its own types; the files were as listed)

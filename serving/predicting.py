@@ -149,14 +149,6 @@ def length_runs(lengths, batch_size, overhead):
   return runs[::-1]
 
 
-def usable_cores():
-  """The cores this process may run on."""
-  try:
-    return len(os.sched_getaffinity(0))
-  except AttributeError:  # (not Linux)
-    return os.cpu_count() or 1
-
-
 def _shown(item):
   text = repr(item)
   return text if len(text) <= 60 else text[:57] + "..."
@@ -260,7 +252,12 @@ class ExportPredictor(object):
     runs = length_runs([len(f.token_ids) for f in features], batch_size,
                        self.run_overhead_tokens)
     batches = (padded_batch([features[i] for i in rows]) for rows in runs)
+    done = 0
     for rows, values in zip(runs, self._run_batches(batches)):
+      done += 1
+      if len(values) != len(rows):
+        raise RuntimeError("%s gave %d outputs for a batch of %d inputs" % (
+            self.export_dir, len(values), len(rows)))
       for i, value in zip(rows, values.tolist()):
         if not all(math.isfinite(v) for v in value):
           raise NumericFault(
@@ -268,6 +265,9 @@ class ExportPredictor(object):
               "training that diverged, say). Fix: export a model whose eval and predict "
               "runs give numbers" % (examples[i].guid, value, self.export_dir))
         outputs[i] = value
+    if done != len(runs):  # (no row is left without its outputs)
+      raise RuntimeError("%s gave the outputs of %d of %d batches" % (
+          self.export_dir, done, len(runs)))
     if self.windowing is not None:
       return aggregate(outputs, counts, self.windowing.aggregation,
                        self.label_spec.loss).tolist()

@@ -292,7 +292,9 @@ def main(argv=None):
   app = make_app(predictor, args.model_name, args.max_batch, args.batch_wait_ms / 1000.0,
                  int(args.max_body_mb * (1 << 20)), args.max_instances, args.max_windows,
                  workers)
-  if args.backend == "onnx":
+  if args.backend == "onnx" and threads is None:
+    log.info("1 batch runs at a time, on onnxruntime's threads (every core)")
+  elif args.backend == "onnx":
     log.info("%d batches run at once, each on %d thread%s", workers, threads,
              "" if threads == 1 else "s")
   listening = "serving %s as %r on http://%s:%d/v1/models/%s:predict (Ctrl-C stops)" % (

@@ -6,6 +6,8 @@ import math
 import re
 import socket
 
+from spec.cores import usable_cores
+
 DEFAULT_PORT = 8501  # (TF Serving's REST port)
 BACKENDS = ("tf", "onnx")
 MAX_BATCH_WAIT_MS = 1000  # (a batch's wait for more requests; a lone request waits it out)
@@ -41,24 +43,24 @@ def parse_args(argv=None):
       "fp32 model's held-out quality (its dev split's ROC-AUC at most 0.002 below)"))
   parser.add_argument("--workers", type=int, default=None, help=(
       "with --backend=onnx: how many batches run at once, each in its own thread and on "
-      "its share of the cores (default: with --int8, whose runs are one text each, one "
-      "per core this server may use; otherwise 1, on every core, as TensorFlow runs)"))
+      "its share of the cores, at most one per core this server may use (default: with "
+      "--int8, whose runs are one text each, one per core; otherwise 1, on every core, as "
+      "TensorFlow runs)"))
   return parser.parse_args(argv)
 
 
 def workers(args):
   """How many batches the server runs at once (--workers), and the threads within an
-  operator each has (None: the backend's own, every core). By default, onnxruntime's
-  int8 model, which runs one text at a time (serving/onnx_predictor.py), runs one on each
+  operator each has (None, for one worker: the backend's own, every core). By default,
+  onnxruntime's int8 model, which runs one text at a time (serving/onnx_predictor.py), runs one on each
   usable core: a run of one text gains little from a second thread, and two such runs
   at once nearly twice as many texts a second; every other model runs one batch at a
   time on every core."""
   if args.backend != "onnx":
     return 1, None
-  from serving.predicting import usable_cores
   cores = usable_cores()
   count = args.workers or (cores if args.int8 else 1)
-  return count, max(1, cores // count)
+  return count, (max(1, cores // count) if count > 1 else None)
 
 
 # A model's name as the URLs carry it: letters, digits and . _ - (not a lone dot or two).
@@ -80,6 +82,11 @@ def problem(args):
   if args.workers is not None and args.backend != "onnx":
     return ("--workers runs onnxruntime's batches side by side: add --backend=onnx "
             "(TensorFlow runs one batch at a time, on every core)")
+  if args.workers is not None:
+    cores = usable_cores()
+    if args.workers > cores:
+      return ("--workers=%d: this server may use %d cores, and each worker runs its batches "
+              "on one at least: give at most %d" % (args.workers, cores, cores))
   for name, value, least in (("max_batch", args.max_batch, 1),
                              ("workers", 1 if args.workers is None else args.workers, 1),
                              ("max_instances", args.max_instances, 1),

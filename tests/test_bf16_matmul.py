@@ -252,6 +252,8 @@ print(worst)
 """
 
 
+# (the sources' fallback, the same for both: built against TF 1.15's headers, twice as fast)
+@pytest.mark.one_runtime("tf1")
 def test_a_build_without_amx_computes_the_same_product_in_float32(ops, tmp_path):
   """The same sources built without AMX (as on a CPU that has none): the units say so, and
   the product of every transpose is still that of the rounded operands."""

@@ -105,6 +105,7 @@ def test_onnx_gives_the_saved_models_outputs(tmp_path, tiny_exports, kind, trunc
   assert_matrix_products_quantised_per_column(os.path.join(folder, "model.int8.onnx"))
   for name in ("model.onnx", "model.int8.onnx"):
     assert_layer_norms_one_node_each(os.path.join(folder, name))
+    assert_no_shape_arithmetic(os.path.join(folder, name))
 
 
 @pytest.mark.tf2_only
@@ -139,6 +140,34 @@ def test_the_onnx_runner_flushes_denormal_floats_to_zero_and_leaves_the_callers_
   assert np.float32(1e-20) * np.float32(1e-20) > 0  # (this thread's arithmetic as it was)
 
 
+@pytest.mark.tf2_only
+def test_the_runners_counts_are_whole_numbers_and_a_short_answer_loses_no_row_silently(
+    tiny_exports, monkeypatch):
+  """A runner of 0, negative or fractional threads or runs is refused with its name (not
+  reported as a model that cannot load); and a backend that answers fewer batches or rows
+  than it was given makes predict_outputs fail, not leave rows without outputs."""
+  from serving.onnx_predictor import OnnxRunner, check_counts
+  for make, message in (
+      (lambda: OnnxRunner("unread.onnx", runners=0), "OnnxRunner: runners=0 must be"),
+      (lambda: OnnxRunner("unread.onnx", threads=1.5), "OnnxRunner: threads=1.5 must be"),
+      (lambda: check_counts("OnnxPredictor", threads=None, runs_at_once=-1),
+       "OnnxPredictor: runs_at_once=-1 must be a whole number, 1 or more")):
+    with pytest.raises(ValueError) as raised:
+      make()
+    assert str(raised.value).startswith(message)
+  with Predictor(tiny_exports("classification")[0], batch_size=2) as predictor:
+    examples = [predictor.example(i, text) for i, text in enumerate(TEXTS[:5])]
+    assert len(predictor.predict_outputs(examples)) == 5
+    answer = predictor._run_batches
+    monkeypatch.setattr(predictor, "_run_batches",
+                        lambda batches: list(answer(batches))[:-1])
+    with pytest.raises(RuntimeError, match="gave the outputs of 2 of 3 batches"):
+      predictor.predict_outputs(examples)
+    monkeypatch.setattr(predictor, "_run_batches",
+                        lambda batches: [v[:1] for v in answer(batches)])
+    with pytest.raises(RuntimeError, match="gave 1 outputs for a batch of 2 inputs"):
+      predictor.predict_outputs(examples)
+
 def assert_layer_norms_one_node_each(path):
   """The model's every layer normalisation is one node (pipeline/onnx_fusion.py): BERT-Tiny's
   embeddings' and two in each of its 2 layers, and none of their means left."""
@@ -146,6 +175,15 @@ def assert_layer_norms_one_node_each(path):
   ops = [node.op_type for node in onnx.load(path).graph.node]
   assert ops.count("LayerNormalization") == 1 + 2 * 2
   assert not {"GlobalAveragePool", "ReduceMean", "Reciprocal", "Sqrt"} & set(ops)
+
+
+def assert_no_shape_arithmetic(path):
+  """The model computes no shape at run time but the length its position embeddings are
+  sliced to (pipeline/onnx_reshapes.py): one Shape of the ids, and no Concat."""
+  import onnx
+  graph = onnx.load(path).graph
+  shapes = [node.input[0] for node in graph.node if node.op_type == "Shape"]
+  assert shapes == ["input_ids"] and "Concat" not in {node.op_type for node in graph.node}
 
 
 def assert_matrix_products_quantised_per_column(path):
@@ -512,23 +550,27 @@ def test_the_int8_model_is_served_only_where_its_export_measured_its_quality_hel
 
 def test_the_servers_backend_options_are_checked_before_anything_loads(tmp_path):
   from serving import server
+  from spec.cores import usable_cores
+  cores = usable_cores()
   for argv, message in (
       (["--int8"], "serve: --int8 serves an export's int8 ONNX model: add --backend=onnx"),
       (["--workers", "2"], "serve: --workers runs onnxruntime's batches side by side: add "
        "--backend=onnx (TensorFlow runs one batch at a time, on every core)"),
-      (["--backend=onnx", "--workers", "0"], "serve: --workers=0 must be 1 or more")):
+      (["--backend=onnx", "--workers", "0"], "serve: --workers=0 must be 1 or more"),
+      (["--backend=onnx", "--workers", str(cores + 1)], "serve: --workers=%d: this server may "
+       "use %d cores, and each worker runs its batches on one at least: give at most %d" % (
+           cores + 1, cores, cores))):
     done = subprocess.run([sys.executable, "-m", "serving.server", str(tmp_path)] + argv,
                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, timeout=120)
     assert (done.returncode, done.stderr.strip()) == (2, message)
   options = server.server_options
   assert options.parse_args([str(tmp_path)]).backend == "tf"
-  from serving.predicting import usable_cores
-  cores = usable_cores()
-  for argv, wanted in (([], (1, None)), (["--backend=onnx"], (1, cores)),
-                       (["--backend=onnx", "--int8"], (cores, 1)),
-                       (["--backend=onnx", "--int8", "--workers", "1"], (1, cores)),
-                       (["--backend=onnx", "--workers", "2"], (2, max(1, cores // 2)))):
+  for argv, wanted in (([], (1, None)), (["--backend=onnx"], (1, None)),
+                       (["--backend=onnx", "--int8"], (cores, 1 if cores > 1 else None)),
+                       (["--backend=onnx", "--int8", "--workers", "1"], (1, None)),
+                       (["--backend=onnx", "--workers", str(cores)],
+                        (cores, 1 if cores > 1 else None))):
     assert options.workers(options.parse_args([str(tmp_path)] + argv)) == wanted
   if IS_TF1:  # (TF 1.15's environment has no onnxruntime: the one line says where it is)
     from tools.bench_serve import free_port

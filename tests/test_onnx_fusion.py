@@ -27,26 +27,36 @@ def run(model, x):
   return session.run(None, {"x": x})
 
 
+def converted(session, graph, input_name):
+  """The ONNX model of graph's tensor y (its variables' values in session) from its
+  placeholder input_name, converted as the export converts."""
+  import tensorflow.compat.v1 as tf
+  import tf2onnx
+  from pipeline import onnx_export
+  graph_def = tf.graph_util.convert_variables_to_constants(session, graph.as_graph_def(),
+                                                           ["y"])
+  model, _ = tf2onnx.convert.from_graph_def(
+      graph_def, input_names=[input_name + ":0"], output_names=["y:0"],
+      opset=onnx_export.ONNX_OPSET, tensors_to_rename={input_name + ":0": input_name,
+                                                       "y:0": "y"})
+  return model
+
+
 def test_the_encoders_layer_norm_as_tf2onnx_writes_it_becomes_one_node():
   import onnx
   import tensorflow.compat.v1 as tf
-  import tf2onnx
   from modeling import bert
-  from pipeline import onnx_export, onnx_fusion
+  from pipeline import onnx_fusion
   rng = np.random.RandomState(0)
   gamma, beta = rng.uniform(0.5, 2, 24).astype(np.float32), rng.randn(24).astype(np.float32)
   with tf.Graph().as_default() as graph:
     x = tf.placeholder(tf.float32, [None, None, 24], name="x")
-    y = tf.identity(bert.layer_norm(bert.layer_norm(x, name="first") * 3.0), name="y")
+    tf.identity(bert.layer_norm(bert.layer_norm(x, name="first") * 3.0), name="y")
     with tf.Session() as session:
       session.run(tf.global_variables_initializer())
       session.run([tf.assign(v, gamma if "gamma" in v.name else beta)
                    for v in tf.global_variables() if v.name.startswith("LayerNorm/")])
-      graph_def = tf.graph_util.convert_variables_to_constants(
-          session, graph.as_graph_def(), ["y"])
-  model, _ = tf2onnx.convert.from_graph_def(graph_def, input_names=["x:0"],
-                                            output_names=["y:0"], opset=onnx_export.ONNX_OPSET,
-                                            tensors_to_rename={"x:0": "x", "y:0": "y"})
+      model = converted(session, graph, "x")
   unfused = onnx.ModelProto.FromString(model.SerializeToString())
   assert onnx_fusion.fuse_layer_norms(model) == 2
   ops = [node.op_type for node in model.graph.node]
@@ -315,3 +325,35 @@ def test_a_product_that_is_not_the_gelus_argument_alone_is_left_as_it_was(breaks
   before = model.SerializeToString()
   assert divide_gelu_arguments(model) == 0
   assert model.SerializeToString() == before
+
+
+def test_the_square_roots_name_is_new_to_every_subgraph_too():
+  """A model whose If branch defines a tensor named gelu/sqrt2 already: the rewritten
+  model's square root takes another name (one name, one tensor, in any scope), passes
+  onnx's checker and gives the same outputs."""
+  import onnx
+  from onnx import TensorProto, helper, numpy_helper
+  from pipeline.onnx_fusion import divide_gelu_arguments
+  model = gelu_graph()
+  branch = helper.make_graph(
+      [helper.make_node("Constant", [], ["gelu/sqrt2"],
+                        value=numpy_helper.from_array(np.float32(2))),
+       helper.make_node("Mul", ["y", "gelu/sqrt2"], ["branch_out"])],
+      "branch", [], [helper.make_tensor_value_info("branch_out", TensorProto.FLOAT,
+                                                    ["rows", 4])])
+  model.graph.input.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
+  model.graph.node.append(helper.make_node("If", ["flag"], ["z"], then_branch=branch,
+                                           else_branch=branch))
+  model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, ["rows", 4]))
+  model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                               ["rows", 4]))
+  onnx.checker.check_model(model)
+  _, unfused = optimized_ops(model)
+  assert divide_gelu_arguments(model) == 1
+  onnx.checker.check_model(model)  # (one name, one tensor: else not single assignment)
+  assert "gelu/sqrt2_1" in {t.name for t in model.graph.initializer}
+  _, fused = optimized_ops(model)
+  x = np.linspace(-6, 6, 48, dtype=np.float32).reshape(12, 4)
+  for got, wanted in zip(fused.run(None, {"x": x, "flag": np.array(True)}),
+                         unfused.run(None, {"x": x, "flag": np.array(True)})):
+    np.testing.assert_allclose(got, wanted, atol=1e-6, rtol=1e-6)

@@ -69,7 +69,7 @@ def test_the_runtimes_suites_run_at_once_and_a_failure_fails_the_run():
 
 
 @pytest.mark.slow
-@pytest.mark.one_runtime("tf1")  # (a pip command in TF 2.15's environment, from either suite)
+@pytest.mark.one_runtime("tf2")  # (a pip command in TF 2.15's environment, from either suite)
 def test_the_cuda_option_installs_tf2s_cuda_extra():
   """./run.sh setup --cuda adds tools/requirements-cuda.txt to .venvs/tf2. No GPU here, so
   what that file installs is resolved by pip without installing it: the CUDA 12.2 and

@@ -271,16 +271,21 @@ def _first_run_slow(predictor, runs, running, record):
   predictor.predict_outputs = slow_first_run
 
 
+def _counting_runs(predictor):
+  """A list that each run of the predictor's model appends its number of examples to."""
+  runs, run_outputs = [], predictor.predict_outputs
+  predictor.predict_outputs = lambda examples: (runs.append(len(examples)),
+                                                run_outputs(examples))[1]
+  return runs
+
+
 def test_the_batcher_predicts_waiting_requests_together(jigsaw_model, reference):
   """Ten requests at once: fewer runs of the model than requests, every text once, and
   each request's own results back."""
   from serving.predictor import Predictor
   texts, expected = _texts(), reference[1]
-  runs = []
   with Predictor(jigsaw_model.output_dir) as predictor:
-    run_outputs = predictor.predict_outputs
-    predictor.predict_outputs = lambda examples: (runs.append(len(examples)),
-                                                  run_outputs(examples))[1]
+    runs = _counting_runs(predictor)
 
     async def ten_requests(batcher):
       return await asyncio.gather(*[batcher.predict(r)
@@ -334,6 +339,29 @@ def test_with_two_workers_the_requests_waiting_run_beside_a_long_run(jigsaw_mode
   assert runs[0][0] == 3 and sum(n for n, _, _ in others) == 27
   assert len(others) >= 2 and max(n for n, _, _ in others) <= 15  # (a share: 5 of 9 at most)
   assert all(slow_start < start < slow_end for _, start, _ in others[:2])
+  for k, results in enumerate(answers):
+    _same(results, expected[3 * k:3 * k + 3])
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_requests_that_come_within_the_wait_join_the_batch_of_any_number_of_workers(
+    jigsaw_model, reference, workers):
+  """--batch_wait_ms with one worker or several: ten requests sent 5 ms apart, within a
+  wait of 0.4 s, are predicted in one run per worker (free workers with no request
+  waiting take those that come while they wait, in turn), each with its own results."""
+  from serving.predictor import Predictor
+  texts, expected = _texts(), reference[1]
+  with Predictor(jigsaw_model.output_dir) as predictor:
+    runs = _counting_runs(predictor)
+
+    async def one_every_5_ms(batcher):
+      sent = []
+      for request in _ten_requests_of_three_texts(predictor, texts):
+        sent.append(asyncio.ensure_future(batcher.predict(request)))
+        await asyncio.sleep(0.005)
+      return await asyncio.gather(*sent)
+    answers = _with_batcher(predictor, 0.4, one_every_5_ms, workers=workers)
+  assert runs == [30 // workers] * workers
   for k, results in enumerate(answers):
     _same(results, expected[3 * k:3 * k + 3])
 

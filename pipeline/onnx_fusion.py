@@ -151,31 +151,34 @@ def constant_values(graph):
 def names_read_in_bodies(nodes):
   """The tensor names that the subgraphs of nodes (If's branches, Loop's and Scan's bodies,
   at any depth) read."""
-  from onnx import AttributeProto
   read = set()
-  for node in nodes:
-    for attribute in node.attribute:
-      bodies = [attribute.g] if attribute.type == AttributeProto.GRAPH else (
-          list(attribute.graphs) if attribute.type == AttributeProto.GRAPHS else [])
-      for body in bodies:
-        read |= {name for inner in body.node for name in inner.input}
-        read |= names_read_in_bodies(body.node)
+  for body in _bodies(nodes):
+    read |= {name for inner in body.node for name in inner.input}
+    read |= names_read_in_bodies(body.node)
   return read
 
 
 def names_in(graph):
   """Every tensor name graph defines: its inputs, initializers and node outputs, and
   those of its nodes' subgraphs (at any depth), where a new name must not be either."""
-  from onnx import AttributeProto
   names = {t.name for t in graph.initializer} | {i.name for i in graph.input}
   for node in graph.node:
     names.update(node.output)
-    for attribute in node.attribute:
-      bodies = [attribute.g] if attribute.type == AttributeProto.GRAPH else (
-          list(attribute.graphs) if attribute.type == AttributeProto.GRAPHS else [])
-      for body in bodies:
-        names |= names_in(body)
+  for body in _bodies(graph.node):
+    names |= names_in(body)
   return names
+
+
+def _bodies(nodes):
+  """The subgraphs that nodes hold as attributes (If's branches, Loop's and Scan's
+  bodies), one level down."""
+  from onnx import AttributeProto
+  for node in nodes:
+    for attribute in node.attribute:
+      if attribute.type == AttributeProto.GRAPH:
+        yield attribute.g
+      elif attribute.type == AttributeProto.GRAPHS:
+        yield from attribute.graphs
 
 
 def unique_name(names, name):

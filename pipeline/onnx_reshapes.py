@@ -26,8 +26,8 @@ not depend on the ids' values (the first probe again on ids of ones gives the sa
 Anything else (an input that is not a [batch, length] integer tensor, a subgraph that
 reads the graph's tensors, a row read outside the rows' nodes or along an axis given as
 a positive number, a shape of the rows still read after the rewrite, a model onnx's
-checker refuses) leaves the model as it was. The export then checks the rewritten model's outputs against TensorFlow's
-(pipeline/onnx_export.py).
+checker refuses) leaves the model as it was. The export then checks the rewritten
+model's outputs against TensorFlow's (pipeline/onnx_export.py).
 """
 
 import numpy as np
@@ -82,8 +82,7 @@ def keep_rows_unflattened(model):
     data = node.input[0]
     if data not in dims or (data not in new_dims and node.input[1] in constants):
       continue  # (a constant's reshape; a constant target, its input as it was)
-    ins = new_dims.get(data) or [dims[data][k] for k in range(len(PROBES))]
-    outs = [dims[node.output[0]][k] for k in range(len(PROBES))]
+    ins, outs = new_dims.get(data, dims[data]), dims[node.output[0]]
     if ins == outs and node.output[0] not in outputs:
       bypassed[node.output[0]] = data
       continue
@@ -206,8 +205,8 @@ def _flattens_first_two_axes(node, constants, dims):
 def _rows_from(flatten, readers, constants, dims, outputs):
   """{tensor: its dims on each probe with the rows unflattened} of every tensor computed
   row by row from the output of flatten (a reshape merging its input's first two axes),
-  or None when one of them is read other than row by row, by a final reshape, or by a
-  Shape node."""
+  or None when one of them is a graph output or is read other than row by row, by a
+  final reshape (as its data) or by a Shape node."""
   lead = [d[:2] for d in dims[flatten.input[0]]]
   rows = {flatten.output[0]: [l + d[1:] for l, d in zip(lead, dims[flatten.output[0]])]}
   pending = [flatten.output[0]]

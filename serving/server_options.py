@@ -52,10 +52,10 @@ def parse_args(argv=None):
 def workers(args):
   """How many batches the server runs at once (--workers), and the threads within an
   operator each has (None, for one worker: the backend's own, every core). By default,
-  onnxruntime's int8 model, which runs one text at a time (serving/onnx_predictor.py), runs one on each
-  usable core: a run of one text gains little from a second thread, and two such runs
-  at once nearly twice as many texts a second; every other model runs one batch at a
-  time on every core."""
+  onnxruntime's int8 model, which runs one text at a time (serving/onnx_predictor.py),
+  runs one on each usable core: a run of one text gains little from a second thread,
+  and two such runs at once nearly twice as many texts a second; every other model runs
+  one batch at a time on every core."""
   if args.backend != "onnx":
     return 1, None
   cores = usable_cores()

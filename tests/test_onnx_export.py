@@ -168,6 +168,7 @@ def test_the_runners_counts_are_whole_numbers_and_a_short_answer_loses_no_row_si
     with pytest.raises(RuntimeError, match="gave 1 outputs for a batch of 2 inputs"):
       predictor.predict_outputs(examples)
 
+
 def assert_layer_norms_one_node_each(path):
   """The model's every layer normalisation is one node (pipeline/onnx_fusion.py): BERT-Tiny's
   embeddings' and two in each of its 2 layers, and none of their means left."""

@@ -150,13 +150,21 @@ setup_env() {
   else
     "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
   fi
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements" \
-    ${extra[@]+-r "${extra[@]}"}
+  # (--no-compile: pip would byte-compile each package's files on one core; compileall
+  # below does it on every core, beside the kernels' build)
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-compile \
+    -r "$requirements" ${extra[@]+-r "${extra[@]}"}
+  local compiling
+  ( "$venv/bin/python" -m compileall -q -j 0 \
+      "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+      > /dev/null 2>&1 || true ) &  # (files of other Python versions fail, as in pip: skipped)
+  compiling=$!
   if [ "$runtime" = tf1 ] || [ "$runtime" = tf2 ]; then
     # The encoder's fused CPU kernels for this TensorFlow (modeling/fused.py; a few
     # seconds; without a compiler, runs use TensorFlow's own ops and say so).
     (cd "$ROOT" && "$venv/bin/python" -m modeling.fused 2>/dev/null) || true
   fi
+  wait "$compiling"
   echo "$stamp" > "$venv/.stamp"
 }
 

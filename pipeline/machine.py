@@ -57,6 +57,11 @@ def onednn_problem(tf_version, environ=None):
   return None
 
 
+# The side of the square matrices whose product chain measures a framework's matmul peak
+# (tools/bench_worker, tools/bench_hf): large enough to run at the units' full rate.
+PEAK_SIZE = 2048
+
+
 def matmul_peaks(measure, runtime_problem=None):
   """A framework's matrix-multiply peaks as the benchmark records them: measure(dtype)
   (GFLOP/s) in float32, and in bfloat16 where the CPU has bfloat16 matmul instructions and

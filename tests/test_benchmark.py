@@ -14,6 +14,7 @@ import pytest
 from conftest import IS_TF1, ROOT, TINY_VOCAB
 
 SAMPLE_ROWS = 400  # tests/data/datasets/jigsaw_toxic_balanced/comments.csv
+PEAK_SIZE = 256  # (the matmul peak's matrices: quicker than the default 2048 measures)
 
 
 def bert_tiny_train_gflops(seq):
@@ -37,8 +38,8 @@ def _benchmark_command(work_dir, *extra):
   runtime = "tf1" if IS_TF1 else "tf2"
   return [sys.executable, "-m", "tools.benchmark", "--vocab", TINY_VOCAB, "--models", "tiny",
           "--seq_lengths", "32", "--steps", "2", "--warmup_steps", "1", "--batch_size", "8",
-          "--runtimes", runtime, "--work_dir", work_dir, "--featurise_repeats", "1"
-          ] + list(extra)
+          "--runtimes", runtime, "--work_dir", work_dir, "--featurise_repeats", "1",
+          "--peak_size", str(PEAK_SIZE)] + list(extra)
 
 
 def _run(command):
@@ -71,6 +72,9 @@ def test_benchmark_on_the_committed_sample(benchmarked):
   assert [r["variant"] for r in table] == (["google", "ours"] if IS_TF1 else ["ours"]) + fp32_row
   # The measured runs' checkpoints are gone (MiniLM's would be half a gigabyte a run).
   assert glob.glob(os.path.join(work_dir, "**", "model.ckpt-*"), recursive=True) == []
+  # The host's peak is of the matrices the command asked for, and says so.
+  environment = table[0]["environment"].split(" / CPU")[0]
+  assert "matmul peak on %s / CPU (256x256, best of 5): float32 " % environment in stdout
   # This machine has no GPU and the command names no TPU: one line each says so.
   assert ("GPU rows (float16, XLA, one row per GPU count) skipped: TensorFlow sees no GPU "
           "here (%s)" % runtime) in stdout
@@ -88,6 +92,7 @@ def test_benchmark_on_the_committed_sample(benchmarked):
     peak = row["bf16_matmul_peak_gflops" if row["precision"] == "bfloat16" else
                "matmul_peak_gflops"]  # (a row's fraction is of its own precision's peak)
     assert row["peak_precision"] == row["precision"]
+    assert row["matmul_peak_size"] == str(PEAK_SIZE)  # (tools/host_ratios compares 2048s)
     assert float(row["fraction_of_peak"]) == pytest.approx(
         float(row["gflops_per_sec"]) / float(peak), rel=1e-6)
     # The floor: the same steps' matrix multiplies alone, timed after training.
@@ -120,6 +125,7 @@ def test_benchmark_on_the_committed_sample(benchmarked):
       ours["environment"].split(" / ")[0], float(ours["mean_seq_length"]),
       float(ours["epoch_mean_seq_length"]))) in markdown
   assert "Featurisation of all %d rows" % SAMPLE_ROWS in markdown
+  assert "Matrix-multiply peak (float32, 256x256, best of 5): %s / CPU " % environment in markdown
   featurisation = [line for line in markdown.splitlines() if "--tokenizer=" in line]
   assert len(featurisation) == 3  # python, auto, auto with 2 processes
   if IS_TF1:  # every row's features were compared with Google's records, and are equal
@@ -150,6 +156,30 @@ def test_a_second_measurement_in_one_work_folder_starts_afresh(tmp_path):
     assert (result["steps"], result["warmup_steps"], result["featurise_rows"]) == (2, 1, 400)
     assert sorted(os.listdir(str(work))) == ["train.tf_record", "train.tf_record.lock",
                                              "train.tf_record.meta.json"]
+
+
+@pytest.mark.parametrize("tool", ["benchmark", "time_to_quality"])
+def test_the_peaks_matrix_size_is_a_whole_number_the_sentence_names(tool, capsys):
+  """--peak_size (default 2048) is the side of the peak's matrices; the host's sentence
+  names it, and a peak measured before the option existed was measured at 2048."""
+  import importlib
+  from pipeline.machine import PEAK_SIZE as default
+  from tools.benchmark import peaks_sentence
+  module = importlib.import_module("tools." + tool)
+  extra = [] if tool == "benchmark" else ["--data", "x.csv"]
+  assert default == 2048 and module.parse_args(extra).peak_size == 2048
+  assert module.parse_args(extra + ["--peak_size", "512"]).peak_size == 512
+  for wrong in ("0", "-3", "1.5", "big"):
+    with pytest.raises(SystemExit):
+      module.parse_args(extra + ["--peak_size", wrong])
+    assert "argument --peak_size: %r is not a whole number of at least 1" % wrong in (
+        capsys.readouterr().err)
+  peak = {"tensorflow": "2.15.1", "python": "3.11.7", "device": {"kind": "CPU"},
+          "matmul_peak_gflops": 100.0, "bf16_note": "no bfloat16 matmul instructions"}
+  for size, stated in ((None, 2048), (512, 512)):
+    if size:
+      peak["peak_size"] = size
+    assert "(%dx%d, best of 5): float32 100.0 GFLOP/s" % (stated, stated) in peaks_sentence(peak)
 
 
 @pytest.mark.parametrize("gpus,tpu,rows,notes", [

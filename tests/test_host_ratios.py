@@ -12,14 +12,16 @@ from tools import host_ratios
 from tools.benchmark import environment_label, peaks_sentence
 
 FIELDS = ["variant", "environment", "device", "model", "seq", "matmul_peak_gflops",
+          "matmul_peak_size",
           "fraction_of_peak", "step_over_matmul_floor", "speedup_vs_google", "speedup_vs_hf",
           "speedup_vs_fp32"]
 TF1 = dict(tensorflow="1.15.5", python="3.7.16", device={"kind": "CPU"})
 TF2 = dict(tensorflow="2.15.1", python="3.11.7", device={"kind": "CPU"})
 
 
-def _run(folder, peak, rows, bf16):
-  """A run's results.csv and results.md as tools/benchmark.py writes their fields."""
+def _run(folder, peak, rows, bf16, peak_size=2048):
+  """A run's results.csv and results.md as tools/benchmark.py writes their fields (a run
+  from before the size was recorded: peak_size None)."""
   os.makedirs(folder)
   with open(os.path.join(folder, "results.csv"), "w", newline="") as f:
     writer = csv.DictWriter(f, fieldnames=FIELDS)
@@ -27,7 +29,7 @@ def _run(folder, peak, rows, bf16):
     for variant, runtime, model, seq, figures in rows:
       writer.writerow(dict(figures, variant=variant, environment=environment_label(runtime),
                            device="AMD EPYC, 2 cores", model=model, seq=seq,
-                           matmul_peak_gflops=peak))
+                           matmul_peak_gflops=peak, matmul_peak_size=peak_size))
   sentences = "; ".join(peaks_sentence(dict(runtime, matmul_peak_gflops=peak, **bf16))
                         for runtime in (TF1, TF2))  # (as the machine line names each)
   with open(os.path.join(folder, "results.md"), "w") as f:
@@ -74,6 +76,24 @@ def test_each_ratio_has_a_column_per_run_and_its_range(tmp_path):
       "units, bfloat16 trains 2.21x to 2.21x as fast as float32 (1 run). Over 2 "
       "runs (1 with fixed padding) on hosts whose float32 peak was 110 to 480 GFLOP/s: "
       "[ratios over hosts](docs/benchmark/hosts.md) |")
+
+
+def test_a_run_whose_peaks_were_measured_on_other_matrices_is_refused(tmp_path):
+  """Hosts are named and compared by peaks of 2048 x 2048 matrices: a run measured with
+  another --peak_size stops the page with one line naming it; one from before the size
+  was recorded was measured at 2048."""
+  rows = [("ours", TF1, "minilm", 128, dict(speedup_vs_hf=3.0))]
+  small = _run(str(tmp_path / "small"), 100.0, rows, dict(bf16_note="none"), peak_size=256)
+  with pytest.raises(SystemExit) as stopped:
+    host_ratios.main([small])
+  assert str(stopped.value) == (
+      "%s: its matmul peaks were measured on 256x256 matrices (--peak_size); hosts are "
+      "compared by peaks at the default 2048: run ./run.sh benchmark again without "
+      "--peak_size" % small)
+  for size in (2048, None):
+    run = host_ratios.read_run(_run(str(tmp_path / str(size)), 100.0, rows,
+                                    dict(bf16_note="none"), peak_size=size))
+    assert run["peaks"] == {"TF 1.15": 100.0}
 
 
 def test_a_file_that_is_no_benchmark_result_is_refused(tmp_path):

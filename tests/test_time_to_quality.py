@@ -108,10 +108,11 @@ def test_each_path_is_timed_and_scored_on_the_same_held_out_rows(tmp_path, tiny_
       [sys.executable, "-m", "tools.time_to_quality", "--data", SAMPLE, "--train_rows", "64",
        "--eval_rows", "48", "--seq", "32", "--batch", "16", "--learning_rate", "1e-3",
        "--paths", ",".join(paths), "--model_dir", tiny_google_dir(tmp_path, tiny_checkpoint),
-       "--out_dir", out_dir, "--work_dir", work],
+       "--out_dir", out_dir, "--work_dir", work, "--peak_size", "256"],
       cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
       timeout=900)
   assert result.returncode == 0, result.stdout[-3000:]
+  assert "CPU (256x256, best of 5): float32 " in result.stdout  # (the host's peak, as asked)
   with io.open(os.path.join(work, "held_out.csv"), encoding="utf-8", newline="") as f:
     held_out = list(csv.reader(f))
   assert len(held_out) == 48

@@ -39,7 +39,7 @@ import platform
 import sys
 import tempfile
 
-from pipeline.machine import describe_cpu  # (plain Python, no TensorFlow)
+from pipeline.machine import PEAK_SIZE, describe_cpu  # (plain Python, no TensorFlow)
 from modeling.statistics import roc_auc  # (plain numpy)
 from tools.bench_worker import MODELS, VOCAB_SIZE, read_rows  # (bench_worker imports no TF at load)
 from tools.windows import (InputError, epoch_figures, padded_widths, pool_size,
@@ -77,6 +77,8 @@ def parse_args(argv=None):
   parser.add_argument("--measure_peak", action="store_true",
                       help="only measure PyTorch's matrix-multiply peaks: float32, and "
                            "bfloat16 where the CPU has instructions for it")
+  parser.add_argument("--peak_size", type=int, default=PEAK_SIZE,
+                      help="with --measure_peak: the square matrices' side")
   parser.add_argument("--threads", type=int, default=os.cpu_count(),
                       help="torch.set_num_threads (default: every CPU)")
   parser.add_argument("--time_to_quality", action="store_true",
@@ -404,7 +406,7 @@ def train_speed(args, model, tokenizer, features, lengths, clock):
   return recorder, epoch_figures(orders, lengths, args.batch)
 
 
-def matmul_peak_gflops(n=2048, repeats=10, rounds=5, dtype="float32"):
+def matmul_peak_gflops(n=PEAK_SIZE, repeats=10, rounds=5, dtype="float32"):
   """Best observed GFLOP/s of an n x n matmul chain in dtype in PyTorch on this machine
   (tools/bench_worker.py's for TensorFlow: the same chain, size and rounds)."""
   import time
@@ -426,13 +428,16 @@ def matmul_peak_gflops(n=2048, repeats=10, rounds=5, dtype="float32"):
   return 2.0 * n ** 3 * repeats / best / 1e9
 
 
-def peaks(threads):
-  """PyTorch's float32 matmul peak, and its bfloat16 one where the CPU has bfloat16
-  instructions (else None, with why), as tools/bench_worker.peaks gives TensorFlow's."""
+def peaks(threads, size=None):
+  """PyTorch's float32 matmul peak (size x size, PEAK_SIZE by default), and its bfloat16
+  one where the CPU has bfloat16 instructions (else None, with why), as
+  tools/bench_worker.peaks gives TensorFlow's."""
   import torch
   from pipeline.machine import matmul_peaks
   torch.set_num_threads(threads)
-  return dict(runtime_info(), **matmul_peaks(lambda dtype: matmul_peak_gflops(dtype=dtype)))
+  size = size or PEAK_SIZE
+  return dict(runtime_info(), peak_size=size, **matmul_peaks(
+      lambda dtype: matmul_peak_gflops(size, dtype=dtype)))
 
 
 def run_speed(args):
@@ -527,7 +532,7 @@ def run_time_to_quality(args):
 def main(argv=None):
   args = parse_args(argv)
   try:
-    result = (peaks(args.threads) if args.measure_peak else
+    result = (peaks(args.threads, args.peak_size) if args.measure_peak else
               run_time_to_quality(args) if args.time_to_quality else run_speed(args))
   except InputError as error:
     sys.exit("bench_hf: %s" % error)

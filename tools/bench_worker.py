@@ -27,7 +27,7 @@ import platform
 import sys
 import time
 
-from pipeline.machine import matmul_peaks, onednn_problem  # (plain Python)
+from pipeline.machine import PEAK_SIZE, matmul_peaks, onednn_problem  # (plain Python)
 from tools.windows import InputError, mean, pool_size, stratified_window  # (plain Python)
 
 MODELS = {  # BERT shapes: layers, hidden, heads, intermediate
@@ -75,6 +75,8 @@ def parse_args(argv=None):
   parser.add_argument("--measure_peak", action="store_true",
                       help="only measure the matrix-multiply peaks: float32, and bfloat16 "
                            "where the CPU has instructions for it")
+  parser.add_argument("--peak_size", type=int, default=PEAK_SIZE,
+                      help="with --measure_peak: the square matrices' side")
   parser.add_argument("--featurise_only", choices=["google", "python", "fast"],
                       help="only measure featurisation (to TFRecords) with this tokenizer path")
   parser.add_argument("--workers", type=int, default=1, help="featurisation processes (ours)")
@@ -97,18 +99,21 @@ def runtime_info(args=None):
                                     args.num_gpus if args is not None else None)}
 
 
-def peaks():
-  """The float32 matmul peak, and the bfloat16 one where the CPU has instructions for it
-  and the runtime computes in it (TF 2 with oneDNN, or else the fused kernels' own matmul
-  on AMX, as a run trains), else None with why."""
+def peaks(size=None):
+  """The float32 matmul peak (of size x size matrices, PEAK_SIZE by default), and the
+  bfloat16 one where the CPU has instructions for it and the runtime computes in it (TF 2
+  with oneDNN, or else the fused kernels' own matmul on AMX, as a run trains), else None
+  with why."""
   import tensorflow as tf
   from pipeline.machine import bf16_instructions
   problem, own = onednn_problem(tf.__version__), False
   if problem and bf16_instructions():
     from pipeline.build import with_own_matmul
     problem, own = with_own_matmul(problem, own_matmul_problem())
-  result = matmul_peaks(lambda dtype: matmul_peak_gflops(dtype=dtype, own_matmul=own and
-                                                         dtype == "bfloat16"), problem)
+  size = size or PEAK_SIZE
+  result = matmul_peaks(lambda dtype: matmul_peak_gflops(
+      size, dtype=dtype, own_matmul=own and dtype == "bfloat16"), problem)
+  result["peak_size"] = size
   if own and result.get("bf16_matmul_peak_gflops"):
     result["bf16_note"] += ", the fused kernels' own matmul"
   return result
@@ -121,7 +126,7 @@ def own_matmul_problem():
   return training_own_matmul_problem()
 
 
-def matmul_peak_gflops(n=2048, repeats=10, rounds=5, dtype="float32", own_matmul=False):
+def matmul_peak_gflops(n=PEAK_SIZE, repeats=10, rounds=5, dtype="float32", own_matmul=False):
   """Best observed GFLOP/s of an n x n matmul chain in dtype, on this runtime and
   machine; own_matmul: by the fused kernels' bfloat16 matmul, of float32 operands (as a
   run that uses it trains: pipeline.build.own_bf16_matmul)."""
@@ -643,7 +648,7 @@ def main(argv=None):
     if tf.io.gfile.isdir(args.workdir):  # (on a TPU, a gs:// folder)
       tf.io.gfile.rmtree(args.workdir)
   if args.measure_peak:
-    result = dict(runtime_info(), **peaks())
+    result = dict(runtime_info(), **peaks(args.peak_size))
   elif args.featurise_only:
     result = featurise_only(args)
   elif args.compare_records:

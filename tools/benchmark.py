@@ -33,6 +33,10 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from pipeline.machine import PEAK_SIZE  # noqa: E402 (plain Python)
+
 DEFAULT_DATA = os.path.join(ROOT, "tests", "data", "datasets", "jigsaw_toxic_balanced",
                             "comments.csv")
 MODEL_ORDER = ("tiny", "minilm", "base")
@@ -155,6 +159,17 @@ FEATURISER_LABELS = {"google": "Google: bert.tokenization.FullTokenizer + "
                      "fast": "this project, --tokenizer=auto (the default)"}
 
 
+def positive_int(text):
+  """An argparse type: a whole number of at least 1."""
+  try:
+    value = int(text)
+  except ValueError:
+    value = 0
+  if value < 1:
+    raise argparse.ArgumentTypeError("%r is not a whole number of at least 1" % text)
+  return value
+
+
 def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--data", default=DEFAULT_DATA, help="CSV rows text,label, no header")
@@ -177,6 +192,9 @@ def parse_args(argv=None):
                            "report each one's median run")
   parser.add_argument("--featurise_repeats", type=int, default=3,
                       help="runs of each featurisation path; the median is reported")
+  parser.add_argument("--peak_size", type=positive_int, default=PEAK_SIZE,
+                      help="the side of the square matrices that measure each runtime's "
+                           "matmul peak (smaller: a quicker, lower peak)")
   parser.add_argument("--replot", metavar="RESULTS_CSV", help="only redraw the plot of a run")
   parser.add_argument("--out_dir", default=os.path.join(ROOT, "output", "benchmark"))
   parser.add_argument("--work_dir", default=os.path.join(ROOT, ".cache", "benchmark_work"),
@@ -217,21 +235,27 @@ _HOST_PEAKS = []
 def peaks_sentence(peak):
   """A --measure_peak worker's result (tools/bench_worker.peaks) in words."""
   bf16 = peak.get("bf16_matmul_peak_gflops")
-  return "matmul peak on %s (2048x2048, best of 5): float32 %.1f GFLOP/s, %s" % (
-      environment_label(peak), peak["matmul_peak_gflops"],
+  size = peak.get("peak_size", PEAK_SIZE)
+  return "matmul peak on %s (%dx%d, best of 5): float32 %.1f GFLOP/s, %s" % (
+      environment_label(peak), size, size, peak["matmul_peak_gflops"],
       "bfloat16 %.1f GFLOP/s (%s)" % (bf16, peak["bf16_note"]) if bf16 else
       "bfloat16 not measured: %s" % peak.get("bf16_note", "not asked"))
 
 
-def machine_description(runtime="tf2"):
+def peak_flags(size):
+  """A worker's flags to measure the matmul peaks of size x size matrices."""
+  return ["--measure_peak", "--peak_size", str(size)]
+
+
+def machine_description(runtime="tf2", peak_size=PEAK_SIZE):
   """The host in words: system, CPU and cores, and its matmul peaks (measured by a worker
-  on runtime the first time a process asks): the figures that say how fast the host is,
-  beside figures that depend on it."""
+  on runtime the first time a process asks, of peak_size x peak_size matrices): the
+  figures that say how fast the host is, beside figures that depend on it."""
   if not _HOST_PEAKS:
     if os.path.exists(python_of(runtime)):
       with tempfile.TemporaryDirectory() as work:
         _HOST_PEAKS.append(peaks_sentence(run_worker(
-            runtime, ["--measure_peak"], os.path.join(work, "peak.json"))))
+            runtime, peak_flags(peak_size), os.path.join(work, "peak.json"))))
     else:
       _HOST_PEAKS.append("matmul peak not measured (no .venvs/%s: ./run.sh setup)" % runtime)
     print(_HOST_PEAKS[0])
@@ -302,7 +326,8 @@ def write_outputs(rows, peaks, featurisation, args, machine, device_notes=()):
   fields = ["variant", "environment", "device", "model", "seq", "batch", "steps", "wall_seconds",
             "examples_per_sec", "ms_per_step", "startup_seconds", "warmup_seconds",
             "mean_seq_length", "train_gflops_per_example", "gflops_per_sec",
-            "matmul_peak_gflops", "bf16_matmul_peak_gflops", "precision", "peak_precision",
+            "matmul_peak_gflops", "bf16_matmul_peak_gflops", "matmul_peak_size",
+            "precision", "peak_precision",
             "fraction_of_peak", "matmul_floor_seconds",
             "step_over_matmul_floor", "speedup_vs_google", "speedup_vs_hf", "speedup_vs_fp32",
             "scaling_efficiency",
@@ -312,7 +337,8 @@ def write_outputs(rows, peaks, featurisation, args, machine, device_notes=()):
   with open(os.path.join(args.out_dir, "results.csv"), "w", newline="") as f:
     writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
     writer.writeheader()
-    writer.writerows(dict(r, device=r["device"]["description"]) for r in rows)
+    writer.writerows(dict(r, device=r["device"]["description"], matmul_peak_size=(
+        args.peak_size if r.get("matmul_peak_gflops") else None)) for r in rows)
 
   lines = ["# Fine-tuning speed", "",
            "Machine: %s. Data: `%s`, %d rows. Batch %d; %d measured steps after %d warm-up "
@@ -390,7 +416,8 @@ def write_outputs(rows, peaks, featurisation, args, machine, device_notes=()):
             "a few dozen steps from the start over-represent). "
             "Their start-up counts from the process's start, imports and tokenisation "
             "included.", "",
-            "Matrix-multiply peak (float32, 2048x2048, best of 5): " +
+            "Matrix-multiply peak (float32, %dx%d, best of 5): " % (args.peak_size,
+                                                                    args.peak_size) +
             ", ".join("%s %.1f GFLOP/s" % (k, v) for k, v in sorted(peaks.items())), "",
             ]
   if featurisation:
@@ -610,7 +637,6 @@ def print_row(r):
 
 def main(argv=None):
   args = parse_args(argv)
-  sys.path.insert(0, ROOT)
   if args.replot:
     return replot(args.replot)
   from tools.bench_worker import rows_or_exit, vocab_or_exit
@@ -641,7 +667,8 @@ def main(argv=None):
              "writes Cloud Storage only)")
   peaks, bf16_peaks, gpu_counts, sentences = {}, {}, {}, []
   for runtime in runtimes:  # (PyTorch's too, where Hugging Face's rows run)
-    peak = run_worker(runtime, ["--measure_peak"], os.path.join(work, "peak_%s.json" % runtime))
+    peak = run_worker(runtime, peak_flags(args.peak_size),
+                      os.path.join(work, "peak_%s.json" % runtime))
     peaks[environment_label(peak)] = peak["matmul_peak_gflops"]
     bf16_peaks[environment_label(peak)] = peak.get("bf16_matmul_peak_gflops")
     if runtime != "hf":  # (the GPUs TensorFlow sees)

@@ -17,6 +17,10 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from pipeline.machine import PEAK_SIZE  # noqa: E402 (plain Python)
+
 BENCHMARK_DOCS = os.path.join(ROOT, "docs", "benchmark")
 RUNTIMES = ("TF 1.15", "TF 2.15")  # (each ratio is given on both, as results.csv names them)
 
@@ -54,6 +58,12 @@ def read_run(path):
     name = os.path.basename(folder).replace("_", " ")  # (second_run: "second run")
   else:
     name = os.path.dirname(path) or "."
+  sizes = sorted(set(row.get("matmul_peak_size") or str(PEAK_SIZE) for row in rows) -
+                 {str(PEAK_SIZE)})
+  if sizes:  # (hosts are named by peaks of the same matrices; older runs' were all 2048)
+    raise SystemExit("%s: its matmul peaks were measured on %sx%s matrices (--peak_size); "
+                     "hosts are compared by peaks at the default %d: run ./run.sh benchmark "
+                     "again without --peak_size" % (path, sizes[0], sizes[0], PEAK_SIZE))
   peaks = {}
   for row in rows:
     for runtime in RUNTIMES:

@@ -37,7 +37,8 @@ sys.path.insert(0, ROOT)
 
 from tools import bench_hf  # noqa: E402 (after the path; it loads no torch until used)
 from tools.bench_worker import read_rows  # noqa: E402
-from tools.benchmark import child_environment, machine_description, python_of  # noqa: E402
+from tools.benchmark import (PEAK_SIZE, child_environment, machine_description,  # noqa: E402
+                             positive_int, python_of)
 
 PATHS = {  # name -> (environment, label)
     "google": ("tf1", "Google run_classifier (fixed padding)"),
@@ -73,6 +74,9 @@ def parse_args(argv=None):
                       help="leave out the Hugging Face path (no .venvs/hf needed)")
   parser.add_argument("--out_dir", default=os.path.join(ROOT, "output", "benchmark"))
   parser.add_argument("--work_dir", default=os.path.join(ROOT, ".cache", "quality_work"))
+  parser.add_argument("--peak_size", type=positive_int, default=PEAK_SIZE,
+                      help="the side of the square matrices that measure the host's matmul "
+                           "peak for the report (smaller: a quicker, lower peak)")
   parser.add_argument("--worker", choices=["google"], help=argparse.SUPPRESS)
   parser.add_argument("--train_file", help=argparse.SUPPRESS)
   parser.add_argument("--eval_file", help=argparse.SUPPRESS)
@@ -384,7 +388,7 @@ def main(argv=None):
                for name in names]
   except RuntimeError as e:
     sys.exit("time to quality: %s" % e)
-  text = report(results, args, machine_description(), args.data)
+  text = report(results, args, machine_description(peak_size=args.peak_size), args.data)
   os.makedirs(args.out_dir, exist_ok=True)
   with open(os.path.join(args.out_dir, "quality.md"), "w") as f:
     f.write(text + "\n")

@@ -121,7 +121,7 @@ def _tsv(path):
 
 
 @pytest.mark.slow
-@pytest.mark.one_runtime("tf2")  # (plain Python around an eval and a predict of both)
+@pytest.mark.one_runtime("tf1")  # (plain Python around an eval and a predict of both)
 def test_a_run_tunes_on_dev_records_the_threshold_and_predicts_by_it(tmp_path, tiny_checkpoint,
                                                                      caplog):
   output_dir = str(tmp_path / "out")

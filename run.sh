@@ -151,11 +151,12 @@ setup_env() {
     "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
   fi
   # (--no-compile: pip would byte-compile each package's files on one core; compileall
-  # below does it on every core, beside the kernels' build)
+  # below does it on every core, beside the kernels' build, at a lower priority: the
+  # kernels' compile is the longer of the two)
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-compile \
     -r "$requirements" ${extra[@]+-r "${extra[@]}"}
   local compiling
-  ( "$venv/bin/python" -m compileall -q -j 0 \
+  ( nice -n 10 "$venv/bin/python" -m compileall -q -j 0 \
       "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
       > /dev/null 2>&1 || true ) &  # (files of other Python versions fail, as in pip: skipped)
   compiling=$!

@@ -4,8 +4,8 @@ The kernels do the elementwise work around the encoder's matrix multiplies in on
 each way: bias + GELU, dropout + bias + residual + layer norm, and the attention's scale +
 mask + softmax + dropout; and the optimizer's update of each variable (clipped gradient,
 weight decay and Adam) in one pass (fused_ops.cc). bf16_matmul.cc is a bfloat16 matrix
-multiply on the CPU's AMX tiles, for a runtime whose own kernels emulate bfloat16 (TF
-1.15). The C++ files are compiled for the running TensorFlow the first time they are
+multiply on the CPU's AMX tiles or AVX512_BF16's dot products, for a runtime whose own
+kernels emulate bfloat16 (TF 1.15). The C++ files are compiled for the running TensorFlow the first time they are
 needed (a few seconds; `./run.sh setup` does it ahead), into .cache/kernels under the
 project, named by TensorFlow's version and the sources' hash so that a changed source or
 another runtime never loads a stale library. They run on the CPU, on activations in
@@ -177,7 +177,7 @@ class FusedKernels(object):
   seed: int64 [2], the run's seed and the global step, so that every step draws new
   masks. Each dropout names its own `site` (unique within the step).
   own_bf16_matmul: the encoder's dense layers multiply in bfloat16 by the kernels' own
-  matmul (BertBf16MatMul: on AMX where the CPU has it), for a runtime whose own kernels
+  matmul (BertBf16MatMul: on AMX or AVX512_BF16), for a runtime whose own kernels
   would emulate bfloat16 (TF 1.15). It takes and gives float32 as well: the operands
   are rounded to bfloat16, their products summed in float32, and the activations around
   it (and the attention's batched matmuls) stay float32."""
@@ -263,8 +263,9 @@ def _bf16_matmul_gradient(op, dz):
 
 
 def bf16_matmul_units():
-  """"AMX_BF16" where BertBf16MatMul multiplies on the CPU's AMX tiles, else why it
-  computes in float32 (no AMX in the build, or the kernel refused the tile state)."""
+  """"AMX_BF16" where BertBf16MatMul multiplies on the CPU's AMX tiles, "AVX512_BF16"
+  where on AVX512_BF16's dot products instead, else why it computes in float32 (neither in
+  the build, or AMX alone and the kernel refused the tile state)."""
   with tf.Graph().as_default(), tf.Session() as session:
     units = session.run(library().bert_bf16_mat_mul_units())
   return units.decode("utf-8") if isinstance(units, bytes) else units

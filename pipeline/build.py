@@ -189,14 +189,17 @@ FIND = object()  # (an argument this module finds out for itself)
 
 
 def own_matmul_problem(c, cluster=None, gpus=None):
-  """None where this run's fused kernels would multiply bfloat16 on the CPU's AMX tiles
-  (a runtime without oneDNN then trains in bfloat16 at AMX's rate), else why not."""
+  """None where this run's fused kernels would multiply bfloat16 on the CPU's bfloat16
+  units, AMX or AVX512_BF16 (a runtime without oneDNN then trains in bfloat16 at their
+  rate), else why not."""
   fused, why_not = fused_kernels_for(c.model, c.training, c.device, cluster, gpus)
   if not fused:
-    return "the fused kernels (which multiply bfloat16 on AMX) are off: %s" % why_not
+    return ("the fused kernels (which multiply bfloat16 on AMX or AVX512_BF16) are off: %s"
+            % why_not)
   from modeling.fused import bf16_matmul_units
   units = bf16_matmul_units()
-  return None if units == "AMX_BF16" else "the fused kernels' bfloat16 matmul: %s" % units
+  return (None if units in ("AMX_BF16", "AVX512_BF16")
+          else "the fused kernels' bfloat16 matmul: %s" % units)
 
 
 def with_own_matmul(problem, own_problem):
@@ -220,7 +223,7 @@ def with_chosen_precision(c, cluster=None, instructions=None, tf_version=None, g
   """(c, the log line of the precision the encoder computes in, and a warning or None).
   Where --use_bf16 is not given, a training on a CPU whose matmul units take bfloat16
   (AVX512_BF16 or AMX, machine.bf16_instructions) on a runtime that computes in them
-  (TF 2's oneDNN; or TF 1.15 with the fused kernels, whose own matmul runs on AMX) runs
+  (TF 2's oneDNN; or TF 1.15 with the fused kernels, whose own matmul runs on them) runs
   the encoder in bfloat16, float32 master weights and loss: c then has use_bf16 set. Not
   beside a GPU or an option that computes otherwise (--use_xla, a hub encoder), nor in a
   cluster (cluster: its TF_CONFIG), whose machines may differ. Off a TPU, eval and predict compute in float32, as the exports
@@ -245,7 +248,8 @@ def with_chosen_precision(c, cluster=None, instructions=None, tf_version=None, g
     problem, own = with_own_matmul(problem, own_matmul_problem(c, cluster, gpus)
                                    if own_matmul is FIND else own_matmul)
     if own:
-      computes_in_it = ("the fused kernels compute in it (their own matmul, on AMX; "
+      computes_in_it = ("the fused kernels compute in it (their own matmul, on AMX or "
+                        "AVX512_BF16; "
                         "TensorFlow's CPU kernels here would emulate it)")
 
   def gpu_seen():

@@ -312,8 +312,8 @@ class DeviceOptions(object):
       "scaling). Not with --use_tpu (use --use_bf16 there).")
   use_bf16: bool = option(
       False, "Run the encoder in bfloat16 (float32 master weights and loss): on a TPU, or "
-      "on a CPU whose matmul units take bfloat16 (AVX512_BF16 or AMX on TF 2.15; AMX with "
-      "the fused kernels on TF 1.15), where it is chosen when this flag is not given; the log says which precision and why. "
+      "on a CPU whose matmul units take bfloat16 (AVX512_BF16 or AMX; on TF 1.15 with the "
+      "fused kernels), where it is chosen when this flag is not given; the log says which precision and why. "
       "--use_bf16=false keeps float32.")
   use_xla: bool = option(
       False, "Compile the graph with XLA JIT (CPU/GPU). Measure it with ./run.sh benchmark "

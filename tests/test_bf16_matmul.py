@@ -176,17 +176,20 @@ def cpu_flags():
     return next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
 
 
-def test_the_product_runs_on_amx_where_the_cpu_has_it(ops):
+def test_the_product_runs_on_the_cpus_bfloat16_units(ops):
   """On a CPU with AMX (and a kernel that grants the tile state: Linux 5.16+) the product
-  is AMX's; elsewhere the units say why it computes in float32 instead."""
+  is AMX's; else on one with AVX512_BF16, its dot products'; elsewhere the units say why
+  it computes in float32 instead."""
   import platform
   units = fused.bf16_matmul_units()
   release = tuple(int(p) for p in platform.release().split(".")[:2] if p.isdigit())
   if {"amx_bf16", "amx_tile"} <= set(cpu_flags()) and release >= (5, 16):
     assert units == "AMX_BF16"
+  elif "avx512_bf16" in cpu_flags():
+    assert units == "AVX512_BF16"
   else:
-    assert units.startswith(("the fused kernels were built without AMX",
-                             "the kernel refused this process")), units
+    assert units == ("the fused kernels were built without AMX or AVX512_BF16 (this CPU or "
+                     "compiler has neither)"), units
 
 
 def test_the_encoder_on_its_own_bf16_matmul_trains_as_the_float32_encoder(ops):
@@ -252,23 +255,30 @@ print(worst)
 """
 
 
-# (the sources' fallback, the same for both: built against TF 1.15's headers, twice as fast)
+# (the sources' paths, the same for both: built against TF 1.15's headers, twice as fast)
 @pytest.mark.one_runtime("tf1")
-def test_a_build_without_amx_computes_the_same_product_in_float32(ops, tmp_path):
-  """The matmul's source built without AMX (as on a CPU that has none): the units say so,
-  and the product of every transpose is still that of the rounded operands. (The other
-  source, fused_ops.cc, has no code that depends on AMX, as checked here, and is left out
-  of this build: it would take twice as long.)"""
+@pytest.mark.parametrize("without", ["amx", "amx and avx512_bf16"])
+def test_a_build_without_some_units_computes_the_same_product_on_the_others(
+    ops, tmp_path, without):
+  """The matmul's source built without AMX (as on a CPU that has AVX512_BF16 alone: on an
+  AMX host this is the path such a CPU takes), or without either (as on a CPU that has
+  neither): the units say which path it takes, and the product of every transpose is still
+  that of the rounded operands. (The other source, fused_ops.cc, has no code that depends
+  on these units, as checked here, and is left out of this build: it would take twice as
+  long.)"""
   import os
   import subprocess
   import sys
   (fused_ops,) = [s for s in fused.SOURCES if s.endswith("fused_ops.cc")]
   with open(fused_ops) as f:
     source = f.read()
-  assert "__AMX" not in source and "_tile_" not in source  # (no AMX macro, no tile intrinsic)
-  library = str(tmp_path / "no_amx.so")
-  command = [a for a in fused.compile_command(library) if a != fused_ops] + [
-      "-mno-amx-tile", "-mno-amx-bf16", "-mno-amx-int8"]
+  # (no AMX or AVX512_BF16 macro, no tile or bfloat16 intrinsic)
+  assert not any(s in source for s in ("__AMX", "_tile_", "__AVX512BF16__", "bf16", "pbh"))
+  library = str(tmp_path / "without.so")
+  flags = ["-mno-amx-tile", "-mno-amx-bf16", "-mno-amx-int8"]
+  if without != "amx":
+    flags.append("-mno-avx512bf16")
+  command = [a for a in fused.compile_command(library) if a != fused_ops] + flags
   built = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          universal_newlines=True)
   assert built.returncode == 0, fused.first_error(built.stdout)
@@ -278,7 +288,11 @@ def test_a_build_without_amx_computes_the_same_product_in_float32(ops, tmp_path)
                         universal_newlines=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
   assert done.returncode == 0, done.stderr[-2000:]
   units, worst = done.stdout.strip().splitlines()[-2:]
-  assert units == "the fused kernels were built without AMX (this CPU or compiler has none)"
+  if without == "amx" and "avx512_bf16" in cpu_flags():
+    assert units == "AVX512_BF16"
+  else:
+    assert units == ("the fused kernels were built without AMX or AVX512_BF16 (this CPU or "
+                     "compiler has neither)")
   assert float(worst) < 1e-5
 
 

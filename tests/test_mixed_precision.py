@@ -128,12 +128,13 @@ def test_bfloat16_is_chosen_on_a_cpu_that_computes_in_it_unless_told_otherwise()
             "AMX_BF16 and TensorFlow computes in it (float32 master weights and loss; "
             "float32 in eval and predict, as the exports; --use_bf16=false keeps float32)")
   no_amx = ("the fused kernels' bfloat16 matmul: the fused kernels were built without AMX "
-            "(this CPU or compiler has none)")
+            "or AVX512_BF16 (this CPU or compiler has neither)")
   tf1 = ("TF 1.15.5's CPU kernels have no oneDNN: they convert bfloat16 to float32 and "
          "back; " + no_amx)
   off = "TF_ENABLE_ONEDNN_OPTS=0 turns TensorFlow's oneDNN kernels off; " + no_amx
   own = chosen.replace("TensorFlow computes in it", "the fused kernels compute in it (their "
-                       "own matmul, on AMX; TensorFlow's CPU kernels here would emulate it)")
+                       "own matmul, on AMX or AVX512_BF16; TensorFlow's CPU kernels here "
+                       "would emulate it)")
   given_bf16 = ("encoder precision: bfloat16 in training (--use_bf16), float32 in eval and "
                 "predict")
   emulated = ("--use_bf16 on this CPU: %s, so bfloat16 is emulated and slower than float32 "
@@ -167,7 +168,7 @@ def test_bfloat16_is_chosen_on_a_cpu_that_computes_in_it_unless_told_otherwise()
       ({"use_bf16": True}, [], "2.15.1", [], {}, None, True, given_bf16, emulated % no_units),
       ({"use_bf16": True}, [], "2.15.1", ["GPU:0"], {}, None, True, given_bf16, None),
       ({"use_bf16": True}, units, "1.15.5", [], {}, None, True, given_bf16, emulated % tf1),
-      # (TF 1.15, or oneDNN off, with the fused kernels' matmul on AMX: their own)
+      # (TF 1.15, or oneDNN off, with the fused kernels' matmul on AMX or AVX512_BF16)
       ({}, units, "1.15.5", [], {}, None, True, own, None, None),
       ({}, units, "2.15.1", [], {"TF_ENABLE_ONEDNN_OPTS": "0"}, None, True, own, None, None),
       ({"use_bf16": True}, units, "1.15.5", [], {}, None, True, given_bf16, None, None),
@@ -175,8 +176,10 @@ def test_bfloat16_is_chosen_on_a_cpu_that_computes_in_it_unless_told_otherwise()
        "encoder precision: float32 (--use_bf16=false)", None, "never asked"),
       ({}, units, "1.15.5", [], {}, None, False, "encoder precision: float32 (TF 1.15.5's "
        "CPU kernels have no oneDNN: they convert bfloat16 to float32 and back; the fused "
-       "kernels (which multiply bfloat16 on AMX) are off: --fused_kernels=off)", None,
-       "the fused kernels (which multiply bfloat16 on AMX) are off: --fused_kernels=off"),
+       "kernels (which multiply bfloat16 on AMX or AVX512_BF16) are off: "
+       "--fused_kernels=off)", None,
+       "the fused kernels (which multiply bfloat16 on AMX or AVX512_BF16) are off: "
+       "--fused_kernels=off"),
       ({"do_train": False}, units, "2.15.1", [], {}, None, False,
        "encoder precision: float32 (off a TPU, eval and predict compute in float32, as the "
        "exports do)", None),
@@ -195,7 +198,8 @@ def test_a_run_on_a_bfloat16_cpu_trains_in_bfloat16_and_predicts_as_its_export(
     tmp_path, tiny_checkpoint, monkeypatch):
   """This machine's CPU said to have AMX (and TF_ENABLE_ONEDNN_OPTS unset): TF 2 trains
   in bfloat16 through oneDNN, TF 1.15 by the fused kernels' own matmul (said to run on
-  AMX: on a CPU without, the same product in float32), and the run summary records it.
+  AMX: on a CPU with neither AMX nor AVX512_BF16, the same product in float32), and the
+  run summary records it.
   Its predictions are those of its float32 export (eval and predict compute in float32),
   and differ from those of the same training in float32 by bfloat16's rounding only."""
   import csv
@@ -211,7 +215,7 @@ def test_a_run_on_a_bfloat16_cpu_trains_in_bfloat16_and_predicts_as_its_export(
   monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
   monkeypatch.setattr(build, "own_matmul_problem", lambda *args: None)
   computes = ("TensorFlow computes in it" if tf.__version__.startswith("2.") else
-              "the fused kernels compute in it (their own matmul, on AMX")
+              "the fused kernels compute in it (their own matmul, on AMX or AVX512_BF16")
 
   def predictions(output_dir):
     with open(os.path.join(output_dir, "test_results.tsv")) as f:

@@ -169,7 +169,8 @@ def test_the_fusion_table_names_what_each_op_fuses():
       "matrix multiply + bias, tanh (oneDNN's rewrite)")
   assert fusion_of("_FusedMatMul[BiasAdd]") == "matrix multiply + bias (grappler's remapper)"
   assert fusion_of("BertBf16MatMul") == ("this project's kernel: matrix multiply of "
-                                         "bfloat16-rounded operands, summed in float32 (on AMX)")
+                                         "bfloat16-rounded operands, summed in float32 (on AMX or "
+                                         "AVX512_BF16)")
   assert fusion_of("BertBiasGeluGrad") == "this project's kernel: bias + GELU, backward"
   assert fusion_of("BertAttentionSoftmax") == (
       "this project's kernel: scale + mask + softmax + dropout, forward")

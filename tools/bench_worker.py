@@ -102,7 +102,8 @@ def runtime_info(args=None):
 def peaks(size=None):
   """The float32 matmul peak (of size x size matrices, PEAK_SIZE by default), and the
   bfloat16 one where the CPU has instructions for it and the runtime computes in it (TF 2
-  with oneDNN, or else the fused kernels' own matmul on AMX, as a run trains), else None
+  with oneDNN, or else the fused kernels' own matmul on AMX or AVX512_BF16, as a run
+  trains), else None
   with why."""
   import tensorflow as tf
   from pipeline.machine import bf16_instructions
@@ -120,8 +121,8 @@ def peaks(size=None):
 
 
 def own_matmul_problem():
-  """None where a run's fused kernels (--fused_kernels=auto) multiply bfloat16 on AMX here,
-  else why not (pipeline.build.own_matmul_problem)."""
+  """None where a run's fused kernels (--fused_kernels=auto) multiply bfloat16 on AMX or
+  AVX512_BF16 here, else why not (pipeline.build.own_matmul_problem)."""
   from pipeline.build import training_own_matmul_problem
   return training_own_matmul_problem()
 

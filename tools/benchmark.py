@@ -46,8 +46,8 @@ VARIANTS = {  # name -> (impl, worker flags, runtimes it runs on)
     "ours": ("ours", ["--dynamic_padding"], ("tf1", "tf2")),
     "ours_xla": ("ours", ["--xla"], ("tf1", "tf2")),
     # Where a run would train in bfloat16 (a CPU with bfloat16 units: TF 2.15's oneDNN,
-    # or TF 1.15's fused kernels on AMX), `ours` does, and this row is the same run in
-    # float32 beside it (added by itself there).
+    # or TF 1.15's fused kernels on AMX or AVX512_BF16), `ours` does, and this row is the
+    # same run in float32 beside it (added by itself there).
     "ours_fp32": ("ours", ["--dynamic_padding", "--precision", "float32"], ("tf1", "tf2")),
     # bfloat16 on TensorFlow's own ops: what the fused kernels add in bfloat16 (by name).
     "ours_bf16_tf_ops": ("ours", ["--dynamic_padding", "--precision", "bfloat16",
@@ -117,7 +117,7 @@ def row_label(r):
 
 def precision_variants(variants, bf16_units, runtimes):
   """The rows a CPU with bfloat16 units adds: (variants, notes). There `ours` trains in
-  bfloat16 as a run does (TF 2.15; TF 1.15 where the fused kernels multiply on AMX), so
+  bfloat16 as a run does (TF 2.15; TF 1.15 where the fused kernels multiply on them), so
   `ours_fp32` measures the same run in float32 beside it; elsewhere one note says why
   there is no such row."""
   if "ours" not in variants or not {"tf1", "tf2"} & set(runtimes):

@@ -15,7 +15,7 @@ predict two sets it never trained on:
 The paths differ in their options (PATHS): `reference` is TensorFlow's own ops in float32,
 `fused` the fused kernels in float32, `bf16` the fused kernels in bfloat16 (what a run
 chooses on a CPU with bfloat16 units: on TF 2.15 through oneDNN, on TF 1.15 the dense
-layers by the fused kernels' own matmul, on AMX where the CPU has it). The seed
+layers by the fused kernels' own matmul, on AMX or AVX512_BF16). The seed
 (--seed) sets the head's initial weights, the dropout and the order of the rows; every
 path runs every seed, so differences are paired.
 

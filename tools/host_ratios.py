@@ -39,7 +39,7 @@ RATIOS = (
      "it trains in (bfloat16 where the CPU has bfloat16 units and the runtime computes in "
      "them)", "ours", "fraction_of_peak", "%.0f%%"),
     ("this project, dynamic padding, in bfloat16 over the same run in float32 (a CPU with "
-     "bfloat16 units: TF 2.15, and TF 1.15 where the fused kernels multiply on AMX)", "ours",
+     "bfloat16 units: TF 2.15, and TF 1.15 where the fused kernels multiply on them)", "ours",
      "speedup_vs_fp32", "%.2fx"),
 )
 

@@ -388,7 +388,7 @@ def fusion_of(op):
   parts = fused.rstrip("]").replace("BiasAdd", "bias").replace("Tanh", "tanh")
   if kind == "BertBf16MatMul":
     return ("this project's kernel: matrix multiply of bfloat16-rounded operands, summed "
-            "in float32 (on AMX)")
+            "in float32 (on AMX or AVX512_BF16)")
   if "MatMul" in kind:
     where = "oneDNN's rewrite" if "Mkl" in kind else "grappler's remapper"
     return "matrix multiply + %s (%s)" % (parts, where)

@@ -1,20 +1,25 @@
-// A bfloat16 matrix multiply on the CPU's AMX tiles, for runtimes without oneDNN.
+// A bfloat16 matrix multiply on the CPU's bfloat16 units, for runtimes without oneDNN.
 //
 // TF 1.15's own bfloat16 MatMul converts both operands to float, multiplies in float and
 // rounds back: slower than float32. BertBf16MatMul computes what TF 2's oneDNN kernel
 // computes (bfloat16 operands, products summed in float, the result rounded to bfloat16,
-// to nearest, ties to even) on the AMX units of the CPUs that have them: op(a) [M, K] x
-// op(b) [K, N], op a transpose or not, as tf.matmul's transpose_a and transpose_b.
+// to nearest, ties to even) on the AMX tiles of the CPUs that have them, else on
+// AVX512_BF16's dot products: op(a) [M, K] x op(b) [K, N], op a transpose or not, as
+// tf.matmul's transpose_a and transpose_b.
 //
-// Both operands are first packed: a into rows of K padded to a multiple of 32, b into
-// AMX's pair-interleaved layout (for each pair of rows k, k + 1 of op(b), its columns
-// interleaved), in blocks of 16 columns. Each thread then computes strips of 32 rows
-// of the product, 32 columns at a time: four 16 x 16 float accumulator tiles, two tiles of
-// a and two of b per step of 32 along K. Padding is zeros, so it adds nothing.
+// Both operands are first packed: a into rows of K padded to a multiple of 32, b into the
+// pair-interleaved layout both units read (for each pair of rows k, k + 1 of op(b), its
+// columns interleaved), in blocks of 16 columns. Each thread then computes strips of 32
+// rows of the product, 32 columns at a time. On AMX: four 16 x 16 float accumulator
+// tiles, two tiles of a and two of b per step of 32 along K. On AVX512_BF16: 12, 12 and
+// then 8 rows of the strip at a time, two 16-float registers per row, each step along K
+// one pair of a row's values broadcast against a pair of rows of the two column blocks.
+// Padding is zeros, so it adds nothing.
 //
-// Where the library was built without AMX or the kernel refuses this process the tile
-// state, the same op multiplies the same bfloat16 values in float (Eigen) instead: the
-// same result to float rounding, at float32's speed. BertBf16MatMulUnits says which.
+// Where the library was built with neither (or AMX alone, and the kernel refuses this
+// process the tile state), the same op multiplies the same bfloat16 values in float
+// (Eigen) instead: the same result to float rounding, at float32's speed.
+// BertBf16MatMulUnits says which.
 
 #include <algorithm>
 #include <cstdint>
@@ -40,6 +45,9 @@
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#endif
+#if defined(BERT_AMX) || defined(__AVX512BF16__)
+#define BERT_PACKED 1  // (a build with bfloat16 units: the operands are packed for them)
 #endif
 
 namespace bert_bf16 {
@@ -200,18 +208,67 @@ void AmxStrip(const uint16_t* a, int64 lda, const uint16_t* b, int64 depth, int6
 }
 #endif
 
-// "" where the product runs on AMX here, else why not.
-const std::string& AmxProblem() {
+#ifdef __AVX512BF16__
+// kRows rows of a (`lda` apart) times two packed column blocks b0, b1 (16 columns each)
+// over `depth` values: kRows x 32 floats into c, rows `ldc` apart.
+template <int kRows>
+inline void DotRows(const uint16_t* a, int64 lda, const uint16_t* b0, const uint16_t* b1,
+                    int64 depth, float* c, int64 ldc) {
+  __m512 left[kRows], right[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    left[r] = _mm512_setzero_ps();
+    right[r] = _mm512_setzero_ps();
+  }
+  for (int64 k = 0; k < depth; k += 2) {
+    const __m512bh x0 = (__m512bh)_mm512_loadu_si512(b0 + k * 16);
+    const __m512bh x1 = (__m512bh)_mm512_loadu_si512(b1 + k * 16);
+    for (int r = 0; r < kRows; ++r) {
+      int32_t pair;  // (a's values k and k + 1 of row r)
+      std::memcpy(&pair, a + r * lda + k, sizeof pair);
+      const __m512bh both = (__m512bh)_mm512_set1_epi32(pair);
+      left[r] = _mm512_dpbf16_ps(left[r], both, x0);
+      right[r] = _mm512_dpbf16_ps(right[r], both, x1);
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    _mm512_storeu_ps(c + r * ldc, left[r]);
+    _mm512_storeu_ps(c + r * ldc + 16, right[r]);
+  }
+}
+
+// AmxStrip's product (the same arguments and result) on AVX512_BF16.
+void AvxStrip(const uint16_t* a, int64 lda, const uint16_t* b, int64 depth, int64 first,
+              int64 end, float* c) {
+  const int64 width = end - first;
+  for (int64 n = 0; n < width; n += kStrip) {
+    const uint16_t* b0 = b + (first + n) * depth;
+    const uint16_t* b1 = b0 + 16 * depth;
+    DotRows<12>(a, lda, b0, b1, depth, c + n, width);
+    DotRows<12>(a + 12 * lda, lda, b0, b1, depth, c + 12 * width + n, width);
+    DotRows<8>(a + 24 * lda, lda, b0, b1, depth, c + 24 * width + n, width);
+  }
+}
+#endif
+
+// The units the product runs on here: "AMX_BF16", "AVX512_BF16", or why neither (the
+// product is then computed in float).
+const std::string& Units() {
   static std::once_flag once;
-  static std::string problem;
+  static std::string units;
   std::call_once(once, [] {
 #ifdef BERT_AMX
-    problem = AskForTiles();
+    units = AskForTiles();
+    if (units.empty()) units = "AMX_BF16";
+#endif
+#ifdef __AVX512BF16__
+    if (units != "AMX_BF16") units = "AVX512_BF16";
 #else
-    problem = "the fused kernels were built without AMX (this CPU or compiler has none)";
+    if (units.empty())
+      units = "the fused kernels were built without AMX or AVX512_BF16 (this CPU or compiler "
+              "has neither)";
 #endif
   });
-  return problem;
+  return units;
 }
 
 // T is float or bfloat16, E its elements as this file handles them.
@@ -245,16 +302,19 @@ class Bf16MatMul : public OpKernel {
     const E* y = reinterpret_cast<const E*>(b.flat<T>().data());
     E* z = reinterpret_cast<E*>(out->flat<T>().data());
     const int64 a_cols = a.dim_size(1), b_cols = b.dim_size(1);
-#ifdef BERT_AMX
-    if (AmxProblem().empty()) return ComputeAmx(ctx, x, y, z, m, k, n, a_cols, b_cols);
+#ifdef BERT_PACKED
+    const std::string& units = Units();
+    if (units == "AMX_BF16" || units == "AVX512_BF16")
+      return ComputePacked(ctx, x, y, z, m, k, n, a_cols, b_cols, units == "AMX_BF16");
 #endif
     ComputeFloat(ctx, x, y, z, m, k, n, a_cols, b_cols);
   }
 
  private:
-#ifdef BERT_AMX
-  void ComputeAmx(OpKernelContext* ctx, const E* x, const E* y, E* z, int64 m, int64 k,
-                  int64 n, int64 a_cols, int64 b_cols) {
+#ifdef BERT_PACKED
+  // The product on AMX (amx) or AVX512_BF16.
+  void ComputePacked(OpKernelContext* ctx, const E* x, const E* y, E* z, int64 m, int64 k,
+                     int64 n, int64 a_cols, int64 b_cols, bool amx) {
     const int64 depth = RoundUp(std::max<int64>(k, 1), kDepth), width = RoundUp(n, kStrip);
     const int64 strips = (m + kStrip - 1) / kStrip;
     // b: 16 columns of op(b) per block, each block depth / 2 rows of 16 pairs (k, k + 1),
@@ -302,12 +362,16 @@ class Bf16MatMul : public OpKernel {
     const int64 chunk = std::min(width, std::max<int64>(
         kStrip, kCacheBytes / (depth * int64(sizeof(uint16_t))) / kStrip * kStrip));
     Parallel(ctx, strips, 2 * kStrip * depth * width, [&](int64 begin, int64 end) {
-      TileConfig config;
-      for (int t = 0; t < 8; ++t) {
-        config.rows[t] = 16;
-        config.colsb[t] = 64;
+#ifdef BERT_AMX
+      if (amx) {
+        TileConfig config;
+        for (int t = 0; t < 8; ++t) {
+          config.rows[t] = 16;
+          config.colsb[t] = 64;
+        }
+        _tile_loadconfig(&config);
       }
-      _tile_loadconfig(&config);
+#endif
       std::vector<const uint16_t*> rows_of(end - begin);
       std::vector<int64> lda(end - begin, a_cols);
       std::vector<uint16_t> copies;
@@ -320,11 +384,16 @@ class Bf16MatMul : public OpKernel {
           rows_of[s - begin] = reinterpret_cast<const uint16_t*>(x) + first * a_cols;
           continue;
         }
-        if (transpose_a_) {  // (a strip of a's columns, 32 values of each row at a time)
-          uint16_t column[kStrip];
-          for (int64 j = 0; j < k; ++j) {
-            RowBits(x + j * a_cols + first, rows, column);
-            for (int64 r = 0; r < rows; ++r) copy[r * depth + j] = column[r];
+        if (transpose_a_) {
+          // (a strip of a's columns, transposed 32 x 32 at a time through `block`: writing
+          // each of a row's values straight to the copy would write 32 lines `depth`
+          // apart for each, lines that share the cache's sets when depth is a power of 2)
+          uint16_t block[kStrip][kStrip];  // [a's row j0 + i][the strip's row r]
+          for (int64 j0 = 0; j0 < k; j0 += kStrip) {
+            const int64 count = std::min(kStrip, k - j0);
+            for (int64 i = 0; i < count; ++i) RowBits(x + (j0 + i) * a_cols + first, rows, block[i]);
+            for (int64 r = 0; r < rows; ++r)
+              for (int64 i = 0; i < count; ++i) copy[r * depth + j0 + i] = block[i][r];
           }
         } else {
           for (int64 r = 0; r < rows; ++r) RowBits(x + (first + r) * a_cols, k, copy + r * depth);
@@ -337,14 +406,24 @@ class Bf16MatMul : public OpKernel {
       for (int64 col = 0; col < width; col += chunk) {
         const int64 col_end = std::min(width, col + chunk), valid = std::min(n, col_end) - col;
         for (int64 s = begin; s < end; ++s) {
-          AmxStrip(rows_of[s - begin], lda[s - begin], pb.data(), depth, col, col_end,
-                   c.data());
+#ifdef BERT_AMX
+          if (amx)
+            AmxStrip(rows_of[s - begin], lda[s - begin], pb.data(), depth, col, col_end,
+                     c.data());
+#endif
+#ifdef __AVX512BF16__
+          if (!amx)
+            AvxStrip(rows_of[s - begin], lda[s - begin], pb.data(), depth, col, col_end,
+                     c.data());
+#endif
           const int64 first = s * kStrip, rows = std::min(kStrip, m - first);
           for (int64 r = 0; r < rows; ++r)
             Store(&c[r * (col_end - col)], valid, z + (first + r) * n + col);
         }
       }
-      _tile_release();
+#ifdef BERT_AMX
+      if (amx) _tile_release();
+#endif
     });
   }
 #endif
@@ -406,8 +485,7 @@ class Bf16MatMulUnits : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
-    const std::string& problem = AmxProblem();
-    out->scalar<String>()() = problem.empty() ? "AMX_BF16" : problem;
+    out->scalar<String>()() = Units();
   }
 };
 

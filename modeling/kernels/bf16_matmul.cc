@@ -18,7 +18,7 @@
 //
 // Where the library was built with neither (or AMX alone, and the kernel refuses this
 // process the tile state), the same op multiplies the same bfloat16 values in float
-// (Eigen) instead: the same result to float rounding, at float32's speed.
+// (Eigen) instead: the same result to float rounding, no faster than float32.
 // BertBf16MatMulUnits says which.
 
 #include <algorithm>
@@ -354,11 +354,13 @@ class Bf16MatMul : public OpKernel {
         }
       });
     }
-    // A bfloat16 a is read in place where its rows are op(a)'s and whole steps of K; else
+    // A bfloat16 a is read in place where its rows are op(a)'s and whole steps of K (one at
+    // least); else
     // (and for the last, partial strip) each strip is first copied, zero padded. The
     // columns are taken `chunk` at a time, so that the part of b they read stays in the
     // core's cache across the thread's strips.
-    const bool in_place = std::is_same<E, uint16_t>::value && !transpose_a_ && k % kDepth == 0;
+    const bool in_place =
+        std::is_same<E, uint16_t>::value && !transpose_a_ && k > 0 && k % kDepth == 0;
     const int64 chunk = std::min(width, std::max<int64>(
         kStrip, kCacheBytes / (depth * int64(sizeof(uint16_t))) / kStrip * kStrip));
     Parallel(ctx, strips, 2 * kStrip * depth * width, [&](int64 begin, int64 end) {

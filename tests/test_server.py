@@ -315,20 +315,24 @@ def test_with_two_workers_the_requests_waiting_run_beside_a_long_run(jigsaw_mode
                                                                     reference):
   """Two workers: while the first request's run is slow, the nine sent meanwhile are run
   by the other worker, a share of those waiting at a time, and each request gets its own
-  results."""
+  results. (The first run lasts until two others have begun, or a minute: a batcher that
+  ran nothing beside it would fail, and a loaded machine's slow start would not.)"""
   from serving.predictor import Predictor
   texts, expected = _texts(), reference[1]
-  runs, running = [], threading.Event()
+  runs, running, begun = [], threading.Event(), threading.Condition()
   with Predictor(jigsaw_model.output_dir) as predictor:
     run_outputs = predictor.predict_outputs
 
     def timed(examples):
-      first = not runs
-      runs.append([len(examples), time.time(), None])
-      record = runs[-1]
+      with begun:
+        first = not runs
+        runs.append([len(examples), time.time(), None])
+        record = runs[-1]
+        begun.notify_all()
       if first:
         running.set()
-        time.sleep(0.5)
+        with begun:
+          begun.wait_for(lambda: len(runs) >= 3, timeout=60)
       outputs = run_outputs(examples)
       record[2] = time.time()
       return outputs

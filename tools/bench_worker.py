@@ -103,8 +103,7 @@ def peaks(size=None):
   """The float32 matmul peak (of size x size matrices, PEAK_SIZE by default), and the
   bfloat16 one where the CPU has instructions for it and the runtime computes in it (TF 2
   with oneDNN, or else the fused kernels' own matmul on AMX or AVX512_BF16, as a run
-  trains), else None
-  with why."""
+  trains), else None with why."""
   import tensorflow as tf
   from pipeline.machine import bf16_instructions
   problem, own = onednn_problem(tf.__version__), False

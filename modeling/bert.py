@@ -385,15 +385,15 @@ def _self_attention(config, queries, x, attention_bias, init, fused_site=None):
   scale = 1.0 / math.sqrt(float(head_size))
   if fused_site:
     fused, site = fused_site
-    probs = fused.attention_softmax(tf.matmul(query, key, transpose_b=True),
+    probs = fused.attention_softmax(fused.matmul(query, key, transpose_b=True),
                                     tf.cast(attention_bias[:, 0, 0, :], tf.float32), scale,
                                     config.attention_probs_dropout_prob, site)
   else:
     scores = tf.matmul(query, key, transpose_b=True) * scale
     probs = tf.nn.softmax(tf.cast(scores + attention_bias, tf.float32))  # float32 for range
     probs = dropout(tf.cast(probs, x.dtype), config.attention_probs_dropout_prob)
-  context = tf.matmul(probs, value)
   if fused_site:
-    return fused_site[0].merge_heads(context)
+    return fused_site[0].merge_heads(fused_site[0].matmul(probs, value))
+  context = tf.matmul(probs, value)
   context = tf.transpose(context, [0, 2, 1, 3])
   return tf.reshape(context, [-1, _sequence_length(queries), config.hidden_size])

@@ -5,13 +5,14 @@ each way: bias + GELU, dropout + bias + residual + layer norm, and the attention
 mask + softmax + dropout; and the optimizer's update of each variable (clipped gradient,
 weight decay and Adam) in one pass (fused_ops.cc). bf16_matmul.cc is a bfloat16 matrix
 multiply on the CPU's AMX tiles or AVX512_BF16's dot products, for a runtime whose own
-kernels emulate bfloat16 (TF 1.15). The C++ files are compiled for the running TensorFlow the first time they are
-needed (a few seconds; `./run.sh setup` does it ahead), into .cache/kernels under the
-project, named by TensorFlow's version and the sources' hash so that a changed source or
-another runtime never loads a stale library. They run on the CPU, on activations in
-float32 or bfloat16, computing in float32 either way (in bfloat16 only the matrix
-multiplies between them run in bfloat16, and the parameters stay float32);
-modeling/bert.py uses them only when its caller asks (model_fn, while training).
+kernels emulate bfloat16 (TF 1.15). The C++ files are compiled for the running
+TensorFlow the first time they are needed (a few seconds; `./run.sh setup` does it
+ahead), into .cache/kernels under the project, named by TensorFlow's version and the
+sources' hash so that a changed source or another runtime never loads a stale library.
+They run on the CPU, on activations in float32 or bfloat16, computing in float32 either
+way (in bfloat16 only the matrix multiplies between them run in bfloat16, and the
+parameters stay float32); modeling/bert.py uses them only when its caller asks
+(model_fn, while training).
 
 Dropout masks come from a hash of (seed, step, site, element), not from TensorFlow's
 random ops: the backward pass recomputes them, and a resumed run draws what an
@@ -176,11 +177,11 @@ class FusedKernels(object):
 
   seed: int64 [2], the run's seed and the global step, so that every step draws new
   masks. Each dropout names its own `site` (unique within the step).
-  own_bf16_matmul: the encoder's dense layers multiply in bfloat16 by the kernels' own
-  matmul (BertBf16MatMul: on AMX or AVX512_BF16), for a runtime whose own kernels
-  would emulate bfloat16 (TF 1.15). It takes and gives float32 as well: the operands
-  are rounded to bfloat16, their products summed in float32, and the activations around
-  it (and the attention's batched matmuls) stay float32."""
+  own_bf16_matmul: the encoder's matrix multiplies (its dense layers' and the attention's
+  batched ones) run in bfloat16 on the kernels' own matmul (BertBf16MatMul: on AMX or
+  AVX512_BF16), for a runtime whose own kernels would emulate bfloat16 (TF 1.15). It
+  takes and gives float32 as well: the operands are rounded to bfloat16, their products
+  summed in float32, and the activations around it stay float32."""
 
   EMBEDDINGS_SITE, HEAD_SITE = EMBEDDINGS_SITE, HEAD_SITE
 
@@ -189,12 +190,13 @@ class FusedKernels(object):
     self.seed = seed
     self.own_bf16_matmul = own_bf16_matmul
 
-  def matmul(self, a, b):
-    """a [M, K] x b [K, N], as tf.matmul (with own_bf16_matmul, of a and b rounded to
-    bfloat16, in a's dtype)."""
+  def matmul(self, a, b, transpose_b=False):
+    """a [..., M, K] x b [..., K, N] (b [..., N, K] with transpose_b), as tf.matmul of
+    two matrices or two batches of them of one shape (with own_bf16_matmul, of a and b
+    rounded to bfloat16, in a's dtype)."""
     if self.own_bf16_matmul:
-      return self.ops.bert_bf16_mat_mul(a, b)
-    return tf.matmul(a, b)
+      return self.ops.bert_bf16_mat_mul(a, b, transpose_b=transpose_b)
+    return tf.matmul(a, b, transpose_b=transpose_b)
 
   def bias_gelu(self, x, bias):
     """tanh-GELU(x + bias), x [rows, C], bias [C]."""

@@ -54,10 +54,10 @@ class ModelSettings(object):
   decides, pipeline.build.fused_kernels_for), in every mode, and training's optimizer
   its update kernel. Not for a graph that is exported: a SavedModel must load without
   this project's library.
-  own_bf16_matmul: with fused_kernels and precision bfloat16, the encoder's dense layers
-  multiply in bfloat16 by the kernels' own matmul (modeling.fused.FusedKernels), between
-  float32 activations, for a runtime whose own bfloat16 kernels emulate it (TF 1.15; the
-  caller decides, pipeline.build.own_bf16_matmul).
+  own_bf16_matmul: with fused_kernels and precision bfloat16, the encoder's matrix
+  multiplies (dense and attention) are the kernels' own bfloat16 matmul
+  (modeling.fused.FusedKernels), between float32 activations, for a runtime whose own
+  bfloat16 kernels emulate it (TF 1.15; the caller decides, pipeline.build.own_bf16_matmul).
   classifier_dropout: the training dropout rate on what the head reads; None: the
   config's hidden_dropout_prob, as Google's classifier.
   positive_weights: a sigmoid head's training loss weighs each output's positives by its

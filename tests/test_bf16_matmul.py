@@ -1,8 +1,9 @@
 """The fused kernels' bfloat16 matrix multiply (modeling/kernels/bf16_matmul.cc) against
 numpy's product of the same operands rounded to bfloat16: every shape kind (edges of the
 AMX tiles and strips, odd depths, empty products), both transposes, float32 and bfloat16
-operands; its gradient; its refusals; which units it runs on; and the encoder that uses it
-(modeling.bert with FusedKernels(own_bf16_matmul=True)) against the encoder in float32."""
+operands, one matrix or a batch of them; its gradient; its refusals; which units it runs
+on; and the encoder that uses it (modeling.bert with FusedKernels(own_bf16_matmul=True))
+against the encoder in float32."""
 
 import numpy as np
 import pytest
@@ -30,8 +31,10 @@ def to_bf16(x):
 
 
 def reference(a, b, transpose_a, transpose_b):
+  """op(a) op(b) of the rounded operands: matrices, or batches of them (the last two axes)."""
   a, b = to_bf16(a).astype(np.float64), to_bf16(b).astype(np.float64)
-  return np.dot(a.T if transpose_a else a, b.T if transpose_b else b)
+  return np.matmul(np.swapaxes(a, -1, -2) if transpose_a else a,
+                   np.swapaxes(b, -1, -2) if transpose_b else b)
 
 
 class Products(object):
@@ -43,15 +46,16 @@ class Products(object):
       for ta in (False, True):
         for tb in (False, True):
           for dtype in (tf.float32, tf.bfloat16):
-            a = tf.placeholder(tf.float32, [None, None])
-            b = tf.placeholder(tf.float32, [None, None])
-            product = ops.bert_bf16_mat_mul(tf.cast(a, dtype), tf.cast(b, dtype),
-                                            transpose_a=ta, transpose_b=tb)
-            self.ends[ta, tb, dtype] = a, b, tf.cast(product, tf.float32)
+            for rank in (2, 3, 4):
+              a = tf.placeholder(tf.float32, [None] * rank)
+              b = tf.placeholder(tf.float32, [None] * rank)
+              product = ops.bert_bf16_mat_mul(tf.cast(a, dtype), tf.cast(b, dtype),
+                                              transpose_a=ta, transpose_b=tb)
+              self.ends[ta, tb, dtype, rank] = a, b, tf.cast(product, tf.float32)
     self.session = tf.Session(graph=self.graph)
 
   def __call__(self, a, b, ta=False, tb=False, dtype=tf.float32):
-    x, y, product = self.ends[ta, tb, dtype]
+    x, y, product = self.ends[ta, tb, dtype, np.ndim(a)]
     return self.session.run(product, {x: a, y: b})
 
 
@@ -62,9 +66,9 @@ def products(ops):
   runner.session.close()
 
 
-def operands(rng, m, k, n, ta, tb, scale=1.0):
-  a = rng.randn(*((k, m) if ta else (m, k))).astype(np.float32) * scale
-  b = rng.randn(*((n, k) if tb else (k, n))).astype(np.float32) * scale
+def operands(rng, m, k, n, ta, tb, scale=1.0, batch=()):
+  a = rng.randn(*(tuple(batch) + ((k, m) if ta else (m, k)))).astype(np.float32) * scale
+  b = rng.randn(*(tuple(batch) + ((n, k) if tb else (k, n)))).astype(np.float32) * scale
   return a, b
 
 
@@ -108,6 +112,45 @@ def test_any_shape_and_transpose_gives_the_rounded_operands_product(products, m,
   assert_product(products(a, b, ta, tb, dtype), reference(a, b, ta, tb), dtype)
 
 
+# The attention's products, one per (example, head): scores [S, d] x [S, d]^T, the context
+# [S, S] x [S, d] and the gradients' transposes, at lengths around the strips and tiles.
+@pytest.mark.parametrize("batch", [(1,), (3,), (2, 3)])
+@pytest.mark.parametrize("m,k,n", [(1, 32, 1), (31, 32, 31), (33, 32, 33), (64, 64, 32),
+                                   (70, 32, 70), (5, 70, 32), (17, 3, 40)])
+def test_a_batch_of_products_is_each_ones_rounded_product(products, batch, m, k, n):
+  rng = np.random.RandomState(m * 100 + k + n + len(batch))
+  for ta in (False, True):
+    for tb in (False, True):
+      a, b = operands(rng, m, k, n, ta, tb, batch=batch)
+      want = reference(a, b, ta, tb)
+      for dtype in (tf.float32, tf.bfloat16):
+        got = products(a, b, ta, tb, dtype)
+        assert got.shape == tuple(batch) + (m, n)
+        assert_product(got, want, dtype)
+        # (each product of the batch is the one the op gives that matrix alone)
+        for i in np.ndindex(*batch):
+          np.testing.assert_array_equal(got[i], products(a[i], b[i], ta, tb, dtype))
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch=st.lists(st.integers(1, 4), min_size=1, max_size=2), m=st.integers(1, 40),
+       k=st.integers(1, 40), n=st.integers(1, 40), ta=st.booleans(), tb=st.booleans(),
+       bf16=st.booleans(), seed=st.integers(0, 2 ** 16))
+def test_any_batch_gives_each_products_rounded_operands_product(products, batch, m, k, n, ta,
+                                                               tb, bf16, seed):
+  a, b = operands(np.random.RandomState(seed), m, k, n, ta, tb, batch=batch)
+  dtype = tf.bfloat16 if bf16 else tf.float32
+  assert_product(products(a, b, ta, tb, dtype), reference(a, b, ta, tb), dtype)
+
+
+def test_empty_batches(products):
+  for batch in ((0,), (2, 0), (0, 3)):
+    a, b = operands(np.random.RandomState(0), 4, 5, 3, False, False, batch=batch)
+    assert products(a, b).shape == batch + (4, 3)
+  a, b = operands(np.random.RandomState(0), 4, 0, 3, False, True, batch=(2,))
+  np.testing.assert_array_equal(products(a, b, False, True), np.zeros((2, 4, 3), np.float32))
+
+
 def test_operands_are_rounded_to_bfloat16_not_truncated(products):
   """1 + 2^-8 + 2^-9 is three quarters of bfloat16's step above 1 (2^-7): it rounds up to
   1 + 2^-7, where truncation would give 1; a float32 product of exact operands is exact."""
@@ -143,39 +186,52 @@ def test_non_finite_operands_give_non_finite_products_where_they_reach(products)
   np.testing.assert_array_equal(finite, np.full(finite.shape, 40.0, np.float32))
 
 
-def test_the_gradient_is_the_rounded_operands_gradient_for_every_transpose(ops):
+@pytest.mark.parametrize("batch", [(), (3,), (2, 2)])
+def test_the_gradient_is_the_rounded_operands_gradient_for_every_transpose(ops, batch):
   rng = np.random.RandomState(5)
   m, k, n = 37, 50, 21
+  t = lambda x: np.swapaxes(x, -1, -2)
   for ta in (False, True):
     for tb in (False, True):
-      a, b = operands(rng, m, k, n, ta, tb)
-      weights = rng.randn(m, n).astype(np.float32)
+      a, b = operands(rng, m, k, n, ta, tb, batch=batch)
+      weights = rng.randn(*(batch + (m, n))).astype(np.float32)
       with tf.Graph().as_default():
         x, y = tf.constant(a), tf.constant(b)
         loss = tf.reduce_sum(ops.bert_bf16_mat_mul(x, y, transpose_a=ta, transpose_b=tb) *
                              weights)
         da, db = tf.Session().run(tf.gradients(loss, [x, y]))
       # d loss / d op(a) = w op(b)^T and d loss / d op(b) = op(a)^T w, of rounded factors
-      op_a = to_bf16(a.T if ta else a).astype(np.float64)
-      op_b = to_bf16(b.T if tb else b).astype(np.float64)
+      op_a = to_bf16(t(a) if ta else a).astype(np.float64)
+      op_b = to_bf16(t(b) if tb else b).astype(np.float64)
       w = to_bf16(weights).astype(np.float64)
-      want_a, want_b = w.dot(op_b.T), op_a.T.dot(w)
-      np.testing.assert_allclose(da, want_a.T if ta else want_a, rtol=1e-4, atol=1e-4)
-      np.testing.assert_allclose(db, want_b.T if tb else want_b, rtol=1e-4, atol=1e-4)
+      want_a, want_b = np.matmul(w, t(op_b)), np.matmul(t(op_a), w)
+      np.testing.assert_allclose(da, t(want_a) if ta else want_a, rtol=1e-4, atol=1e-4)
+      np.testing.assert_allclose(db, t(want_b) if tb else want_b, rtol=1e-4, atol=1e-4)
 
 
 def test_operands_that_do_not_multiply_are_refused_with_their_shapes(ops):
   with tf.Graph().as_default():
     with pytest.raises(ValueError, match="must be equal|Dimensions must be"):
       ops.bert_bf16_mat_mul(tf.zeros([3, 4]), tf.zeros([5, 2]))
-    with pytest.raises(ValueError, match="rank 2"):
+    with pytest.raises(ValueError, match="operands of one rank, not 3 and 2"):
       ops.bert_bf16_mat_mul(tf.zeros([2, 3, 4]), tf.zeros([4, 2]))
+    with pytest.raises(ValueError, match="at least rank 2|must be at least rank 2"):
+      ops.bert_bf16_mat_mul(tf.zeros([4]), tf.zeros([4]))
+    with pytest.raises(ValueError, match="must be equal|Dimensions must be"):
+      ops.bert_bf16_mat_mul(tf.zeros([2, 3, 4]), tf.zeros([3, 4, 2]))
     a, b = tf.placeholder(tf.float32, [None, None]), tf.placeholder(tf.float32, [None, None])
     product = ops.bert_bf16_mat_mul(a, b)
+    x, y = tf.placeholder(tf.float32), tf.placeholder(tf.float32)  # (rank unknown)
+    unknown = ops.bert_bf16_mat_mul(x, y)
     with tf.Session() as session:
       with pytest.raises(tf.errors.InvalidArgumentError,
                          match="op\\(a\\) is 3 x 4 but op\\(b\\) has 5 rows"):
         session.run(product, {a: np.zeros((3, 4)), b: np.zeros((5, 2))})
+      for a_shape, b_shape in (((2, 3, 4), (3, 4, 2)), ((2, 3, 4), (4, 2)), ((4,), (4,))):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=(
+            "takes two matrices, or two batches of them of one shape, not \\[%s\\] and "
+            "\\[%s\\]" % (",".join(map(str, a_shape)), ",".join(map(str, b_shape))))):
+          session.run(unknown, {x: np.zeros(a_shape), y: np.zeros(b_shape)})
 
 
 def cpu_flags():
@@ -200,9 +256,9 @@ def test_the_product_runs_on_the_cpus_bfloat16_units(ops):
 
 
 def test_the_encoder_on_its_own_bf16_matmul_trains_as_the_float32_encoder(ops):
-  """BertModel with FusedKernels(own_bf16_matmul=True): its dense layers are the kernel's
-  (every one of them), its activations float32, and its outputs and gradients those of the
-  float32 encoder within bfloat16's rounding."""
+  """BertModel with FusedKernels(own_bf16_matmul=True): its matrix multiplies are the
+  kernel's (every dense layer's and both of each attention's), its activations float32,
+  and its outputs and gradients those of the float32 encoder within bfloat16's rounding."""
   config = bert.BertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2,
                            num_attention_heads=4, intermediate_size=48,
                            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -216,9 +272,13 @@ def test_the_encoder_on_its_own_bf16_matmul_trains_as_the_float32_encoder(ops):
       pooled = model.get_pooled_output()
       loss = tf.reduce_sum(pooled * np.linspace(-1, 1, 32).astype(np.float32))
       variables = tf.trainable_variables()
+      names = [v.name for v in variables]
       grads = tf.gradients(loss, variables)
-      matmuls = [op.name.startswith("gradients/") for op in
-                 tf.get_default_graph().get_operations() if op.type == "BertBf16MatMul"]
+      graph_ops = tf.get_default_graph().get_operations()
+      matmuls = [op.name.startswith("gradients/") for op in graph_ops
+                 if op.type == "BertBf16MatMul"]
+      if own:
+        assert not [op for op in graph_ops if op.type.startswith("BatchMatMul")]
       with tf.Session() as session:
         session.run(tf.global_variables_initializer())
         results[own] = (session.run([pooled, grads]),
@@ -226,17 +286,24 @@ def test_the_encoder_on_its_own_bf16_matmul_trains_as_the_float32_encoder(ops):
   (plain, plain_grads), plain_count, _ = results[False]
   (own, own_grads), own_count, own_dtype = results[True]
   assert plain_count == (0, 0)
-  # Per layer Q, K, V, the output projection and the feed-forward pair (forward), and each
-  # one's two gradients.
+  # Per layer Q, K, V, the output projection, the feed-forward pair and the attention's
+  # scores and context (forward), and each one's two gradients; no BatchMatMul left.
   layers = config.num_hidden_layers
-  assert own_count == (6 * layers, 12 * layers) and own_dtype == tf.float32
+  assert own_count == (8 * layers, 16 * layers) and own_dtype == tf.float32
   assert np.abs(own - plain).max() > 0  # (really computed from rounded operands)
   np.testing.assert_allclose(own, plain, atol=3e-2)
-  for g_own, g_plain in zip(own_grads, plain_grads):
+  largest = max(np.abs(np.asarray(getattr(g, "values", g))).max() for g in plain_grads)
+  for name, g_own, g_plain in zip(names, own_grads, plain_grads):
     g_own, g_plain = (np.asarray(getattr(g, "values", g)) for g in (g_own, g_plain))
     assert np.isfinite(g_own).all()
+    if name.endswith("key/bias:0"):
+      # (zero in exact arithmetic: a row's softmax ignores what is added to all its
+      # scores; from rounded products, noise below bfloat16's step of the largest gradient)
+      assert np.abs(g_plain).max() < 1e-9 * largest
+      assert np.abs(g_own).max() <= 2 ** -8 * largest
+      continue
     scale = np.abs(g_plain).max() + 1e-6
-    assert np.abs(g_own - g_plain).max() <= 5e-2 * scale
+    assert np.abs(g_own - g_plain).max() <= 5e-2 * scale, name
 
 
 BUILD_CHECK = r"""
@@ -251,11 +318,12 @@ rng = np.random.RandomState(0)
 worst = 0.0
 with tf.Session() as session:
   print(session.run(ops.bert_bf16_mat_mul_units()).decode())
-  for m, k, n in [(1, 1, 1), (17, 33, 15), (64, 64, 64), (70, 383, 100)]:
+  for m, k, n, batch in [(1, 1, 1, ()), (17, 33, 15, ()), (64, 64, 64, ()),
+                         (70, 383, 100, ()), (33, 32, 33, (2, 3))]:
     for ta in (False, True):
       for tb in (False, True):
         for dtype in (tf.float32, tf.bfloat16):
-          a, b = operands(rng, m, k, n, ta, tb)
+          a, b = operands(rng, m, k, n, ta, tb, batch=batch)
           got = session.run(tf.cast(ops.bert_bf16_mat_mul(
               tf.cast(a, dtype), tf.cast(b, dtype), transpose_a=ta, transpose_b=tb),
               tf.float32))

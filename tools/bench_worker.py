@@ -162,8 +162,9 @@ def matmul_floor_seconds(config, seq_length, batch, repeats, pooled_only=True,
   """The median time of a training step's matrix multiplies alone, forward and backward,
   at seq_length tokens (tools.flops' shapes), in dtype (the step's own precision) on this
   runtime: the "matmul floor" that no implementation of the step can beat on this
-  machine. own_matmul: as a step whose dense layers multiply by the fused kernels' own
-  bfloat16 matmul between float32 activations (its batched ones in float32)."""
+  machine. own_matmul: as a step whose matrix multiplies (the dense layers' and the
+  attention's batched ones) are the fused kernels' own bfloat16 matmul between float32
+  activations."""
   import tensorflow.compat.v1 as tf
   from tools.flops import backward_matmuls, forward_matmuls
   forward = forward_matmuls(config, seq_length, pooled_only=pooled_only, batch=batch)
@@ -172,11 +173,11 @@ def matmul_floor_seconds(config, seq_length, batch, repeats, pooled_only=True,
     tf.set_random_seed(0)
     products_run = []
     for count, m, k, n in products:  # (random initial values: no constants in the graph)
-      own = own_matmul and count == 1  # (a dense layer's product; the attention's float32)
-      shapes = ([m, k], [k, n]) if own else ([count, m, k], [count, k, n])
+      shapes = ([m, k], [k, n]) if count == 1 else ([count, m, k], [count, k, n])
       kind = tf.float32 if own_matmul else dtype
       a, b = (tf.Variable(tf.random.uniform(shape, dtype=kind)) for shape in shapes)
-      products_run.append(tf.reduce_sum(own_matmul_op()(a, b) if own else tf.matmul(a, b)))
+      products_run.append(tf.reduce_sum(own_matmul_op()(a, b) if own_matmul else
+                                        tf.matmul(a, b)))
     # Each product's every element is summed and fetched (m n adds to its m k n
     # multiply-adds): a product whose result is unused or partly used is not computed,
     # or not whole.

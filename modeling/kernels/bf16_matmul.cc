@@ -5,12 +5,13 @@
 // computes (bfloat16 operands, products summed in float, the result rounded to bfloat16,
 // to nearest, ties to even) on the AMX tiles of the CPUs that have them, else on
 // AVX512_BF16's dot products: op(a) [M, K] x op(b) [K, N], op a transpose or not, as
-// tf.matmul's transpose_a and transpose_b.
+// tf.matmul's transpose_a and transpose_b; or a batch of such products, [..., M, K] x
+// [..., K, N] with the same leading dimensions (the attention's, one per head).
 //
 // Both operands are first packed: a into rows of K padded to a multiple of 32, b into the
 // pair-interleaved layout both units read (for each pair of rows k, k + 1 of op(b), its
 // columns interleaved), in blocks of 16 columns. Each thread then computes strips of 32
-// rows of the product, 32 columns at a time. On AMX: four 16 x 16 float accumulator
+// rows of the product, 32 columns at a time (of a batch, whole products per thread). On AMX: four 16 x 16 float accumulator
 // tiles, two tiles of a and two of b per step of 32 along K. On AVX512_BF16: 12, 12 and
 // then 8 rows of the strip at a time, two 16-float registers per row, each step along K
 // one pair of a row's values broadcast against a pair of rows of the two column blocks.
@@ -251,24 +252,40 @@ void AvxStrip(const uint16_t* a, int64 lda, const uint16_t* b, int64 depth, int6
 #endif
 
 // The units the product runs on here: "AMX_BF16", "AVX512_BF16", or why neither (the
-// product is then computed in float).
-const std::string& Units() {
+// product is then computed in float); and the path that follows from them.
+struct UnitsHere {
+  std::string text;
+  bool packed = false;  // (AMX_BF16 or AVX512_BF16: the operands are packed for them)
+  bool amx = false;
+};
+
+const UnitsHere& Units() {
   static std::once_flag once;
-  static std::string units;
+  static UnitsHere units;
   std::call_once(once, [] {
 #ifdef BERT_AMX
-    units = AskForTiles();
-    if (units.empty()) units = "AMX_BF16";
+    units.text = AskForTiles();
+    if (units.text.empty()) units.text = "AMX_BF16";
+    units.amx = units.packed = units.text == "AMX_BF16";
 #endif
 #ifdef __AVX512BF16__
-    if (units != "AMX_BF16") units = "AVX512_BF16";
+    if (!units.amx) units.text = "AVX512_BF16";
+    units.packed = true;
 #else
-    if (units.empty())
-      units = "the fused kernels were built without AMX or AVX512_BF16 (this CPU or compiler "
-              "has neither)";
+    if (units.text.empty())
+      units.text = "the fused kernels were built without AMX or AVX512_BF16 (this CPU or "
+                   "compiler has neither)";
 #endif
   });
   return units;
+}
+
+// Shapes of the same rank (2 or more) whose leading dimensions (the batch) agree.
+bool SameBatch(const TensorShape& a, const TensorShape& b) {
+  if (a.dims() < 2 || a.dims() != b.dims()) return false;
+  for (int d = 0; d + 2 < a.dims(); ++d)
+    if (a.dim_size(d) != b.dim_size(d)) return false;
+  return true;
 }
 
 // T is float or bfloat16, E its elements as this file handles them.
@@ -285,168 +302,275 @@ class Bf16MatMul : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     const Tensor& a = ctx->input(0);
     const Tensor& b = ctx->input(1);
-    OP_REQUIRES(ctx, a.dims() == 2 && b.dims() == 2,
-                tensorflow::errors::InvalidArgument("BertBf16MatMul takes matrices, not ",
-                                                    a.shape().DebugString(), " and ",
-                                                    b.shape().DebugString()));
-    const int64 m = a.dim_size(transpose_a_ ? 1 : 0), k = a.dim_size(transpose_a_ ? 0 : 1);
-    const int64 n = b.dim_size(transpose_b_ ? 0 : 1);
-    OP_REQUIRES(ctx, b.dim_size(transpose_b_ ? 1 : 0) == k,
+    OP_REQUIRES(ctx, SameBatch(a.shape(), b.shape()),
+                tensorflow::errors::InvalidArgument(
+                    "BertBf16MatMul takes two matrices, or two batches of them of one "
+                    "shape, not ", a.shape().DebugString(), " and ", b.shape().DebugString()));
+    const int rank = a.dims();
+    const int64 a_rows = a.dim_size(rank - 2), a_cols = a.dim_size(rank - 1);
+    const int64 b_rows = b.dim_size(rank - 2), b_cols = b.dim_size(rank - 1);
+    const int64 m = transpose_a_ ? a_cols : a_rows, k = transpose_a_ ? a_rows : a_cols;
+    const int64 n = transpose_b_ ? b_rows : b_cols;
+    OP_REQUIRES(ctx, (transpose_b_ ? b_cols : b_rows) == k,
                 tensorflow::errors::InvalidArgument(
                     "BertBf16MatMul: op(a) is ", m, " x ", k, " but op(b) has ",
-                    b.dim_size(transpose_b_ ? 1 : 0), " rows"));
+                    transpose_b_ ? b_cols : b_rows, " rows"));
+    TensorShape shape;
+    for (int d = 0; d + 2 < rank; ++d) shape.AddDim(a.dim_size(d));
+    const int64 batch = shape.num_elements();
+    shape.AddDim(m);
+    shape.AddDim(n);
     Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({m, n}), &out));
-    if (m == 0 || n == 0) return;
-    const E* x = reinterpret_cast<const E*>(a.flat<T>().data());
-    const E* y = reinterpret_cast<const E*>(b.flat<T>().data());
-    E* z = reinterpret_cast<E*>(out->flat<T>().data());
-    const int64 a_cols = a.dim_size(1), b_cols = b.dim_size(1);
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, shape, &out));
+    if (batch == 0 || m == 0 || n == 0) return;
+    Product p;
+    p.x = reinterpret_cast<const E*>(a.flat<T>().data());
+    p.y = reinterpret_cast<const E*>(b.flat<T>().data());
+    p.z = reinterpret_cast<E*>(out->flat<T>().data());
+    p.m = m;
+    p.k = k;
+    p.n = n;
+    p.a_cols = a_cols;
+    p.b_cols = b_cols;
 #ifdef BERT_PACKED
-    const std::string& units = Units();
-    if (units == "AMX_BF16" || units == "AVX512_BF16")
-      return ComputePacked(ctx, x, y, z, m, k, n, a_cols, b_cols, units == "AMX_BF16");
+    if (Units().packed) return ComputePacked(ctx, p, batch, Units().amx);
 #endif
-    ComputeFloat(ctx, x, y, z, m, k, n, a_cols, b_cols);
+    ComputeFloat(ctx, p, batch);
   }
 
  private:
+  // One product of the batch: op(x) [m, k] times op(y) [k, n] into z [m, n]; x and y
+  // row-major with a_cols and b_cols columns.
+  struct Product {
+    const E* x;
+    const E* y;
+    E* z;
+    int64 m, k, n, a_cols, b_cols;
+  };
+
+  // The batch's i-th product (each operand's matrices one after the other).
+  static Product Nth(const Product& p, int64 i) {
+    Product q = p;
+    q.x += i * p.m * p.k;
+    q.y += i * p.k * p.n;
+    q.z += i * p.m * p.n;
+    return q;
+  }
+
 #ifdef BERT_PACKED
-  // The product on AMX (amx) or AVX512_BF16.
-  void ComputePacked(OpKernelContext* ctx, const E* x, const E* y, E* z, int64 m, int64 k,
-                     int64 n, int64 a_cols, int64 b_cols, bool amx) {
-    const int64 depth = RoundUp(std::max<int64>(k, 1), kDepth), width = RoundUp(n, kStrip);
-    const int64 strips = (m + kStrip - 1) / kStrip;
-    // b: 16 columns of op(b) per block, each block depth / 2 rows of 16 pairs (k, k + 1),
-    // zeros past op(b)'s edges. b is read along its rows: a pair of rows of op(b) at a
-    // time, or (transposed) a column of op(b), whose pairs are then adjacent.
-    std::vector<uint16_t> pb(width * depth);
-    const int64 full_blocks = n / 16;
-    if (!transpose_b_) {
-      Parallel(ctx, (k + 1) / 2, 4 * n, [&](int64 begin, int64 end) {
-        for (int64 p = begin; p < end; ++p) {
-          const E* r0 = y + 2 * p * b_cols;
-          const bool odd = 2 * p + 1 < k;
-          for (int64 blk = 0; blk * 16 < n; ++blk) {
-            uint16_t* out = pb.data() + blk * 16 * depth + p * 32;
-            if (odd && blk < full_blocks) {
-              PairBits(r0 + blk * 16, r0 + b_cols + blk * 16, out);
-              continue;
-            }
-            const int64 cols = blk < full_blocks ? 16 : n - blk * 16;
-            for (int64 j = 0; j < cols; ++j) {
-              out[2 * j] = BitsOf(r0, blk * 16 + j);
-              out[2 * j + 1] = odd ? BitsOf(r0, b_cols + blk * 16 + j) : 0;
-            }
-          }
-        }
-      });
-    } else {
-      Parallel(ctx, (n + 15) / 16, 32 * k, [&](int64 begin, int64 end) {
-        for (int64 blk = begin; blk < end; ++blk) {
-          uint16_t* block = pb.data() + blk * 16 * depth;
-          std::vector<uint16_t> column(k);
-          for (int64 j = 0; j < 16 && blk * 16 + j < n; ++j) {
-            RowBits(y + (blk * 16 + j) * b_cols, k, column.data());
-            for (int64 row = 0; row < k; ++row)
-              block[(row / 2) * 32 + 2 * j + (row & 1)] = column[row];
-          }
-        }
-      });
-    }
-    // A bfloat16 a is read in place where its rows are op(a)'s and whole steps of K (one at
-    // least); else
-    // (and for the last, partial strip) each strip is first copied, zero padded. The
-    // columns are taken `chunk` at a time, so that the part of b they read stays in the
-    // core's cache across the thread's strips.
-    const bool in_place =
-        std::is_same<E, uint16_t>::value && !transpose_a_ && k > 0 && k % kDepth == 0;
-    const int64 chunk = std::min(width, std::max<int64>(
-        kStrip, kCacheBytes / (depth * int64(sizeof(uint16_t))) / kStrip * kStrip));
-    Parallel(ctx, strips, 2 * kStrip * depth * width, [&](int64 begin, int64 end) {
-#ifdef BERT_AMX
-      if (amx) {
-        TileConfig config;
-        for (int t = 0; t < 8; ++t) {
-          config.rows[t] = 16;
-          config.colsb[t] = 64;
-        }
-        _tile_loadconfig(&config);
-      }
-#endif
-      std::vector<const uint16_t*> rows_of(end - begin);
-      std::vector<int64> lda(end - begin, a_cols);
-      std::vector<uint16_t> copies;
-      for (int64 s = begin; s < end; ++s)
-        if (!in_place || (s + 1) * kStrip > m) copies.resize(copies.size() + kStrip * depth);
-      uint16_t* copy = copies.data();
-      for (int64 s = begin; s < end; ++s) {
-        const int64 first = s * kStrip, rows = std::min(kStrip, m - first);
-        if (in_place && rows == kStrip) {
-          rows_of[s - begin] = reinterpret_cast<const uint16_t*>(x) + first * a_cols;
+  // The packed sizes: K to whole steps of kDepth (one at least), N to whole strips.
+  static int64 Depth(const Product& p) { return RoundUp(std::max<int64>(p.k, 1), kDepth); }
+  static int64 Width(const Product& p) { return RoundUp(p.n, kStrip); }
+
+  // b into pb (Width x Depth values, zero where nothing is written): 16 columns of op(b)
+  // per block, each block Depth / 2 rows of 16 pairs (k, k + 1), zeros past op(b)'s
+  // edges. Not transposed, b is read a pair of its rows at a time: pairs [begin, end).
+  void PackPairs(const Product& p, int64 begin, int64 end, uint16_t* pb) const {
+    const int64 depth = Depth(p), full_blocks = p.n / 16;
+    for (int64 pair = begin; pair < end; ++pair) {
+      const E* r0 = p.y + 2 * pair * p.b_cols;
+      const bool odd = 2 * pair + 1 < p.k;
+      for (int64 blk = 0; blk * 16 < p.n; ++blk) {
+        uint16_t* out = pb + blk * 16 * depth + pair * 32;
+        if (odd && blk < full_blocks) {
+          PairBits(r0 + blk * 16, r0 + p.b_cols + blk * 16, out);
           continue;
         }
-        if (transpose_a_) {
-          // (a strip of a's columns, transposed 32 x 32 at a time through `block`: writing
-          // each of a row's values straight to the copy would write 32 lines `depth`
-          // apart for each, lines that share the cache's sets when depth is a power of 2)
-          uint16_t block[kStrip][kStrip];  // [a's row j0 + i][the strip's row r]
-          for (int64 j0 = 0; j0 < k; j0 += kStrip) {
-            const int64 count = std::min(kStrip, k - j0);
-            for (int64 i = 0; i < count; ++i) RowBits(x + (j0 + i) * a_cols + first, rows, block[i]);
-            for (int64 r = 0; r < rows; ++r)
-              for (int64 i = 0; i < count; ++i) copy[r * depth + j0 + i] = block[i][r];
-          }
-        } else {
-          for (int64 r = 0; r < rows; ++r) RowBits(x + (first + r) * a_cols, k, copy + r * depth);
+        const int64 cols = blk < full_blocks ? 16 : p.n - blk * 16;
+        for (int64 j = 0; j < cols; ++j) {
+          out[2 * j] = BitsOf(r0, blk * 16 + j);
+          out[2 * j + 1] = odd ? BitsOf(r0, p.b_cols + blk * 16 + j) : 0;
         }
-        rows_of[s - begin] = copy;
-        lda[s - begin] = depth;
-        copy += kStrip * depth;
       }
-      std::vector<float> c(kStrip * chunk);
-      for (int64 col = 0; col < width; col += chunk) {
-        const int64 col_end = std::min(width, col + chunk), valid = std::min(n, col_end) - col;
-        for (int64 s = begin; s < end; ++s) {
+    }
+  }
+
+  // Transposed, each of b's rows is a column of op(b), whose pairs are then adjacent:
+  // each pair is moved as one 32-bit word. Column blocks [begin, end); column: scratch of
+  // k + 1 values (a zero after an odd k's last).
+  void PackColumns(const Product& p, int64 begin, int64 end, uint16_t* pb,
+                   uint16_t* column) const {
+    const int64 depth = Depth(p), pairs = (p.k + 1) / 2;
+    column[p.k] = 0;
+    for (int64 blk = begin; blk < end; ++blk) {
+      uint16_t* block = pb + blk * 16 * depth;
+      for (int64 j = 0; j < 16 && blk * 16 + j < p.n; ++j) {
+        RowBits(p.y + (blk * 16 + j) * p.b_cols, p.k, column);
+        for (int64 pair = 0; pair < pairs; ++pair)
+          std::memcpy(block + pair * 32 + 2 * j, column + 2 * pair, 2 * sizeof(uint16_t));
+      }
+    }
+  }
+
+  // Strips [begin, end) of 32 rows of the product, from the packed b. A bfloat16 a is read
+  // in place where its rows are op(a)'s and whole steps of K (one step at least);
+  // otherwise (and for the last, partial strip) each strip is first copied, zero padded.
+  // The columns are taken `chunk` at a time, so that the part of b they read stays in the
+  // core's cache across the strips.
+  void Strips(const Product& p, const uint16_t* pb, bool amx, int64 begin, int64 end) const {
+    const int64 depth = Depth(p), width = Width(p);
+    const bool in_place =
+        std::is_same<E, uint16_t>::value && !transpose_a_ && p.k > 0 && p.k % kDepth == 0;
+    const int64 chunk = std::min(width, std::max<int64>(
+        kStrip, kCacheBytes / (depth * int64(sizeof(uint16_t))) / kStrip * kStrip));
 #ifdef BERT_AMX
-          if (amx)
-            AmxStrip(rows_of[s - begin], lda[s - begin], pb.data(), depth, col, col_end,
-                     c.data());
+    if (amx) {
+      TileConfig config;
+      for (int t = 0; t < 8; ++t) {
+        config.rows[t] = 16;
+        config.colsb[t] = 64;
+      }
+      _tile_loadconfig(&config);
+    }
+#endif
+    std::vector<const uint16_t*> rows_of(end - begin);
+    std::vector<int64> lda(end - begin, p.a_cols);
+    std::vector<uint16_t> copies;
+    for (int64 s = begin; s < end; ++s)
+      if (!in_place || (s + 1) * kStrip > p.m) copies.resize(copies.size() + kStrip * depth);
+    uint16_t* copy = copies.data();
+    for (int64 s = begin; s < end; ++s) {
+      const int64 first = s * kStrip, rows = std::min(kStrip, p.m - first);
+      if (in_place && rows == kStrip) {
+        rows_of[s - begin] = reinterpret_cast<const uint16_t*>(p.x) + first * p.a_cols;
+        continue;
+      }
+      if (transpose_a_) {
+        // (op(a)'s row r is a's column first + r: two of a's rows interleaved (PairBits)
+        // give each of the strip's rows its pair of values as one 32-bit word. The words
+        // of 32 of a's rows are gathered in `block` and each of the strip's rows written
+        // whole: writing each word straight to the copy would write 32 lines `depth`
+        // apart for each pair, lines that share the cache's sets when depth is a power
+        // of 2)
+        uint32_t block[kStrip][kStrip / 2];  // [the strip's row r][pair q of a's rows]
+        uint16_t pair_bits[32];
+        for (int64 j0 = 0; j0 < p.k; j0 += kStrip) {
+          const int64 count = std::min(kStrip, p.k - j0), pairs = (count + 1) / 2;
+          for (int64 q = 0; q < pairs; ++q) {
+            const E* r0 = p.x + (j0 + 2 * q) * p.a_cols + first;
+            const bool second = j0 + 2 * q + 1 < p.k;  // (else the pair's second is 0)
+            for (int64 c0 = 0; c0 < rows; c0 += 16) {
+              const int64 cols = std::min<int64>(16, rows - c0);
+              if (second && cols == 16) {
+                PairBits(r0 + c0, r0 + p.a_cols + c0, pair_bits);
+              } else {
+                for (int64 c = 0; c < cols; ++c) {
+                  pair_bits[2 * c] = BitsOf(r0, c0 + c);
+                  pair_bits[2 * c + 1] = second ? BitsOf(r0, p.a_cols + c0 + c) : 0;
+                }
+              }
+              for (int64 c = 0; c < cols; ++c)
+                std::memcpy(&block[c0 + c][q], pair_bits + 2 * c, sizeof(uint32_t));
+            }
+          }
+          for (int64 r = 0; r < rows; ++r)
+            std::memcpy(copy + r * depth + j0, block[r], pairs * sizeof(uint32_t));
+        }
+      } else {
+        for (int64 r = 0; r < rows; ++r)
+          RowBits(p.x + (first + r) * p.a_cols, p.k, copy + r * depth);
+      }
+      rows_of[s - begin] = copy;
+      lda[s - begin] = depth;
+      copy += kStrip * depth;
+    }
+    std::vector<float> c(kStrip * chunk);
+    for (int64 col = 0; col < width; col += chunk) {
+      const int64 col_end = std::min(width, col + chunk), valid = std::min(p.n, col_end) - col;
+      for (int64 s = begin; s < end; ++s) {
+#ifdef BERT_AMX
+        if (amx) AmxStrip(rows_of[s - begin], lda[s - begin], pb, depth, col, col_end, c.data());
 #endif
 #ifdef __AVX512BF16__
-          if (!amx)
-            AvxStrip(rows_of[s - begin], lda[s - begin], pb.data(), depth, col, col_end,
-                     c.data());
+        if (!amx) AvxStrip(rows_of[s - begin], lda[s - begin], pb, depth, col, col_end, c.data());
 #endif
-          const int64 first = s * kStrip, rows = std::min(kStrip, m - first);
-          for (int64 r = 0; r < rows; ++r)
-            Store(&c[r * (col_end - col)], valid, z + (first + r) * n + col);
-        }
+        const int64 first = s * kStrip, rows = std::min(kStrip, p.m - first);
+        for (int64 r = 0; r < rows; ++r)
+          Store(&c[r * (col_end - col)], valid, p.z + (first + r) * p.n + col);
       }
+    }
 #ifdef BERT_AMX
-      if (amx) _tile_release();
+    if (amx) _tile_release();
 #endif
+  }
+
+  // The product on AMX (amx) or AVX512_BF16. One matrix: b is packed by all threads, then
+  // the threads share its strips. A batch: each thread takes whole products of it (the
+  // attention's small matrices, many of them).
+  void ComputePacked(OpKernelContext* ctx, const Product& p, int64 batch, bool amx) {
+    const int64 size = Width(p) * Depth(p), strips = (p.m + kStrip - 1) / kStrip;
+    const int64 pairs = (p.k + 1) / 2, blocks = (p.n + 15) / 16;
+    if (batch == 1) {
+      std::vector<uint16_t> pb(size);
+      if (!transpose_b_) {
+        Parallel(ctx, pairs, 4 * p.n, [&](int64 begin, int64 end) {
+          PackPairs(p, begin, end, pb.data());
+        });
+      } else {
+        Parallel(ctx, blocks, 32 * p.k, [&](int64 begin, int64 end) {
+          std::vector<uint16_t> column(p.k + 1);
+          PackColumns(p, begin, end, pb.data(), column.data());
+        });
+      }
+      Parallel(ctx, strips, 2 * kStrip * Depth(p) * Width(p), [&](int64 begin, int64 end) {
+        Strips(p, pb.data(), amx, begin, end);
+      });
+      return;
+    }
+    Parallel(ctx, batch, 2 * size * (1 + strips * kStrip), [&](int64 begin, int64 end) {
+      // (every product of the batch writes the same places of pb, so the zeros of its
+      // padding, written once, stay)
+      std::vector<uint16_t> pb(size), column(p.k + 1);
+      for (int64 i = begin; i < end; ++i) {
+        const Product q = Nth(p, i);
+        if (!transpose_b_)
+          PackPairs(q, 0, pairs, pb.data());
+        else
+          PackColumns(q, 0, blocks, pb.data(), column.data());
+        Strips(q, pb.data(), amx, 0, strips);
+      }
     });
   }
 #endif
 
-  // The same product in float (Eigen) of the same bfloat16 values, strips of rows per
-  // thread.
-  void ComputeFloat(OpKernelContext* ctx, const E* x, const E* y, E* z, int64 m, int64 k,
-                    int64 n, int64 a_cols, int64 b_cols) {
-    typedef Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> Matrix;
-    Matrix rhs(k, n);
-    for (int64 r = 0; r < k; ++r)
-      for (int64 j = 0; j < n; ++j) rhs(r, j) = BitsToFloat(At(y, transpose_b_, b_cols, r, j));
-    const int64 strips = (m + kStrip - 1) / kStrip;
-    Parallel(ctx, strips, 2 * kStrip * k * n, [&](int64 begin, int64 end) {
-      const int64 first = begin * kStrip, rows = std::min(m, end * kStrip) - first;
-      Matrix lhs(rows, k);
-      for (int64 r = 0; r < rows; ++r)
-        for (int64 j = 0; j < k; ++j)
-          lhs(r, j) = BitsToFloat(At(x, transpose_a_, a_cols, first + r, j));
-      Matrix product = lhs * rhs;
-      for (int64 r = 0; r < rows; ++r) Store(&product(r, 0), n, z + (first + r) * n);
+  typedef Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> Matrix;
+
+  // op(b) of one product as floats of its bfloat16 values.
+  Matrix FloatB(const Product& p) const {
+    Matrix rhs(p.k, p.n);
+    for (int64 r = 0; r < p.k; ++r)
+      for (int64 j = 0; j < p.n; ++j)
+        rhs(r, j) = BitsToFloat(At(p.y, transpose_b_, p.b_cols, r, j));
+    return rhs;
+  }
+
+  // Rows [first, first + rows) of one product, in float (Eigen) of the bfloat16 values.
+  void FloatRows(const Product& p, const Matrix& rhs, int64 first, int64 rows) const {
+    Matrix lhs(rows, p.k);
+    for (int64 r = 0; r < rows; ++r)
+      for (int64 j = 0; j < p.k; ++j)
+        lhs(r, j) = BitsToFloat(At(p.x, transpose_a_, p.a_cols, first + r, j));
+    Matrix product = lhs * rhs;
+    for (int64 r = 0; r < rows; ++r) Store(&product(r, 0), p.n, p.z + (first + r) * p.n);
+  }
+
+  // The same product in float: one matrix in strips of rows per thread, a batch in whole
+  // products per thread.
+  void ComputeFloat(OpKernelContext* ctx, const Product& p, int64 batch) {
+    if (batch == 1) {
+      const Matrix rhs = FloatB(p);
+      const int64 strips = (p.m + kStrip - 1) / kStrip;
+      Parallel(ctx, strips, 2 * kStrip * p.k * p.n, [&](int64 begin, int64 end) {
+        const int64 first = begin * kStrip;
+        FloatRows(p, rhs, first, std::min(p.m, end * kStrip) - first);
+      });
+      return;
+    }
+    Parallel(ctx, batch, 2 * p.m * p.k * p.n, [&](int64 begin, int64 end) {
+      for (int64 i = begin; i < end; ++i) {
+        const Product q = Nth(p, i);
+        FloatRows(q, FloatB(q), 0, p.m);
+      }
     });
   }
 
@@ -461,16 +585,31 @@ REGISTER_OP("BertBf16MatMul")
     .Attr("transpose_a: bool = false")
     .Attr("transpose_b: bool = false")
     .SetShapeFn([](InferenceContext* c) {
-      tensorflow::shape_inference::ShapeHandle a, b;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &a));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 2, &b));
+      // (two matrices, or two batches of them: the leading dimensions agree)
+      tensorflow::shape_inference::ShapeHandle a, b, a_batch, b_batch, batch, product;
+      TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(0), 2, &a));
+      TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(1), 2, &b));
+      if (c->RankKnown(a) && c->RankKnown(b) && c->Rank(a) != c->Rank(b))
+        return tensorflow::errors::InvalidArgument(
+            "BertBf16MatMul takes operands of one rank, not ", c->Rank(a), " and ", c->Rank(b));
       bool transpose_a, transpose_b;
       TF_RETURN_IF_ERROR(c->GetAttr("transpose_a", &transpose_a));
       TF_RETURN_IF_ERROR(c->GetAttr("transpose_b", &transpose_b));
+      if (!c->RankKnown(a) || !c->RankKnown(b)) {
+        c->set_output(0, c->UnknownShape());
+        return tensorflow::Status();
+      }
+      const int rank = c->Rank(a);
+      TF_RETURN_IF_ERROR(c->Subshape(a, 0, rank - 2, &a_batch));
+      TF_RETURN_IF_ERROR(c->Subshape(b, 0, rank - 2, &b_batch));
+      TF_RETURN_IF_ERROR(c->Merge(a_batch, b_batch, &batch));
       tensorflow::shape_inference::DimensionHandle unused;
-      TF_RETURN_IF_ERROR(c->Merge(c->Dim(a, transpose_a ? 0 : 1),
-                                  c->Dim(b, transpose_b ? 1 : 0), &unused));
-      c->set_output(0, c->Matrix(c->Dim(a, transpose_a ? 1 : 0), c->Dim(b, transpose_b ? 0 : 1)));
+      TF_RETURN_IF_ERROR(c->Merge(c->Dim(a, transpose_a ? rank - 2 : rank - 1),
+                                  c->Dim(b, transpose_b ? rank - 1 : rank - 2), &unused));
+      TF_RETURN_IF_ERROR(c->Concatenate(
+          batch, c->Matrix(c->Dim(a, transpose_a ? rank - 1 : rank - 2),
+                           c->Dim(b, transpose_b ? rank - 2 : rank - 1)), &product));
+      c->set_output(0, product);
       return tensorflow::Status();
     });
 
@@ -487,7 +626,7 @@ class Bf16MatMulUnits : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
-    out->scalar<String>()() = Units();
+    out->scalar<String>()() = Units().text;
   }
 };
 

@@ -186,6 +186,29 @@ def test_non_finite_operands_give_non_finite_products_where_they_reach(products)
   np.testing.assert_array_equal(finite, np.full(finite.shape, 40.0, np.float32))
 
 
+@pytest.mark.parametrize("batch", [(), (2,)])
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_a_nan_whose_bits_are_all_below_bfloat16s_stays_a_nan_and_large_values_round_to_inf(
+    products, ta, tb, batch):
+  # Float32 operands are rounded by the kernel itself: a NaN with only its low 16 bits set
+  # (0x7F800001, 0x7F80FFFF) would become inf if rounded as a number; 3.4e38 rounds up to
+  # bfloat16's inf. K = 33: the NaN sits in the last, half-empty pair of a row.
+  m, k, n = 5, 33, 18
+  a = np.ones(batch + ((k, m) if ta else (m, k)), np.float32)
+  b = np.ones(batch + ((n, k) if tb else (k, n)), np.float32)
+  for bits, row in ((0x7F800001, 1), (0x7F80FFFF, 3)):
+    index = (Ellipsis, k - 1, row) if ta else (Ellipsis, row, k - 1)
+    a[index] = np.array(bits, np.uint32).view(np.float32)
+  b[(Ellipsis, 16, 0) if tb else (Ellipsis, 0, 16)] = np.float32(3.4e38)
+  got = products(a, b, ta, tb)
+  assert got.shape == batch + (m, n)
+  assert np.isnan(got[..., [1, 3], :]).all()
+  others = got[..., [0, 2, 4], :]
+  assert np.isposinf(others[..., 16]).all()
+  np.testing.assert_array_equal(np.delete(others, 16, axis=-1),
+                                np.full(batch + (3, n - 1), float(k), np.float32))
+
+
 @pytest.mark.parametrize("batch", [(), (3,), (2, 2)])
 def test_the_gradient_is_the_rounded_operands_gradient_for_every_transpose(ops, batch):
   rng = np.random.RandomState(5)

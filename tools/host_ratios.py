@@ -188,7 +188,8 @@ def committed_results():
                 key=lambda p: (os.path.dirname(p) != BENCHMARK_DOCS, _run_order(p)))
 
 
-_ORDINALS = ("second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth")
+_ORDINALS = ("second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth",
+             "tenth", "eleventh", "twelfth", "thirteenth", "fourteenth", "fifteenth")
 
 
 def _run_order(path):

@@ -298,6 +298,14 @@ cmd_test() {
     # The runtimes' suites run at the same time: one alone keeps about one of two cores
     # busy (process start-ups, Python between TensorFlow's ops), and together they end
     # in about two thirds of the time. Each one's output is shown when it ends.
+    # Each TensorFlow process would start thread pools as wide as the machine, and the
+    # two suites' processes would then contend for the same cores: each suite's
+    # TensorFlow is given its share of the cores instead (on 2 cores, one thread each).
+    # A value the caller set is kept.
+    local share=$(( $(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2) / $(echo $runtimes | wc -w) ))
+    [ "$share" -ge 1 ] || share=1
+    export TF_NUM_INTRAOP_THREADS=${TF_NUM_INTRAOP_THREADS:-$share}
+    export TF_NUM_INTEROP_THREADS=${TF_NUM_INTEROP_THREADS:-$share}
     logdir=$(mktemp -d "${TMPDIR:-/tmp}/run-tests.XXXXXX")
     trap 'for p in ${pids[*]}; do pkill -P "$p"; kill "$p"; done 2>/dev/null; rm -rf "$logdir"; exit 130' INT TERM
     say "tests on $(echo $runtimes | sed 's/ / and /') at the same time (TEST_ONE_RUNTIME_AT_A_TIME=1: one after the other); each one's output follows when it ends"

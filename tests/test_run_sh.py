@@ -39,6 +39,10 @@ def test_fails_where_the_runner_test_asks():
   runtime through RUN_SH_FAIL_ON (to see that failure reach run.sh's exit code)."""
   from conftest import IS_TF1
   assert os.environ.get("RUN_SH_FAIL_ON") != ("tf1" if IS_TF1 else "tf2")
+  # (and, asked by that test, that each suite's TensorFlow got the threads it names)
+  for name in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
+    expected = os.environ.get("RUN_SH_EXPECT_" + name)
+    assert expected is None or os.environ.get(name) == expected, name
 
 
 @pytest.mark.slow
@@ -47,6 +51,13 @@ def test_the_runtimes_suites_run_at_once_and_a_failure_fails_the_run():
   from conftest import TESTED_RUNTIMES
   failing = TESTED_RUNTIMES[0]
   env = dict(os.environ, RUN_SH_FAIL_ON=failing, TEST_SPACE_MB="1")
+  # Run at once, each suite's TensorFlow gets its share of the cores, unless the caller
+  # set the number (here the inter-op pool's).
+  env.pop("TF_NUM_INTRAOP_THREADS", None)
+  env["TF_NUM_INTEROP_THREADS"] = "3"
+  if len(TESTED_RUNTIMES) == 2:
+    env["RUN_SH_EXPECT_TF_NUM_INTRAOP_THREADS"] = str(max(1, os.cpu_count() // 2))
+    env["RUN_SH_EXPECT_TF_NUM_INTEROP_THREADS"] = "3"
   # (only this file's neighbours are collected: the others' imports would be most of it)
   result = subprocess.run(["bash", os.path.join(ROOT, "run.sh"), "test", "-p",
                            "no:cacheprovider", "--ignore-glob=tests/test_[!r]*.py",

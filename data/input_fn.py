@@ -3,11 +3,18 @@
 import tensorflow.compat.v1 as tf
 
 from data.record_format import SEQUENCE_FIELDS, parsing_spec
+from spec.model_card import NO_LENGTH_GROUPING
 
 # Large enough to mix examples from across a typical fine-tuning file.
 SHUFFLE_BUFFER = 10000
-# Width of a length bucket when training with dynamic padding.
-BUCKET_WIDTH = 16
+# Training with dynamic padding sorts each group of this many batches' examples by length
+# (at most GROUP_EXAMPLES examples: a group of large batches has fewer of them).
+GROUP_BATCHES = 50
+GROUP_EXAMPLES = 8192
+# How a training run with dynamic padding groups its examples, as its model card records it
+# (pipeline/state.py): a resumed run must group them the same way.
+LENGTH_GROUPING = "length-sorted groups of %d batches (at most %d examples)" % (
+    GROUP_BATCHES, GROUP_EXAMPLES)
 
 
 def _decode(record, spec):
@@ -21,20 +28,44 @@ def _length(example):
   return tf.reduce_sum(example["input_mask"], axis=-1)
 
 
-def _unpad(example):
-  """Cuts an example's sequences to its real length (at least 1)."""
-  length = tf.maximum(_length(example), 1)
-  return {k: t[:length] if k in SEQUENCE_FIELDS else t for k, t in example.items()}
-
-
 def _trim_batch(batch):
   """Cuts a batch's sequences to its longest real example, keeping row order."""
   length = tf.maximum(tf.reduce_max(_length(batch)), 1)
   return {k: t[:, :length] if k in SEQUENCE_FIELDS else t for k, t in batch.items()}
 
 
-def bucket_boundaries(max_seq_length, width=BUCKET_WIDTH):
-  return list(range(width + 1, max_seq_length + 1, width))
+def group_batches(batch_size):
+  """The batches of one length-sorted group: GROUP_BATCHES, fewer for batches so large that
+  the group would hold more than GROUP_EXAMPLES examples (one at least)."""
+  return max(1, min(GROUP_BATCHES, GROUP_EXAMPLES // batch_size))
+
+
+def length_grouping(dynamic_padding):
+  """How a training run groups its examples by length (LENGTH_GROUPING with dynamic padding,
+  else NO_LENGTH_GROUPING), for its model card."""
+  return LENGTH_GROUPING if dynamic_padding else NO_LENGTH_GROUPING
+
+
+def _sorted_batches(index, group, count, per_step, batch_size, seed):
+  """A dataset of the batches of one group of count steps' examples (per_step batches of
+  batch_size each: one per replica that this pipeline feeds): the group sorted by length
+  (ties in stream order) and cut into steps, the steps in an order drawn from (seed,
+  index), index the group's place in the stream; each step's examples cut in turn into
+  its per_step batches, each trimmed to its longest. A step's batches are those of one
+  device taking per_step * batch_size examples, so replicas train on one device's batches."""
+  order = tf.argsort(_length(group), stable=True)
+  keys = tf.random.stateless_uniform([count], seed=tf.stack([tf.constant(seed, tf.int64),
+                                                             index]))
+  step_order = tf.argsort(keys, stable=True)
+
+  def batches(t):
+    rest = t.shape.as_list()[1:]
+    steps = tf.gather(tf.reshape(tf.gather(t, order), [count, per_step * batch_size] + rest),
+                      step_order)
+    return tf.reshape(steps, [count * per_step, batch_size] + rest)
+
+  return tf.data.Dataset.from_tensor_slices(
+      {k: batches(t) for k, t in group.items()}).map(_trim_batch)
 
 
 def files_of_pipeline(files, pipeline_id, num_pipelines):
@@ -67,7 +98,9 @@ def pipeline_of(params):
 
 def input_fn_builder(input_file, max_seq_length, is_training, label_spec, seed=None,
                      dynamic_padding=False, weighted=False, skip_examples=0):
-  """Returns input_fn(params) reading batches of params['batch_size'] records.
+  """Returns input_fn(params) reading batches of params['batch_size'] records
+  (params['batches_per_step']: how many of them one training step takes, one per replica
+  this pipeline feeds; 1 when absent).
 
   label_spec (spec/labels.py) gives the label's dtype and shape; weighted records (of
   training with weights) also hold each row's sample_weight. Training shuffles
@@ -76,9 +109,11 @@ def input_fn_builder(input_file, max_seq_length, is_training, label_spec, seed=N
   whole batches when they are written, so no real example is dropped.
 
   dynamic_padding (CPU/GPU only: a TPU needs one static shape) computes each
-  batch only as long as its longest example. In training, examples are also
-  grouped into buckets of similar length (BUCKET_WIDTH tokens), so a batch
-  holds little padding; eval and predict keep the file's order and only trim.
+  batch only as long as its longest example. In training, the shuffled stream is also
+  taken group_batches(...) steps at a time: each group's examples are sorted by length and
+  cut into steps, which then go out in a seeded order, so a batch holds little padding
+  and every example of the stream is trained on in its turn. Eval and predict keep the
+  file's order and only trim.
 
   skip_examples (training, on resume: the examples the checkpoint's steps have
   consumed) continues the seeded stream where it stopped instead of replaying its
@@ -115,11 +150,14 @@ def input_fn_builder(input_file, max_seq_length, is_training, label_spec, seed=N
     dataset = dataset.map(lambda r: _decode(r, spec),
                           num_parallel_calls=tf.data.experimental.AUTOTUNE)
     if dynamic_padding and is_training:
-      boundaries = bucket_boundaries(max_seq_length)
-      dataset = dataset.map(_unpad, num_parallel_calls=tf.data.experimental.AUTOTUNE)
-      dataset = dataset.apply(tf.data.experimental.bucket_by_sequence_length(
-          _length, boundaries, [batch_size] * (len(boundaries) + 1), drop_remainder=True))
-      dataset = dataset.skip(skip_batches)  # a batch's rows depend on the buckets before it
+      per_step = params.get("batches_per_step", 1)
+      count = group_batches(per_step * batch_size)
+      groups = dataset.batch(count * per_step * batch_size,
+                             drop_remainder=True)  # (the stream repeats: nothing is left)
+      dataset = tf.data.Dataset.zip((tf.data.Dataset.range(2 ** 62), groups)).flat_map(
+          lambda index, group: _sorted_batches(index, group, count, per_step, batch_size,
+                                               0 if seed is None else seed))
+      dataset = dataset.skip(skip_batches)  # a batch's rows depend on its group's
     else:
       dataset = dataset.batch(batch_size, drop_remainder=True)
       if dynamic_padding:

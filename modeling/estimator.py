@@ -230,9 +230,13 @@ class ReplicatedEstimator(object):
 
     def input_fn_with_batch_size(params, input_context=None):
       params = dict(params, batch_size=batch_size)
+      if mode == "train":  # (each of this pipeline's replicas takes a batch of every step)
+        params.update(batches_per_step=self.num_replicas)
       if input_context is not None:  # one pipeline per machine under a multi-worker strategy
         params.update(input_pipeline_id=input_context.input_pipeline_id,
-                      num_input_pipelines=input_context.num_input_pipelines)
+                      num_input_pipelines=input_context.num_input_pipelines,
+                      batches_per_step=max(1, input_context.num_replicas_in_sync //
+                                           input_context.num_input_pipelines))
       return input_fn(params)
 
     return input_fn_with_batch_size

@@ -13,6 +13,7 @@ import logging
 
 import tensorflow.compat.v1 as tf
 
+from data.input_fn import length_grouping
 from spec.run_errors import FlagError
 
 log = logging.getLogger(__name__)
@@ -53,10 +54,11 @@ def rows_fingerprint(metadata):
 def input_stream(device, training, input_pipelines):
   """How a training run reads its train records (spec/model_card.py INPUT_FIELDS): the
   record shards, the input pipelines that share them (machines, TPU hosts), dynamic
-  padding, whose buckets make batches of train_batch_size examples each, and the
+  padding, whose length grouping makes batches of train_batch_size examples each, and the
   TensorFlow version, whose seeded shuffle orders them (1.15's and 2.15's differ)."""
   return {"record_shards": device.num_record_shards, "input_pipelines": input_pipelines,
           "dynamic_padding": bool(device.dynamic_padding),
+          "length_grouping": length_grouping(device.dynamic_padding),
           "train_batch_size": training.train_batch_size,
           "tensorflow": ".".join(tf.__version__.split(".")[:2])}
 
@@ -68,6 +70,8 @@ STREAM_SETTINGS = (
     ("input_pipelines", "%s input pipelines (TF_CONFIG's training tasks, or a TPU pod's "
      "hosts)", "resume on as many machines or TPU hosts as before"),
     ("dynamic_padding", "--dynamic_padding=%s", "pass --dynamic_padding as before"),
+    ("length_grouping", "%s", "resume with the version of this project that "
+     "trained those steps"),
     ("tensorflow", "TensorFlow %s", "resume with the TensorFlow version of those steps (the "
      "seeded shuffle differs between versions)"))
 BATCH_SETTING = ("train_batch_size", "--train_batch_size=%s",

@@ -26,7 +26,8 @@ CARD_FORMAT = "bert-text-classifier-model-card"
 #      pipelines, dynamic padding, the TensorFlow version), which a resumed input must
 #      read the same way; and each train file's rows as read (training.data[].rows)
 #   5  each train file's resolved --class_weights (training.data[].class_weights)
-CARD_VERSION = 5
+#   6  training.input.length_grouping: how dynamic padding grouped the examples by length
+CARD_VERSION = 6
 # How a file is laid out: always the run's own (its flags, else the task's defaults). A model
 # reads files of any layout, so its card never records these, nor gives them to a run.
 LAYOUT_OPTIONS = ("text_column", "text_b_column", "id_column", "has_header",
@@ -58,7 +59,11 @@ TRAINING_FIELDS = {"per_update": (int,), "num_train_steps": (int,), "seed": (int
 # How the train records were read: the examples a resumed training skips are those of this
 # same stream (input is None for a card of version 3: not known).
 INPUT_FIELDS = {"record_shards": (int,), "input_pipelines": (int,), "dynamic_padding": (bool,),
-                "train_batch_size": (int,), "tensorflow": (str,)}
+                "length_grouping": (str,), "train_batch_size": (int,), "tensorflow": (str,)}
+# How versions 4 and 5 (which did not record it) grouped examples with dynamic padding, and
+# a training without dynamic padding (data/input_fn.py names the grouping of today's).
+BUCKETS_OF_16_TOKENS = "length buckets of 16 tokens"
+NO_LENGTH_GROUPING = "none"
 # rows: a fingerprint of what the file's rows held as read (its columns, labels, weights,
 # tokenisation); null in a card of version 3 (not known). class_weights: the weight of each
 # class, or of each label column's positives, that --class_weights gave its rows (null:
@@ -287,7 +292,20 @@ def _version_4_to_5(card, where):
   return dict(card, version=5, training=training)
 
 
-MIGRATIONS = {1: _version_1_to_2, 2: _version_2_to_3, 3: _version_3_to_4, 4: _version_4_to_5}
+def _version_5_to_6(card, where):
+  """A version 5 card in version 6's terms: with dynamic padding, its training grouped the
+  examples into length buckets of 16 tokens (BUCKETS_OF_16_TOKENS), else not at all."""
+  training = card["training"]
+  if isinstance(training, dict) and isinstance(training.get("input"), dict):
+    stream = training["input"]
+    grouping = (BUCKETS_OF_16_TOKENS if stream.get("dynamic_padding") is True
+                else NO_LENGTH_GROUPING)
+    training = dict(training, input=dict(stream, length_grouping=grouping))
+  return dict(card, version=6, training=training)
+
+
+MIGRATIONS = {1: _version_1_to_2, 2: _version_2_to_3, 3: _version_3_to_4, 4: _version_4_to_5,
+              5: _version_5_to_6}
 # What each version's migration reads.
 _FIELDS_OF_VERSION = {
     1: {name: FIELDS[name] for name in ("task", "head", "labels", "max_seq_length",
@@ -299,6 +317,7 @@ _FIELDS_OF_VERSION = {
                                         "flags")},
     3: FIELDS,
     4: FIELDS,
+    5: FIELDS,
 }
 
 

@@ -327,9 +327,9 @@ class DeviceOptions(object):
       "the run where they cannot be used; off: TensorFlow's own ops.",
       choices=FUSED_KERNEL_MODES)
   dynamic_padding: bool = option(
-      False, "CPU/GPU: compute each batch only as long as its longest example, and group "
-      "training examples into length buckets. Faster when texts are shorter than "
-      "--max_seq_length; not with --use_tpu.")
+      False, "CPU/GPU: compute each batch only as long as its longest example, and make "
+      "training batches of examples of similar length (each group of 50 batches sorted by "
+      "length). Faster when texts are shorter than --max_seq_length; not with --use_tpu.")
   num_record_shards: int = option(
       1, "Split each split's TFRecords into this many files (helps parallel reads on TPU "
       "hosts and parallel writing). When not given, a cluster or a pod slice gets one per "

@@ -126,10 +126,11 @@ def test_a_folders_checkpoint_that_cannot_be_read_is_named_before_any_work(jigsa
 # --- model cards of every version ---------------------------------------------------------
 
 # Cards written by this project's own earlier versions (tests/data/README.md says how):
-# version 1, version 2 before pooling and truncation, version 2 with them, versions 3 and 4.
+# version 1, version 2 before pooling and truncation, version 2 with them, versions 3, 4 and
+# 5 (this one of a training with dynamic padding).
 CARDS = {name: os.path.join(TEST_DATA, "model_cards", name + ".json")
          for name in ("version1_19bacd4", "version2_e3e8d77", "version2_8f004ca",
-                      "version3_32e18f1", "version4_f2677be")}
+                      "version3_32e18f1", "version4_f2677be", "version5_3ce29ca")}
 
 
 @pytest.mark.parametrize("name", sorted(CARDS))
@@ -137,13 +138,14 @@ def test_every_card_this_project_wrote_reads_in_the_current_version(name):
   with open(CARDS[name]) as f:
     written = json.load(f)
   card = model_card.from_json(json.dumps(written), CARDS[name])
-  assert card["version"] == model_card.CARD_VERSION == 5
+  assert card["version"] == model_card.CARD_VERSION == 6
   assert set(card) >= set(model_card.FIELDS)
   assert (card["task"], card["labels"], card["head"], card["max_seq_length"]) == (
       "jigsaw_toxic", ["0", "1"], "classification", 32)
   # What later versions added, as the model was: BERT's pooled [CLS], the first tokens,
   # single texts, and no record of its training data before version 3, nor of how its
-  # records were read before version 4, nor of the class weights before version 5 (unknown).
+  # records were read before version 4, nor of the class weights before version 5 (unknown);
+  # before version 6, dynamic padding grouped the examples into length buckets of 16 tokens.
   assert (card["pooling"], card["truncation"], card["text_pair"]) == ("cls", {"mode": "head"},
                                                                       False)
   if written["version"] < 3:
@@ -152,8 +154,13 @@ def test_every_card_this_project_wrote_reads_in_the_current_version(name):
     assert card["training"] == dict(written["training"], input=None, data=[
         dict(entry, rows=None, class_weights=None) for entry in written["training"]["data"]])
   else:
-    assert card["training"] == dict(written["training"], data=[
-        dict(entry, class_weights=None) for entry in written["training"]["data"]])
+    stream = written["training"]["input"]
+    grouping = "length buckets of 16 tokens" if stream["dynamic_padding"] else "none"
+    assert card["training"] == dict(written["training"], input=dict(
+        stream, length_grouping=grouping), data=[
+            dict(entry, class_weights=entry.get("class_weights"))
+            for entry in written["training"]["data"]])
+    assert stream["dynamic_padding"] == (written["version"] == 5)
     assert card["training"]["input"]["train_batch_size"] == 8
     assert (card["training"]["per_update"], card["training"]["data"][0]["examples"]) == (8, 267)
   assert card["label_spec"]["kind"] == "classification"
@@ -176,7 +183,7 @@ def test_a_card_that_is_not_a_whole_card_of_a_known_version_is_named():
   with open(CARDS["version2_8f004ca"]) as f:
     written = json.load(f)
   for broken, message in (
-      (dict(written, version=7), "x has card version 7; this program reads versions 1 to 5"),
+      (dict(written, version=7), "x has card version 7; this program reads versions 1 to 6"),
       (dict(written, version="3"), "x: its version is '3', not a whole number: the file was "
                                    "edited"),
       (dict(written, version=True), "x: its version is True, not a whole number"),

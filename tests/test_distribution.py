@@ -27,8 +27,8 @@ CONFIG = small_config(vocab_size=30522, hidden_dropout_prob=0.0,
 
 
 def _records(tmp_path, name, n):
-  """Texts of 2 to 14 words: one length bucket (so that bucketing leaves the stream's
-  order alone), but each replica's half-batch is trimmed to its own longest text."""
+  """Texts of 2 to 14 words: with dynamic padding, each replica's half of a step's batch
+  (one device's batch, of examples of similar length) is trimmed to its own longest text."""
   examples = [InputExample(str(i), " ".join(["word", "text", "the"][i % 3:] * 5)[:6 * (
       2 + i * 5 % 13)], label=str(i * 7 % 3 % 2)) for i in range(n)]
   return tiny_vocab_records(examples, str(tmp_path / (name + ".tf_record")), MAX_SEQ,

@@ -13,6 +13,7 @@ from conftest import BINARY, TINY_VOCAB, google_bert, sample_path
 from data import tokenization, vocabulary
 from data.features import (InputExample, convert_example, convert_examples, num_padding_rows,
                            truncate_pair)
+from data import input_fn
 from data.input_fn import input_fn_builder
 from data.processors import get_processor
 from data.tfrecord import build_records, metadata_path
@@ -307,24 +308,53 @@ def test_dynamic_padding_trims_batches_and_loses_nothing(tmp_path, tiny_vocab):
     np.testing.assert_array_equal(cut["example_id"], full["example_id"])
 
 
-def test_length_buckets_in_training(tmp_path, tiny_vocab):
+def test_length_sorted_groups_in_training(tmp_path, tiny_vocab):
+  """Training with dynamic padding: each group of 50 batches is a stretch of the shuffled
+  stream sorted by length and cut into batches, each as long as its longest example, sent
+  in a seeded order; no example is lost or added."""
   tokenizer = tokenization.FullTokenizer(tiny_vocab, do_lower_case=True)
   examples = [InputExample(str(i), " ".join(["word"] * (1 + (i * 7) % 60)), label="0")
               for i in range(40)]
   path = str(tmp_path / "train.tf_record")
   build_records(examples, path, _settings(tiny_vocab, max_seq_length=64), tokenizer)
-  with tf.Graph().as_default():
-    fn = input_fn_builder(path, 64, True, BINARY, seed=3, dynamic_padding=True)
-    batch = tf.data.make_one_shot_iterator(fn({"batch_size": 4})).get_next()
-    with tf.Session() as session:
-      batches = [session.run(batch) for _ in range(30)]
-  for b in batches:
+  assert input_fn.group_batches(4) == 50 and input_fn.group_batches(32) == 50
+  assert input_fn.group_batches(256) == 32 and input_fn.group_batches(10 ** 5) == 1
+
+  def batches(seed, count, **params):
+    with tf.Graph().as_default():
+      fn = input_fn.input_fn_builder(path, 64, True, BINARY, seed=seed, dynamic_padding=True)
+      batch = tf.data.make_one_shot_iterator(fn(dict({"batch_size": 4}, **params))).get_next()
+      with tf.Session() as session:
+        return [session.run(batch) for _ in range(count)]
+
+  read = batches(3, 100)
+  for b in read:
     lengths = b["input_mask"].sum(1)
-    assert b["input_ids"].shape[0] == 4 and b["input_ids"].shape[1] == lengths.max()
-    assert lengths.max() - lengths.min() < 16  # one bucket per batch
+    assert b["input_ids"].shape == (4, lengths.max())  # trimmed to its longest
     np.testing.assert_array_equal(b["input_ids"][:, 0], 101)
-  seen = collections.Counter(i for b in batches for i in b["example_id"])
-  assert sorted(seen) == list(range(40))  # every example is drawn
+  for first in (0, 50):  # two groups of 50 batches, 200 examples: five shuffled epochs
+    group = read[first:first + 50]
+    seen = collections.Counter(i for b in group for i in b["example_id"])
+    assert sorted(seen) == list(range(40)) and set(seen.values()) == {5}
+    # Cut from one sorted sequence: ordered by length, no batch's lengths overlap another's.
+    spans = sorted((b["input_mask"].sum(1).min(), b["input_mask"].sum(1).max()) for b in group)
+    assert all(shorter[1] <= longer[0] for shorter, longer in zip(spans, spans[1:]))
+    longest = [b["input_ids"].shape[1] for b in group]
+    assert longest != sorted(longest) and longest != sorted(longest, reverse=True)
+  again = batches(3, 50)
+  assert all(np.array_equal(a["example_id"], b["example_id"]) for a, b in zip(read, again))
+  other = batches(4, 50)
+  assert any(not np.array_equal(a["example_id"], b["example_id"]) for a, b in zip(read, other))
+  # Two replicas' batches of 2 a step: the halves of one device's batches of 4, each half
+  # trimmed to its own longest.
+  halves = batches(3, 100, batch_size=2, batches_per_step=2)
+  for whole, first, second in zip(read, halves[0::2], halves[1::2]):
+    np.testing.assert_array_equal(
+        np.concatenate([first["example_id"], second["example_id"]]), whole["example_id"])
+    for half in (first, second):
+      assert half["input_ids"].shape == (2, half["input_mask"].sum(1).max())
+  assert any(a["input_ids"].shape != b["input_ids"].shape
+             for a, b in zip(halves[0::2], halves[1::2]))
 
 
 def _example_proto(features, float_labels, weight=None):

@@ -11,7 +11,7 @@ import shutil
 import pytest
 import tensorflow.compat.v1 as tf
 
-from conftest import JIGSAW, run_flags, sample_path
+from conftest import JIGSAW, TEST_DATA, run_flags, sample_path
 from spec.run_errors import FlagError
 
 pytestmark = pytest.mark.slow
@@ -53,7 +53,8 @@ def test_the_card_records_what_the_model_was_trained_on(jigsaw_model):
   assert (training["per_update"], training["num_train_steps"], training["seed"]) == (8, 6, 12345)
   import tensorflow as tf
   assert training["input"] == {"record_shards": 1, "input_pipelines": 1,
-                               "dynamic_padding": False, "train_batch_size": 8,
+                               "dynamic_padding": False, "length_grouping": "none",
+                               "train_batch_size": 8,
                                "tensorflow": ".".join(tf.__version__.split(".")[:2])}
   (data,) = training["data"]
   assert (data["file"], data["examples"], data["train_fraction"], data["from_step"]) == (
@@ -137,7 +138,7 @@ def test_a_resume_on_the_other_runtime_or_an_unknown_stream_is_told():
   warning, and records that it is not known."""
   from pipeline import state
   stream = {"record_shards": 1, "input_pipelines": 1, "dynamic_padding": False,
-            "train_batch_size": 8, "tensorflow": "2.15"}
+            "length_grouping": "none", "train_batch_size": 8, "tensorflow": "2.15"}
   data = {"file": "t.csv", "sha256": "ab" * 32, "examples": 40, "train_fraction": 1.0,
           "from_step": 0, "rows": "f" * 16}
   trained = {"per_update": 8, "num_train_steps": 4, "seed": 1, "input": stream, "data": [data]}
@@ -153,6 +154,31 @@ def test_a_resume_on_the_other_runtime_or_an_unknown_stream_is_told():
   recorded, _ = state.continued_state(asked, {"training": dict(trained, input=None)}, "card",
                                       4, False)
   assert recorded["input"] is None  # (those steps' stream stays unknown)
+
+
+def test_a_resume_of_a_training_that_grouped_its_examples_otherwise_is_refused():
+  """A card of version 5 or before, whose training with dynamic padding grouped its examples
+  into length buckets of 16 tokens: today's length-sorted groups would skip other examples
+  than those steps trained on."""
+  from data.input_fn import LENGTH_GROUPING
+  from pipeline import state
+  from spec import model_card
+  with open(os.path.join(TEST_DATA, "model_cards", "version5_3ce29ca.json")) as f:
+    trained = model_card.from_json(f.read(), "card")["training"]
+  assert trained["input"]["length_grouping"] == "length buckets of 16 tokens"
+  asked = dict(trained, num_train_steps=4, input=dict(trained["input"],
+                                                      length_grouping=LENGTH_GROUPING))
+  with pytest.raises(FlagError) as error:
+    state.continued_state(asked, {"training": trained}, "card", 1, False)
+  assert str(error.value) == (
+      "card: its model was trained to step 1 reading its records with length buckets of 16 "
+      "tokens, and this run has length-sorted groups of 50 batches (at most 8192 examples): "
+      "the resumed input would not continue where those steps stopped (some rows would be "
+      "trained on twice, others never). Resume with the version of this project that "
+      "trained those steps, or train a new model into another --output_dir")
+  recorded, _ = state.continued_state(asked, {"training": dict(trained, input=asked[
+      "input"])}, "card", 1, False)
+  assert recorded["input"]["length_grouping"] == LENGTH_GROUPING
 
 
 def test_the_same_file_with_other_class_weights_is_refused_naming_both():

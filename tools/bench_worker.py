@@ -11,12 +11,11 @@ same rows with the same batch size, from random weights (speed does not depend
 on the weights). Results go to --out as JSON.
 
 With --dynamic_padding (off a TPU), ours trains on a representative window of its own
-input pipeline's batches rather than on the first ones the pipeline emits: the
-pipeline's buckets emit the common short batches first, so that a run's first steps
-are shorter than its epochs' mean (at max length 220 on the 12,180 Jigsaw comments, by
-about 8.5%). The pipeline is read ahead for whole epochs' worth of batches, the window
-drawn from them as tools/windows.py draws the Hugging Face loop's, and the run trains
-on exactly those batches; the result reports the pool's mean padded length
+input pipeline's batches rather than on the first ones the pipeline emits, as the
+Hugging Face loop does (a few dozen steps are a sample of an epoch, and a sampler's first
+need not be typical). The pipeline is read ahead for whole epochs' worth of batches, the
+window drawn from them as tools/windows.py draws the Hugging Face loop's, and the run
+trains on exactly those batches; the result reports the pool's mean padded length
 (epoch_mean_seq_length) beside the measured steps' (mean_seq_length).
 """
 
@@ -443,9 +442,7 @@ def draw_window(input_fn, rows, args, replicas=1):
   replicas batches each, one per GPU; the pipeline's output types and shapes; the pool's
   figures). The pool is the input pipeline's first whole epochs' worth of batches of
   --batch rows (tools/windows.pool_size), two at least, the window stratified_window's
-  draw from it. (The length buckets hold long rows back while they fill, so the first
-  epoch's batches are shorter than later ones: at 220 tokens on the 12,180 comments,
-  67.0 tokens against 68.1 to 68.7 in each of the next three.)"""
+  draw from it."""
   epochs, count = pool_size(rows, args.batch, args.warmup * replicas, args.steps * replicas)
   if epochs < MIN_POOL_EPOCHS:
     epochs, count = MIN_POOL_EPOCHS, MIN_POOL_EPOCHS * (rows // args.batch)

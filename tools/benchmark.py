@@ -400,9 +400,7 @@ def write_outputs(rows, peaks, featurisation, args, machine, device_notes=()):
             "pipeline's batches (tools/bench_worker.py draw_window), drawn as the Hugging "
             "Face loop's are (tools/windows.py): from whole epochs' worth of the pipeline's "
             "batches, one measured batch from each of as many length strata as steps, so "
-            "that their lengths spread as the epochs' do. (The pipeline's length buckets "
-            "emit the common short batches first: a run's first steps would be shorter "
-            "than its epochs'.)", "",
+            "that their lengths spread as the epochs' do.", "",
             "vs HF: examples/sec over the best Hugging Face path at the same model and "
             "length (the fastest of its rows: the Trainer in either order, or the plain "
             "loop). The Hugging Face rows train BertForSequenceClassification on PyTorch "

@@ -3,9 +3,9 @@ benchmark trains on and times, so that their lengths are the stream's.
 
 A run that times its first steps measures whatever batches its sampler or input pipeline
 happens to emit first, and those need not be typical: Hugging Face's length-grouped
-sampler begins an epoch with its longest batches, and this project's bucketing pipeline
-emits its common short buckets first. So a benchmark draws a pool of whole epochs'
-batches, and trains and times a window of them chosen by stratified_window.
+sampler begins an epoch with its longest batches. So a benchmark draws a pool of whole
+epochs' batches, of either sampler or input pipeline alike, and trains and times a window
+of them chosen by stratified_window.
 
 Pure Python (no TensorFlow, torch or numpy): tools/bench_hf.py imports it in .venvs/hf,
 which has no TensorFlow, and tools/bench_worker.py in the TensorFlow environments.

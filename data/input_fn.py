@@ -7,8 +7,9 @@ from spec.model_card import NO_LENGTH_GROUPING
 
 # Large enough to mix examples from across a typical fine-tuning file.
 SHUFFLE_BUFFER = 10000
-# Training with dynamic padding sorts each group of this many batches' examples by length
-# (at most GROUP_EXAMPLES examples: a group of large batches has fewer of them).
+# Training with dynamic padding sorts each group of this many steps' examples by length (a
+# step: one batch, or one per replica; at most GROUP_EXAMPLES examples: a group of large
+# steps has fewer of them).
 GROUP_BATCHES = 50
 GROUP_EXAMPLES = 8192
 # How a training run with dynamic padding groups its examples, as its model card records it
@@ -34,10 +35,11 @@ def _trim_batch(batch):
   return {k: t[:, :length] if k in SEQUENCE_FIELDS else t for k, t in batch.items()}
 
 
-def group_batches(batch_size):
-  """The batches of one length-sorted group: GROUP_BATCHES, fewer for batches so large that
-  the group would hold more than GROUP_EXAMPLES examples (one at least)."""
-  return max(1, min(GROUP_BATCHES, GROUP_EXAMPLES // batch_size))
+def group_batches(step_examples):
+  """The steps of one length-sorted group, each of step_examples examples (its batches'
+  together): GROUP_BATCHES, fewer for steps so large that the group would hold more than
+  GROUP_EXAMPLES examples (one at least)."""
+  return max(1, min(GROUP_BATCHES, GROUP_EXAMPLES // step_examples))
 
 
 def length_grouping(dynamic_padding):
